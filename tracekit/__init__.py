@@ -1,0 +1,31 @@
+"""tracekit: where every microsecond of an LLM decode step goes.
+
+Public API::
+
+    import tracekit
+    trace = tracekit.load("run.sqlite")          # nsys SQLite export or Kineto JSON
+    result = tracekit.breakdown(trace)           # per-step split, roofline, advice
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from tracekit.errors import TracekitError  # noqa: E402
+
+
+def load(path, **kwargs):
+    """Read a trace file into a :class:`tracekit.trace.Trace`."""
+    from tracekit.readers import load as _load
+
+    return _load(path, **kwargs)
+
+
+def breakdown(trace, **kwargs):
+    """Per-decode-step breakdown of a trace (see ``tracekit.analyses.breakdown``)."""
+    from tracekit.analyses.breakdown import breakdown as _breakdown
+
+    return _breakdown(trace, **kwargs)
+
+
+__all__ = ["load", "breakdown", "TracekitError", "__version__"]

@@ -1,0 +1,54 @@
+"""Readers: one module per file format, each returning a :class:`tracekit.trace.Trace`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tracekit.errors import TracekitError
+
+
+def detect_format(path: Path) -> str:
+    """'nsys-sqlite' | 'kineto-json' | 'nsys-rep', from the file's first bytes (not its name)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except IsADirectoryError:
+        raise TracekitError(f"{path} is a directory; give a trace file (or use a command that takes several)")
+    except OSError as e:
+        raise TracekitError(f"cannot read {path}: {e.strerror or e}")
+    if head.startswith(b"SQLite format 3\x00"):
+        return "nsys-sqlite"
+    if head[:2] == b"\x1f\x8b":
+        return "kineto-json"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "kineto-json"
+    if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
+        return "nsys-rep"
+    raise TracekitError(
+        f"{path}: not a trace tracekit can read (expected an nsys SQLite export, a Kineto .json/.json.gz, "
+        "or an .nsys-rep with nsys on PATH)"
+    )
+
+
+def load(path, **kwargs):
+    """Read one trace file (nsys SQLite export, Kineto JSON/.json.gz, or .nsys-rep via nsys)."""
+    path = Path(path)
+    if not path.exists():
+        raise TracekitError(f"{path}: no such file")
+    fmt = detect_format(path)
+    if fmt == "nsys-rep":
+        from tracekit.readers.nsysrep import export_to_cache
+
+        path = export_to_cache(path)
+        fmt = "nsys-sqlite"
+    if fmt == "nsys-sqlite":
+        from tracekit.readers.nsys import read_nsys
+
+        trace = read_nsys(path, **kwargs)
+    else:
+        from tracekit.readers.kineto import read_kineto
+
+        trace = read_kineto(path, **kwargs)
+    from tracekit.manifest import attach_manifest
+
+    return attach_manifest(trace, path)

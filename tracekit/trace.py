@@ -1,0 +1,185 @@
+"""The normalized trace model every analysis works on.
+
+A :class:`Trace` is a small frozen dataclass of polars DataFrames with fixed,
+documented columns. Readers (``tracekit.readers``) are the only code that knows a
+producer's quirks; they must return frames with exactly these columns and dtypes
+(``validate`` enforces it). Conventions, for every frame:
+
+* times are integer nanoseconds on one clock per trace (``start`` <= ``end``);
+* names are resolved strings (no string ids);
+* ``pid`` is the host process that issued the work. A ``correlation`` id is unique
+  only within its ``pid`` (nsys correlation ids are per process), so every
+  launch <-> GPU-activity join is on ``("pid", "correlation")``.
+* kernels replayed from a CUDA graph carry the correlation of their graph launch
+  (nsys node mode and Kineto alike).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import polars as pl
+
+GraphTraceMode = Literal["node", "graph", "none", "unknown"]
+SourceFormat = Literal["nsys-sqlite", "kineto-json"]
+LaunchKind = Literal["kernel", "graph", "memcpy", "memset", "sync", "other"]
+
+# name -> (dtype, description). The order is the column order of each frame.
+KERNELS: dict[str, tuple[pl.DataType, str]] = {
+    "start": (pl.Int64, "GPU start, ns"),
+    "end": (pl.Int64, "GPU end, ns"),
+    "device": (pl.Int32, "CUDA device index (nsys deviceId / Kineto args.device)"),
+    "stream": (pl.Int64, "stream id"),
+    "correlation": (pl.Int64, "joins launches.correlation within the same pid"),
+    "pid": (pl.Int64, "host process that launched it"),
+    "name": (pl.String, "full (demangled) kernel name"),
+    "graph_id": (pl.Int64, "CUDA graph id where known, else null"),
+    "graph_node": (pl.Int64, "CUDA graph node id where known (nsys node mode), else null"),
+    "grid": (pl.String, "grid dims 'x,y,z' where known"),
+    "block": (pl.String, "block dims 'x,y,z' where known"),
+}
+
+MEMOPS: dict[str, tuple[pl.DataType, str]] = {
+    "start": (pl.Int64, "GPU start, ns"),
+    "end": (pl.Int64, "GPU end, ns"),
+    "device": (pl.Int32, "CUDA device index"),
+    "stream": (pl.Int64, "stream id"),
+    "correlation": (pl.Int64, "joins launches.correlation within the same pid"),
+    "pid": (pl.Int64, "host process"),
+    "kind": (pl.String, "'memcpy' or 'memset'"),
+    "copy_kind": (pl.String, "HtoD, DtoH, DtoD, PtoP, HtoH, ... (memset: null)"),
+    "bytes": (pl.Int64, "bytes moved or set"),
+    "name": (pl.String, "display name, e.g. '[CUDA memcpy Device-to-Host]'"),
+}
+
+LAUNCHES: dict[str, tuple[pl.DataType, str]] = {
+    "start": (pl.Int64, "host API call start, ns"),
+    "end": (pl.Int64, "host API call end, ns"),
+    "pid": (pl.Int64, "host process"),
+    "tid": (pl.Int64, "host thread"),
+    "correlation": (pl.Int64, "joins kernels/memops.correlation within the same pid"),
+    "kind": (pl.String, "kernel | graph | memcpy | memset | sync | other"),
+    "name": (pl.String, "API name without version suffix, e.g. cudaLaunchKernel"),
+}
+
+RANGES: dict[str, tuple[pl.DataType, str]] = {
+    "start": (pl.Int64, "CPU start, ns"),
+    "end": (pl.Int64, "CPU end, ns"),
+    "pid": (pl.Int64, "host process"),
+    "tid": (pl.Int64, "host thread that opened the range"),
+    "name": (pl.String, "range text (NVTX message / annotation name)"),
+    "depth": (pl.Int32, "nesting depth on its thread, 0 = outermost"),
+    "domain": (pl.String, "NVTX domain name, null for the default domain / Kineto"),
+}
+
+GRAPH_EXECS: dict[str, tuple[pl.DataType, str]] = {
+    "start": (pl.Int64, "GPU start of a whole-graph execution, ns (nsys graph mode)"),
+    "end": (pl.Int64, "GPU end, ns"),
+    "device": (pl.Int32, "CUDA device index"),
+    "stream": (pl.Int64, "stream id"),
+    "correlation": (pl.Int64, "joins the cudaGraphLaunch in launches"),
+    "pid": (pl.Int64, "host process"),
+    "graph_id": (pl.Int64, "graph id"),
+}
+
+OPS: dict[str, tuple[pl.DataType, str]] = {
+    "start": (pl.Int64, "CPU start, ns"),
+    "end": (pl.Int64, "CPU end, ns"),
+    "pid": (pl.Int64, "host process"),
+    "tid": (pl.Int64, "host thread"),
+    "name": (pl.String, "framework op, e.g. aten::linear (only matmul-like ops are kept)"),
+    "input_dims": (pl.String, "JSON list of input shapes (Kineto 'Input Dims'), null if not recorded"),
+    "input_types": (pl.String, "JSON list of input dtypes (Kineto 'Input type'), null if not recorded"),
+}
+
+GPUS: dict[str, tuple[pl.DataType, str]] = {
+    "device": (pl.Int32, "CUDA device index, as kernels.device"),
+    "name": (pl.String, "GPU name, e.g. 'NVIDIA H200'"),
+    "peak_bw_gbps": (pl.Float64, "peak DRAM bandwidth, GB/s (1e9 B/s), from the trace; null if unknown"),
+    "sm_count": (pl.Int32, "multiprocessor count, null if unknown"),
+    "memory_bytes": (pl.Int64, "device memory, bytes, null if unknown"),
+}
+
+SCHEMAS: dict[str, dict[str, tuple[pl.DataType, str]]] = {
+    "kernels": KERNELS,
+    "memops": MEMOPS,
+    "launches": LAUNCHES,
+    "ranges": RANGES,
+    "graph_execs": GRAPH_EXECS,
+    "ops": OPS,
+    "gpus": GPUS,
+}
+
+
+def empty(schema: dict[str, tuple[pl.DataType, str]]) -> pl.DataFrame:
+    """An empty frame with the given schema."""
+    return pl.DataFrame(schema={k: v[0] for k, v in schema.items()})
+
+
+def conform(df: pl.DataFrame, schema: dict[str, tuple[pl.DataType, str]]) -> pl.DataFrame:
+    """Select and cast ``df`` to ``schema``; missing columns become nulls."""
+    cols = []
+    for name, (dtype, _) in schema.items():
+        if name in df.columns:
+            cols.append(pl.col(name).cast(dtype, strict=False))
+        else:
+            cols.append(pl.lit(None, dtype=dtype).alias(name))
+    return df.select(cols)
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """What we know about where a trace came from."""
+
+    path: str
+    format: SourceFormat
+    producer: str  # "nsys" | "kineto"
+    producer_version: str | None = None
+    schema_version: str | None = None
+    graph_trace_mode: GraphTraceMode = "unknown"
+    rank: int | None = None
+    world_size: int | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One trace file, normalized. See the module docstring for conventions."""
+
+    kernels: pl.DataFrame
+    memops: pl.DataFrame
+    launches: pl.DataFrame
+    ranges: pl.DataFrame
+    graph_execs: pl.DataFrame
+    ops: pl.DataFrame
+    gpus: pl.DataFrame
+    meta: TraceMeta
+    manifest: dict | None = field(default=None)
+
+    def with_warning(self, *msgs: str) -> "Trace":
+        return replace(self, meta=replace(self.meta, warnings=self.meta.warnings + tuple(msgs)))
+
+    def validate(self) -> "Trace":
+        """Raise ``AssertionError`` if a frame does not match its schema (a reader bug)."""
+        for name, schema in SCHEMAS.items():
+            df: pl.DataFrame = getattr(self, name)
+            want = [(k, v[0]) for k, v in schema.items()]
+            got = list(df.schema.items())
+            assert got == want, f"Trace.{name}: columns {got} != schema {want}"
+        return self
+
+    @property
+    def has_gpu_activity(self) -> bool:
+        return self.kernels.height + self.memops.height + self.graph_execs.height > 0
+
+
+def schema_markdown() -> str:
+    """The column reference, as markdown (docs/trace-model.md is generated from it)."""
+    out = []
+    for name, schema in SCHEMAS.items():
+        out.append(f"### `Trace.{name}`\n\n| column | dtype | meaning |\n|---|---|---|")
+        for col, (dtype, doc) in schema.items():
+            out.append(f"| `{col}` | {dtype} | {doc} |")
+        out.append("")
+    return "\n".join(out)
