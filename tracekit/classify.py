@@ -1,0 +1,343 @@
+"""Kernel-name taxonomy: which category a GPU activity belongs to, from its name alone.
+
+This module owns the rule table (``tracekit/data/kernels.toml``: ordered regex rules, first match
+wins, see ``docs/taxonomy.md``), the loading of user rule files (``--rules FILE``: same shape, tried
+first, so they add or override), and :func:`classify`, which maps a column of kernel names to
+``category``, ``sub`` and ``rule``.
+
+Context does not apply here: a kernel launched inside a draft range, or replayed from a draft CUDA
+graph, is relabelled ``drafting`` by the analyses afterwards (reference/kernel_taxonomy.md §3.3).
+Names no rule matches are ``other`` with ``rule`` null, so ``tracekit kernels`` can show the gaps.
+
+>>> import polars as pl
+>>> classify(pl.Series(["nvjet_tst_64x8_64x16_4x1_v_bz_TNT", "[CUDA memcpy Device-to-Host]", "mystery"]))
+shape: (3, 4)
+┌─────────────────────────────────┬──────────┬─────────┬──────┐
+│ name                            ┆ category ┆ sub     ┆ rule │
+│ ---                             ┆ ---      ┆ ---     ┆ ---  │
+│ str                             ┆ str      ┆ str     ┆ str  │
+╞═════════════════════════════════╪══════════╪═════════╪══════╡
+│ nvjet_tst_64x8_64x16_4x1_v_bz_… ┆ gemm     ┆ cublas  ┆ G9   │
+│ [CUDA memcpy Device-to-Host]    ┆ memory   ┆ memcpy  ┆ M1   │
+│ mystery                         ┆ other    ┆ unknown ┆ null │
+└─────────────────────────────────┴──────────┴─────────┴──────┘
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterator
+
+import polars as pl
+
+from tracekit.errors import TracekitError
+
+if sys.version_info >= (3, 11):
+    import tomllib as _toml
+else:  # Python 3.10: tomli if installed, else the small reader below (enough for rule files)
+    try:
+        import tomli as _toml
+    except ImportError:  # pragma: no cover - exercised only on 3.10 without tomli
+        _toml = None
+
+CATEGORIES: tuple[str, ...] = ("gemm", "attention", "communication", "drafting", "other", "memory")
+UNKNOWN_SUB = "unknown"
+_FIELDS = ("id", "category", "sub", "pattern", "source")
+# Memcpy/memset records (nsys CUPTI_ACTIVITY_KIND_MEMCPY/_MEMSET names, Kineto gpu_memcpy/gpu_memset)
+# are memory whatever a user rule says: they are copies by construction, not kernels.
+_MEMOPS = (("[CUDA memcpy", "memcpy"), ("[CUDA memset", "memset"), ("Memcpy ", "memcpy"), ("Memset ", "memset"))
+_MEMOP_RULE = "M1"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One taxonomy rule: ``pattern`` is searched (``re.search``) in the full kernel name."""
+
+    id: str
+    category: str
+    sub: str
+    pattern: str
+    source: str
+    origin: str = ""  # the file it came from
+    regex: re.Pattern[str] = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class Rules:
+    """An ordered rule list; the first rule whose pattern matches a name decides its category."""
+
+    rules: tuple[Rule, ...]
+    files: tuple[str, ...] = ()
+    _cache: dict[str, Rule | None] = field(default_factory=dict, repr=False, compare=False)
+
+    def match(self, name: str) -> Rule | None:
+        """The first rule matching ``name``, or None."""
+        try:
+            return self._cache[name]
+        except KeyError:
+            pass
+        hit = next((r for r in self.rules if r.regex.search(name)), None)
+        self._cache[name] = hit
+        return hit
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self.rules)
+
+    def by_id(self, rule_id: str) -> Rule | None:
+        return next((r for r in self.rules if r.id == rule_id), None)
+
+
+def load_rules(extra: str | Path | None = None) -> Rules:
+    """The shipped rules, with the rules of the TOML file ``extra`` (if given) tried first.
+
+    A rule in ``extra`` whose ``id`` is also a shipped id replaces that shipped rule; other extra rules
+    are added in front. A file that cannot be read, is not valid TOML, or holds a bad rule (missing
+    key, unknown category, invalid regex) raises :class:`TracekitError` saying what to fix.
+    """
+    shipped = _shipped_rules()
+    if extra is None:
+        return shipped
+    path = Path(extra)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TracekitError(f"rules file {path} not found; pass an existing TOML file to --rules") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TracekitError(f"cannot read rules file {path}: {_one_line(e)}") from None
+    mine = _parse(text, str(path))
+    if not mine:
+        raise TracekitError(f"{path}: no [[rule]] tables; see docs/taxonomy.md for the format")
+    ids = {r.id for r in mine}
+    kept = tuple(r for r in shipped.rules if r.id not in ids)
+    return Rules(mine + kept, files=(str(path),) + shipped.files)
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_rules() -> Rules:
+    res = resources.files("tracekit").joinpath("data/kernels.toml")
+    rules = _parse(res.read_text(encoding="utf-8"), "tracekit/data/kernels.toml")
+    return Rules(rules, files=("tracekit/data/kernels.toml",))
+
+
+def classify(names: pl.Series, rules: Rules | None = None) -> pl.DataFrame:
+    """Classify kernel (and memcpy/memset) names.
+
+    Returns a frame with columns ``name, category, sub, rule`` (all strings; ``rule`` null where no
+    rule matched, then ``category`` is ``other`` and ``sub`` ``unknown``), one row per input row in
+    input order. Only the distinct names are matched against the rules (a trace has millions of
+    kernels but a few hundred names); the result is joined back.
+    """
+    rules = load_rules() if rules is None else rules
+    col = names.cast(pl.String).rename("name")
+    uniq = col.drop_nulls().unique().to_list()
+    cats, subs, ids = [], [], []
+    for name in uniq:
+        cat, sub, rid = _classify_one(name, rules)
+        cats.append(cat)
+        subs.append(sub)
+        ids.append(rid)
+    table = pl.DataFrame(
+        {"_key": uniq, "category": cats, "sub": subs, "rule": ids},
+        schema={"_key": pl.String, "category": pl.String, "sub": pl.String, "rule": pl.String},
+    )
+    frame = col.to_frame().with_columns(_key=pl.col("name"))
+    out = frame.join(table, on="_key", how="left", maintain_order="left").drop("_key")
+    # null names (no name in the trace) are unknown, like any unmatched name
+    return out.with_columns(
+        category=pl.col("category").fill_null("other"), sub=pl.col("sub").fill_null(UNKNOWN_SUB)
+    )
+
+
+def _classify_one(name: str, rules: Rules) -> tuple[str, str, str | None]:
+    for prefix, sub in _MEMOPS:
+        if name.startswith(prefix):
+            return "memory", sub, _MEMOP_RULE
+    hit = rules.match(name)
+    if hit is None:
+        return "other", UNKNOWN_SUB, None
+    return hit.category, hit.sub, hit.id
+
+
+# ───────────────────────── parsing and validation ─────────────────────────
+
+
+def _parse(text: str, origin: str) -> tuple[Rule, ...]:
+    try:
+        doc = _toml.loads(text) if _toml is not None else _mini_toml(text)
+    except Exception as e:  # tomllib.TOMLDecodeError, or the mini reader's ValueError
+        raise TracekitError(f"{origin}: invalid TOML: {_one_line(e)}") from None
+    if set(doc) - {"rule"}:
+        bad = ", ".join(sorted(set(doc) - {"rule"}))
+        raise TracekitError(f"{origin}: unexpected top-level key(s) {bad}; a rules file holds only [[rule]] tables")
+    raw = doc.get("rule", [])
+    if not isinstance(raw, list):
+        raise TracekitError(f"{origin}: 'rule' must be an array of tables: write each rule as [[rule]]")
+    out: list[Rule] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw, 1):
+        out.append(_make_rule(entry, i, origin, seen))
+    return tuple(out)
+
+
+def _make_rule(entry: Any, i: int, origin: str, seen: set[str]) -> Rule:
+    where = f"{origin}: rule #{i}"
+    if not isinstance(entry, dict):
+        raise TracekitError(f"{where} is not a table; write it as [[rule]] with keys {', '.join(_FIELDS)}")
+    rid = entry.get("id")
+    if isinstance(rid, str) and rid:
+        where = f"{origin}: rule {rid!r} (#{i})"
+    missing = [k for k in ("id", "category", "pattern") if k not in entry]
+    if missing:
+        raise TracekitError(f"{where}: missing key(s) {', '.join(missing)}")
+    unknown = sorted(set(entry) - set(_FIELDS) - {"note"})
+    if unknown:
+        raise TracekitError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(_FIELDS)}, note")
+    for key in ("id", "category", "sub", "source"):
+        if key in entry and not isinstance(entry[key], str):
+            raise TracekitError(f"{where}: {key} must be a string")
+    if not rid:
+        raise TracekitError(f"{where}: id must be a non-empty string")
+    if rid in seen:
+        raise TracekitError(f"{where}: duplicate id {rid!r}; give every rule its own id")
+    seen.add(rid)
+    cat = entry["category"]
+    if cat not in CATEGORIES:
+        raise TracekitError(f"{where}: unknown category {cat!r}; use one of {', '.join(CATEGORIES)}")
+    pattern = _join_pattern(entry["pattern"], where)
+    try:
+        regex = re.compile(pattern)
+    except re.error as e:
+        raise TracekitError(f"{where}: invalid regex {pattern!r}: {_one_line(e)}") from None
+    return Rule(
+        id=rid,
+        category=cat,
+        sub=entry.get("sub") or cat,
+        pattern=pattern,
+        source=entry.get("source", ""),
+        origin=origin,
+        regex=regex,
+    )
+
+
+def _join_pattern(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        alts = [value]
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        alts = value
+    else:
+        raise TracekitError(f"{where}: pattern must be a regex string or a non-empty list of regex strings")
+    if any(not a for a in alts):
+        raise TracekitError(f"{where}: empty pattern would match every name; write a regex")
+    if len(alts) == 1:
+        return alts[0]
+    # Inline flags such as (?i) must lead the whole regex in Python >= 3.11; each alternative keeps
+    # its own flags by turning a leading (?i) into a scoped group (?i:...).
+    parts = []
+    for a in alts:
+        m = re.match(r"^\(\?([aiLmsux]+)\)", a)
+        parts.append(f"(?{m.group(1)}:{a[m.end():]})" if m else f"(?:{a})")
+    return "|".join(parts)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+_KEY = re.compile(r"^([A-Za-z0-9_-]+)\s*=\s*(.*)$")
+
+
+def _mini_toml(text: str) -> dict[str, Any]:
+    """A reader for the subset of TOML rule files use: [[rule]] tables of string / string-array values.
+
+    Only for Python 3.10 without ``tomli``; raises ValueError on anything else.
+    """
+    rules: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        i += 1
+        if not line or line.startswith("#"):
+            continue
+        if line == "[[rule]]":
+            current = {}
+            rules.append(current)
+            continue
+        m = _KEY.match(line)
+        if m is None or current is None:
+            raise ValueError(f"unsupported line {i}: {line[:60]!r} (install tomli for full TOML)")
+        key, rest = m.groups()
+        if rest.startswith("["):
+            buf = rest
+            while not _array_closed(buf):
+                if i >= len(lines):
+                    raise ValueError(f"unterminated array for {key!r}")
+                buf += " " + lines[i].strip()
+                i += 1
+            current[key] = _strings(buf[1:], key, array=True)
+        else:
+            vals = _strings(rest, key, array=False)
+            current[key] = vals
+    return {"rule": rules} if rules else {}
+
+
+def _array_closed(buf: str) -> bool:
+    try:
+        _strings(buf[1:], "", array=True)
+        return True
+    except ValueError:
+        return False
+
+
+def _strings(s: str, key: str, *, array: bool) -> Any:
+    out: list[str] = []
+    pos = 0
+    while True:
+        while pos < len(s) and s[pos] in " \t,":
+            pos += 1
+        if pos >= len(s):
+            raise ValueError(f"unterminated value for {key!r}")
+        c = s[pos]
+        if array and c == "]":
+            rest = s[pos + 1 :].strip()
+            if rest and not rest.startswith("#"):
+                raise ValueError(f"text after array for {key!r}")
+            return out
+        if not array and c == "#":
+            raise ValueError(f"missing value for {key!r}")
+        if c == "'":
+            end = s.find("'", pos + 1)
+            if end < 0:
+                raise ValueError(f"unterminated string for {key!r}")
+            out.append(s[pos + 1 : end])
+            pos = end + 1
+        elif c == '"':
+            j, chars = pos + 1, []
+            while j < len(s) and s[j] != '"':
+                if s[j] == "\\" and j + 1 < len(s):
+                    esc = s[j + 1]
+                    chars.append({"n": "\n", "t": "\t", "\\": "\\", '"': '"'}.get(esc, "\\" + esc))
+                    j += 2
+                else:
+                    chars.append(s[j])
+                    j += 1
+            if j >= len(s):
+                raise ValueError(f"unterminated string for {key!r}")
+            out.append("".join(chars))
+            pos = j + 1
+        else:
+            raise ValueError(f"value for {key!r} must be a quoted string or an array of strings")
+        if not array:
+            rest = s[pos:].strip()
+            if rest and not rest.startswith("#"):
+                raise ValueError(f"text after value for {key!r}")
+            return out[0]
