@@ -1,0 +1,170 @@
+"""Runtime shared by the workload scripts: argument conventions, the unprofiled timing
+phase, the profiled phase (nsys capture range or torch profiler) and the facts file.
+
+Protocol between a workload and the driver (``tracekit/capture.py``):
+
+* the driver passes ``--profiler nsys|torch|none``, ``--steps N``, ``--facts-out PATH``
+  and, for torch, ``--trace-out PATH.json.gz``;
+* the workload times ``--timed-steps`` steps WITHOUT any profiler (CUDA events, median),
+  then runs ``--steps`` marked steps between ``cudaProfilerStart/Stop`` (nsys,
+  ``--capture-range=cudaProfilerApi``) or under ``torch.profiler`` (``record_shapes=True``,
+  Chrome trace, gzipped);
+* it writes its facts (weight bytes, dtype, unprofiled step time, versions, ...) as JSON to
+  ``--facts-out``; the driver turns them into ``manifest.json``.
+
+Only torch is needed here (no polars, no tracekit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from typing import Callable
+
+try:  # imported as tracekit.workloads._common
+    from . import markers  # type: ignore
+except ImportError:  # run as `python capture/X.py`
+    import markers  # type: ignore
+
+
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profiler", choices=["nsys", "torch", "none"], default="none")
+    p.add_argument("--steps", type=int, default=16, help="profiled (marked) decode steps")
+    p.add_argument("--timed-steps", type=int, default=50, help="unprofiled steps timed before profiling")
+    p.add_argument("--warmup", type=int, default=5, help="steps run before timing")
+    p.add_argument("--mode", choices=["eager", "graph", "compile"], default="eager")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--facts-out", default=None, help="JSON file the driver reads (manifest facts)")
+    p.add_argument("--trace-out", default=None, help="torch profiler: output .json.gz")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def versions(framework: str | None = None) -> dict:
+    import torch
+
+    return {"torch": torch.__version__, "cuda": torch.version.cuda or "none", "nsys": None,
+            "framework": framework}
+
+
+def gpu_name(device) -> str:
+    import torch
+
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return "cpu"
+
+
+def sync(device) -> None:
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_steps(step_fn: Callable[[int], None], n: int, device, start_index: int = 0) -> dict:
+    """Run ``n`` unprofiled steps; per-step period from CUDA events (start of step i to start
+    of step i+1; the last step ends at its end event), plus the host wall time per step."""
+    import torch
+
+    cuda = str(device).startswith("cuda")
+    periods: list[float] = []
+    walls: list[float] = []
+    if cuda:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        end = torch.cuda.Event(enable_timing=True)
+    sync(device)
+    t_all = time.perf_counter()
+    for k in range(n):
+        t0 = time.perf_counter()
+        if cuda:
+            starts[k].record()
+        step_fn(start_index + k)
+        walls.append((time.perf_counter() - t0) * 1e3)
+    if cuda:
+        end.record()
+    sync(device)
+    total_ms = (time.perf_counter() - t_all) * 1e3
+    if cuda:
+        for k in range(n):
+            nxt = starts[k + 1] if k + 1 < n else end
+            periods.append(starts[k].elapsed_time(nxt))
+    else:
+        periods = list(walls)
+    return {
+        "median_ms": statistics.median(periods),
+        "mean_ms": statistics.fmean(periods),
+        "min_ms": min(periods),
+        "max_ms": max(periods),
+        "wall_median_ms": statistics.median(walls),
+        "total_ms": total_ms,
+        "n": n,
+        "method": "cuda-events" if cuda else "perf_counter",
+    }
+
+
+def profiled_phase(step_fn: Callable[[int], None], args, start_index: int) -> dict:
+    """Run ``args.steps`` marked steps under the chosen profiler. Returns facts about it."""
+    import torch
+
+    n = args.steps
+    info: dict = {"profiled_steps": n, "first_step_index": start_index}
+    if args.profiler == "nsys":
+        sync(args.device)
+        torch.cuda.cudart().cudaProfilerStart()
+        t0 = time.perf_counter()
+        for k in range(n):
+            with markers.step(start_index + k):
+                step_fn(start_index + k)
+        sync(args.device)
+        torch.cuda.cudart().cudaProfilerStop()
+        info["profiled_wall_ms_per_step"] = (time.perf_counter() - t0) * 1e3 / max(n, 1)
+    elif args.profiler == "torch":
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU]
+        if str(args.device).startswith("cuda"):
+            acts.append(ProfilerActivity.CUDA)
+        # No profiler schedule: it would add `ProfilerStep#N` ranges that compete with our
+        # `decode_step <i>` markers. The profiler is started before the first marked step.
+        sync(args.device)
+        prof = profile(activities=acts, record_shapes=True)
+        prof.start()
+        t0 = time.perf_counter()
+        for k in range(n):
+            with markers.step(start_index + k):
+                step_fn(start_index + k)
+        sync(args.device)
+        info["profiled_wall_ms_per_step"] = (time.perf_counter() - t0) * 1e3 / max(n, 1)
+        prof.stop()
+        out = args.trace_out or "trace.json.gz"
+        raw = out[:-3] if out.endswith(".gz") else out
+        prof.export_chrome_trace(raw)
+        if out.endswith(".gz"):
+            with open(raw, "rb") as f_in, gzip.open(out, "wb", compresslevel=9) as f_out:
+                shutil.copyfileobj(f_in, f_out)
+            os.remove(raw)
+        info["trace"] = out
+    else:  # plain run, markers only (useful under an external profiler)
+        for k in range(n):
+            with markers.step(start_index + k):
+                step_fn(start_index + k)
+        sync(args.device)
+    return info
+
+
+def write_facts(args, facts: dict) -> None:
+    text = json.dumps(facts, indent=2, sort_keys=True)
+    print("FACTS " + json.dumps(facts, sort_keys=True), flush=True)
+    if args.facts_out:
+        with open(args.facts_out, "w") as f:
+            f.write(text + "\n")
+
+
+def log(*a) -> None:
+    print("[workload]", *a, file=sys.stderr, flush=True)

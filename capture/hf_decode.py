@@ -1,0 +1,354 @@
+"""HF transformers decode loop with RANDOM weights (no downloads), batch 1, static KV cache.
+
+    python capture/hf_decode.py --size small --mode eager|graph|compile [--spec K] \
+        --profiler nsys|torch|none --steps 16 --facts-out facts.json
+
+* The model is a Llama-architecture ``LlamaForCausalLM`` (``--arch qwen2`` for Qwen2) built
+  from a config preset; weights are random (the kernels and bytes are what matter here).
+* ``--mode eager``: the decode step launched op by op. ``--mode graph``: the SAME eager step
+  captured once with ``torch.cuda.CUDAGraph`` and replayed (no torch.compile).
+  ``--mode compile``: the step function through ``torch.compile`` (default mode).
+* ``--spec K``: speculative decoding with a tiny draft model of the same vocabulary: K
+  greedy draft forwards inside ``draft`` ranges, one K+1-token target forward inside
+  ``verify``, greedy acceptance, KV caches rolled back to the accepted prefix.
+* Each step ends by copying the sampled token to the host (what a serving loop does to
+  detokenize and check for a stop), so steps are synchronous and comparable across modes.
+
+Facts written for the manifest: weight bytes read per step (target parameters without the
+input embedding unless it is tied to lm_head, lm_head included; plus draft weights x draft
+forwards per step), the unprofiled step time (median over ``--timed-steps`` steps timed with
+CUDA events BEFORE profiling starts), dtype, versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+
+if __package__:
+    from . import _common, markers  # type: ignore
+else:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _common  # type: ignore
+    import markers  # type: ignore
+
+# name: (hidden, layers, heads, kv_heads, intermediate, vocab, tie_word_embeddings)
+SIZES = {
+    # a few MB: CPU tests and smoke runs
+    "tiny": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=512, vocab_size=2048, tie_word_embeddings=True),
+    # ~0.49 B params, Qwen2.5-0.5B-like shape (tied embeddings): ~0.99 GB read per step
+    "small": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                  intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True),
+    # ~2.58 B params, untied lm_head: ~4.5 GB read per step (5.2 GB of bf16 weights in all)
+    "large": dict(hidden_size=2560, num_hidden_layers=28, num_attention_heads=20, num_key_value_heads=4,
+                  intermediate_size=6912, vocab_size=128256, tie_word_embeddings=False),
+}
+# the draft model of --spec: same vocabulary as the target, 2 thin layers, own lm_head tied
+DRAFT = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             intermediate_size=768)
+
+
+def build_config(arch: str, preset: dict, max_pos: int):
+    import transformers
+
+    cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[arch]
+    kw = dict(preset)
+    kw.update(max_position_embeddings=max(4096, max_pos), rms_norm_eps=1e-6, use_cache=True,
+              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg = cls(**kw)
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+def build_model(cfg, device, dtype):
+    import torch
+    import transformers
+
+    cls = {"llama": transformers.LlamaForCausalLM, "qwen2": transformers.Qwen2ForCausalLM}[cfg.model_type]
+    torch.manual_seed(0)
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = cls(cfg)
+    finally:
+        torch.set_default_dtype(prev)
+    model = model.to(device=device, dtype=dtype).eval()
+    with torch.no_grad():  # keep activations finite with random weights
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.02)
+    return model
+
+
+def weight_bytes(model) -> dict:
+    """Bytes of the parameters one forward reads: all of them except the input embedding,
+    unless the embedding is tied to lm_head (then it is read once, as lm_head)."""
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    tied = emb.data_ptr() == head.data_ptr()
+    seen = set()
+    total = 0
+    params = 0
+    for p in model.parameters():
+        if p.data_ptr() in seen:
+            continue
+        seen.add(p.data_ptr())
+        params += p.numel()
+        if p is emb and not tied:
+            continue
+        total += p.numel() * p.element_size()
+    return {"bytes": int(total), "params": int(params), "embedding_bytes": int(emb.numel() * emb.element_size()),
+            "tied": bool(tied)}
+
+
+class Decoder:
+    """One model + its StaticCache, with a fixed-shape forward of ``q`` new tokens whose
+    positions come from the cache's own on-device length (graph-replay safe)."""
+
+    def __init__(self, model, max_cache_len: int, device, q: int = 1):
+        import torch
+        from transformers import StaticCache
+
+        self.model = model
+        self.device = device
+        sig = inspect.signature(StaticCache.__init__).parameters
+        kw = dict(config=model.config, max_cache_len=max_cache_len)
+        if "max_batch_size" in sig:  # transformers 4.x
+            kw.update(max_batch_size=1, device=device, dtype=model.dtype)
+        self.cache = StaticCache(**kw)
+        fwd = inspect.signature(model.forward).parameters
+        self.cache_kw = "past_key_values" if "past_key_values" in fwd else "cache"
+        self.q = q
+        self.input_ids = torch.zeros((1, q), dtype=torch.long, device=device)
+        self.offsets = torch.arange(q, dtype=torch.long, device=device).view(1, q)
+        self.logits = None
+
+    def lengths(self):
+        return [layer.cumulative_length for layer in self.cache.layers]
+
+    def prefill(self, ids):
+        import torch
+
+        with torch.no_grad():
+            pos = torch.arange(ids.shape[1], device=self.device).view(1, -1)
+            out = self.model(input_ids=ids, position_ids=pos, use_cache=True, **{self.cache_kw: self.cache})
+        return out.logits
+
+    def forward(self):
+        """Forward ``self.input_ids`` at positions length..length+q-1; returns logits [1,q,V]."""
+        import torch
+
+        with torch.no_grad():
+            pos = self.cache.layers[0].cumulative_length.view(1, 1) + self.offsets
+            out = self.model(input_ids=self.input_ids, position_ids=pos, use_cache=True,
+                             **{self.cache_kw: self.cache})
+        return out.logits
+
+    def set_length(self, n: int) -> None:
+        for t in self.lengths():
+            t.fill_(n)
+
+    def rollback(self, n) -> None:
+        """Forget the last ``n`` cached tokens (``n`` an int or a 0-d device tensor)."""
+        if isinstance(n, int) and n == 0:
+            return
+        for t in self.lengths():
+            t.sub_(n)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    _common.add_common_args(p)
+    p.add_argument("--size", choices=sorted(SIZES), default="small")
+    p.add_argument("--arch", choices=["llama", "qwen2"], default="llama")
+    p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--spec", type=int, default=0, help="speculative decoding: K draft tokens per step")
+    args = p.parse_args(argv)
+
+    import torch
+    import transformers
+
+    torch.manual_seed(args.seed)
+    dtype = getattr(torch, args.dtype)
+    dev = torch.device(args.device)
+    K = int(args.spec)
+    per_step_tokens = K + 1 if K else 1
+    phase_len = max(args.timed_steps, args.steps + 2) + args.warmup
+    max_cache_len = args.prompt_len + phase_len * per_step_tokens + 16
+
+    cfg = build_config(args.arch, SIZES[args.size], max_cache_len)
+    _common.log(f"building {args.arch}-{args.size} ({cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}) "
+                f"on {dev} in {args.dtype}")
+    model = build_model(cfg, dev, dtype)
+    wb = weight_bytes(model)
+    target = Decoder(model, max_cache_len, dev, q=per_step_tokens)
+    prompt = torch.randint(3, cfg.vocab_size, (1, args.prompt_len), device=dev)
+    first = target.prefill(prompt)[:, -1].argmax(-1)
+
+    facts_spec = None
+    draft_wb = None
+    if K:
+        dcfg = build_config(args.arch, dict(DRAFT, vocab_size=cfg.vocab_size, tie_word_embeddings=True),
+                            max_cache_len)
+        draft_model = build_model(dcfg, dev, dtype)
+        draft_wb = weight_bytes(draft_model)
+        draft = Decoder(draft_model, max_cache_len, dev, q=1)
+        draft.prefill(prompt)
+        draft.input_ids.copy_(first.view(1, 1))
+    else:
+        target.input_ids.copy_(first.view(1, 1))
+
+    host_tok = torch.zeros(per_step_tokens + 1, dtype=torch.long, pin_memory=dev.type == "cuda")
+    accepted_total = [0, 0]  # tokens produced, steps
+
+    # ---- the decode step, built per mode -----------------------------------------------------
+    if not K:
+        def eager_step():
+            logits = target.forward()
+            nxt = logits[:, -1].argmax(-1)
+            target.input_ids.copy_(nxt.view(1, 1))
+            return nxt
+
+        core = eager_step
+        if args.mode == "compile":
+            core = torch.compile(eager_step, dynamic=False)
+        elif args.mode == "graph":
+            if dev.type != "cuda":
+                raise SystemExit("--mode graph needs a CUDA device")
+            core = _graphed(eager_step, target, dev, warm=3)
+
+        def step(i):
+            nxt = core()
+            host_tok[:1].copy_(nxt, non_blocking=True)
+            if dev.type == "cuda":
+                torch.cuda.current_stream().synchronize()
+            accepted_total[0] += 1
+            accepted_total[1] += 1
+    else:
+        def draft_one():
+            logits = draft.forward()
+            nxt = logits[:, -1].argmax(-1)
+            draft.input_ids.copy_(nxt.view(1, 1))
+            return nxt
+
+        def verify_fwd():
+            logits = target.forward()
+            return logits[0].argmax(-1)  # [K+1]: the target's token after each prefix
+
+        d_core, v_core = draft_one, verify_fwd
+        if args.mode == "compile":
+            d_core = torch.compile(draft_one, dynamic=False)
+            v_core = torch.compile(verify_fwd, dynamic=False)
+        elif args.mode == "graph":
+            if dev.type != "cuda":
+                raise SystemExit("--mode graph needs a CUDA device")
+            d_core = _graphed(draft_one, draft, dev, warm=3)
+            v_core = _graphed(verify_fwd, target, dev, warm=3)
+        drafted = torch.zeros(K, dtype=torch.long, device=dev)
+
+        def step(i):
+            with markers.draft():
+                last = draft.input_ids[0, 0].clone()
+                for j in range(K):
+                    drafted[j:j + 1].copy_(d_core().view(1))
+            with markers.verify():
+                target.input_ids[0, 0].copy_(last)
+                target.input_ids[0, 1:].copy_(drafted)
+                tgt = v_core()
+                # greedy acceptance: the longest prefix where draft == target
+                match = (drafted == tgt[:K]).to(torch.long).cumprod(0).sum()
+                host_tok[:1].copy_(match.view(1), non_blocking=True)
+                if dev.type == "cuda":
+                    torch.cuda.current_stream().synchronize()
+                a = int(host_tok[0])
+                bonus = tgt[a]
+                target.rollback(K - a)          # keep last + a accepted drafts
+                draft.rollback(max(K - 1 - a, 0) if a < K else 0)
+                draft.input_ids.copy_(bonus.view(1, 1))
+            accepted_total[0] += a + 1
+            accepted_total[1] += 1
+
+    # ---- unprofiled timing, then the profiled steps -----------------------------------------------
+    def reset():
+        target.set_length(args.prompt_len)
+        if K:
+            draft.set_length(args.prompt_len)
+
+    for i in range(args.warmup):
+        step(-1 - i)
+    _common.sync(dev)
+    reset()
+    accepted_total[:] = [0, 0]
+    timing = _common.time_steps(step, args.timed_steps, dev, start_index=0)
+    accept_len = accepted_total[0] / max(accepted_total[1], 1)
+    _common.log(f"unprofiled step: median {timing['median_ms']:.3f} ms over {timing['n']} steps "
+                f"({timing['method']}); weight bytes/step {wb['bytes'] + (draft_wb['bytes'] * K if K else 0)}")
+    reset()
+    prof = _common.profiled_phase(step, args, start_index=args.timed_steps)
+
+    weight_bytes_per_step = wb["bytes"] + (draft_wb["bytes"] * K if K else 0)
+    if K:
+        facts_spec = {"draft_tokens": K, "accept_len": round(accept_len, 4)}
+    facts = {
+        "workload": "hf",
+        "mode": args.mode,
+        "steps": args.steps,
+        "gpu_name": _common.gpu_name(dev),
+        "weight_bytes_per_step": int(weight_bytes_per_step),
+        "dtype": args.dtype,
+        "tp": 1,
+        "spec": facts_spec,
+        "tokens_per_step": 1,
+        "unprofiled_step_ms": round(timing["median_ms"], 6),
+        "versions": _common.versions(f"transformers {transformers.__version__}"),
+        "model": {
+            "arch": args.arch, "size": args.size, "params": wb["params"], "weight_bytes": wb["bytes"],
+            "embedding_bytes": wb["embedding_bytes"], "tied_embeddings": wb["tied"],
+            "layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size, "vocab": cfg.vocab_size,
+            "prompt_len": args.prompt_len, "max_cache_len": max_cache_len,
+        },
+        "draft_model": (None if not K else {"params": draft_wb["params"], "weight_bytes": draft_wb["bytes"],
+                                             "forwards_per_step": K}),
+        "unprofiled": timing,
+        "profiled": prof,
+        "nvtx_backend": markers.nvtx_backend_name(),
+    }
+    _common.write_facts(args, facts)
+    return 0
+
+
+def _graphed(fn, decoder, dev, warm: int = 3):
+    """Capture ``fn`` (an eager step over static buffers) in a CUDA graph; return replay().
+    The capture advances the KV cache length like one real step, so it is undone after."""
+    import torch
+
+    lengths = [t.clone() for t in decoder.lengths()]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warm):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn()
+    torch.cuda.synchronize()
+    for t, v in zip(decoder.lengths(), lengths):
+        t.copy_(v)
+
+    def replay():
+        g.replay()
+        return out
+
+    replay.graph = g
+    return replay
+
+
+if __name__ == "__main__":
+    sys.exit(main())

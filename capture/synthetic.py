@@ -1,0 +1,288 @@
+"""Synthetic, decode-like calibration loop (torch only, no model framework).
+
+    python capture/synthetic.py --mode eager|graph --layers 32 --hidden 4096 --ffn 4096 \
+        [--allreduce symm] [--device-profile-out profile.json] --profiler nsys|torch|none
+
+One "step" = ``--layers`` layers, each: a weight-read GEMV (x[1,H] @ W[H,F] then W2[F,H],
+bf16, bytes known exactly) plus a few small elementwise kernels (norm-like scale, SiLU,
+residual add), optionally a torch symmetric-memory ``one_shot_all_reduce`` per layer at
+world size 1 (a real all-reduce kernel on one GPU). ``--mode graph`` captures the same step
+once with ``torch.cuda.CUDAGraph`` and replays it.
+
+``--device-profile-out`` also measures the GPU itself and writes a device profile JSON
+(schema ``tracekit.device_profile/1``): device-to-device copy bandwidth, GEMV read bandwidth,
+and the per-kernel cost of eager launches vs graph replay of tiny kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+if __package__:
+    from . import _common, markers  # type: ignore
+else:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _common  # type: ignore
+    import markers  # type: ignore
+
+for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(_k, _v)
+
+
+class SymmAllReduce:
+    """torch symmetric-memory one_shot_all_reduce in a world of size 1 (or None + reason)."""
+
+    def __init__(self, numel: int, dtype, device):
+        import torch
+        import torch.distributed as dist
+
+        self.reason = None
+        self.op = None
+        try:
+            import torch.distributed._symmetric_memory as symm_mem
+
+            if not dist.is_initialized():
+                os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+                os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+                dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device(device))
+            group_name = dist.group.WORLD.group_name
+            if hasattr(symm_mem, "enable_symm_mem_for_group"):
+                symm_mem.enable_symm_mem_for_group(group_name)
+            self.buf = symm_mem.empty(numel, dtype=dtype, device=device)
+            symm_mem.rendezvous(self.buf, group_name)
+            self.group_name = group_name
+            self.op = torch.ops.symm_mem.one_shot_all_reduce
+            # one trial call: fails here (not in the timed loop) if the op is unusable
+            out = self.op(self.buf, "sum", group_name)
+            torch.cuda.synchronize()
+            assert out.shape == self.buf.shape
+        except Exception as e:  # degrade gracefully: the loop runs without communication
+            self.op = None
+            self.reason = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+
+    def __call__(self, x):
+        self.buf.copy_(x.view(-1))
+        return self.op(self.buf, "sum", self.group_name).view_as(x)
+
+
+def build(args, dev, dtype):
+    import torch
+
+    g = torch.Generator(device=dev).manual_seed(args.seed)
+    H, F, L = args.hidden, args.ffn, args.layers
+    w1 = [torch.randn(H, F, device=dev, dtype=dtype, generator=g) * 0.02 for _ in range(L)]
+    w2 = [torch.randn(F, H, device=dev, dtype=dtype, generator=g) * 0.02 for _ in range(L)]
+    norm = [torch.ones(H, device=dev, dtype=dtype) for _ in range(L)]
+    x = torch.randn(1, H, device=dev, dtype=dtype, generator=g)
+    return w1, w2, norm, x
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    _common.add_common_args(p)
+    p.add_argument("--layers", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=4096)
+    p.add_argument("--ffn", type=int, default=4096)
+    p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    p.add_argument("--allreduce", choices=["none", "symm"], default="none")
+    p.add_argument("--device-profile-out", default=None)
+    p.add_argument("--spec", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.spec:
+        raise SystemExit("synthetic: --spec is not supported (use --workload hf)")
+    if args.mode == "compile":
+        raise SystemExit("synthetic: --mode compile is not supported (eager or graph)")
+
+    import torch
+
+    dtype = getattr(torch, args.dtype)
+    dev = torch.device(args.device)
+    w1, w2, norm, x0 = build(args, dev, dtype)
+    state = {"x": x0.clone()}
+    xbuf = x0.clone()
+    ar = None
+    if args.allreduce == "symm":
+        if dev.type != "cuda":
+            ar_reason = "needs CUDA"
+        else:
+            ar = SymmAllReduce(args.hidden, dtype, dev)
+            ar_reason = ar.reason
+            if ar.op is None:
+                _common.log(f"--allreduce symm unavailable, running without it: {ar_reason}")
+                ar = None
+    else:
+        ar_reason = None
+
+    def layers():
+        x = xbuf
+        for l in range(args.layers):
+            h = x * norm[l]                       # norm-like scale (elementwise)
+            h = torch.nn.functional.silu(h @ w1[l])   # GEMV up + activation
+            h = h @ w2[l]                         # GEMV down
+            if ar is not None:
+                h = ar(h)                         # one_shot_all_reduce (world size 1)
+            x = x + h                             # residual
+        xbuf.copy_(x * 0.5)                       # keep magnitudes bounded across steps
+        return xbuf
+
+    core = layers
+    if args.mode == "graph":
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                layers()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            layers()
+
+        def core():
+            graph.replay()
+
+    host = torch.zeros(1, dtype=dtype, pin_memory=dev.type == "cuda")
+
+    def step(i):
+        core()
+        host.copy_(xbuf[0, :1], non_blocking=True)   # the "token" to the host, as a decode loop does
+        if dev.type == "cuda":
+            torch.cuda.current_stream().synchronize()
+
+    for i in range(args.warmup):
+        step(-1 - i)
+    timing = _common.time_steps(step, args.timed_steps, dev)
+    wbytes = sum(w.numel() * w.element_size() for w in w1 + w2) + sum(n.numel() * n.element_size() for n in norm)
+    _common.log(f"unprofiled step: median {timing['median_ms']:.3f} ms; weight bytes/step {wbytes}")
+
+    profile = None
+    if args.device_profile_out:
+        profile = device_profile(dev, dtype, args)
+        profile["workload_step"] = {"mode": args.mode, "layers": args.layers, "weight_bytes_per_step": wbytes,
+                                    "unprofiled_step_ms": timing["median_ms"]}
+        with open(args.device_profile_out, "w") as f:
+            json.dump(profile, f, indent=2, sort_keys=True)
+            f.write("\n")
+        _common.log(f"device profile written to {args.device_profile_out}")
+
+    prof = _common.profiled_phase(step, args, start_index=args.timed_steps)
+    kernels_per_layer = 5 + (2 if ar is not None else 0)
+    facts = {
+        "workload": "synthetic",
+        "mode": args.mode,
+        "steps": args.steps,
+        "gpu_name": _common.gpu_name(dev),
+        "weight_bytes_per_step": int(wbytes),
+        "dtype": args.dtype,
+        "tp": 1,
+        "spec": None,
+        "tokens_per_step": 1,
+        "unprofiled_step_ms": round(timing["median_ms"], 6),
+        "versions": _common.versions(None),
+        "synthetic": {"layers": args.layers, "hidden": args.hidden, "ffn": args.ffn,
+                      "allreduce": args.allreduce if ar is not None else "none",
+                      "allreduce_unavailable": ar_reason,
+                      "approx_kernels_per_layer": kernels_per_layer},
+        "unprofiled": timing,
+        "profiled": prof,
+        "device_profile": profile,
+        "nvtx_backend": markers.nvtx_backend_name(),
+    }
+    _common.write_facts(args, facts)
+    return 0
+
+
+def _median_time_ms(fn, reps: int, dev) -> float:
+    import torch
+
+    times = []
+    for _ in range(reps):
+        if dev.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def device_profile(dev, dtype, args) -> dict:
+    """Copy bandwidth, GEMV bandwidth, eager-launch vs graph-replay cost per tiny kernel."""
+    import torch
+
+    cuda = dev.type == "cuda"
+    out: dict = {"schema": "tracekit.device_profile/1", "gpu_name": _common.gpu_name(dev),
+                 "versions": _common.versions(None)}
+    # 1. device-to-device copy: bytes read + written per second (GB/s = 1e9 B/s)
+    nbytes = (1 << 30) if cuda else (1 << 24)
+    a = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    ms = _median_time_ms(lambda: b.copy_(a), 10, dev)
+    out["copy"] = {"bytes_per_copy": nbytes, "median_ms": ms,
+                   "bandwidth_gbps": 2 * nbytes / (ms * 1e-3) / 1e9,
+                   "convention": "read + write bytes / time"}
+    del a, b
+    # 2. GEMV weight-read bandwidth (one large bf16 matrix, x[1,H] @ W[H,N])
+    H, N = (8192, 32768) if cuda else (1024, 2048)
+    w = torch.randn(H, N, device=dev, dtype=dtype) * 0.02
+    x = torch.randn(1, H, device=dev, dtype=dtype)
+    x @ w
+    ms = _median_time_ms(lambda: x @ w, 20, dev)
+    wb = w.numel() * w.element_size()
+    out["gemv"] = {"weight_bytes": wb, "median_ms": ms, "bandwidth_gbps": wb / (ms * 1e-3) / 1e9,
+                   "shape": [1, H, N]}
+    del w
+    # 3. per-kernel cost of tiny kernels: eager launches vs one graph replay of the same ones
+    n = 2000
+    t = torch.zeros(1024, device=dev, dtype=torch.float32)
+
+    def many():
+        for _ in range(n):
+            t.add_(1.0)
+
+    many()
+    eager_ms = _median_time_ms(many, 5, dev)
+    res = {"kernels": n, "eager_ms": eager_ms, "eager_us_per_kernel": eager_ms * 1e3 / n}
+    if cuda:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            many()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            many()
+        g.replay()
+        graph_ms = _median_time_ms(g.replay, 10, dev)
+        # the kernel's own duration, from one launch's events, is a floor for both paths
+        one_ms = _median_time_ms(lambda: t.add_(1.0), 50, dev)
+        res.update(graph_ms=graph_ms, graph_us_per_kernel=graph_ms * 1e3 / n,
+                   saving_us_per_kernel=(eager_ms - graph_ms) * 1e3 / n,
+                   single_kernel_event_ms=one_ms)
+        # host-side launch rate alone (no sync in between): how fast Python+torch can enqueue
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        many()
+        host_ms = (time.perf_counter() - t0) * 1e3
+        torch.cuda.synchronize()
+        res["host_enqueue_us_per_kernel"] = host_ms * 1e3 / n
+    out["launch"] = res
+    if cuda:
+        props = torch.cuda.get_device_properties(dev)
+        out["device"] = {"sm_count": props.multi_processor_count, "total_memory_bytes": props.total_memory,
+                         "l2_bytes": getattr(props, "L2_cache_size", None)}
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
