@@ -1,0 +1,205 @@
+"""Roofline and advice: which lever (CUDA graphs, all-reduce, drafting, fewer bytes) is worth pulling.
+
+Each lever gets ``predicted_step_ms`` (the step with that lever pulled as far as it
+goes), ``max_saving_ms`` = mean step − predicted, ``max_saving_fraction`` and a verdict
+sentence. Every number comes from the breakdown of the trace plus, for CUDA graphs, a
+per-kernel replay cost calibrated on the H200 (``tracekit capture --workload synthetic``
+writes it; ``--device-profile`` passes one in). docs/validation.md records predicted
+versus measured step times.
+
+CUDA-graph model. In an eager step the GPU waits for the host between kernels
+(``launch_gaps``). Replayed from a graph, the same kernels run back to back with a
+small fixed gap each, so::
+
+    predicted = busy + n_kernels × replay_gap + idle_after
+
+where ``busy`` is the step's GPU-busy time, ``n_kernels`` the kernels (and memory ops)
+launched one by one, and ``idle_after`` the host time after the step's last GPU work
+(sampling, synchronisation), which graphs do not remove.
+"""
+
+from __future__ import annotations
+
+from tracekit.gpus import lookup, resolve_peak_bw
+
+# Per-kernel cost of graph replay on a Hopper GPU when nothing else is known (µs per kernel
+# node: the gap between back-to-back kernels of one graph). Calibrated on the H200 by
+# capture/synthetic.py; docs/validation.md has the measurement.
+DEFAULT_REPLAY_GAP_US = 1.0
+GRAPHED_SHARE = 0.8  # contract: not applicable when >= 80% of kernel time is graph replay
+
+
+def _lever(applicable: bool, predicted: float | None, mean: float, verdict: str) -> dict:
+    saving = None if predicted is None else max(0.0, mean - predicted)
+    return {
+        "applicable": bool(applicable),
+        "predicted_step_ms": predicted,
+        "max_saving_ms": saving,
+        "max_saving_fraction": None if saving is None or mean <= 0 else saving / mean,
+        "verdict": verdict,
+    }
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _first(*values):
+    return next((v for v in values if v is not None), None)
+
+
+def cuda_graphs_lever(b, replay_gap_us: float) -> dict:
+    ps = b.per_step_ms
+    mean = b.steps["mean_ms"]
+    share = b.extras["graph_kernel_share"]
+    gaps, idle = ps["launch_gaps"], ps["idle"]
+    if share >= GRAPHED_SHARE:
+        return _lever(False, mean, mean,
+                      f"steps already replay CUDA graphs ({_pct(share)} of kernel time); what remains is "
+                      f"{gaps:.3f} ms of launch gaps and {idle:.3f} ms of idle per step")
+    n_eager = b.extras["launched_per_step"]
+    busy = b.extras["busy_ms"]
+    predicted = busy + n_eager * replay_gap_us / 1000.0 + idle
+    predicted = min(predicted, mean)
+    saving = mean - predicted
+    part = f" for its eager part ({_pct(1 - share)} of kernel time)" if share > 0.01 else ""
+    verdict = (f"CUDA graphs{part} would cut the step from {mean:.3f} to about {predicted:.3f} ms "
+               f"(−{saving:.3f} ms, {_pct(saving / mean if mean else 0)}): {gaps:.3f} ms of launch gaps between "
+               f"{n_eager:.0f} launches become ≈{replay_gap_us:.1f} µs each")
+    if saving / mean < 0.05 if mean else True:
+        verdict = (f"CUDA graphs would save little: {gaps:.3f} ms of launch gaps per step "
+                   f"({_pct(gaps / mean if mean else 0)}); the GPU is already kept busy")
+    return _lever(True, predicted, mean, verdict)
+
+
+def communication_lever(b) -> dict:
+    mean = b.steps["mean_ms"]
+    exposed = b.per_step_ms["communication"]
+    kernel = b.kernel_ms_per_step["communication"]
+    if exposed is None:
+        return _lever(False, None, mean, "communication cannot be measured: graph work has no per-kernel rows")
+    if not kernel:
+        return _lever(False, mean, mean, "no communication kernels in the step: an all-reduce change cannot help")
+    hidden = max(0.0, kernel - exposed)
+    verdict = (f"exposed communication is {exposed:.3f} ms per step ({_pct(exposed / mean if mean else 0)}; "
+               f"{hidden:.3f} ms more overlaps compute): the most a faster all-reduce could save")
+    return _lever(True, mean - exposed, mean, verdict)
+
+
+def drafting_lever(b, accept_len: float | None, tokens_per_step: float) -> dict:
+    mean = b.steps["mean_ms"]
+    draft = b.per_step_ms["drafting"]
+    if draft is None:
+        return _lever(False, None, mean, "drafting cannot be measured: graph work has no per-kernel rows")
+    if draft <= 0:
+        return _lever(False, mean, mean, "no drafting in the step (no draft ranges or speculative kernels)")
+    without = mean - draft
+    verdict = f"drafting costs {draft:.3f} ms per step ({_pct(draft / mean if mean else 0)})"
+    if accept_len:
+        spec_tps = accept_len * tokens_per_step / mean * 1000
+        plain_tps = tokens_per_step / without * 1000 if without > 0 else None
+        if plain_tps:
+            better = "pays off" if spec_tps > plain_tps else "does not pay off"
+            verdict += (f"; with {accept_len:.2f} tokens accepted per step speculation gives {spec_tps:.1f} tok/s "
+                        f"against ≈{plain_tps:.1f} tok/s without it: it {better}")
+            be = mean / without if without > 0 else None
+            if be:
+                verdict += f" (break-even at {be:.2f} accepted tokens per step)"
+    else:
+        verdict += "; pass --accept-len to compare tokens/s with and without speculation"
+    return _lever(True, without, mean, verdict)
+
+
+def memory_lever(b, roof: dict) -> dict:
+    mean = b.steps["mean_ms"]
+    floor = roof.get("floor_ms")
+    if floor is None:
+        return _lever(False, None, mean, "weight bytes or peak bandwidth unknown: pass --weight-bytes and --peak-bw "
+                                         "to compare the step with the memory-bandwidth floor")
+    frac = floor / mean if mean else 0
+    gemm = b.per_step_ms["gemm"]
+    bw = roof.get("gemm_achieved_bw_gbps")
+    peak = b.gpu.get("peak_bw_gbps")
+    if frac >= 0.7 and gemm is not None:
+        bw_txt = f" at {_pct(bw / peak)} of peak bandwidth" if bw and peak else ""
+        verdict = (f"{_pct(gemm / mean if mean else 0)} of the step reads weights{bw_txt}; the step is at "
+                   f"{_pct(frac)} of the weight-read floor ({floor:.3f} ms): memory-bound; CUDA graphs or NCCL "
+                   f"changes cannot help much — fewer bytes can (quantization, batching, better acceptance)")
+    else:
+        verdict = (f"the step takes {mean:.3f} ms against a weight-read floor of {floor:.3f} ms ({_pct(frac)} of "
+                   f"it): {mean - floor:.3f} ms per step are not spent reading weights")
+    return _lever(True, floor, mean, verdict)
+
+
+def advise(b, trace, *, trace_bw=None, weight_bytes=None, peak_bw=None, accept_len=None, tokens_per_step=None,
+           device_profile=None):
+    """Fill ``b.gpu`` peak bandwidth, ``b.roofline`` and ``b.advice`` (returns ``b``)."""
+    from tracekit.analyses.roofline import roofline
+
+    man = trace.manifest or {}
+    warnings = b.warnings
+    bw, bw_src = resolve_peak_bw(peak_bw, man.get("peak_bw_gbps"), trace_bw, b.gpu["name"] or man.get("gpu_name"))
+    b.gpu["peak_bw_gbps"], b.gpu["peak_bw_source"] = bw, bw_src
+    if bw is None:
+        warnings.append("peak memory bandwidth unknown (GPU not in the trace or the table): pass --peak-bw GBPS")
+    if weight_bytes is not None:
+        wb, wb_src = int(weight_bytes), "flag"
+    elif man.get("weight_bytes_per_step") is not None:
+        wb, wb_src = int(man["weight_bytes_per_step"]), "manifest"
+    else:
+        wb, wb_src = _weight_bytes_from_trace(trace, b, warnings)
+    if wb is None:
+        warnings.append("weight bytes per step unknown: pass --weight-bytes N (or capture with tracekit capture, "
+                        "whose manifest records them)")
+    spec = man.get("spec") or {}
+    acc = _first(accept_len, spec.get("accept_len"))
+    tps_batch = _first(tokens_per_step, man.get("tokens_per_step"), 1)
+    tokens = (acc if acc else 1) * tps_batch
+    roof = roofline(wb, bw, b.steps["mean_ms"], tokens, b.kernel_ms_per_step.get("gemm")).to_dict()
+    roof = {"weight_bytes_per_step": roof["weight_bytes_per_step"], "weight_bytes_source": wb_src if wb else None,
+            **{k: v for k, v in roof.items() if k != "weight_bytes_per_step"}}
+    b.roofline = roof
+    gap = DEFAULT_REPLAY_GAP_US
+    if device_profile and isinstance(device_profile.get("graph_replay_gap_us"), (int, float)):
+        gap = float(device_profile["graph_replay_gap_us"])
+    b.extras["replay_gap_us"] = gap
+    b.advice = {
+        "cuda_graphs": cuda_graphs_lever(b, gap),
+        "communication": communication_lever(b),
+        "drafting": drafting_lever(b, acc, tps_batch),
+        "memory_bandwidth": memory_lever(b, roof),
+    }
+    ranked = sorted((k for k, v in b.advice.items() if v["applicable"] and (v["max_saving_ms"] or 0) > 0
+                     and k != "memory_bandwidth"),
+                    key=lambda k: -(b.advice[k]["max_saving_ms"] or 0))
+    b.extras["ranked"] = ranked
+    return b
+
+
+def _weight_bytes_from_trace(trace, b, warnings):
+    """Weight bytes from the trace itself: recorded op shapes (Kineto) or SGLang layer-wise NVTX text."""
+    try:
+        from tracekit.analyses.roofline import weight_bytes_from_nvtx, weight_bytes_from_shapes
+    except ImportError:  # pragma: no cover
+        return None, None
+    n = b.steps["count"]
+    if trace.ops.height and trace.ops["input_dims"].is_not_null().any():
+        ops = trace.ops
+        try:
+            wb, _detail = weight_bytes_from_shapes(ops, n_steps=_steps_in_ops(trace, b))
+        except TypeError:
+            wb, _detail = weight_bytes_from_shapes(ops, n)
+        if wb:
+            return int(wb), "shapes"
+    if trace.ranges.height:
+        wb = weight_bytes_from_nvtx(trace.ranges["name"])
+        if wb:
+            return int(wb), "nvtx"
+    return None, None
+
+
+def _steps_in_ops(trace, b) -> int:
+    return max(1, b.steps["count"])
+
+
+__all__ = ["advise", "lookup"]

@@ -1,0 +1,297 @@
+"""Per-decode-step breakdown: where every nanosecond of a step's GPU period goes.
+
+Definitions (../shared/spec/CONTRACT.md, `tracekit.breakdown/1`):
+
+* GPU work (kernels, memcpy/memset, whole-graph executions) belongs to the step, and to
+  a draft range, open on the launching thread when its launch API call was made;
+  graph-replayed kernels carry their graph launch's correlation, so they follow it.
+* A step's period runs from its first GPU activity's start to the next step's first;
+  the last ends at the later of its last activity's end and its range's end.
+* ``per_step_ms`` partitions the period exactly: each instant goes to the first active
+  category of drafting > gemm > attention > other > communication > memory >
+  unattributed; the GPU-idle rest is ``launch_gaps`` (between the step's first and
+  last activity) and ``idle`` (after its last activity).
+
+Computed with cumulative unions: exclusive(c) = |U(categories <= c)| - |U(categories < c)|,
+each union a sorted sweep (``tracekit.intervals``). No Python loop touches events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
+from tracekit.intervals import union_length
+from tracekit.steps import Steps, find_steps, range_patterns, select_ranges
+from tracekit.trace import Trace
+
+SCHEMA = "tracekit.breakdown/1"
+# Partition priority (first active wins). "unattributed" is GPU-busy time of unknown category.
+PRIORITY = ["drafting", "gemm", "attention", "other", "communication", "memory", "unattributed"]
+KERNEL_CATEGORIES = ["gemm", "attention", "communication", "drafting", "other", "memory"]
+PER_STEP_KEYS = ["gemm", "attention", "communication", "drafting", "other", "memory", "unattributed",
+                 "launch_gaps", "idle"]
+COMPUTE_CATEGORIES = ["gemm", "attention", "communication", "drafting", "other"]
+DEFAULT_DRAFT_RANGE = r"(?i)\bdraft"
+
+
+@dataclass
+class Breakdown:
+    """The result of :func:`breakdown`; ``to_dict()`` is the contract JSON."""
+
+    source: dict
+    gpu: dict
+    steps: dict
+    per_step_ms: dict
+    kernel_ms_per_step: dict
+    roofline: dict
+    advice: dict
+    warnings: list[str]
+    per_step: pl.DataFrame  # one row per analysed step (csv output, plots)
+    top_kernels: pl.DataFrame  # name, category, count, total_ms, mean_us, per_step_ms
+    extras: dict = field(default_factory=dict)  # facts the advice used (graph share, gaps, counts)
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "source": self.source,
+            "gpu": self.gpu,
+            "steps": self.steps,
+            "per_step_ms": self.per_step_ms,
+            "kernel_ms_per_step": self.kernel_ms_per_step,
+            "roofline": self.roofline,
+            "advice": self.advice,
+            "warnings": self.warnings,
+        }
+
+
+def pick_device(trace: Trace, device: int | None) -> int:
+    acts = pl.concat([
+        trace.kernels.select("device", dur=pl.col("end") - pl.col("start")),
+        trace.memops.select("device", dur=pl.col("end") - pl.col("start")),
+        trace.graph_execs.select("device", dur=pl.col("end") - pl.col("start")),
+    ])
+    devices = acts.group_by("device").agg(pl.col("dur").sum()).sort(["dur", "device"], descending=[True, False])
+    if device is None:
+        return int(devices["device"][0])
+    if device not in devices["device"].to_list():
+        have = ", ".join(str(d) for d in sorted(devices["device"].to_list()))
+        raise TracekitError(f"--device {device}: no GPU activity on that device; devices with activity: {have}")
+    return device
+
+
+def activities(trace: Trace, device: int, rules=None) -> pl.DataFrame:
+    """All GPU activity on ``device`` with its name-based category and launch (tid, launch start/kind)."""
+    from tracekit.classify import classify, load_rules
+
+    k = trace.kernels.filter(pl.col("device") == device)
+    cats = classify(k["name"], load_rules(rules) if rules is not None else None)
+    k = k.select("start", "end", "pid", "correlation", "name", "stream").with_columns(
+        kind=pl.lit("kernel"), category=cats["category"], rule=cats["rule"])
+    m = trace.memops.filter(pl.col("device") == device).select(
+        "start", "end", "pid", "correlation", "name", "stream").with_columns(
+        kind=pl.lit("memop"), category=pl.lit("memory"), rule=pl.lit("M1"))
+    g = trace.graph_execs.filter(pl.col("device") == device).select(
+        "start", "end", "pid", "correlation", name=pl.format("<CUDA graph {}>", pl.col("graph_id")), stream="stream"
+    ).with_columns(kind=pl.lit("graph_exec"), category=pl.lit("unattributed"), rule=pl.lit(None, pl.String))
+    acts = pl.concat([k, m, g], how="vertical_relaxed")
+    bad = acts.filter(pl.col("end") < pl.col("start"))
+    if bad.height:
+        acts = acts.filter(pl.col("end") >= pl.col("start"))
+    launches = trace.launches.filter(pl.col("kind").is_in(["kernel", "graph", "memcpy", "memset"])).select(
+        "pid", "correlation", "tid", launch_start="start", launch_kind="kind"
+    ).unique(["pid", "correlation"], keep="first")
+    acts = acts.join(launches, on=["pid", "correlation"], how="left")
+    return acts.with_columns(dur=pl.col("end") - pl.col("start")).sort("start"), bad.height
+
+
+def _attribute(acts: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> pl.DataFrame:
+    """Add ``col``: the window id open on the launching (pid[, tid]) at launch start, else null."""
+    w = windows.select(*by, ws="start", we="end", wid=col).sort("ws")
+    has = acts.filter(pl.col("launch_start").is_not_null()).sort("launch_start")
+    out = has.join_asof(w, left_on="launch_start", right_on="ws", by=by, strategy="backward", check_sortedness=False)
+    out = out.with_columns(
+        pl.when(pl.col("we").is_null() | (pl.col("launch_start") <= pl.col("we"))).then(pl.col("wid")).alias(col)
+    ).drop("ws", "we", "wid")
+    rest = acts.filter(pl.col("launch_start").is_null()).with_columns(pl.lit(None, pl.Int64).alias(col))
+    return pl.concat([out, rest], how="vertical_relaxed").sort("start")
+
+
+def _draft_windows(trace: Trace, draft_range: str | None) -> pl.DataFrame:
+    """Disjoint draft windows per thread (nested draft ranges merged into their outermost)."""
+    if not draft_range:
+        return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64,
+                                    "draft": pl.Int64})
+    from tracekit.intervals import merge
+
+    rng = select_ranges(trace.ranges, draft_range).filter(pl.col("end").is_not_null())
+    if rng.height == 0:
+        return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64,
+                                    "draft": pl.Int64})
+    return merge(rng, ["pid", "tid"]).collect().with_row_index("draft").with_columns(pl.col("draft").cast(pl.Int64))
+
+
+def _quantiles(values: pl.Series) -> dict:
+    ms = values.cast(pl.Float64) / 1e6
+    return {
+        "mean_ms": float(ms.mean()),
+        "median_ms": float(ms.quantile(0.5, interpolation="linear")),
+        "p10_ms": float(ms.quantile(0.1, interpolation="linear")),
+        "p90_ms": float(ms.quantile(0.9, interpolation="linear")),
+    }
+
+
+def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
+               device: int | None = None, rules=None):
+    """Everything per step: (per_step frame, attributed activities, Steps, device, warnings)."""
+    if not trace.has_gpu_activity:
+        raise NoGpuActivity(f"{trace.meta.path}: the trace holds no GPU activity (no kernels or memory operations)")
+    warnings: list[str] = []
+    dev = pick_device(trace, device)
+    acts, n_bad = activities(trace, dev, rules)
+    if n_bad:
+        warnings.append(f"{n_bad} GPU activities with end before start were ignored")
+    steps = find_steps(trace, step_range=step_range, device=dev)
+    if steps is None or steps.windows.height == 0:
+        cands = range_patterns(trace.ranges, top=5)
+        hint = ", ".join(f"{r!r} ({c})" for r, c in zip(cands["regex"], cands["count"])) or "none"
+        what = f"no range matches --step-range {step_range!r}" if step_range else "no decode steps found"
+        raise NoSteps(f"{trace.meta.path}: {what}; pass --step-range REGEX (range patterns in this trace: {hint})")
+    warnings.extend(steps.warnings)
+    windows = steps.windows
+    acts = _attribute(acts, windows, ["pid", "tid"], "step")
+    n_work = acts.filter(pl.col("launch_start").is_not_null()).height
+    n_in = acts["step"].is_not_null().sum()
+    if n_work and n_in < 0.5 * n_work and steps.marker != "inferred":
+        # Step ranges on another thread than the launches (e.g. a scheduler thread): attribute by process.
+        alt = _attribute(acts.drop("step"), windows, ["pid"], "step")
+        if alt["step"].is_not_null().sum() > n_in:
+            acts = alt
+            warnings.append("step ranges are not on the launching threads: GPU work attributed to the step open "
+                            "in the same process instead")
+    dw = _draft_windows(trace, draft_range)
+    acts = _attribute(acts, dw, ["pid", "tid"], "draft")
+    acts = acts.with_columns(
+        category=pl.when(pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec"))
+        .then(pl.lit("drafting")).otherwise(pl.col("category")),
+        graphed=(pl.col("launch_kind") == "graph"),
+    )
+    graph_mode = trace.meta.graph_trace_mode == "graph" and acts.filter(pl.col("kind") == "graph_exec").height > 0
+    if graph_mode:
+        acts = acts.with_columns(
+            category=pl.when(pl.col("category").is_in(COMPUTE_CATEGORIES)).then(pl.lit("unattributed"))
+            .otherwise(pl.col("category")))
+
+    in_steps = acts.filter(pl.col("step").is_not_null())
+    per = (in_steps.group_by("step").agg(first=pl.col("start").min(), last=pl.col("end").max(),
+                                          n_acts=pl.len(), n_kernels=(pl.col("kind") == "kernel").sum()))
+    allw = windows.join(per, on="step", how="left")
+    cut = allw.filter(pl.col("end").is_null())
+    empty_steps = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_null())
+    good = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_not_null()).sort("first")
+    excluded = cut.height + empty_steps.height
+    if empty_steps.height:
+        warnings.append(f"{empty_steps.height} step range(s) launched no GPU work on device {dev}: excluded")
+    if cut.height:
+        warnings.append(f"{cut.height} step range(s) cut off by the capture window: excluded")
+    if good.height == 0:
+        raise NoSteps(f"{trace.meta.path}: {windows.height} step range(s) found but none launched GPU work on "
+                      f"device {dev}; try --device or --step-range")
+    good = good.with_columns(
+        p_start=pl.col("first"),
+        p_end=pl.col("first").shift(-1).fill_null(pl.max_horizontal("last", "end")),
+    )
+    acts_g = in_steps.join(good.select("step", "p_start", "p_end"), on="step", how="inner").with_columns(
+        start=pl.col("start").clip(pl.col("p_start"), pl.col("p_end")),
+        end=pl.col("end").clip(pl.col("p_start"), pl.col("p_end")),
+    )
+    # Cumulative unions in priority order.
+    table = good.select("step", "p_start", "p_end", "n_kernels", period=pl.col("p_end") - pl.col("p_start"))
+    prio = {c: i for i, c in enumerate(PRIORITY)}
+    acts_g = acts_g.with_columns(prio=pl.col("category").replace_strict(prio, default=len(PRIORITY) - 1,
+                                                                         return_dtype=pl.Int32))
+    prev = pl.lit(0, pl.Int64)
+    cum_cols = []
+    for i, cat in enumerate(PRIORITY):
+        u = union_length(acts_g.lazy().filter(pl.col("prio") <= i), ["step"], f"u{i}").collect()
+        table = table.join(u, on="step", how="left").with_columns(pl.col(f"u{i}").fill_null(0))
+        table = table.with_columns((pl.col(f"u{i}") - prev).alias(f"x_{cat}"))
+        prev = pl.col(f"u{i}")
+        cum_cols.append(f"u{i}")
+    span = acts_g.group_by("step").agg(a_first=pl.col("start").min(), a_last=pl.col("end").max())
+    table = table.join(span, on="step", how="left").with_columns(
+        x_launch_gaps=(pl.col("a_last") - pl.col("a_first")) - pl.col(f"u{len(PRIORITY) - 1}"),
+        x_idle=pl.col("period") - (pl.col("a_last") - pl.col("a_first")),
+    )
+    ksum = (acts_g.group_by("step", "category").agg(pl.col("dur").sum())
+            .pivot(on="category", index="step", values="dur"))
+    for cat in KERNEL_CATEGORIES + ["unattributed"]:
+        if cat not in ksum.columns:
+            ksum = ksum.with_columns(pl.lit(0, pl.Int64).alias(cat))
+    ksum = ksum.select("step", *[pl.col(c).fill_null(0).alias(f"k_{c}") for c in KERNEL_CATEGORIES + ["unattributed"]])
+    graphed = acts_g.group_by("step").agg(
+        k_graphed=pl.when(pl.col("graphed") & (pl.col("kind") != "memop")).then(pl.col("dur")).otherwise(0).sum(),
+        k_all=pl.when(pl.col("kind") != "memop").then(pl.col("dur")).otherwise(0).sum(),
+        n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
+        n_launched=pl.col("correlation").filter(~pl.col("graphed").fill_null(False)).n_unique(),
+    )
+    table = (table.join(ksum, on="step", how="left").join(graphed, on="step", how="left")
+             .drop(cum_cols + ["a_first", "a_last"]).sort("p_start"))
+    return table, acts_g, steps, dev, warnings, excluded, graph_mode
+
+
+def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
+              device: int | None = None, rules=None, weight_bytes: int | None = None, peak_bw: float | None = None,
+              accept_len: float | None = None, tokens_per_step: float | None = None,
+              device_profile: dict | None = None) -> Breakdown:
+    """Per-step breakdown of ``trace`` (see the module docstring for the definitions)."""
+    table, acts, steps, dev, warnings, excluded, graph_mode = step_table(
+        trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules)
+    n = table.height
+    stats = {"count": n, "excluded": excluded, "marker": steps.marker, "pattern": steps.pattern,
+             **_quantiles(table["period"])}
+    mean = lambda col: float(table[col].cast(pl.Float64).mean()) / 1e6  # noqa: E731
+    per_step_ms = {k: mean(f"x_{k}") for k in PER_STEP_KEYS}
+    kernel_ms = {k: mean(f"k_{k}") for k in KERNEL_CATEGORIES}
+    if graph_mode:
+        for k in COMPUTE_CATEGORIES:
+            per_step_ms[k] = None
+            kernel_ms[k] = None
+    total_ns = acts.filter(pl.col("kind") != "graph_exec")
+    top = (total_ns.group_by("name", "category").agg(count=pl.len(), total=pl.col("dur").sum())
+           .with_columns(total_ms=pl.col("total") / 1e6, mean_us=pl.col("total") / pl.col("count") / 1e3,
+                         per_step_ms=pl.col("total") / 1e6 / n)
+           .drop("total").sort(["total_ms", "name"], descending=[True, False]))
+    per_step = table.select(
+        "step", start_ns="p_start", end_ns="p_end", period_ms=pl.col("period") / 1e6,
+        **{k: pl.col(f"x_{k}") / 1e6 for k in PER_STEP_KEYS},
+        n_kernels="n_kernels",
+    )
+    if graph_mode:
+        per_step = per_step.with_columns(*[pl.lit(None, pl.Float64).alias(k) for k in COMPUTE_CATEGORIES])
+    graph_share = float(table["k_graphed"].sum() / table["k_all"].sum()) if table["k_all"].sum() else 0.0
+    extras = {
+        "graph_kernel_share": graph_share,
+        "kernels_per_step": float(table["n_kernels"].mean()),
+        "launched_per_step": float(table["n_launched"].fill_null(0).mean()),
+        "graph_launches_per_step": float(table["n_graph_launches"].fill_null(0).mean()),
+        "busy_ms": sum(v for k, v in per_step_ms.items() if k not in ("launch_gaps", "idle") and v is not None),
+        "graph_mode": graph_mode,
+    }
+    gpu_name, trace_bw = None, None
+    g = trace.gpus.filter(pl.col("device") == dev)
+    if g.height:
+        gpu_name, trace_bw = g["name"][0], g["peak_bw_gbps"][0]
+    from tracekit.analyses.advice import advise
+
+    result = Breakdown(
+        source={"path": trace.meta.path, "format": trace.meta.format, "producer_version": trace.meta.producer_version,
+                "graph_trace_mode": trace.meta.graph_trace_mode},
+        gpu={"device": dev, "name": gpu_name, "peak_bw_gbps": None, "peak_bw_source": None},
+        steps=stats, per_step_ms=per_step_ms, kernel_ms_per_step=kernel_ms, roofline={}, advice={},
+        warnings=list(trace.meta.warnings) + warnings, per_step=per_step, top_kernels=top, extras=extras,
+    )
+    return advise(result, trace, trace_bw=trace_bw, weight_bytes=weight_bytes, peak_bw=peak_bw,
+                  accept_len=accept_len, tokens_per_step=tokens_per_step, device_profile=device_profile)

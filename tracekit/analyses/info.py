@@ -1,0 +1,48 @@
+"""`tracekit info`: what is in a trace (schema ``tracekit.info/1``)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.readers.common import WORK_KINDS
+from tracekit.steps import range_patterns
+from tracekit.trace import Trace
+
+SCHEMA = "tracekit.info/1"
+
+
+def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
+    """Counts, GPUs, graph mode, step candidates and warnings of ``trace``.
+
+    ``device`` restricts the GPU-side counts (kernels, memops) and the GPU list; host-side
+    counts (launches, ranges) are over the whole trace.
+    """
+    k, m, g = trace.kernels, trace.memops, trace.gpus
+    if device is not None:
+        k = k.filter(pl.col("device") == device)
+        m = m.filter(pl.col("device") == device)
+        g = g.filter(pl.col("device") == device)
+    warnings = list(trace.meta.warnings)
+    if not trace.has_gpu_activity:
+        warnings.append("no GPU activity in this trace (no kernels, memory operations or graph executions)")
+    pats = range_patterns(trace.ranges, top=top)
+    n_launch = trace.launches.filter(pl.col("kind").is_in(WORK_KINDS)).height
+    gpus = [{"device": int(r["device"]), "name": r["name"], "peak_bw_gbps": r["peak_bw_gbps"]}
+            for r in g.iter_rows(named=True)]
+    out = {
+        "schema": SCHEMA,
+        "source": {"path": trace.meta.path, "format": trace.meta.format,
+                   "producer_version": trace.meta.producer_version,
+                   "graph_trace_mode": trace.meta.graph_trace_mode},
+        "gpus": gpus,
+        "counts": {"kernels": k.height, "memops": m.height, "launches": n_launch, "ranges": trace.ranges.height},
+        "range_names": [{"pattern": p, "regex": r, "count": int(c)}
+                        for p, r, c in zip(pats["pattern"], pats["regex"], pats["count"])],
+        "warnings": warnings,
+    }
+    if trace.graph_execs.height:
+        out["counts"]["graph_executions"] = trace.graph_execs.height
+    if trace.meta.rank is not None:
+        out["source"]["rank"] = trace.meta.rank
+        out["source"]["world_size"] = trace.meta.world_size
+    return out

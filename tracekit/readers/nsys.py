@@ -1,0 +1,366 @@
+"""Nsight Systems SQLite exports (``nsys export --type sqlite``), nsys 2022.2 to 2026.x.
+
+Owns every quirk of the nsys schema (see ../shared/reference/nsys-sqlite.md): the
+metadata table's two names, lazily created tables, ``text`` vs ``textId``, NVTX event
+types resolved by name, versioned runtime API names, duplicate CUDABACKTRACE runtime
+rows (2022.2), per-process correlation ids, graph-level GRAPH_TRACE rows, and GPUs
+joined through TARGET_INFO_CUDA_DEVICE. Nothing downstream sees any of it.
+
+The file is opened read-only and immutable (``mode=ro&immutable=1``): nothing is
+written to it or beside it. String ids are read as integers and resolved by a polars
+join against ``StringIds`` (a few thousand rows), never by a per-row SQL join.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import urllib.parse
+from pathlib import Path
+
+import polars as pl
+
+from tracekit.errors import TracekitError
+from tracekit.readers.common import api_kind, nesting_depth, strip_api_version
+from tracekit.trace import (
+    GPUS,
+    GRAPH_EXECS,
+    KERNELS,
+    LAUNCHES,
+    MEMOPS,
+    OPS,
+    RANGES,
+    Trace,
+    TraceMeta,
+    conform,
+    empty,
+)
+
+_PID = "((({c}) >> 24) & 16777215)"  # globalTid / globalPid -> PID
+_TID = "(({c}) & 16777215)"
+
+_KERNEL_TABLES = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_KERNEL_V3",
+    "CUPTI_ACTIVITY_KIND_KERNEL_V2",
+    "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL",
+)
+_MEMCPY_TABLES = ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMCPY2")
+
+# ENUM_CUDA_MEMCPY_OPER ids (stable since 2022) -> short kind, used when the enum table is absent.
+_COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+               8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
+_COPY_LABELS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host",
+                5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device",
+                9: "Host-to-Host", 10: "Peer-to-Peer", 11: "Unified Host-to-Device",
+                12: "Unified Device-to-Host", 13: "Unified Device-to-Device"}
+# NVTX range event types (official ids), used when ENUM_NSYS_EVENT_TYPE is absent (nsys 2022.2).
+_NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 70: "NvtxtPushPopRange", 71: "NvtxtStartEndRange"}
+_NVTX_DOMAIN_CREATE = 75
+
+
+class _Db:
+    """A read-only view of one export: table/column discovery and SQL -> polars."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+        try:
+            self.con = sqlite3.connect(uri, uri=True)
+            rows = self.con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+        except sqlite3.DatabaseError as e:
+            raise TracekitError(f"{path}: not a readable SQLite database ({e}); re-export it with `nsys export --type sqlite`")
+        self.tables = {r[0] for r in rows}
+        self._cols: dict[str, list[str]] = {}
+
+    def has(self, table: str) -> bool:
+        return table in self.tables
+
+    def columns(self, table: str) -> list[str]:
+        if table not in self._cols:
+            try:
+                self._cols[table] = [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
+            except sqlite3.DatabaseError as e:
+                raise TracekitError(f"{self.path}: table {table} is unreadable ({e}); the file may be truncated")
+        return self._cols[table]
+
+    def frame(self, sql: str, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
+        """Run ``sql`` and return its rows as a frame with ``schema`` (column order = select order)."""
+        try:
+            cur = self.con.execute(sql)
+            rows = cur.fetchall()
+        except sqlite3.DatabaseError as e:
+            raise TracekitError(f"{self.path}: cannot read {what} ({e}); the file may be truncated or not an nsys export")
+        try:
+            return pl.DataFrame(rows, schema=schema, orient="row")
+        except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError) as e:
+            raise TracekitError(f"{self.path}: {what} has values of the wrong type ({str(e).splitlines()[0]})")
+
+    def scalar_map(self, sql: str) -> dict:
+        try:
+            return {r[0]: r[1] for r in self.con.execute(sql)}
+        except sqlite3.DatabaseError:
+            return {}
+
+    def close(self):
+        self.con.close()
+
+
+def _strings(db: _Db) -> pl.DataFrame:
+    if not db.has("StringIds"):
+        return pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
+    return db.frame("SELECT id, value FROM StringIds", {"id": pl.Int64, "value": pl.String}, "StringIds")
+
+
+def _resolve(df: pl.DataFrame, strings: pl.DataFrame, id_col: str, out: str) -> pl.DataFrame:
+    """Replace integer string-id column ``id_col`` by its text in column ``out``."""
+    s = strings.rename({"id": id_col, "value": out})
+    return df.join(s, on=id_col, how="left").drop(id_col)
+
+
+def _metadata(db: _Db) -> tuple[dict, dict]:
+    export = {}
+    for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if db.has(t):
+            export = db.scalar_map(f"SELECT name, value FROM {t}")
+            break
+    capture = db.scalar_map("SELECT name, value FROM META_DATA_CAPTURE") if db.has("META_DATA_CAPTURE") else {}
+    return export, capture
+
+
+def _kernels(db: _Db, strings: pl.DataFrame) -> pl.DataFrame:
+    table = next((t for t in _KERNEL_TABLES if db.has(t)), None)
+    if table is None:
+        return empty(KERNELS)
+    cols = set(db.columns(table))
+    need = {"start", "end", "deviceId", "streamId", "correlationId"}
+    if not need <= cols:
+        raise TracekitError(f"{db.path}: {table} lacks columns {sorted(need - cols)}; not an nsys kernel table")
+    name_col = next((c for c in ("demangledName", "shortName", "mangledName") if c in cols), None)
+    pid = _PID.format(c="globalPid") if "globalPid" in cols else "0"
+    sel = {
+        "start": ("start", pl.Int64),
+        "end": ("end", pl.Int64),
+        "device": ("deviceId", pl.Int64),
+        "stream": ("streamId", pl.Int64),
+        "correlation": ("correlationId", pl.Int64),
+        "pid": (pid, pl.Int64),
+        "name_id": (name_col or "NULL", pl.Int64),
+        "graph_id": ("graphId" if "graphId" in cols else "NULL", pl.Int64),
+        "graph_node": ("graphNodeId" if "graphNodeId" in cols else "NULL", pl.Int64),
+    }
+    dims = [c for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ") if c in cols]
+    for c in dims:
+        sel[c] = (c, pl.Int64)
+    sql = "SELECT " + ", ".join(f"{expr} AS {alias}" for alias, (expr, _) in sel.items()) + f" FROM {table}"
+    df = db.frame(sql, {k: v[1] for k, v in sel.items()}, table)
+    df = _resolve(df, strings, "name_id", "name")
+    extra = []
+    if len(dims) == 6:
+        extra = [
+            pl.concat_str([pl.col("gridX"), pl.col("gridY"), pl.col("gridZ")], separator=",").alias("grid"),
+            pl.concat_str([pl.col("blockX"), pl.col("blockY"), pl.col("blockZ")], separator=",").alias("block"),
+        ]
+    df = df.with_columns(
+        *extra,
+        # graphNodeId 0 means "not a graph node" in exports that always fill the column.
+        graph_node=pl.when(pl.col("graph_node") > 0).then(pl.col("graph_node")),
+        graph_id=pl.when(pl.col("graph_id") > 0).then(pl.col("graph_id")),
+        name=pl.col("name").fill_null("<unnamed kernel>"),
+    )
+    return conform(df, KERNELS)
+
+
+def _memops(db: _Db) -> pl.DataFrame:
+    frames = []
+    for table in _MEMCPY_TABLES:
+        if not db.has(table):
+            continue
+        cols = set(db.columns(table))
+        pid = _PID.format(c="globalPid") if "globalPid" in cols else "0"
+        kind = "copyKind" if "copyKind" in cols else "0"
+        sql = (f"SELECT start, end, deviceId, streamId, correlationId, {pid}, "
+               f"{'bytes' if 'bytes' in cols else 'NULL'}, {kind} FROM {table}")
+        df = db.frame(sql, {"start": pl.Int64, "end": pl.Int64, "device": pl.Int64, "stream": pl.Int64,
+                            "correlation": pl.Int64, "pid": pl.Int64, "bytes": pl.Int64, "ck": pl.Int64}, table)
+        df = df.with_columns(
+            kind=pl.lit("memcpy"),
+            copy_kind=pl.col("ck").replace_strict(_COPY_KINDS, default="Unknown", return_dtype=pl.String),
+            name=pl.format("[CUDA memcpy {}]", pl.col("ck").replace_strict(_COPY_LABELS, default="Unknown",
+                                                                            return_dtype=pl.String)),
+        )
+        frames.append(conform(df, MEMOPS))
+    if db.has("CUPTI_ACTIVITY_KIND_MEMSET"):
+        cols = set(db.columns("CUPTI_ACTIVITY_KIND_MEMSET"))
+        pid = _PID.format(c="globalPid") if "globalPid" in cols else "0"
+        sql = (f"SELECT start, end, deviceId, streamId, correlationId, {pid}, "
+               f"{'bytes' if 'bytes' in cols else 'NULL'} FROM CUPTI_ACTIVITY_KIND_MEMSET")
+        df = db.frame(sql, {"start": pl.Int64, "end": pl.Int64, "device": pl.Int64, "stream": pl.Int64,
+                            "correlation": pl.Int64, "pid": pl.Int64, "bytes": pl.Int64}, "CUPTI_ACTIVITY_KIND_MEMSET")
+        df = df.with_columns(kind=pl.lit("memset"), copy_kind=pl.lit(None, pl.String), name=pl.lit("[CUDA memset]"))
+        frames.append(conform(df, MEMOPS))
+    if not frames:
+        return empty(MEMOPS)
+    return pl.concat(frames).sort("start")
+
+
+def _launches(db: _Db, strings: pl.DataFrame) -> pl.DataFrame:
+    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if not db.has(table):
+        return empty(LAUNCHES)
+    cols = set(db.columns(table))
+    if not {"start", "end", "globalTid", "correlationId", "nameId"} <= cols:
+        raise TracekitError(f"{db.path}: {table} lacks the columns nsys always writes; not an nsys export?")
+    # nsys 2022.2 writes every backtraced call twice: eventClass 0/1 (runtime/driver) and 67 (backtrace).
+    where = " WHERE eventClass IN (0, 1)" if "eventClass" in cols else ""
+    sql = (f"SELECT start, end, {_PID.format(c='globalTid')}, {_TID.format(c='globalTid')}, correlationId, nameId "
+           f"FROM {table}{where}")
+    df = db.frame(sql, {"start": pl.Int64, "end": pl.Int64, "pid": pl.Int64, "tid": pl.Int64,
+                        "correlation": pl.Int64, "name_id": pl.Int64}, table)
+    df = _resolve(df, strings, "name_id", "name")
+    df = df.with_columns(name=strip_api_version(pl.col("name").fill_null("<unknown api>")))
+    df = df.with_columns(kind=api_kind(pl.col("name")))
+    return conform(df, LAUNCHES)
+
+
+def _ranges(db: _Db, strings: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    if not db.has("NVTX_EVENTS"):
+        return empty(RANGES)
+    cols = set(db.columns("NVTX_EVENTS"))
+    types = dict(_NVTX_RANGE_TYPES)
+    if db.has("ENUM_NSYS_EVENT_TYPE"):
+        enum = db.scalar_map("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE")
+        found = {i: n for i, n in enum.items() if n in _NVTX_RANGE_TYPES.values()}
+        if found:
+            types = found
+    type_list = ", ".join(str(int(i)) for i in types)
+    text_id = "textId" if "textId" in cols else "NULL"
+    domain = "domainId" if "domainId" in cols else "0"
+    sql = (f"SELECT start, end, {_PID.format(c='globalTid')}, {_TID.format(c='globalTid')}, text, {text_id}, "
+           f"{domain} FROM NVTX_EVENTS WHERE eventType IN ({type_list})")
+    df = db.frame(sql, {"start": pl.Int64, "end": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "text": pl.String,
+                        "text_id": pl.Int64, "domain_id": pl.Int64}, "NVTX_EVENTS")
+    df = _resolve(df, strings, "text_id", "registered")
+    df = df.with_columns(name=pl.coalesce("text", "registered").fill_null(""))
+    # Domain names come from the NvtxDomainCreate rows.
+    dsql = f"SELECT {domain}, text FROM NVTX_EVENTS WHERE eventType = {_NVTX_DOMAIN_CREATE}"
+    if db.has("ENUM_NSYS_EVENT_TYPE"):
+        dsql = (f"SELECT {domain}, text FROM NVTX_EVENTS WHERE eventType = "
+                f"(SELECT id FROM ENUM_NSYS_EVENT_TYPE WHERE name = 'NvtxDomainCreate')")
+    domains = db.frame(dsql, {"domain_id": pl.Int64, "domain": pl.String}, "NVTX domains").unique("domain_id")
+    df = df.join(domains, on="domain_id", how="left")
+    df = df.with_columns(
+        domain=pl.when(pl.col("domain_id") != 0).then(
+            pl.coalesce("domain", pl.format("domain {}", pl.col("domain_id"))))
+    )
+    # A range still open at capture stop has no (or a bogus) end.
+    bad = df.filter(pl.col("end").is_null() | (pl.col("end") < pl.col("start")))
+    if bad.height:
+        warnings.append(f"{bad.height} NVTX range(s) have no valid end (open at capture stop); they count as cut off")
+        df = df.with_columns(end=pl.when(pl.col("end") >= pl.col("start")).then(pl.col("end")))
+    df = df.sort(["pid", "tid", "start"])
+    filled = df.with_columns(end=pl.col("end").fill_null(pl.col("start").max() + 1))
+    df = df.with_columns(depth=nesting_depth(filled.select("start", "end", "pid", "tid")))
+    return conform(df, RANGES)
+
+
+def _graph_execs(db: _Db) -> pl.DataFrame:
+    table = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+    if not db.has(table):
+        return empty(GRAPH_EXECS)
+    cols = set(db.columns(table))
+    pid = _PID.format(c="globalPid") if "globalPid" in cols else "0"
+    gid = "graphId" if "graphId" in cols else "NULL"
+    sql = f"SELECT start, end, deviceId, streamId, correlationId, {pid}, {gid} FROM {table}"
+    df = db.frame(sql, {"start": pl.Int64, "end": pl.Int64, "device": pl.Int64, "stream": pl.Int64,
+                        "correlation": pl.Int64, "pid": pl.Int64, "graph_id": pl.Int64}, table)
+    return conform(df, GRAPH_EXECS)
+
+
+def _gpus(db: _Db) -> pl.DataFrame:
+    if not db.has("TARGET_INFO_GPU"):
+        return empty(GPUS)
+    cols = set(db.columns("TARGET_INFO_GPU"))
+
+    def c(name, default="NULL"):
+        return name if name in cols else default
+
+    sql = (f"SELECT {c('id', '0')}, {c('cuDevice')}, {c('name')}, {c('memoryBandwidth')}, {c('smCount')}, "
+           f"{c('totalMemory')} FROM TARGET_INFO_GPU")
+    df = db.frame(sql, {"gpu_id": pl.Int64, "cu_device": pl.Int64, "name": pl.String, "bw": pl.Float64,
+                        "sm_count": pl.Int64, "memory_bytes": pl.Int64}, "TARGET_INFO_GPU")
+    device = pl.coalesce("cu_device", "gpu_id")
+    if db.has("TARGET_INFO_CUDA_DEVICE") and {"gpuId", "cudaId"} <= set(db.columns("TARGET_INFO_CUDA_DEVICE")):
+        m = db.frame("SELECT DISTINCT gpuId, cudaId FROM TARGET_INFO_CUDA_DEVICE",
+                     {"gpu_id": pl.Int64, "cuda_id": pl.Int64}, "TARGET_INFO_CUDA_DEVICE").unique("gpu_id")
+        df = df.join(m, on="gpu_id", how="left")
+        device = pl.coalesce("cuda_id", "cu_device", "gpu_id")
+    df = df.with_columns(
+        device=device,
+        peak_bw_gbps=pl.when(pl.col("bw") > 0).then(pl.col("bw") / 1e9),
+    ).unique("device", keep="first").sort("device")
+    return conform(df, GPUS)
+
+
+def _graph_mode(capture: dict, kernels: pl.DataFrame, launches: pl.DataFrame, graph_execs: pl.DataFrame) -> str:
+    graph_launches = launches.filter(pl.col("kind") == "graph")
+    if graph_execs.height:
+        return "graph"
+    if graph_launches.height == 0:
+        return "none"
+    linked = graph_launches.join(kernels.select("pid", "correlation").unique(), on=["pid", "correlation"], how="semi")
+    if linked.height:
+        return "node"
+    mode = next((str(v) for k, v in capture.items() if str(k).endswith("CUDA_GRAPH_TRACE_OPTIONS:MODE")), "")
+    if mode.lower() == "graph":
+        return "graph"
+    return "unknown"
+
+
+def read_nsys(path: Path) -> Trace:
+    """Read an nsys SQLite export into a :class:`Trace`."""
+    path = Path(path)
+    db = _Db(path)
+    try:
+        warnings: list[str] = []
+        export, capture = _metadata(db)
+        strings = _strings(db)
+        kernels = _kernels(db, strings)
+        memops = _memops(db)
+        launches = _launches(db, strings)
+        ranges = _ranges(db, strings, warnings)
+        graph_execs = _graph_execs(db)
+        gpus = _gpus(db)
+    finally:
+        db.close()
+    if not any(db.has(t) for t in _KERNEL_TABLES + _MEMCPY_TABLES + ("CUPTI_ACTIVITY_KIND_RUNTIME",)):
+        warnings.append("no CUDA activity tables: the capture collected no GPU trace (nsys profile -t cuda)")
+    if not export and not capture and not db.has("StringIds"):
+        raise TracekitError(f"{path}: SQLite file without nsys tables (no StringIds, no metadata); not an nsys export")
+    mode = _graph_mode(capture, kernels, launches, graph_execs)
+    if mode == "graph":
+        warnings.append(
+            "CUDA graphs were traced whole (--cuda-graph-trace=graph): graph work has no per-kernel rows, so its "
+            "categories cannot be known; capture again with --cuda-graph-trace=node"
+        )
+    if gpus.height == 0 and kernels.height:
+        gpus = conform(kernels.select(pl.col("device").unique().sort()), GPUS)
+        warnings.append("the export has no GPU info (TARGET_INFO_GPU): GPU names and peak bandwidth are unknown")
+    meta = TraceMeta(
+        path=str(path),
+        format="nsys-sqlite",
+        producer="nsys",
+        producer_version=export.get("EXPORT_PRODUCT_VERSION"),
+        schema_version=export.get("EXPORT_SCHEMA_VERSION"),
+        graph_trace_mode=mode,
+        warnings=tuple(warnings),
+    )
+    return Trace(
+        kernels=kernels.sort("start"),
+        memops=memops,
+        launches=launches.sort("start"),
+        ranges=ranges,
+        graph_execs=graph_execs.sort("start"),
+        ops=empty(OPS),
+        gpus=gpus,
+        meta=meta,
+    ).validate()

@@ -1,0 +1,183 @@
+"""Markdown (made to be pasted into a pull request) and CSV renderers.
+
+Stable output: the same trace gives the same text byte for byte. Untrusted names go
+through ``report.safe.md`` so they cannot inject HTML or break a table.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from tracekit.report.safe import md, plain
+
+SPLIT_ORDER = ["gemm", "attention", "communication", "drafting", "other", "memory", "unattributed", "launch_gaps",
+               "idle"]
+
+
+def _f(x, nd=3):
+    return "—" if x is None else f"{x:,.{nd}f}"
+
+
+def split_rows(b):
+    """(category, ms/step, % of step, kernel ms/step) rows in display order (from the JSON numbers)."""
+    d = b.to_dict()
+    mean = d["steps"]["mean_ms"]
+    rows = []
+    for k in SPLIT_ORDER:
+        ms = d["per_step_ms"].get(k)
+        kms = d["kernel_ms_per_step"].get(k)
+        pct = None if ms is None or not mean else 100 * ms / mean
+        rows.append((k, ms, pct, kms))
+    return rows
+
+
+def biggest_category(b):
+    best = None
+    for k in ("gemm", "attention", "communication", "drafting", "other", "memory"):
+        v = b.per_step_ms.get(k)
+        if v is not None and (best is None or v > b.per_step_ms[best]):
+            best = k
+    return best
+
+
+def headline(b) -> str:
+    d = b.to_dict()
+    mean = d["steps"]["mean_ms"]
+    parts = [f"step {mean:.3f} ms"]
+    ps = d["per_step_ms"]
+    gaps = (ps.get("launch_gaps") or 0) + (ps.get("idle") or 0)
+    big = biggest_category(b)
+    if big:
+        parts.append(f"{big} {100 * ps[big] / mean:.0f}%")
+    parts.append(f"GPU idle {100 * gaps / mean:.0f}%" if mean else "")
+    roof = d["roofline"]
+    if roof.get("fraction_of_ceiling") is not None:
+        parts.append(f"{100 * roof['fraction_of_ceiling']:.0f}% of the bandwidth ceiling "
+                     f"({roof['ceiling_tokens_per_s']:.0f} tok/s)")
+    return ", ".join(p for p in parts if p)
+
+
+def verdict_lines(b) -> list[str]:
+    """Verdicts ranked by the time they would save; memory-bandwidth context last."""
+    adv = b.advice
+    ranked = b.extras.get("ranked", [])
+    lines = [adv[k]["verdict"] for k in ranked]
+    lines += [adv[k]["verdict"] for k in ("cuda_graphs", "communication", "drafting") if k not in ranked]
+    lines.append(adv["memory_bandwidth"]["verdict"])
+    return lines
+
+
+def breakdown_md(b) -> str:
+    d = b.to_dict()
+    st, roof, gpu = d["steps"], d["roofline"], d["gpu"]
+    out = [f"### tracekit: {headline(b)}", ""]
+    for line in verdict_lines(b):
+        out.append(f"- {line}")
+    out += ["", "| category | ms / step | % of step | kernel ms / step |", "|---|---:|---:|---:|"]
+    for name, ms, pct, kms in split_rows(b):
+        out.append(f"| {name} | {_f(ms)} | {'—' if pct is None else f'{pct:.1f}%'} | {_f(kms)} |")
+    out.append(f"| **step** | **{_f(st['mean_ms'])}** | 100.0% | |")
+    out += ["", "<details><summary>details</summary>", ""]
+    out.append(f"- trace: {md(d['source']['path'], 200)} ({d['source']['format']}, "
+               f"{md(d['source']['producer_version'] or 'unknown version')}, graph trace mode "
+               f"{d['source']['graph_trace_mode']})")
+    out.append(f"- GPU {gpu['device']}: {md(gpu['name'] or 'unknown')}, peak {_f(gpu['peak_bw_gbps'], 0)} GB/s "
+               f"({gpu['peak_bw_source'] or 'unknown'})")
+    pattern = f", pattern {md(st['pattern'])}" if st["pattern"] else ""
+    out.append(f"- steps: {st['count']} analysed, {st['excluded']} excluded (marker {st['marker']}{pattern}); "
+               f"mean {_f(st['mean_ms'])} ms, median {_f(st['median_ms'])}, p10 {_f(st['p10_ms'])}, "
+               f"p90 {_f(st['p90_ms'])}")
+    if roof.get("weight_bytes_per_step") is not None:
+        out.append(f"- roofline: {roof['weight_bytes_per_step']:,} weight bytes/step ({roof['weight_bytes_source']}); "
+                   f"floor {_f(roof['floor_ms'])} ms; ceiling {_f(roof['ceiling_tokens_per_s'], 1)} tok/s; "
+                   f"fraction of ceiling {_f(roof['fraction_of_ceiling'], 3)}; gemm achieved "
+                   f"{_f(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
+    top = b.top_kernels.head(10)
+    if top.height:
+        n = max(1, st["count"])
+        out += ["", "| top kernels | category | per step | ms / step | mean µs |", "|---|---|---:|---:|---:|"]
+        for r in top.iter_rows(named=True):
+            out.append(f"| {md(r['name'], 90)} | {r['category']} | {r['count'] / n:.1f} | {_f(r['per_step_ms'])} | "
+                       f"{_f(r['mean_us'], 1)} |")
+    if d["warnings"]:
+        out += ["", "warnings:"]
+        out += [f"- {md(w, 500)}" for w in d["warnings"]]
+    out += ["", "</details>", ""]
+    return "\n".join(out)
+
+
+def breakdown_csv(b) -> str:
+    buf = io.StringIO()
+    cols = ["step", "start_ns", "end_ns", "period_ms", *SPLIT_ORDER, "n_kernels"]
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(cols)
+    for row in b.per_step.select(cols).iter_rows():
+        w.writerow(["" if v is None else (f"{v:.6f}" if isinstance(v, float) else v) for v in row])
+    return buf.getvalue()
+
+
+def info_md(result: dict) -> str:
+    if "ranks" in result:
+        return "\n".join(info_md(r) for r in result["ranks"])
+    s = result["source"]
+    out = [f"### {md(s['path'], 200)}", "",
+           f"{s['format']}, {md(s['producer_version'] or 'unknown version')}, CUDA-graph trace mode "
+           f"{s['graph_trace_mode']}", "", "| device | GPU | peak BW (GB/s) |", "|---:|---|---:|"]
+    for g in result["gpus"]:
+        out.append(f"| {g['device']} | {md(g['name'] or 'unknown')} | {_f(g['peak_bw_gbps'], 0)} |")
+    c = result["counts"]
+    out += ["", "| " + " | ".join(c) + " |", "|" + "---:|" * len(c), "| " + " | ".join(f"{v:,}" for v in c.values()) + " |"]
+    if result["range_names"]:
+        out += ["", "| range pattern | count | --step-range |", "|---|---:|---|"]
+        for r in result["range_names"]:
+            out.append(f"| {md(r['pattern'])} | {r['count']:,} | {md(r['regex'])} |")
+    if result["warnings"]:
+        out += [""] + [f"- warning: {md(w, 500)}" for w in result["warnings"]]
+    return "\n".join(out) + "\n"
+
+
+def kernels_md(result: dict) -> str:
+    if "ranks" in result:
+        return "\n".join(kernels_md(r) for r in result["ranks"])
+    out = ["| kernel | category | rule | count | total ms | mean µs | share |", "|---|---|---|---:|---:|---:|---:|"]
+    for r in result["kernels"]:
+        out.append(f"| {md(r['name'], 100)} | {r['category']} | {r['rule'] or '**no rule**'} | {r['count']:,} | "
+                   f"{_f(r['total_ms'])} | {_f(r['mean_us'], 1)} | {100 * r['share']:.1f}% |")
+    if result["warnings"]:
+        out += [""] + [f"- warning: {md(w, 500)}" for w in result["warnings"]]
+    return "\n".join(out) + "\n"
+
+
+def kernels_csv(result: dict) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["rank", "name", "category", "rule", "count", "total_ms", "mean_us", "share"])
+    ranks = result["ranks"] if "ranks" in result else [result]
+    for i, r in enumerate(ranks):
+        for k in r["kernels"]:
+            w.writerow([i, _csv_safe(k["name"]), k["category"], k["rule"] or "", k["count"], f"{k['total_ms']:.6f}",
+                        f"{k['mean_us']:.3f}", f"{k['share']:.6f}"])
+    return buf.getvalue()
+
+
+def _csv_safe(s: str) -> str:
+    """No formula injection when a CSV is opened in a spreadsheet."""
+    s = plain(s, 2000)
+    return "'" + s if s[:1] in ("=", "+", "-", "@") else s
+
+
+def ranks_md(multi: dict) -> str:
+    out = ["| " + " | ".join(multi["columns"]) + " |", "|" + "---|" * len(multi["columns"])]
+    for row in multi["table"]:
+        out.append("| " + " | ".join(md(v, 80) if isinstance(v, str) else _f(v) for v in row) + " |")
+    return "\n".join(out) + "\n"
+
+
+def ranks_csv(multi: dict) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(multi["columns"])
+    for row in multi["table"]:
+        w.writerow([_csv_safe(v) if isinstance(v, str) else ("" if v is None else v) for v in row])
+    return buf.getvalue()

@@ -1,0 +1,134 @@
+"""Rich terminal tables. Renderers take the console (tests inject a StringIO one)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from tracekit.report.safe import rich_text
+
+CAT_STYLE = {"gemm": "cyan", "attention": "magenta", "communication": "yellow", "drafting": "green",
+             "other": "blue", "memory": "bright_black", "unattributed": "red", "launch_gaps": "red",
+             "idle": "bright_black"}
+
+
+def _f(x, nd=3, unit=""):
+    return "—" if x is None else f"{x:,.{nd}f}{unit}"
+
+
+def _warnings(console: Console, warnings):
+    for w in warnings:
+        console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
+
+
+def render_info(result: dict, console: Console) -> None:
+    if "ranks" in result:
+        for r in result["ranks"]:
+            render_info(r, console)
+            console.print()
+        return
+    s = result["source"]
+    console.print(Text.assemble(("trace ", "bold"), rich_text(s["path"])))
+    console.print(f"format {s['format']}  producer {rich_text(s['producer_version'] or 'unknown')}  "
+                  f"CUDA-graph trace mode {s['graph_trace_mode']}")
+    t = Table(title="GPUs", title_justify="left")
+    t.add_column("device", justify="right")
+    t.add_column("name")
+    t.add_column("peak BW (GB/s)", justify="right")
+    for g in result["gpus"]:
+        t.add_row(str(g["device"]), rich_text(g["name"] or "unknown"), _f(g["peak_bw_gbps"], 0))
+    console.print(t)
+    c = result["counts"]
+    t = Table(title="counts", title_justify="left")
+    for k in c:
+        t.add_column(k, justify="right")
+    t.add_row(*[f"{v:,}" for v in c.values()])
+    console.print(t)
+    if result["range_names"]:
+        t = Table(title="most frequent range names (step candidates)", title_justify="left")
+        t.add_column("pattern", overflow="ellipsis", max_width=70)
+        t.add_column("count", justify="right")
+        t.add_column("--step-range", overflow="ellipsis", max_width=60)
+        for r in result["range_names"]:
+            t.add_row(rich_text(r["pattern"]), f"{r['count']:,}", rich_text(r["regex"]))
+        console.print(t)
+    _warnings(console, result["warnings"])
+
+
+def render_kernels(result: dict, console: Console) -> None:
+    if "ranks" in result:
+        for r in result["ranks"]:
+            render_kernels(r, console)
+        return
+    t = Table(expand=True)
+    t.add_column("kernel", overflow="ellipsis", ratio=1, no_wrap=True)
+    t.add_column("category")
+    t.add_column("rule")
+    t.add_column("count", justify="right")
+    t.add_column("total (ms)", justify="right")
+    t.add_column("mean (µs)", justify="right")
+    t.add_column("share", justify="right")
+    for r in result["kernels"]:
+        rule = Text("no rule", style="bold red") if r["rule"] is None else Text(r["rule"])
+        t.add_row(rich_text(r["name"]), Text(r["category"], style=CAT_STYLE.get(r["category"], "")), rule,
+                  f"{r['count']:,}", _f(r["total_ms"]), _f(r["mean_us"], 1), f"{100 * r['share']:.1f}%")
+    console.print(t)
+    _warnings(console, result["warnings"])
+
+
+def render_breakdown(b, console: Console) -> None:
+    from tracekit.report.markdown import biggest_category, headline, split_rows, verdict_lines
+
+    d = b.to_dict()
+    st, gpu, roof = d["steps"], d["gpu"], d["roofline"]
+    console.print(Text.assemble(("tracekit breakdown ", "bold"), rich_text(d["source"]["path"])))
+    console.print(Text(headline(b), style="bold"))
+    console.print(f"GPU {gpu['device']}: {rich_text(gpu['name'] or 'unknown')}  peak {_f(gpu['peak_bw_gbps'], 0)} GB/s "
+                  f"({gpu['peak_bw_source'] or 'unknown'})   steps {st['count']} ({st['marker']}"
+                  f"{', ' + repr(st['pattern']) if st['pattern'] else ''}), excluded {st['excluded']}")
+    console.print(f"step ms: mean {_f(st['mean_ms'])}  median {_f(st['median_ms'])}  p10 {_f(st['p10_ms'])}  "
+                  f"p90 {_f(st['p90_ms'])}")
+    t = Table(title="where a step goes (exclusive, per step)", title_justify="left")
+    t.add_column("category")
+    t.add_column("ms / step", justify="right")
+    t.add_column("% of step", justify="right")
+    t.add_column("kernel ms / step", justify="right")
+    for name, ms, pct, kms in split_rows(b):
+        t.add_row(Text(name, style=CAT_STYLE.get(name, "")), _f(ms), "—" if pct is None else f"{pct:.1f}%", _f(kms))
+    t.add_row(Text("step", style="bold"), _f(st["mean_ms"]), "100.0%", "")
+    console.print(t)
+    top = b.top_kernels
+    if top.height:
+        biggest = biggest_category(b)
+        rows = top.filter(top["category"] == biggest).head(5) if biggest else top.head(5)
+        t = Table(title=f"top kernels of {biggest or 'all categories'}", title_justify="left", expand=True)
+        t.add_column("kernel", overflow="ellipsis", ratio=1, no_wrap=True)
+        t.add_column("per step", justify="right")
+        t.add_column("ms / step", justify="right")
+        t.add_column("mean (µs)", justify="right")
+        n = max(1, st["count"])
+        for r in rows.iter_rows(named=True):
+            t.add_row(rich_text(r["name"]), f"{r['count'] / n:.1f}", _f(r["per_step_ms"]), _f(r["mean_us"], 1))
+        console.print(t)
+    if roof.get("floor_ms") is not None:
+        console.print(f"roofline: {roof['weight_bytes_per_step'] / 1e9:.3f} GB/step ({roof['weight_bytes_source']}) → "
+                      f"floor {_f(roof['floor_ms'])} ms, ceiling {_f(roof['ceiling_tokens_per_s'], 1)} tok/s; "
+                      f"at {100 * roof['fraction_of_ceiling']:.0f}% of it; gemm reads at "
+                      f"{_f(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
+    console.print(Text("verdicts", style="bold"))
+    for line in verdict_lines(b):
+        console.print(Text("• ") + rich_text(line, 1000))
+    _warnings(console, d["warnings"])
+
+
+def render_ranks(multi: dict, console: Console) -> None:
+    t = Table(title="per rank", title_justify="left")
+    for col in multi["columns"]:
+        t.add_column(col, justify="left" if col in ("rank", "path") else "right", overflow="ellipsis",
+                     max_width=50)
+    for row in multi["table"]:
+        t.add_row(*[rich_text(v) if isinstance(v, str) else _f(v) for v in row])
+    console.print(t)
+    for w in multi.get("warnings", []):
+        console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
