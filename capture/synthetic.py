@@ -49,7 +49,10 @@ class SymmAllReduce:
             if not dist.is_initialized():
                 os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
                 os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-                dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device(device))
+                dev = torch.device(device)
+                if dev.index is None:
+                    dev = torch.device(dev.type, torch.cuda.current_device())
+                dist.init_process_group("nccl", rank=0, world_size=1, device_id=dev)
             group_name = dist.group.WORLD.group_name
             if hasattr(symm_mem, "enable_symm_mem_for_group"):
                 symm_mem.enable_symm_mem_for_group(group_name)
