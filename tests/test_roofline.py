@@ -1,0 +1,350 @@
+"""The GPU table, peak-bandwidth precedence, roofline arithmetic and weight-byte inference."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tracekit.analyses.roofline import (
+    Roofline,
+    bytes_per_step,
+    dtype_bytes,
+    roofline,
+    tokens_per_step,
+    weight_bytes_from_nvtx,
+    weight_bytes_from_nvtx_detail,
+    weight_bytes_from_shapes,
+)
+from tracekit.errors import TracekitError
+from tracekit.gpus import GpuSpec, list_gpus, lookup, resolve_peak_bw, table_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# --------------------------------------------------------------------------- GPU table
+
+# Names exactly as nsys (TARGET_INFO_GPU.name), Kineto (deviceProperties.name) and
+# torch.cuda.get_device_name() report them -> expected row, datasheet GB/s.
+TRACE_NAMES = [
+    ("NVIDIA H200", "NVIDIA H200 SXM", 4800),
+    ("NVIDIA H200 NVL", "NVIDIA H200 NVL", 4800),
+    ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB SXM", 1555),
+    ("A100-PG509-200", "NVIDIA A100 40GB SXM", 1555),
+    ("NVIDIA A100-PG509-200", "NVIDIA A100 40GB SXM", 1555),
+    ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 40GB PCIe", 1555),
+    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM", 2039),
+    ("NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe", 1935),
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 3350),
+    ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 2000),
+    ("NVIDIA H100 NVL", "NVIDIA H100 NVL", 3900),
+    ("NVIDIA GH200 480GB", "NVIDIA GH200", 4000),
+    ("NVIDIA GH200 144G HBM3e", "NVIDIA GH200 144GB HBM3e", 4900),
+    ("Tesla V100-SXM2-32GB", "Tesla V100 SXM2", 900),
+    ("Tesla V100-SXM2-16GB", "Tesla V100 SXM2", 900),
+    ("Tesla V100-PCIE-16GB", "Tesla V100 PCIe", 900),
+    ("Tesla T4", "Tesla T4", 320),
+    ("NVIDIA GB300", "NVIDIA GB300", 8000),
+    ("NVIDIA B300 SXM6 AC", "NVIDIA B300", 8000),
+    ("NVIDIA GB200", "NVIDIA GB200", 8000),
+    ("NVIDIA B200", "NVIDIA B200", 8000),
+    ("NVIDIA RTX A6000", "NVIDIA RTX A6000", 768),
+    ("NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090", 936),
+    ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090", 1008),
+    ("NVIDIA GeForce RTX 3080", "NVIDIA GeForce RTX 3080", 760),
+    ("NVIDIA GeForce RTX 4060 Laptop GPU", "NVIDIA GeForce RTX 4060 Laptop GPU", 256),
+    ("NVIDIA L4", "NVIDIA L4", 300),
+    ("NVIDIA L40S", "NVIDIA L40S", 864),
+    ("NVIDIA L40", "NVIDIA L40", 864),
+    ("NVIDIA A10", "NVIDIA A10", 600),
+    ("NVIDIA A10G", "NVIDIA A10G", 600),
+    ("Quadro GP100", "Quadro GP100", 732),
+    ("AMD Instinct MI300X", "AMD Instinct MI300X", 5300),
+    ("AMD Instinct MI325X", "AMD Instinct MI325X", 6000),
+    ("AMD Instinct MI355X", "AMD Instinct MI355X", 8000),
+    ("AMD Instinct MI250X", "AMD Instinct MI250X", 3277),
+    ("AMD Instinct MI250", "AMD Instinct MI250", 3277),
+    ("nvidia h200", "NVIDIA H200 SXM", 4800),  # case does not matter
+    ("  NVIDIA   H200  ", "NVIDIA H200 SXM", 4800),
+]
+
+
+@pytest.mark.parametrize("name,row,bw", TRACE_NAMES)
+def test_lookup_trace_names(name, row, bw):
+    spec = lookup(name)
+    assert isinstance(spec, GpuSpec), name
+    assert (spec.name, spec.peak_bw_gbps) == (row, bw)
+
+
+@pytest.mark.parametrize("name", [None, "", "NVIDIA A1000", "NVIDIA A100X", "Intel Arc A770", "cpu"])
+def test_lookup_unknown(name):
+    assert lookup(name) is None
+
+
+def test_every_row_is_reachable_and_sourced():
+    rows = list_gpus()
+    assert len(rows) >= 40
+    names = [r.name for r in rows]
+    assert len(names) == len(set(names))
+    for r in rows:
+        # no earlier (less specific) pattern shadows a later row
+        assert lookup(r.name) == r, f"{r.name} is shadowed by {lookup(r.name).name}"
+        assert r.peak_bw_gbps > 0 and r.memory_gb > 0 and r.link_bw_gbps > 0
+        assert r.source and r.link
+        assert re.compile(r.pattern)
+
+
+def test_links():
+    assert lookup("NVIDIA H200").link.startswith("NVLink") and lookup("NVIDIA H200").link_bw_gbps == 450
+    assert lookup("NVIDIA RTX A6000").link.startswith("PCIe") and lookup("NVIDIA RTX A6000").link_bw_gbps == 32
+    assert "xGMI" in lookup("AMD Instinct MI300X").link
+
+
+def test_user_table(tmp_path):
+    p = tmp_path / "gpus.toml"
+    p.write_text('[[gpu]]\nname = "Lab GPU"\npattern = "\\\\bLAB9\\\\b"\npeak_bw_gbps = 1234\nmemory_gb = 8\n'
+                 'link = "PCIe"\nlink_bw_gbps = 16\nsource = "measured"\n')
+    assert lookup("ACME LAB9", table=p).peak_bw_gbps == 1234
+    assert lookup("NVIDIA H200", table=p) is None
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[gpu]]\nname = 1\n")
+    with pytest.raises(TracekitError):
+        lookup("x", table=bad)
+
+
+def test_resolve_peak_bw_precedence():
+    assert resolve_peak_bw(900.0, 1000.0, 4700.0, "NVIDIA H200") == (900.0, "flag")
+    assert resolve_peak_bw(None, 1000.0, 4700.0, "NVIDIA H200") == (1000.0, "manifest")
+    assert resolve_peak_bw(None, None, 4700.0, "NVIDIA H200") == (4700.0, "trace")
+    assert resolve_peak_bw(None, None, None, "NVIDIA H200") == (4800.0, "table")
+    # nsys writes 0 for an unknown bandwidth: skipped, not used
+    assert resolve_peak_bw(None, 0.0, float("nan"), "NVIDIA H200") == (4800.0, "table")
+    assert resolve_peak_bw(None, None, None, "mystery") == (None, None)
+    assert resolve_peak_bw(None, None, None, None) == (None, None)
+    with pytest.raises(TracekitError):
+        resolve_peak_bw(-1.0, None, None, "NVIDIA H200")
+
+
+def test_resolve_peak_bw_multi_die_package():
+    # An MI250X is two GCDs; a trace device is one of them.
+    assert lookup("AMD Instinct MI250X").device_bw_gbps == pytest.approx(1638.5)
+    assert resolve_peak_bw(None, None, None, "AMD Instinct MI250X") == (1638.5, "table")
+
+
+def test_docs_gpu_table_is_current():
+    doc = (ROOT / "docs" / "roofline.md").read_text()
+    assert table_markdown() in doc, "docs/roofline.md GPU table is stale: regenerate it from table_markdown()"
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+def test_issue_10_hand_computed():
+    # 27e9 fp8 params, TP 2, RTX A6000 768 GB/s, 3.2 accepted tokens per step.
+    b = bytes_per_step(27e9 * dtype_bytes("fp8"), tp=2)
+    assert b == 13_500_000_000
+    r = roofline(b, 768.0, None, tokens_per_step(3.2, 1), None)
+    assert r.floor_ms == pytest.approx(17.578125)
+    assert r.ceiling_steps_per_s == pytest.approx(56.8889, abs=1e-4)
+    assert r.ceiling_tokens_per_s == pytest.approx(182.04, abs=0.01)
+    assert r.fraction_of_ceiling is None and r.gemm_achieved_bw_gbps is None
+
+
+def test_roofline_all_keys():
+    r = roofline(4_000_000_000, 4800.0, 1.25, 1.0, 1.0)
+    assert r.to_dict() == {
+        "weight_bytes_per_step": 4_000_000_000,
+        "floor_ms": pytest.approx(0.833333, abs=1e-6),
+        "ceiling_steps_per_s": pytest.approx(1200.0),
+        "tokens_per_step": 1.0,
+        "ceiling_tokens_per_s": pytest.approx(1200.0),
+        "fraction_of_ceiling": pytest.approx(0.666667, abs=1e-6),
+        "gemm_achieved_bw_gbps": pytest.approx(4000.0),
+    }
+    assert isinstance(r, Roofline)
+
+
+@pytest.mark.parametrize("args,none_keys", [
+    ((None, 4800.0, 1.0, 1.0, 1.0), {"weight_bytes_per_step", "floor_ms", "ceiling_steps_per_s",
+                                      "ceiling_tokens_per_s", "fraction_of_ceiling", "gemm_achieved_bw_gbps"}),
+    ((4e9, None, 1.0, 1.0, 1.0), {"floor_ms", "ceiling_steps_per_s", "ceiling_tokens_per_s", "fraction_of_ceiling"}),
+    ((4e9, 4800.0, None, 1.0, 1.0), {"fraction_of_ceiling"}),
+    ((4e9, 4800.0, 1.0, None, 1.0), {"tokens_per_step", "ceiling_tokens_per_s"}),
+    ((4e9, 4800.0, 1.0, 1.0, None), {"gemm_achieved_bw_gbps"}),
+    ((4e9, 4800.0, 0.0, 1.0, 0.0), {"fraction_of_ceiling", "gemm_achieved_bw_gbps"}),
+    ((0, 4800.0, 1.0, 1.0, 1.0), {"weight_bytes_per_step", "floor_ms", "ceiling_steps_per_s",
+                                   "ceiling_tokens_per_s", "fraction_of_ceiling", "gemm_achieved_bw_gbps"}),
+])
+def test_roofline_nulls(args, none_keys):
+    d = roofline(*args).to_dict()
+    assert {k for k, v in d.items() if v is None} == none_keys
+
+
+def test_bytes_per_step_terms():
+    assert bytes_per_step(8e9, tp=4) == 2_000_000_000
+    # draft: 1 GB x 3 forwards, sharded over tp=2 or replicated
+    assert bytes_per_step(8e9, tp=2, draft_bytes=1e9, draft_forwards=3) == 4_000_000_000 + 1_500_000_000
+    assert bytes_per_step(8e9, tp=2, draft_bytes=1e9, draft_forwards=3, draft_sharded=False) == 7_000_000_000
+    # KV: 131072 B/token (Llama-3-8B bf16) x 8192 context x batch 4
+    assert bytes_per_step(0, kv_bytes_per_token=131072, context=8192, batch=4) == 131072 * 8192 * 4
+    assert bytes_per_step(0, tp=2, kv_bytes_per_token=131072, context=8192) == 131072 * 8192 // 2
+    assert bytes_per_step(0, tp=2, kv_bytes_per_token=131072, context=8192, kv_sharded=False) == 131072 * 8192
+    # the batch does not multiply the weights
+    assert bytes_per_step(8e9, batch=16) == 8_000_000_000
+    with pytest.raises(ValueError):
+        bytes_per_step(8e9, tp=0)
+    with pytest.raises(ValueError):
+        bytes_per_step(-1)
+
+
+def test_dtype_bytes():
+    assert [dtype_bytes(d) for d in ("bf16", "fp16", "fp32", "fp8", "int8", "int4")] == [2, 2, 4, 1, 1, 0.5]
+    assert dtype_bytes("c10::BFloat16") == 2 and dtype_bytes("torch.float16") == 2
+    assert dtype_bytes("c10::Float8_e4m3fn") == 1
+    with pytest.raises(ValueError):
+        dtype_bytes("bogus")
+
+
+def test_tokens_per_step():
+    assert tokens_per_step(None, 1) == 1.0
+    assert tokens_per_step(3.2, 4) == pytest.approx(12.8)
+    assert tokens_per_step(3.2, None) is None
+
+
+# --------------------------------------------------------------------------- weight bytes from op shapes
+
+H, I, V = 4096, 11008, 32000  # Llama-2-7B sizes
+BF = '"c10::BFloat16"'
+
+
+def _llama_step_ops(t0: int, layers: int = 2, step: int | None = None) -> list[dict]:
+    """The matmul-like ops HF Llama records per decode step with record_shapes=True,
+    including the aten::matmul/aten::mm children of each aten::linear (nested in time)."""
+    rows, t = [], t0
+
+    def linear(out_f, in_f, bias=False):
+        nonlocal t
+        dims = json.dumps([[1, 1, in_f], [out_f, in_f], [out_f] if bias else []])
+        third = BF if bias else '""'
+        types = f"[{BF}, {BF}, {third}]"
+        rows.append(dict(start=t, end=t + 10, pid=1, tid=7, name="aten::linear", input_dims=dims, input_types=types, step=step))
+        rows.append(dict(start=t + 1, end=t + 9, pid=1, tid=7, name="aten::matmul",
+                         input_dims=json.dumps([[1, 1, in_f], [in_f, out_f]]), input_types=f"[{BF}, {BF}]", step=step))
+        rows.append(dict(start=t + 2, end=t + 8, pid=1, tid=7, name="aten::mm",
+                         input_dims=json.dumps([[1, in_f], [in_f, out_f]]), input_types=f"[{BF}, {BF}]", step=step))
+        t += 20
+
+    for _ in range(layers):
+        for _p in ("q", "k", "v", "o"):
+            linear(H, H)
+        # attention scores: batched matmul on activations, no weight
+        rows.append(dict(start=t, end=t + 5, pid=1, tid=7, name="aten::matmul",
+                         input_dims=json.dumps([[1, 32, 1, 128], [1, 32, 128, 17]]), input_types=f"[{BF}, {BF}]", step=step))
+        t += 10
+        linear(I, H)
+        linear(I, H)
+        linear(H, I)
+    linear(V, H)  # lm_head
+    return rows
+
+
+LLAMA_2_LAYER_BYTES = (2 * (4 * H * H + 3 * H * I) + V * H) * 2
+
+
+def test_shapes_one_step():
+    ops = pl.DataFrame(_llama_step_ops(0)).drop("step")
+    wb, detail = weight_bytes_from_shapes(ops)
+    assert wb == LLAMA_2_LAYER_BYTES
+    assert detail["weights"] == 2 * 7 + 1 and detail["n_steps"] == 1
+    assert detail["bytes_by_op"] == {"aten::linear": LLAMA_2_LAYER_BYTES}
+
+
+def test_shapes_many_steps_divides():
+    ops = pl.DataFrame(_llama_step_ops(0) + _llama_step_ops(10_000) + _llama_step_ops(20_000)).drop("step")
+    assert weight_bytes_from_shapes(ops, 3)[0] == LLAMA_2_LAYER_BYTES
+    assert weight_bytes_from_shapes(ops, n_steps=1)[0] == 3 * LLAMA_2_LAYER_BYTES
+
+
+def test_shapes_step_column_takes_median():
+    partial = _llama_step_ops(30_000, step=3)[:5]  # a step cut off by the capture window
+    ops = pl.DataFrame(_llama_step_ops(0, step=0) + _llama_step_ops(10_000, step=1)
+                       + _llama_step_ops(20_000, step=2) + partial)
+    wb, detail = weight_bytes_from_shapes(ops)
+    assert wb == LLAMA_2_LAYER_BYTES and detail["n_steps"] == 4
+
+
+def test_shapes_addmm_mm_bias_and_dtypes():
+    ops = pl.DataFrame([
+        # addmm(bias, mat1, mat2): weight = input 2 ([in, out], transposed), bias = input 0; fp32
+        dict(start=0, end=5, pid=1, tid=1, name="aten::addmm",
+             input_dims="[[768], [1, 768], [768, 3072], [], []]",
+             input_types='["float", "float", "float", "Scalar", "Scalar"]'),
+        # linear with bias, fp16
+        dict(start=10, end=15, pid=1, tid=1, name="aten::linear",
+             input_dims="[[1, 1, 4096], [11008, 4096], [11008]]",
+             input_types='["c10::Half", "c10::Half", "c10::Half"]'),
+        # mm where the weight comes first (W @ x), fp8
+        dict(start=20, end=25, pid=1, tid=1, name="aten::mm",
+             input_dims="[[4096, 4096], [4096, 1]]",
+             input_types='["c10::Float8_e4m3fn", "c10::Float8_e4m3fn"]'),
+        # a thread of its own, overlapping in time: not nested
+        dict(start=11, end=14, pid=1, tid=2, name="aten::mm",
+             input_dims="[[1, 1024], [1024, 1024]]", input_types='["c10::BFloat16", "c10::BFloat16"]'),
+    ])
+    wb, detail = weight_bytes_from_shapes(ops)
+    assert wb == (768 * 3072 + 768) * 4 + (11008 * 4096 + 11008) * 2 + 4096 * 4096 * 1 + 1024 * 1024 * 2
+
+
+def test_shapes_missing():
+    assert weight_bytes_from_shapes(pl.DataFrame())[0] is None
+    ops = pl.DataFrame({"start": [0], "end": [1], "pid": [1], "tid": [1], "name": ["aten::linear"],
+                        "input_dims": [None], "input_types": [None]}, schema_overrides={"input_dims": pl.String, "input_types": pl.String})
+    wb, detail = weight_bytes_from_shapes(ops)
+    assert wb is None and "record_shapes" in detail["reason"]
+    odd = pl.DataFrame({"start": [0], "end": [1], "pid": [1], "tid": [1], "name": ["aten::linear"],
+                        "input_dims": ["[[1, 8], [8, 8]]"], "input_types": ['["weird", "weird"]']})
+    wb, detail = weight_bytes_from_shapes(odd)
+    assert wb is None and detail["unknown_dtypes"] == ["weird"]
+
+
+# --------------------------------------------------------------------------- weight bytes from SGLang NVTX
+
+def _sglang_ranges(steps: int = 2) -> list[str]:
+    # As sglang/srt/utils/nvtx_pytorch_hooks.py writes them: str(dict), module prefix 'top'.
+    out = []
+    for s in range(steps):
+        out.append(f"decode_step {s}")
+        out.append("{'Module': 'top', 'Inputs': [[1], [1]]}")
+        out.append("{'Module': 'top.model.embed_tokens', 'TrainableParams': {'weight': [128256, 4096]}, 'Inputs': [[1]]}")
+        for layer in range(2):
+            p = f"top.model.layers.{layer}"
+            out.append(f"{{'Module': '{p}', 'Inputs': [[1, 4096], [1, 4096]]}}")
+            out.append(f"{{'Module': '{p}.input_layernorm', 'TrainableParams': {{'weight': [4096]}}, 'Inputs': [[1, 4096]]}}")
+            out.append(f"{{'Module': '{p}.self_attn.qkv_proj', 'TrainableParams': {{'weight': [6144, 4096]}}, "
+                       f"'Inputs': [[1, 4096]]}}")
+            out.append(f"{{'Module': '{p}.self_attn.o_proj', 'TrainableParams': {{'weight': [4096, 4096]}}, "
+                       f"'Inputs': [[1, 4096]]}}")
+            out.append(f"{{'Module': '{p}.mlp.gate_up_proj', 'TrainableParams': {{'weight': [28672, 4096]}}, "
+                       f"'Inputs': [[1, 4096]]}}")
+            out.append(f"{{'Module': '{p}.mlp.down_proj', 'TrainableParams': {{'weight': [4096, 14336]}}, "
+                       f"'Inputs': [[1, 14336]], 'StaticParams': {{'in_features': 14336, 'out_features': 4096}}}}")
+        out.append("{'Module': 'top.model.norm', 'TrainableParams': {'weight': [4096]}, 'Inputs': [[1, 4096]]}")
+    return out
+
+
+SGL_BYTES = (2 * (4096 + 6144 * 4096 + 4096 * 4096 + 28672 * 4096 + 4096 * 14336) + 4096) * 2
+
+
+def test_nvtx_sglang():
+    s = pl.Series(_sglang_ranges(3))
+    assert weight_bytes_from_nvtx(s) == SGL_BYTES
+    wb, detail = weight_bytes_from_nvtx_detail(s, n_steps=3)
+    assert wb == SGL_BYTES
+    assert detail["excluded_embedding"] == ["top.model.embed_tokens"] and detail["modules"] == 11
+    assert weight_bytes_from_nvtx(s, dtype="fp8") == SGL_BYTES // 2
+
+
+def test_nvtx_without_params():
+    assert weight_bytes_from_nvtx(pl.Series(["decode_step 1", "forward"])) is None
+    assert weight_bytes_from_nvtx(pl.Series([], dtype=pl.String)) is None

@@ -1,0 +1,431 @@
+"""The weight-read roofline: bytes a decode step must read, the floor and the tok/s ceiling.
+
+One implementation, shared by ``tracekit breakdown`` (its ``roofline`` block) and
+``tracekit ceiling`` (trace-free). Pure functions: no file access, no printing.
+
+The arithmetic (units: bytes, GB/s = 1e9 B/s, milliseconds)::
+
+    floor_ms              = bytes / (peak_bw_gbps * 1e9) * 1e3
+    ceiling_steps_per_s   = 1000 / floor_ms
+    ceiling_tokens_per_s  = ceiling_steps_per_s * tokens_per_step
+    fraction_of_ceiling   = floor_ms / step_ms
+    gemm_achieved_bw_gbps = bytes / (gemm_ms * 1e-3) / 1e9
+
+It also infers the weight bytes a step reads from what a trace records: the input
+shapes of matmul-like torch ops (Kineto ``record_shapes``), or SGLang's layer-wise
+NVTX text (``--enable-layerwise-nvtx-marker``), which names each module's parameters.
+
+>>> r = roofline(13_500_000_000, 768.0, None, 3.2, None)
+>>> round(r.floor_ms, 2), round(r.ceiling_steps_per_s, 1), round(r.ceiling_tokens_per_s)
+(17.58, 56.9, 182)
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import asdict, dataclass
+
+import polars as pl
+
+# Bytes per element of the dtypes torch/Kineto report ("Input type") and the short
+# names users type. int4/fp4 pack two elements per byte.
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4, "float32": 4, "float": 4, "fp16": 2, "float16": 2, "half": 2,
+    "bf16": 2, "bfloat16": 2, "fp8": 1, "float8": 1, "int8": 1, "uint8": 1,
+    "int4": 0.5, "fp4": 0.5, "nvfp4": 0.5, "mxfp4": 0.5,
+    "float64": 8, "double": 8,
+    # Kineto / c10 TypeMeta names
+    "c10::BFloat16": 2, "c10::Half": 2, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "c10::Float8_e8m0fnu": 1,
+    "c10::Float4_e2m1fn_x2": 1,  # two fp4 values per stored element
+    "int32": 4, "int64": 8,
+    "signed char": 1, "unsigned char": 1, "short int": 2, "int": 4, "long int": 8,
+    "c10::qint8": 1, "c10::quint8": 1, "c10::quint4x2": 1, "bool": 1,
+}
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element of a dtype name ('bf16', 'fp8', 'int4', 'c10::BFloat16', ...).
+
+    >>> dtype_bytes("bf16"), dtype_bytes("int4")
+    (2, 0.5)
+    """
+    key = dtype.strip()
+    if key in DTYPE_BYTES:
+        return DTYPE_BYTES[key]
+    low = key.lower().removeprefix("torch.")
+    if low in DTYPE_BYTES:
+        return DTYPE_BYTES[low]
+    raise ValueError(f"unknown dtype {dtype!r}; known: bf16, fp16, fp32, fp8, int8, int4")
+
+
+def bytes_per_step(
+    weight_bytes: int | float,
+    tp: int = 1,
+    draft_bytes: int | float = 0,
+    draft_forwards: int | float = 0,
+    draft_sharded: bool = True,
+    kv_bytes_per_token: int | float = 0,
+    context: int | float = 0,
+    batch: int = 1,
+    *,
+    kv_sharded: bool = True,
+) -> int:
+    """Bytes ONE GPU must read from memory per decode step.
+
+    ``weight_bytes / tp`` (the target model's weights, split by tensor parallelism)
+    ``+ draft_bytes * draft_forwards`` (``/ tp`` when the draft is sharded too)
+    ``+ kv_bytes_per_token * context * batch`` (``/ tp`` when KV heads are split).
+    Weights are read once per step whatever the batch; the KV cache once per sequence.
+    ``kv_bytes_per_token`` is the whole model's (all layers, K and V).
+
+    >>> bytes_per_step(27e9, tp=2)
+    13500000000
+    >>> bytes_per_step(4e9, draft_bytes=1e8, draft_forwards=3, kv_bytes_per_token=131072, context=1000)
+    4431072000
+    """
+    if tp < 1:
+        raise ValueError("tp must be >= 1")
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
+    for label, v in (("weight_bytes", weight_bytes), ("draft_bytes", draft_bytes),
+                     ("draft_forwards", draft_forwards), ("kv_bytes_per_token", kv_bytes_per_token),
+                     ("context", context)):
+        if v is None or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{label} must be a non-negative number, got {v!r}")
+    total = weight_bytes / tp
+    total += draft_bytes * draft_forwards / (tp if draft_sharded else 1)
+    total += kv_bytes_per_token * context * batch / (tp if kv_sharded else 1)
+    return int(round(total))
+
+
+def tokens_per_step(accept_len: float | None = None, batch: float | None = 1) -> float | None:
+    """Tokens a step produces: (accept length with speculation, else 1) x batch; None if unknown.
+
+    >>> tokens_per_step(3.2, 1), tokens_per_step(None, 8), tokens_per_step(2.0, None)
+    (3.2, 8.0, None)
+    """
+    if batch is None:
+        return None
+    return float(accept_len if accept_len is not None else 1.0) * float(batch)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The contract's ``roofline`` keys (``weight_bytes_source`` is the caller's to set)."""
+
+    weight_bytes_per_step: int | None
+    floor_ms: float | None
+    ceiling_steps_per_s: float | None
+    tokens_per_step: float | None
+    ceiling_tokens_per_s: float | None
+    fraction_of_ceiling: float | None
+    gemm_achieved_bw_gbps: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _pos(x: float | None) -> bool:
+    return x is not None and math.isfinite(x) and x > 0
+
+
+def roofline(
+    weight_bytes_per_step: int | None,
+    peak_bw_gbps: float | None,
+    step_ms: float | None,
+    tokens_per_step: float | None,
+    gemm_ms: float | None,
+) -> Roofline:
+    """The weight-read floor and what follows from it. Any input None (or not > 0) makes
+    the outputs that depend on it None; it never guesses.
+
+    ``step_ms``: the measured mean step time (breakdown's ``steps.mean_ms``; for
+    ``ceiling``, tokens_per_step * 1000 / measured tok/s). ``gemm_ms``: gemm kernel
+    time per step.
+
+    >>> roofline(4_000_000_000, 4800.0, 1.0, 1.0, 0.9).to_dict()["fraction_of_ceiling"]
+    0.8333333333333334
+    >>> roofline(None, 4800.0, 1.0, 1.0, 0.9).floor_ms is None
+    True
+    """
+    b = weight_bytes_per_step if _pos(weight_bytes_per_step) else None
+    floor_ms = b / (peak_bw_gbps * 1e9) * 1e3 if b is not None and _pos(peak_bw_gbps) else None
+    steps_s = 1000.0 / floor_ms if floor_ms is not None else None
+    tps = float(tokens_per_step) if _pos(tokens_per_step) else None
+    tok_s = steps_s * tps if steps_s is not None and tps is not None else None
+    frac = floor_ms / step_ms if floor_ms is not None and _pos(step_ms) else None
+    gemm_bw = b / (gemm_ms * 1e-3) / 1e9 if b is not None and _pos(gemm_ms) else None
+    return Roofline(
+        weight_bytes_per_step=int(b) if b is not None else None,
+        floor_ms=floor_ms,
+        ceiling_steps_per_s=steps_s,
+        tokens_per_step=tps,
+        ceiling_tokens_per_s=tok_s,
+        fraction_of_ceiling=frac,
+        gemm_achieved_bw_gbps=gemm_bw,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Weight bytes from Kineto op shapes
+# --------------------------------------------------------------------------------------
+
+# op -> (index of the weight operand, index of the bias operand or None). aten::mm and
+# aten::matmul have no fixed weight slot: the weight is the 2-D operand that is not the
+# activation (see _SHAPE_DOC).
+_WEIGHT_SLOT = {
+    "aten::linear": (1, 2),
+    "aten::addmm": (2, 0),
+    "aten::mm": (None, None),
+    "aten::matmul": (None, None),
+}
+
+_SHAPE_DOC = """
+Rules, per top-level matmul-like op (an op nested inside another matmul-like op on the
+same thread, e.g. the aten::mm under an aten::linear, is skipped so nothing counts twice):
+  aten::linear(input, weight, bias)   weight = input 1, bias = input 2 (when given)
+  aten::addmm(bias, mat1, mat2)       weight = input 2 (transposed weight), bias = input 0 if 1-D
+  aten::mm / aten::matmul(a, b)       the 2-D operand that is not the activation: if only
+                                      one operand is 2-D, that one; if both are, the larger
+                                      (decode activations are [tokens, hidden]); if none
+                                      is 2-D (batched attention matmuls), no weight
+Every occurrence counts (each layer's weight is read once per step; the same shape
+appears once per layer), then the total is divided by the number of steps.
+"""
+
+
+def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> tuple[int | None, dict]:
+    """Weight bytes per decode step from the input shapes of matmul-like torch ops.
+
+    ``ops``: rows of ``Trace.ops`` (columns ``name``, ``input_dims``, ``input_types``,
+    and ``pid``/``tid``/``start``/``end`` when nesting must be resolved) covering whole
+    decode steps. Either give the ops of the analysed steps with ``n_steps`` = how
+    many steps they span, or add a ``step`` column (one id per step, null = outside):
+    then bytes are summed per step and the median step is reported (robust to a
+    partial first/last step). Returns ``(bytes_per_step | None, detail)``; ``detail``
+    says how many ops and weights were used and why the result is None when it is.
+    """
+    detail: dict = {"method": "shapes", "ops": 0, "weights": 0, "n_steps": None,
+                    "bytes_by_op": {}, "skipped_ops": 0, "reason": None}
+    need = {"name", "input_dims", "input_types"}
+    if ops is None or ops.height == 0 or not need <= set(ops.columns):
+        detail["reason"] = "no matmul-like ops with recorded shapes in the trace"
+        return None, detail
+    df = ops.filter(pl.col("name").is_in(list(_WEIGHT_SLOT)) & pl.col("input_dims").is_not_null())
+    if "step" in df.columns:
+        df = df.filter(pl.col("step").is_not_null())
+    if df.height == 0:
+        detail["reason"] = "no matmul-like ops with recorded shapes (record the torch trace with record_shapes=True)"
+        return None, detail
+
+    # Drop ops nested in an earlier matmul-like op of the same thread (aten::linear ->
+    # aten::matmul -> aten::mm): start before the running max of earlier ends.
+    if {"start", "end", "tid"} <= set(df.columns):
+        keys = [c for c in ("pid", "tid") if c in df.columns]
+        df = (
+            df.sort([*keys, "start", "end"], descending=[False] * len(keys) + [False, True])
+            .with_columns(_prev_end=pl.col("end").cum_max().shift(1).over(keys))
+            .filter(pl.col("_prev_end").is_null() | (pl.col("start") >= pl.col("_prev_end")))
+            .drop("_prev_end")
+        )
+
+    shape_t = pl.List(pl.List(pl.Int64))
+    df = df.with_columns(
+        _dims=pl.col("input_dims").str.json_decode(shape_t),
+        _types=pl.col("input_types").fill_null("[]").str.json_decode(pl.List(pl.String)),
+    )
+
+    def operand(i: int, prefix: str) -> list[pl.Expr]:
+        shape = pl.col("_dims").list.get(i, null_on_oob=True)
+        return [
+            shape.list.len().alias(f"{prefix}_nd"),
+            shape.list.eval(pl.element().cast(pl.Float64)).list.eval(pl.element().product()).list.first().alias(f"{prefix}_n"),
+            pl.col("_types").list.get(i, null_on_oob=True).alias(f"{prefix}_t"),
+        ]
+
+    df = df.with_columns(*operand(0, "a0"), *operand(1, "a1"), *operand(2, "a2"))
+    name = pl.col("name")
+    is_mm = name.is_in(["aten::mm", "aten::matmul"])
+    mm_pick1 = (pl.col("a1_nd") == 2) & ((pl.col("a0_nd") != 2) | (pl.col("a1_n") >= pl.col("a0_n")))
+    mm_pick0 = (pl.col("a0_nd") == 2) & ~mm_pick1
+    w_idx = (
+        pl.when(name == "aten::linear").then(pl.lit(1))
+        .when(name == "aten::addmm").then(pl.lit(2))
+        .when(is_mm & mm_pick1).then(pl.lit(1))
+        .when(is_mm & mm_pick0).then(pl.lit(0))
+        .otherwise(pl.lit(None, dtype=pl.Int32))
+    )
+    b_idx = (
+        pl.when((name == "aten::linear") & (pl.col("a2_nd") == 1)).then(pl.lit(2))
+        .when((name == "aten::addmm") & (pl.col("a0_nd") == 1)).then(pl.lit(0))
+        .otherwise(pl.lit(None, dtype=pl.Int32))
+    )
+
+    def pick(idx: pl.Expr, field: str) -> pl.Expr:
+        return (pl.when(idx == 0).then(pl.col(f"a0_{field}"))
+                .when(idx == 1).then(pl.col(f"a1_{field}"))
+                .when(idx == 2).then(pl.col(f"a2_{field}")))
+
+    def size(t: pl.Expr) -> pl.Expr:
+        return t.replace_strict(list(DTYPE_BYTES), [float(v) for v in DTYPE_BYTES.values()],
+                                default=None, return_dtype=pl.Float64)
+
+    df = df.with_columns(_w=w_idx, _b=b_idx)
+    df = df.with_columns(
+        _wn=pick(pl.col("_w"), "n"), _wt=pick(pl.col("_w"), "t"),
+        _bn=pick(pl.col("_b"), "n"), _bt=pick(pl.col("_b"), "t"),
+    )
+    df = df.with_columns(
+        _wbytes=pl.col("_wn") * size(pl.col("_wt")),
+        _bbytes=(pl.col("_bn") * size(pl.col("_bt"))).fill_null(0.0),
+    )
+    used = df.filter(pl.col("_wbytes").is_not_null())
+    detail["ops"] = df.height
+    detail["weights"] = used.height
+    detail["skipped_ops"] = df.height - used.height
+    unknown = df.filter(pl.col("_w").is_not_null() & pl.col("_wbytes").is_null())["_wt"].unique().drop_nulls().to_list()
+    if unknown:
+        detail["unknown_dtypes"] = sorted(unknown)
+    if used.height == 0:
+        detail["reason"] = "no weight operand with a known shape and dtype among the matmul-like ops"
+        return None, detail
+    used = used.with_columns(_bytes=pl.col("_wbytes") + pl.col("_bbytes"))
+    detail["bytes_by_op"] = {
+        r["name"]: int(r["_bytes"]) for r in used.group_by("name").agg(pl.col("_bytes").sum()).to_dicts()
+    }
+
+    if "step" in used.columns:
+        per_step = used.group_by("step").agg(pl.col("_bytes").sum())
+        detail["n_steps"] = per_step.height
+        value = per_step["_bytes"].median()
+        detail["bytes_by_op"] = {k: int(v / per_step.height) for k, v in detail["bytes_by_op"].items()}
+    else:
+        steps = 1 if n_steps is None else n_steps
+        if steps < 1:
+            raise ValueError("n_steps must be >= 1")
+        detail["n_steps"] = steps
+        value = used["_bytes"].sum() / steps
+        detail["bytes_by_op"] = {k: int(v / steps) for k, v in detail["bytes_by_op"].items()}
+    return int(round(value)), detail
+
+
+weight_bytes_from_shapes.__doc__ += _SHAPE_DOC  # type: ignore[operator]
+
+
+# --------------------------------------------------------------------------------------
+# Weight bytes from SGLang layer-wise NVTX text
+# --------------------------------------------------------------------------------------
+
+# Modules whose parameters a decode step does not stream as weights: the token embedding
+# is a gather of `batch` rows, not a read of the table. (A tied lm_head reads it in full,
+# but SGLang's lm_head has no forward call of its own, so it never gets a range.)
+_EMBEDDING = re.compile(r"(^|\.)(embed_tokens|embed_in|embeddings?|wte|wpe|tok_embeddings|word_embeddings)$")
+_MODULE = re.compile(r"'Module':\s*'([^']*)'")
+_PARAMS = re.compile(r"'TrainableParams':\s*(\{[^{}]*\})")
+
+
+def _module_params(text: str) -> tuple[str, dict[str, list[int]], bool] | None:
+    """(module name, {param: shape}, is_embedding) from one SGLang NVTX range text."""
+    if "'TrainableParams'" not in text:
+        return None
+    m, p = _MODULE.search(text), _PARAMS.search(text)
+    if not m or not p:
+        return None
+    try:
+        params = ast.literal_eval(p.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    if not isinstance(params, dict):
+        return None
+    module = m.group(1)
+    is_emb = bool(_EMBEDDING.search(module)) or "'num_embeddings'" in text
+    return module, params, is_emb
+
+
+def weight_bytes_from_nvtx(
+    range_names: pl.Series,
+    *,
+    n_steps: int | None = None,
+    dtype: str = "bf16",
+    param_dtypes: dict[str, str] | None = None,
+) -> int | None:
+    """Weight bytes per decode step from SGLang's layer-wise NVTX text, or None.
+
+    See :func:`weight_bytes_from_nvtx_detail` (same arguments), which also says what
+    was counted and why the result is None when it is.
+    """
+    return weight_bytes_from_nvtx_detail(range_names, n_steps=n_steps, dtype=dtype, param_dtypes=param_dtypes)[0]
+
+
+def weight_bytes_from_nvtx_detail(
+    range_names: pl.Series,
+    *,
+    n_steps: int | None = None,
+    dtype: str = "bf16",
+    param_dtypes: dict[str, str] | None = None,
+) -> tuple[int | None, dict]:
+    """Weight bytes per decode step from SGLang's layer-wise NVTX range text.
+
+    Each text is the ``str()`` of a dict such as ``{'Module': 'top.model.layers.0.mlp.
+    down_proj', 'TrainableParams': {'weight': [4096, 11008]}, 'Inputs': [[1, 11008]], ...}``
+    (``sglang/srt/utils/nvtx_pytorch_hooks.py``; ``TrainableParams`` are the module's own
+    parameters, ``recurse=False``, so nothing counts twice up the module tree).
+    Parameters are elements x ``dtype`` bytes (the text carries no dtype; default bf16;
+    ``param_dtypes`` overrides by parameter name, e.g. ``{'qweight': 'int32'}``).
+    Embedding modules are excluded.
+
+    Without ``n_steps``: each distinct module counts once (one forward per module per
+    step). With ``n_steps``: every range counts and the sum is divided by ``n_steps``
+    (use it when a module runs several times per step, e.g. a draft model's forwards).
+    GPTQ/AWQ packed ``qweight``/``qzeros``/``g_idx`` are int32 unless overridden.
+    Returns ``(bytes | None, detail)``.
+    """
+    detail: dict = {"method": "nvtx", "modules": 0, "ranges": 0, "excluded_embedding": [], "reason": None}
+    if range_names is None or len(range_names) == 0:
+        detail["reason"] = "no NVTX ranges"
+        return None, detail
+    counts = (
+        range_names.drop_nulls().filter(range_names.drop_nulls().str.contains("'TrainableParams'", literal=True))
+        .value_counts(name="n")
+    )
+    col = counts.columns[0]
+    overrides = {**{"qweight": "int32", "qzeros": "int32", "g_idx": "int32"}, **(param_dtypes or {})}
+    default_size = dtype_bytes(dtype)
+    per_module: dict[str, float] = {}
+    occurrences: dict[str, int] = {}
+    for text, n in zip(counts[col].to_list(), counts["n"].to_list()):  # distinct texts only: small
+        parsed = _module_params(text)
+        if parsed is None:
+            continue
+        module, params, is_emb = parsed
+        if is_emb:
+            if module not in detail["excluded_embedding"]:
+                detail["excluded_embedding"].append(module)
+            continue
+        b = 0.0
+        for pname, shape in params.items():
+            if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) for d in shape):
+                continue
+            size = dtype_bytes(overrides[pname]) if pname in overrides else default_size
+            b += math.prod(shape) * size
+        per_module[module] = b
+        occurrences[module] = occurrences.get(module, 0) + int(n)
+    if not per_module:
+        detail["reason"] = "no NVTX range carries module parameters (SGLang --enable-layerwise-nvtx-marker)"
+        return None, detail
+    detail["modules"] = len(per_module)
+    detail["ranges"] = sum(occurrences.values())
+    if n_steps is None:
+        total = sum(per_module.values())
+    else:
+        if n_steps < 1:
+            raise ValueError("n_steps must be >= 1")
+        total = sum(per_module[m] * occurrences[m] for m in per_module) / n_steps
+    detail["n_steps"] = n_steps
+    if total <= 0:
+        detail["reason"] = "module parameters sum to 0 bytes"
+        return None, detail
+    return int(round(total)), detail
