@@ -182,24 +182,25 @@ def _weight_bytes_from_trace(trace, b, warnings):
         from tracekit.analyses.roofline import weight_bytes_from_nvtx, weight_bytes_from_shapes
     except ImportError:  # pragma: no cover
         return None, None
-    n = b.steps["count"]
     if trace.ops.height and trace.ops["input_dims"].is_not_null().any():
-        ops = trace.ops
-        try:
-            wb, _detail = weight_bytes_from_shapes(ops, n_steps=_steps_in_ops(trace, b))
-        except TypeError:
-            wb, _detail = weight_bytes_from_shapes(ops, n)
-        if wb:
-            return int(wb), "shapes"
+        # Only the ops of the analysed steps (warm-up or prefill ops would inflate the bytes).
+        import polars as pl
+
+        w = b.extras["step_windows"].sort("start")
+        ops = (trace.ops.sort("start")
+               .join_asof(w.rename({"start": "ws", "end": "we"}), left_on="start", right_on="ws",
+                          by=["pid", "tid"], strategy="backward", check_sortedness=False)
+               .filter(pl.col("step").is_not_null() & (pl.col("start") <= pl.col("we")))
+               .drop("ws", "we"))
+        if ops.height:
+            wb, _detail = weight_bytes_from_shapes(ops, n_steps=b.steps["count"])
+            if wb:
+                return int(wb), "shapes"
     if trace.ranges.height:
         wb = weight_bytes_from_nvtx(trace.ranges["name"])
         if wb:
             return int(wb), "nvtx"
     return None, None
-
-
-def _steps_in_ops(trace, b) -> int:
-    return max(1, b.steps["count"])
 
 
 __all__ = ["advise", "lookup"]

@@ -239,6 +239,7 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
     )
     table = (table.join(ksum, on="step", how="left").join(graphed, on="step", how="left")
              .drop(cum_cols + ["a_first", "a_last"]).sort("p_start"))
+    table = table.join(windows.select("step", "pid", "tid", w_start="start", w_end="end"), on="step", how="left")
     return table, acts_g, steps, dev, warnings, excluded, graph_mode
 
 
@@ -279,6 +280,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         "graph_launches_per_step": float(table["n_graph_launches"].fill_null(0).mean()),
         "busy_ms": sum(v for k, v in per_step_ms.items() if k not in ("launch_gaps", "idle") and v is not None),
         "graph_mode": graph_mode,
+        "step_windows": table.select("step", "pid", "tid", start="w_start", end="w_end"),
     }
     gpu_name, trace_bw = None, None
     g = trace.gpus.filter(pl.col("device") == dev)
