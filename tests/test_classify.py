@@ -52,6 +52,7 @@ def test_memory():
         ("Memcpy DtoH (Device -> Pinned)", "memory", "M1"),  # Kineto gpu_memcpy (reference §0)
         ("Memset (Device)", "memory", "M1"),  # Kineto gpu_memset
         ("memcpy128", "memory", "M2"),  # graph memcpy node, lora_perf bs16-TP-0 (x1552)
+        ("memcpy32_post", "memory", "M2"),  # our H200 capture, hf-small-graph-torch (torch 2.11 Kineto)
     ])
     # memcpy/memset records stay memory even when a user rule would match them
     assert one("Memcpy HtoD (Pageable -> Device)")[0] == "memory"
@@ -266,6 +267,36 @@ def test_other_families():
          "at::native::OpaqueType<4> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)", "other", "P4"),
         ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_scaled_fp4_quant_zeros_3", "other", "P5"),  # nvllm
         ("<unnamed>::nvfuser_pointwise_f0_c1_r0_g0(<unnamed>::Tensor<float, (int)2, (int)2>)", "other", "O9"),  # Fuser
+    ])
+
+
+def test_hf_llama_decode_on_h200_torch_2_11():
+    """Names from our own H200 captures (capture/run_h200.sh: hf-small-eager nsys export, torch 2.11, CUDA 13)."""
+    check([
+        ("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT", "gemm", "G9"),
+        ("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_splitK_TNT", "gemm", "G9"),
+        ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_tn_align1>(T1::Params)", "gemm", "G8"),
+        ("void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, float, __nv_bfloat16, float, __nv_bfloat16, (bool)0, "
+         "float, __nv_bfloat16, __nv_bfloat16, (bool)1, (bool)0, (bool)0, (bool)0>(T7)", "gemm", "G11"),
+        ("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_3_64x64x64_4x1x1_cga1x1x1_kernel0_0",
+         "attention", "A5"),
+        # HF RMSNorm = pow + mean + rsqrt + mul: elementwise and reduce, all OTHER
+        ("void at::native::vectorized_elementwise_kernel<(int)4, void at::native::<unnamed>::pow_tensor_scalar_kernel_impl"
+         "<float, float>(at::TensorIteratorBase &, T2)::[lambda(T1) (instance 2)], std::array<char *, (unsigned long)2>>"
+         "(int, T2, T3)", "other", "P1"),
+        ("void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float, at::native::MeanOps<float, float, "
+         "float, float>, unsigned int, float, (int)4, (int)4>>(T3)", "other", "P2"),
+        ("void at::native::<unnamed>::CatArrayBatchedCopy<at::native::<unnamed>::OpaqueType<(unsigned int)2>, unsigned int, "
+         "(int)4, (int)64, (int)64>(T1 *, at::native::<unnamed>::CatArrInputTensorMetadata<T1, T2, T4, T5>, "
+         "at::native::<unnamed>::TensorSizeStride<T2, (unsigned int)4>, int, T2)", "other", "P3"),
+        ("void at::native::index_elementwise_kernel<(int)128, (int)4, void at::native::index_copy_kernel_impl<at::native::"
+         "OpaqueType<(int)2>>(at::TensorIterator &, long, long, long)::[lambda(int) (instance 1)]>(long, T3)",
+         "other", "P4"),
+        ("void at::native::<unnamed>::indexSelectSmallIndex<c10::BFloat16, long, unsigned int, (int)2, (int)2, (int)-2>("
+         "at::cuda::detail::TensorInfo<T1, T3>, at::cuda::detail::TensorInfo<const T1, T3>)", "other", "O7"),
+        # torch symmetric memory at world size 1 (synthetic-symm-eager capture)
+        ("void <unnamed>::one_shot_all_reduce_kernel<c10::BFloat16, (int)16, (int)-1>(T1 **, T1 *, T1 *, unsigned long, "
+         "unsigned long, unsigned long, unsigned int **, unsigned long, unsigned long)", "communication", "C8"),
     ])
 
 
