@@ -4,9 +4,12 @@ This module owns every Kineto quirk; what leaves it is a :class:`tracekit.trace.
 
 How it reads (and why):
 
-* The file is decoded once by ``msgspec`` into small typed Structs that name only the
-  fields we use; msgspec skips everything else (``python_function`` stacks, ``Concrete
-  Inputs``, flows' extra keys) without building Python objects for it. No ``json.load``.
+* No ``json.load``: the file is streamed (gunzipped in a second thread) and the
+  ``traceEvents`` array is cut between events into ~32 MB pieces, each decoded by
+  ``msgspec`` into small typed Structs that name only the fields we use (msgspec skips
+  everything else, e.g. ``python_function`` stacks, without building Python objects for
+  it) and turned into typed polars frames at once. Memory is bounded by the piece size
+  plus the normalized frames, not by the file (docs/kineto-reader.md has the numbers).
 * Scalars whose JSON type varies between producers (``ts``, ``dur``, ``pid``, ``tid``,
   ``args.stream`` ...) are kept as ``msgspec.Raw`` (the exact JSON text) and parsed in bulk
   by polars: all texts of one column are joined with a byte that valid JSON cannot
