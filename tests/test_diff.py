@@ -1,0 +1,141 @@
+"""tracekit diff: the tracekit.diff/1 JSON, the PR markdown (stable, escaped) and the CLI, on real traces."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+import tracekit
+from tracekit.analyses.diff import change, diff
+from tracekit.cli import cli
+from tracekit.diffcmd import diff_md, headline
+
+from conftest import DATA, sample, shared
+
+MFU = DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite"
+SGLANG = "TraceLens/tests/traces/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz"
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tracekit.breakdown(tracekit.load(MFU)), tracekit.breakdown(tracekit.load(shared(SGLANG)))
+
+
+def test_schema_and_deltas_are_the_breakdowns_numbers(pair):
+    base, new = pair
+    d = diff(base, new).to_dict()
+    assert list(d) == ["schema", "base", "new", "delta"]
+    assert d["schema"] == "tracekit.diff/1"
+    assert d["base"] == base.to_dict() and d["new"] == new.to_dict()
+    for k, c in d["delta"]["per_step_ms"].items():
+        b, n = base.per_step_ms[k], new.per_step_ms[k]
+        assert (c["base"], c["new"]) == (b, n)
+        assert c["abs"] == pytest.approx(n - b, abs=1e-9)
+        assert c["rel"] == (pytest.approx((n - b) / b) if b else None)
+    m = d["delta"]["steps"]["mean_ms"]
+    assert m["base"] == pytest.approx(2.963, abs=5e-4) and m["new"] == pytest.approx(10.367, abs=5e-4)
+    spread = d["delta"]["steps"]["spread_ms"]
+    assert spread["base"] == pytest.approx(base.steps["p90_ms"] - base.steps["p10_ms"])
+    assert spread["new"] == pytest.approx(0.0)
+    assert d["delta"]["steps"]["count"] == {"base": 98, "new": 1, "abs": -97, "rel": pytest.approx(-97 / 98)}
+    # gemm moves most in absolute terms (0.292 → 5.782 ms).
+    assert d["delta"]["largest_change"] == "gemm"
+    # The SGLang trace replays CUDA graphs, the nsys-ai one is eager: the cuda_graphs lever flips.
+    flips = {a["lever"]: a for a in d["delta"]["advice_changed"]}
+    assert flips["cuda_graphs"]["applicable"] == {"base": True, "new": False}
+    assert flips["cuda_graphs"]["applicable_flipped"] is True
+    assert flips["communication"]["applicable_flipped"] is True
+    assert "drafting" not in flips  # same verdict on both sides
+    assert any("steps found differently" in w for w in d["delta"]["warnings"])
+
+
+def test_headline_names_the_largest_change(pair):
+    d = diff(*pair).to_dict()
+    assert headline(d) == "step 3.0 → 10.4 ms (+250%): gemm +5.5 ms"
+
+
+def test_self_diff_is_zero_and_within_noise(pair):
+    base, _ = pair
+    d = diff(base, base).to_dict()
+    assert all(c["abs"] == 0 for c in d["delta"]["per_step_ms"].values())
+    assert d["delta"]["largest_change"] is None
+    assert d["delta"]["advice_changed"] == []
+    assert d["delta"]["steps"]["within_noise"] is True
+
+
+def test_change_helper():
+    assert change(23.5, 3.7) == {"base": 23.5, "new": 3.7, "abs": -19.8, "rel": pytest.approx(-0.8425532)}
+    assert change(None, 2.0)["abs"] is None and change(0.0, 2.0)["rel"] is None
+
+
+def test_markdown_is_stable_escaped_and_collapsible(pair):
+    runner = CliRunner()
+    args = ["diff", str(MFU), str(shared(SGLANG)), "--format", "md"]
+    r1, r2 = runner.invoke(cli, args), runner.invoke(cli, args)
+    assert r1.exit_code == 0, r1.output
+    assert r1.output == r2.output
+    lines = r1.output.splitlines()
+    assert lines[0] == "### tracekit diff: step 3.0 → 10.4 ms (+250%): gemm +5.5 ms"
+    assert "| **step mean** | 2.963 | 10.367 | +7.403 | +250% |" in lines
+    assert "| step p90 | 9.782 | 10.367 | +0.585 | +6% |" in lines
+    assert "<details><summary>details</summary>" in lines and "</details>" in lines
+    # Names and paths are escaped (markdown metacharacters, HTML).
+    assert "nsysai\\_mfu\\_2gpu" in r1.output
+    # Only our own tags appear as HTML.
+    assert set(re.findall(r"</?([a-z]+)", r1.output)) == {"details", "summary"}
+
+
+def test_markdown_escapes_hostile_names(pair):
+    base, new = pair
+    d = diff(base, new).to_dict()
+    d["new"]["source"]["path"] = "<img src=x onerror=alert(1)>|**x**"
+    d["new"]["warnings"] = ["<script>alert(1)</script>"]
+    text = diff_md(d)
+    assert "<img" not in text and "<script" not in text
+    assert "&lt;img src=x onerror=alert(1)&gt;\\|\\*\\*x\\*\\*" in text
+
+
+def test_json_and_table_cli(pair):
+    runner = CliRunner()
+    r = runner.invoke(cli, ["diff", str(MFU), str(shared(SGLANG)), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["schema"] == "tracekit.diff/1"
+    assert d["delta"]["per_step_ms"]["gemm"]["abs"] == pytest.approx(5.49, abs=0.01)
+    r = runner.invoke(cli, ["diff", str(MFU), str(MFU)])
+    assert r.exit_code == 0, r.output
+    assert "step 3.0 → 3.0 ms (±0%)" in r.output
+
+
+def test_options_apply_to_both_sides():
+    runner = CliRunner()
+    p = DATA / "nsys" / "pipit_saxpy_2022.2.sqlite"
+    r = runner.invoke(cli, ["diff", str(p), str(p), "--step-range", "^saxpy$", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["base"]["steps"]["pattern"] == d["new"]["steps"]["pattern"] == "^saxpy$"
+    assert d["base"]["steps"]["count"] == 5
+
+
+def test_unusable_input_is_one_line_exit_2(tmp_path):
+    r = CliRunner().invoke(cli, ["diff", str(MFU), str(tmp_path / "missing.sqlite")])
+    assert r.exit_code == 2
+    assert r.output.startswith("tracekit: error: ") and r.output.count("\n") == 1
+
+
+def test_eager_vs_graph_headline_shows_the_idle_drop():
+    eager = sample("hf-small-eager/trace.sqlite")
+    graph = sample("hf-small-graph/trace.sqlite")
+    r = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    st = d["delta"]["steps"]["mean_ms"]
+    assert st["abs"] < 0
+    big = d["delta"]["largest_change"]
+    assert big in ("idle", "launch_gaps")
+    assert d["delta"]["per_step_ms"][big]["abs"] < 0
+    md_text = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--format", "md"]).output
+    assert re.match(rf"### tracekit diff: step [\d.,]+ → [\d.,]+ ms \(−\d+%\): {big} −[\d.,]+ ms", md_text)

@@ -1,0 +1,125 @@
+"""Two breakdowns side by side: what changed between a base and a new run (schema ``tracekit.diff/1``).
+
+``diff(base, new)`` takes two :class:`~tracekit.analyses.breakdown.Breakdown` results and
+returns a :class:`Diff` whose ``to_dict()`` is the contract JSON::
+
+    {"schema": "tracekit.diff/1", "base": <breakdown>, "new": <breakdown>, "delta": {...}}
+
+``delta`` holds, for every number compared, ``{"base", "new", "abs", "rel"}`` where
+``abs = new - base`` (ms unless the key says otherwise) and ``rel = abs / base``
+(``null`` when either side is ``null`` or ``base`` is 0):
+
+* ``steps``: ``mean_ms``, ``median_ms``, ``p10_ms``, ``p90_ms``, ``spread_ms`` (p90 − p10, the
+  step-to-step noise of each side) and ``count``; plus ``within_noise``: true when the
+  mean moved by less than the larger of the two p10–p90 half-spreads, i.e. the change
+  may be noise.
+* ``per_step_ms`` and ``kernel_ms_per_step``: every key of the breakdown's blocks.
+* ``roofline``: ``floor_ms``, ``fraction_of_ceiling``, ``ceiling_tokens_per_s``,
+  ``gemm_achieved_bw_gbps``.
+* ``largest_change``: the ``per_step_ms`` key with the largest absolute change (ties: the
+  first in ``per_step_ms`` order), or null.
+* ``advice_changed``: one entry per lever whose ``applicable`` flipped or whose verdict
+  text changed: ``{"lever", "applicable": {"base", "new"}, "applicable_flipped": bool,
+  "verdict": {"base", "new"}, "max_saving_ms": {"base", "new", "abs", "rel"}}``.
+* ``warnings``: why the comparison may mislead (different GPUs, step markers, graph modes).
+
+Pure: no files, no printing. The renderers (``report/markdown.py`` style, in ``diffcmd``)
+show only numbers from this dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEMA = "tracekit.diff/1"
+STEP_KEYS = ["mean_ms", "median_ms", "p10_ms", "p90_ms"]
+ROOFLINE_KEYS = ["floor_ms", "fraction_of_ceiling", "ceiling_tokens_per_s", "gemm_achieved_bw_gbps"]
+LEVERS = ["cuda_graphs", "communication", "drafting", "memory_bandwidth"]
+
+
+def change(base, new) -> dict:
+    """``{"base", "new", "abs", "rel"}`` for two numbers (either may be None).
+
+    >>> change(23.5, 3.7)["abs"], round(change(23.5, 3.7)["rel"], 3)
+    (-19.8, -0.843)
+    >>> change(0.0, 1.0)["rel"] is None, change(None, 1.0)["abs"] is None
+    (True, True)
+    """
+    if base is None or new is None:
+        return {"base": base, "new": new, "abs": None, "rel": None}
+    a = new - base
+    if isinstance(a, float):
+        a = round(a, 12)  # stable text: 3.7 - 23.5 prints as -19.8, not -19.799999999999997
+    return {"base": base, "new": new, "abs": a, "rel": (a / base) if base else None}
+
+
+@dataclass
+class Diff:
+    """The result of :func:`diff`; ``to_dict()`` is the contract JSON. ``base``/``new`` are Breakdowns."""
+
+    base: object
+    new: object
+    delta: dict
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "base": self.base.to_dict(), "new": self.new.to_dict(), "delta": self.delta}
+
+
+def _spread(st: dict):
+    if st.get("p90_ms") is None or st.get("p10_ms") is None:
+        return None
+    return st["p90_ms"] - st["p10_ms"]
+
+
+def diff(base, new) -> Diff:
+    """Compare two breakdowns (``base`` first). See the module docstring for the keys."""
+    b, n = base.to_dict(), new.to_dict()
+    bs, ns = b["steps"], n["steps"]
+    steps = {k: change(bs.get(k), ns.get(k)) for k in STEP_KEYS}
+    steps["spread_ms"] = change(_spread(bs), _spread(ns))
+    steps["count"] = change(bs.get("count"), ns.get("count"))
+    mean_abs = steps["mean_ms"]["abs"]
+    halves = [s / 2 for s in (steps["spread_ms"]["base"], steps["spread_ms"]["new"]) if s is not None]
+    steps["within_noise"] = None if mean_abs is None or not halves else abs(mean_abs) < max(halves)
+
+    per_step = {k: change(b["per_step_ms"].get(k), n["per_step_ms"].get(k))
+                for k in dict.fromkeys([*b["per_step_ms"], *n["per_step_ms"]])}
+    kernel = {k: change(b["kernel_ms_per_step"].get(k), n["kernel_ms_per_step"].get(k))
+              for k in dict.fromkeys([*b["kernel_ms_per_step"], *n["kernel_ms_per_step"]])}
+    roof = {k: change(b["roofline"].get(k), n["roofline"].get(k)) for k in ROOFLINE_KEYS}
+
+    largest = None
+    for k, v in per_step.items():
+        if v["abs"] is not None and v["abs"] != 0 and (largest is None or abs(v["abs"]) > abs(per_step[largest]["abs"])):
+            largest = k
+
+    changed = []
+    for lever in LEVERS:
+        ba, na = b["advice"].get(lever), n["advice"].get(lever)
+        if ba is None or na is None:
+            continue
+        flipped = bool(ba["applicable"]) != bool(na["applicable"])
+        if flipped or ba["verdict"] != na["verdict"]:
+            changed.append({
+                "lever": lever,
+                "applicable": {"base": ba["applicable"], "new": na["applicable"]},
+                "applicable_flipped": flipped,
+                "verdict": {"base": ba["verdict"], "new": na["verdict"]},
+                "max_saving_ms": change(ba.get("max_saving_ms"), na.get("max_saving_ms")),
+            })
+
+    warnings = []
+    if (b["gpu"]["name"] or None) != (n["gpu"]["name"] or None):
+        warnings.append(f"different GPUs: base {b['gpu']['name'] or 'unknown'}, new {n['gpu']['name'] or 'unknown'}")
+    if bs["marker"] != ns["marker"] or bs["pattern"] != ns["pattern"]:
+        desc = lambda s: s["marker"] + (f" {s['pattern']!r}" if s["pattern"] else "")  # noqa: E731
+        warnings.append(f"steps found differently: base {desc(bs)}, new {desc(ns)}")
+    if b["source"]["graph_trace_mode"] == "graph" or n["source"]["graph_trace_mode"] == "graph":
+        warnings.append("a trace has whole-graph CUDA graph records: its compute categories are null "
+                        "(capture again with --cuda-graph-trace=node)")
+    if steps["within_noise"]:
+        warnings.append("the mean step moved by less than half the p10–p90 spread: the change may be noise")
+
+    delta = {"steps": steps, "per_step_ms": per_step, "kernel_ms_per_step": kernel, "roofline": roof,
+             "largest_change": largest, "advice_changed": changed, "warnings": warnings}
+    return Diff(base=base, new=new, delta=delta)

@@ -1,0 +1,196 @@
+"""``tracekit diff BASE NEW``: the command and its renderers (markdown for a PR comment, rich table).
+
+The analysis is ``tracekit.analyses.diff.diff``; everything shown here is read from
+``Diff.to_dict()`` (the ``--format json`` output), so the three formats agree. The
+markdown is stable: the same two traces give the same text byte for byte. Untrusted
+text (paths, verdicts quoting names, warnings) goes through ``report.safe``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tracekit.cli import _breakdown_opts, _console, analysis_opts, emit_text, output_options, run_breakdown
+from tracekit.report.safe import md, rich_text
+
+ROW_ORDER = ["gemm", "attention", "communication", "drafting", "other", "memory", "unattributed", "launch_gaps",
+             "idle"]
+MINUS = "\u2212"
+
+
+def _digits(*values) -> int:
+    """Decimals for ms values: 1 when every value is at least 1 ms, else 3."""
+    vals = [abs(v) for v in values if v is not None]
+    return 1 if vals and min(vals) >= 1 else 3
+
+
+def _num(x, nd=3) -> str:
+    return "—" if x is None else f"{x:,.{nd}f}".replace("-", MINUS)
+
+
+def _signed(x, nd=3) -> str:
+    if x is None:
+        return "—"
+    s = f"{abs(x):,.{nd}f}"
+    if float(s.replace(",", "")) == 0:
+        return f"±{s}"
+    return ("+" if x > 0 else MINUS) + s
+
+
+def _rel(c) -> str:
+    r = c.get("rel")
+    if r is None:
+        return "—"
+    pct = 100 * r
+    if round(abs(pct)) == 0:
+        return "±0%" if abs(pct) < 0.05 else _signed(pct, 1) + "%"
+    return _signed(pct, 0) + "%"
+
+
+def headline(d: dict) -> str:
+    """``step 23.5 → 3.7 ms (−84%): idle −19.6 ms`` — the category with the largest absolute change."""
+    m = d["delta"]["steps"]["mean_ms"]
+    nd = _digits(m["base"], m["new"])
+    text = f"step {_num(m['base'], nd)} → {_num(m['new'], nd)} ms ({_rel(m)})"
+    big = d["delta"]["largest_change"]
+    if big is not None:
+        c = d["delta"]["per_step_ms"][big]
+        text += f": {big} {_signed(c['abs'], nd if abs(c['abs']) >= 0.05 else 3)} ms"
+    if d["delta"]["steps"].get("within_noise"):
+        text += " (within step-to-step noise)"
+    return text
+
+
+def _rows(d: dict):
+    """(label, base, new, Δ, Δ%) rows shared by markdown and the terminal table."""
+    delta = d["delta"]
+    rows = []
+    st = delta["steps"]
+    for key, label in (("mean_ms", "step mean"), ("median_ms", "step median"), ("p10_ms", "step p10"),
+                       ("p90_ms", "step p90"), ("spread_ms", "spread p90−p10")):
+        c = st[key]
+        rows.append((label, _num(c["base"]), _num(c["new"]), _signed(c["abs"]), _rel(c)))
+    for k in ROW_ORDER:
+        c = delta["per_step_ms"].get(k)
+        if c is not None:
+            rows.append((k, _num(c["base"]), _num(c["new"]), _signed(c["abs"]), _rel(c)))
+    c = st["count"]
+    rows.append(("steps analysed", str(c["base"]), str(c["new"]), _signed(c["abs"], 0), "")
+                )
+    return rows
+
+
+def _advice_line(a: dict) -> str:
+    ap = a["applicable"]
+    state = lambda v: "applicable" if v else "not applicable"  # noqa: E731
+    s = f"**{a['lever']}**: "
+    s += f"{state(ap['base'])} → {state(ap['new'])}" if a["applicable_flipped"] else f"{state(ap['new'])}"
+    ms = a["max_saving_ms"]
+    if ms["base"] is not None or ms["new"] is not None:
+        s += f"; max saving {_num(ms['base'])} → {_num(ms['new'])} ms"
+    return s
+
+
+def diff_md(d: dict) -> str:
+    base, new, delta = d["base"], d["new"], d["delta"]
+    out = [f"### tracekit diff: {headline(d)}", "",
+           "| per step (ms) | base | new | Δ | Δ % |", "|---|---:|---:|---:|---:|"]
+    for label, b, n, a, r in _rows(d):
+        strong = label == "step mean"
+        out.append(f"| {'**' + label + '**' if strong else label} | {b} | {n} | {a} | {r} |")
+    out.append("")
+    if delta["advice_changed"]:
+        out.append("**advice that changed**")
+        out.append("")
+        for a in delta["advice_changed"]:
+            out.append(f"- {_advice_line(a)}: {md(a['verdict']['new'], 1000)}")
+    else:
+        out.append("**advice**: no lever changed")
+    for w in delta["warnings"]:
+        out.append(f"- ⚠ {md(w, 500)}")
+    out += ["", "<details><summary>details</summary>", ""]
+    for side, b in (("base", base), ("new", new)):
+        st, gpu, src = b["steps"], b["gpu"], b["source"]
+        pattern = f", pattern {md(st['pattern'])}" if st["pattern"] else ""
+        out.append(f"- {side}: {md(src['path'], 200)} ({src['format']}, graph trace mode {src['graph_trace_mode']}); "
+                   f"GPU {gpu['device']} {md(gpu['name'] or 'unknown')}; {st['count']} steps analysed, "
+                   f"{st['excluded']} excluded (marker {st['marker']}{pattern})")
+    out += ["", "| kernel ms / step | base | new | Δ | Δ % |", "|---|---:|---:|---:|---:|"]
+    for k, c in delta["kernel_ms_per_step"].items():
+        out.append(f"| {k} | {_num(c['base'])} | {_num(c['new'])} | {_signed(c['abs'])} | {_rel(c)} |")
+    roof = [(k, c) for k, c in delta["roofline"].items() if c["base"] is not None or c["new"] is not None]
+    if roof:
+        out += ["", "| roofline | base | new | Δ | Δ % |", "|---|---:|---:|---:|---:|"]
+        for k, c in roof:
+            out.append(f"| {k} | {_num(c['base'])} | {_num(c['new'])} | {_signed(c['abs'])} | {_rel(c)} |")
+    for side, b in (("base", base), ("new", new)):
+        out += ["", f"verdicts ({side}):"]
+        for lever, a in b["advice"].items():
+            out.append(f"- {lever}: {md(a['verdict'], 1000)}")
+    for side, b in (("base", base), ("new", new)):
+        if b["warnings"]:
+            out += ["", f"warnings ({side}):"]
+            out += [f"- {md(w, 500)}" for w in b["warnings"]]
+    out += ["", "</details>", ""]
+    return "\n".join(out)
+
+
+def render_diff(d: dict, console) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    console.print(Text.assemble(("tracekit diff ", "bold"), rich_text(d["base"]["source"]["path"]), " → ",
+                                rich_text(d["new"]["source"]["path"])))
+    console.print(Text(headline(d), style="bold"))
+    t = Table(title="per step (ms)", title_justify="left")
+    for col in ("", "base", "new", "Δ", "Δ %"):
+        t.add_column(col, justify="left" if not col else "right")
+    for row in _rows(d):
+        t.add_row(*row)
+    console.print(t)
+    changed = d["delta"]["advice_changed"]
+    console.print(Text("advice that changed" if changed else "advice: no lever changed", style="bold"))
+    for a in changed:
+        console.print(Text("• ") + rich_text(_advice_line(a).replace("**", ""), 300) + Text(": ")
+                      + rich_text(a["verdict"]["new"], 1000))
+    for w in d["delta"]["warnings"]:
+        console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
+
+
+@click.command("diff")
+@click.argument("base", type=click.Path(exists=False, path_type=Path))
+@click.argument("new", type=click.Path(exists=False, path_type=Path))
+@analysis_opts
+@output_options(("table", "md", "json"))
+def diff_command(base, new, device, step_range, draft_range, weight_bytes, peak_bw, accept_len, tokens_per_step,
+                 rules, device_profile, fmt, output, color):
+    """Two breakdowns side by side: deltas per category and step statistic, advice that changed.
+
+    Both traces are analysed with the same options. Example:
+    tracekit diff sample_traces/hf-small-eager/trace.sqlite sample_traces/hf-small-graph/trace.sqlite --format md
+    """
+    from tracekit.analyses.diff import diff
+    from tracekit.report import to_json
+
+    opts = _breakdown_opts(device, step_range, draft_range, weight_bytes, peak_bw, accept_len, tokens_per_step,
+                           rules, device_profile)
+    d = diff(run_breakdown(base, opts), run_breakdown(new, opts)).to_dict()
+    if fmt == "json":
+        emit_text(to_json(d), output)
+    elif fmt == "md":
+        emit_text(diff_md(d), output)
+    else:
+        render_diff(d, _console(output, color))
+
+
+def _ensure_registered():
+    # Imported before tracekit.cli finished (e.g. by a test), _register_optional saw no command yet.
+    from tracekit import cli as _cli
+
+    if "diff" not in _cli.cli.commands:
+        _cli.cli.add_command(diff_command)
+
+
+_ensure_registered()

@@ -1,0 +1,246 @@
+"""The run history: ``breakdown --save runs.db`` appends each result, ``tracekit history runs.db`` shows them.
+
+The database (sqlite-utils) has one table, ``runs``, one row per analysed trace (a
+multi-rank breakdown appends one row per rank). Columns:
+
+* ``id`` (autoincrement), ``timestamp`` (UTC, ISO 8601, seconds), ``path`` (as given),
+  ``trace_bytes``, ``format``, ``producer_version``, ``graph_trace_mode``;
+* ``git_commit``, ``git_branch``, ``git_dirty``: the git state of the current directory
+  when the run was saved (null outside a git checkout), so a regression can be bisected
+  to a commit; ``label``: ``$TRACEKIT_RUN_LABEL`` when set;
+* ``device``, ``gpu_name``, ``peak_bw_gbps``;
+* ``step_count``, ``step_excluded``, ``step_marker``, ``step_pattern``, ``step_mean_ms``,
+  ``step_median_ms``, ``step_p10_ms``, ``step_p90_ms``;
+* one ``<key>_ms`` column per ``per_step_ms`` key (``gemm_ms``, ..., ``idle_ms``);
+* the roofline: ``weight_bytes_per_step``, ``floor_ms``, ``ceiling_tokens_per_s``,
+  ``fraction_of_ceiling``, ``gemm_achieved_bw_gbps``;
+* ``breakdown_json``: the full ``tracekit.breakdown/1`` JSON.
+
+The database is the only file tracekit writes besides the outputs a user names; it is
+opened read-only by ``history``. ``history`` flags a run as a regression when its mean
+step is more than 5% slower than the previous run of the same trace path *and* slower
+than that run's p90 (so step-to-step noise alone does not flag it).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import click
+
+from tracekit.errors import TracekitError
+
+SCHEMA = "tracekit.history/1"
+PER_STEP_KEYS = ["gemm", "attention", "communication", "drafting", "other", "memory", "unattributed", "launch_gaps",
+                 "idle"]
+REGRESSION_REL = 0.05
+FLOAT_COLS = (["peak_bw_gbps", "step_mean_ms", "step_median_ms", "step_p10_ms", "step_p90_ms", "floor_ms",
+               "ceiling_tokens_per_s", "fraction_of_ceiling", "gemm_achieved_bw_gbps"]
+              + [f"{k}_ms" for k in PER_STEP_KEYS])
+COLUMNS = {"id": int, "timestamp": str, "path": str, "trace_bytes": int, "format": str, "producer_version": str,
+           "graph_trace_mode": str, "git_commit": str, "git_branch": str, "git_dirty": int, "label": str,
+           "device": int, "gpu_name": str, "step_count": int, "step_excluded": int, "step_marker": str,
+           "step_pattern": str, "weight_bytes_per_step": int, "breakdown_json": str,
+           **{c: float for c in FLOAT_COLS}}
+
+
+def _git(*args) -> str | None:
+    try:
+        r = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def git_state() -> dict:
+    commit = _git("rev-parse", "HEAD")
+    if commit is None:
+        return {"git_commit": None, "git_branch": None, "git_dirty": None}
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": commit, "git_branch": _git("rev-parse", "--abbrev-ref", "HEAD"),
+            "git_dirty": None if status is None else int(bool(status))}
+
+
+def run_row(b, *, timestamp: str | None = None, git: dict | None = None) -> dict:
+    """The ``runs`` row for one Breakdown."""
+    d = b.to_dict()
+    st, roof, src, gpu = d["steps"], d["roofline"], d["source"], d["gpu"]
+    try:
+        size = os.path.getsize(src["path"])
+    except OSError:
+        size = None
+    row = {
+        "timestamp": timestamp or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "path": src["path"], "trace_bytes": size, "format": src["format"],
+        "producer_version": src["producer_version"], "graph_trace_mode": src["graph_trace_mode"],
+        **(git if git is not None else git_state()), "label": os.environ.get("TRACEKIT_RUN_LABEL") or None,
+        "device": gpu["device"], "gpu_name": gpu["name"], "peak_bw_gbps": gpu["peak_bw_gbps"],
+        "step_count": st["count"], "step_excluded": st["excluded"], "step_marker": st["marker"],
+        "step_pattern": st["pattern"],
+        **{f"step_{k}": st[k] for k in ("mean_ms", "median_ms", "p10_ms", "p90_ms")},
+        **{f"{k}_ms": d["per_step_ms"].get(k) for k in PER_STEP_KEYS},
+        "weight_bytes_per_step": roof.get("weight_bytes_per_step"), "floor_ms": roof.get("floor_ms"),
+        "ceiling_tokens_per_s": roof.get("ceiling_tokens_per_s"),
+        "fraction_of_ceiling": roof.get("fraction_of_ceiling"),
+        "gemm_achieved_bw_gbps": roof.get("gemm_achieved_bw_gbps"),
+    }
+    from tracekit.report import to_json
+
+    row["breakdown_json"] = to_json(d)
+    return row
+
+
+def save_runs(path, results, *, timestamp: str | None = None) -> list[int]:
+    """Append one row per Breakdown in ``results`` to ``path``'s ``runs`` table; returns the new ids."""
+    import sqlite_utils
+
+    path = Path(path)
+    git = git_state()
+    rows = [run_row(b, timestamp=timestamp, git=git) for b in results]
+    try:
+        db = sqlite_utils.Database(path)
+        table = db["runs"]
+        if not table.exists():
+            table.create(COLUMNS, pk="id")
+        ids = []
+        for row in rows:  # one row per trace (a handful), not per event
+            ids.append(table.insert(row, alter=True).last_pk)
+        db.conn.close()
+    except sqlite3.DatabaseError as e:
+        raise TracekitError(f"{path}: cannot save the run there ({e}); pass --save a SQLite file (new or made by "
+                            f"tracekit)")
+    return ids
+
+
+def load_runs(path, *, path_contains: str | None = None, last: int | None = None):
+    """The ``runs`` table as a polars frame (oldest first), with ``delta_mean_ms``, ``delta_rel`` and
+    ``regression`` against the previous run of the same trace path."""
+    import polars as pl
+
+    path = Path(path)
+    if not path.is_file():
+        raise TracekitError(f"{path}: no such run history; create one with `tracekit breakdown TRACE --save {path}`")
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        cur = conn.execute("select * from runs order by id")
+        cols = [c[0] for c in cur.description]
+        data = cur.fetchall()
+        conn.close()
+    except sqlite3.DatabaseError as e:
+        raise TracekitError(f"{path}: not a tracekit run history ({e})")
+    schema = {c: (pl.Float64 if c in FLOAT_COLS else pl.Int64 if COLUMNS.get(c) is int else pl.String)
+              for c in cols}
+    df = pl.DataFrame(data, schema=schema, orient="row")
+    prev_mean = pl.col("step_mean_ms").shift(1).over("path")
+    prev_p90 = pl.col("step_p90_ms").shift(1).over("path")
+    df = df.with_columns(
+        delta_mean_ms=pl.col("step_mean_ms") - prev_mean,
+        delta_rel=(pl.col("step_mean_ms") - prev_mean) / prev_mean,
+    ).with_columns(
+        regression=((pl.col("delta_rel") > REGRESSION_REL) & (pl.col("step_mean_ms") > prev_p90)).fill_null(False))
+    if path_contains:
+        df = df.filter(pl.col("path").str.contains(path_contains, literal=True))
+    if last:
+        df = df.tail(last)
+    return df
+
+
+def history(path, *, path_contains: str | None = None, last: int | None = None) -> dict:
+    """The ``tracekit.history/1`` dict: ``{"schema", "db", "runs": [...], "regressions": [ids], "warnings"}``."""
+    df = load_runs(path, path_contains=path_contains, last=last)
+    keep = [c for c in df.columns if c != "breakdown_json"]
+    runs = df.select(keep).to_dicts()
+    warnings = [] if runs else ["the history holds no runs" + (" matching the filter" if path_contains else "")]
+    return {"schema": SCHEMA, "db": str(path), "runs": runs,
+            "regressions": df.filter("regression")["id"].to_list(), "warnings": warnings}
+
+
+# ───────────────────────────── rendering ─────────────────────────────
+
+SHOWN = ["gemm", "attention", "communication", "drafting", "other", "launch_gaps", "idle"]
+
+
+def _f(x, nd=3):
+    return "—" if x is None else f"{x:,.{nd}f}"
+
+
+def _delta(r) -> str:
+    if r["delta_rel"] is None:
+        return ""
+    s = f"{100 * r['delta_rel']:+.0f}%".replace("-", "\u2212")
+    return s + (" REGRESSION" if r["regression"] else "")
+
+
+def _commit(r) -> str:
+    c = r.get("git_commit")
+    return "" if not c else c[:8] + ("+" if r.get("git_dirty") else "")
+
+
+def history_md(h: dict) -> str:
+    from tracekit.report.safe import md
+
+    out = [f"### tracekit history: {len(h['runs'])} runs, {len(h['regressions'])} regressions", "",
+           "| id | when (UTC) | commit | trace | steps | step ms | p10–p90 | " + " | ".join(SHOWN) + " | Δ vs prev |",
+           "|---:|---|---|---|---:|---:|---:|" + "---:|" * len(SHOWN) + "---|"]
+    for r in h["runs"]:
+        flag = "**" if r["regression"] else ""
+        out.append(f"| {r['id']} | {r['timestamp']} | {md(_commit(r))} | {md(Path(r['path']).name, 60)} | "
+                   f"{r['step_count']} | {flag}{_f(r['step_mean_ms'])}{flag} | "
+                   f"{_f(r['step_p10_ms'])}–{_f(r['step_p90_ms'])} | "
+                   + " | ".join(_f(r[f"{k}_ms"]) for k in SHOWN) + f" | {flag}{_delta(r)}{flag} |")
+    out += [f"- {md(w)}" for w in h["warnings"]]
+    return "\n".join(out) + "\n"
+
+
+def render_history(h: dict, console) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from tracekit.report.safe import rich_text
+
+    t = Table(title=f"{len(h['runs'])} runs, {len(h['regressions'])} regressions (Δ vs the previous run of the "
+                    f"same trace)", title_justify="left")
+    short = {"communication": "comm", "attention": "attn", "drafting": "draft", "launch_gaps": "gaps"}
+    for col in ("id", "when (UTC)", "commit", "trace", "steps", "step ms", "p90", *[short.get(k, k) for k in SHOWN],
+                "Δ"):
+        left = col in ("when (UTC)", "commit", "trace")
+        t.add_column(col, justify="left" if left else "right", no_wrap=col != "trace", overflow="ellipsis",
+                     ratio=1 if col == "trace" else None, min_width=6 if col == "trace" else None)
+    for r in h["runs"]:
+        style = "bold red" if r["regression"] else ""
+        t.add_row(str(r["id"]), r["timestamp"][:16].replace("T", " "), _commit(r), rich_text(Path(r["path"]).name),
+                  str(r["step_count"]), Text(_f(r["step_mean_ms"]), style=style), _f(r["step_p90_ms"]),
+                  *[_f(r[f"{k}_ms"]) for k in SHOWN], Text(_delta(r), style=style))
+    console.print(t)
+    for w in h["warnings"]:
+        console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
+
+
+@click.command("history")
+@click.argument("db", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--path-contains", default=None, metavar="TEXT", help="Only runs whose trace path contains TEXT.")
+@click.option("--last", type=click.IntRange(min=1), default=None, metavar="N", help="Only the last N runs.")
+@click.option("--format", "fmt", type=click.Choice(("table", "md", "json")), default="table", show_default=True,
+              help="Output format.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path),
+              help="Write there instead of stdout.")
+@click.option("--color/--no-color", default=None, help="Colour in the table (default: auto; NO_COLOR).")
+def history_command(db, path_contains, last, fmt, output, color):
+    """Step time and categories over the runs saved with `breakdown --save DB`; regressions flagged.
+
+    Example: tracekit breakdown run.sqlite --save runs.db && tracekit history runs.db
+    """
+    from tracekit.cli import _console, emit_text
+    from tracekit.report import to_json
+
+    h = history(db, path_contains=path_contains, last=last)
+    if fmt == "json":
+        emit_text(to_json(h), output)
+    elif fmt == "md":
+        emit_text(history_md(h), output)
+    else:
+        render_history(h, _console(output, color))
