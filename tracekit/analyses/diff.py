@@ -111,6 +111,9 @@ def diff(base, new) -> Diff:
     warnings = []
     if (b["gpu"]["name"] or None) != (n["gpu"]["name"] or None):
         warnings.append(f"different GPUs: base {b['gpu']['name'] or 'unknown'}, new {n['gpu']['name'] or 'unknown'}")
+    if b["gpu"]["device"] != n["gpu"]["device"]:
+        warnings.append(f"different devices analysed: base GPU {b['gpu']['device']}, new GPU {n['gpu']['device']} "
+                        "(pass --device N to compare the same one)")
     if bs["marker"] != ns["marker"] or bs["pattern"] != ns["pattern"]:
         desc = lambda s: s["marker"] + (f" {s['pattern']!r}" if s["pattern"] else "")  # noqa: E731
         warnings.append(f"steps found differently: base {desc(bs)}, new {desc(ns)}")
