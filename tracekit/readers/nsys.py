@@ -56,6 +56,8 @@ _COPY_LABELS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host
 # NVTX range event types (official ids), used when ENUM_NSYS_EVENT_TYPE is absent (nsys 2022.2).
 _NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 70: "NvtxtPushPopRange", 71: "NvtxtStartEndRange"}
 _NVTX_DOMAIN_CREATE = 75
+# Longest plausible single GPU activity or API call: anything longer is a corrupt record, not a measurement.
+_MAX_DUR_NS = 86_400 * 10**9  # one day
 
 
 class _Db:
@@ -316,6 +318,17 @@ def _graph_mode(capture: dict, kernels: pl.DataFrame, launches: pl.DataFrame, gr
     return "unknown"
 
 
+def _plausible(df: pl.DataFrame, what: str, warnings: list[str]) -> pl.DataFrame:
+    """Drop rows whose times cannot be a measurement (null, end before start, longer than a day), with a warning."""
+    dur = pl.col("end").cast(pl.Float64) - pl.col("start").cast(pl.Float64)  # float: int64 end - start can wrap
+    ok = (pl.col("start").is_not_null() & (dur >= 0) & (dur <= _MAX_DUR_NS)).fill_null(False)
+    n_bad = df.height - df.select(ok.sum()).item()
+    if n_bad:
+        warnings.append(f"dropped {n_bad} {what} with a missing, negative or implausible (> 1 day) duration")
+        df = df.filter(ok)
+    return df
+
+
 def read_nsys(path: Path) -> Trace:
     """Read an nsys SQLite export into a :class:`Trace`."""
     path = Path(path)
@@ -332,6 +345,10 @@ def read_nsys(path: Path) -> Trace:
         gpus = _gpus(db)
     finally:
         db.close()
+    kernels = _plausible(kernels, "kernel records", warnings)
+    memops = _plausible(memops, "memcpy/memset records", warnings)
+    launches = _plausible(launches, "CUDA API calls", warnings)
+    graph_execs = _plausible(graph_execs, "graph executions", warnings)
     if not any(db.has(t) for t in _KERNEL_TABLES + _MEMCPY_TABLES + ("CUPTI_ACTIVITY_KIND_RUNTIME",)):
         warnings.append("no CUDA activity tables: the capture collected no GPU trace (nsys profile -t cuda)")
     if not export and not capture and not db.has("StringIds"):
