@@ -119,6 +119,19 @@ def _attribute(acts: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: st
     return pl.concat([out, rest], how="vertical_relaxed").sort("start")
 
 
+def _lost_graph_steps(trace: Trace, windows: pl.DataFrame, by: list[str]) -> pl.Series:
+    """Ids of the step windows that hold a graph launch with no GPU activity recorded on any device."""
+    graphs = trace.launches.filter(pl.col("kind") == "graph")
+    if graphs.height == 0 or trace.graph_execs.height:
+        return pl.Series("step", [], dtype=pl.Int64)
+    recorded = pl.concat([trace.kernels.select("pid", "correlation"), trace.memops.select("pid", "correlation")])
+    lost = graphs.join(recorded.unique(), on=["pid", "correlation"], how="anti")
+    if lost.height == 0:
+        return pl.Series("step", [], dtype=pl.Int64)
+    lost = _attribute(lost.select("pid", "tid", "start", launch_start="start"), windows, by, "step")
+    return lost["step"].drop_nulls().unique()
+
+
 def _draft_windows(trace: Trace, draft_range: str | None) -> pl.DataFrame:
     """Disjoint draft windows per thread (nested draft ranges merged into their outermost)."""
     if not draft_range:
@@ -164,11 +177,13 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
     acts = _attribute(acts, windows, ["pid", "tid"], "step")
     n_work = acts.filter(pl.col("launch_start").is_not_null()).height
     n_in = acts["step"].is_not_null().sum()
+    step_by = ["pid", "tid"]
     if n_work and n_in < 0.5 * n_work and steps.marker != "inferred":
         # Step ranges on another thread than the launches (e.g. a scheduler thread): attribute by process.
         alt = _attribute(acts.drop("step"), windows, ["pid"], "step")
         if alt["step"].is_not_null().sum() > n_in:
             acts = alt
+            step_by = ["pid"]
             warnings.append("step ranges are not on the launching threads: GPU work attributed to the step open "
                             "in the same process instead")
     dw = _draft_windows(trace, draft_range)
@@ -190,12 +205,24 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
     allw = windows.join(per, on="step", how="left")
     cut = allw.filter(pl.col("end").is_null())
     empty_steps = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_null())
-    good = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_not_null()).sort("first")
-    excluded = cut.height + empty_steps.height
+    # Graph launches whose replayed work was never recorded (Kineto activity-buffer overflow): the step's GPU
+    # time cannot be known, so the step is excluded rather than reported as idle.
+    lost = _lost_graph_steps(trace, windows, step_by)
+    lost_steps = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_not_null()
+                             & pl.col("step").is_in(lost.implode()))
+    good = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_not_null()
+                       & ~pl.col("step").is_in(lost.implode())).sort("first")
+    excluded = cut.height + empty_steps.height + lost_steps.height
+    if lost_steps.height:
+        warnings.append(f"{lost_steps.height} step(s) launched CUDA graphs whose kernels were not recorded "
+                        "(profiler activity buffer overflow?): excluded, their GPU time cannot be known")
     if empty_steps.height:
         warnings.append(f"{empty_steps.height} step range(s) launched no GPU work on device {dev}: excluded")
     if cut.height:
         warnings.append(f"{cut.height} step range(s) cut off by the capture window: excluded")
+    if good.height == 0 and lost_steps.height:
+        raise NoSteps(f"{trace.meta.path}: every step launched CUDA graphs whose kernels were not recorded (the "
+                      "profiler's activity buffer likely overflowed); profile fewer steps or enlarge the buffer")
     if good.height == 0:
         raise NoSteps(f"{trace.meta.path}: {windows.height} step range(s) found but none launched GPU work on "
                       f"device {dev}; try --device or --step-range")
