@@ -56,9 +56,10 @@ def _version_key(path: str):
     return [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", path)]
 
 
-def find_nsys(explicit: str | None = None, env: dict | None = None, globs=NSYS_GLOBS) -> str:
+def find_nsys(explicit: str | None = None, env: dict | None = None, globs=None) -> str:
     """The nsys binary: ``--nsys PATH`` > ``$NSYS`` > PATH > the usual install folders."""
     env = os.environ if env is None else env
+    globs = NSYS_GLOBS if globs is None else globs
     if explicit:
         if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
             return explicit
@@ -173,7 +174,8 @@ def build_manifest(facts: dict, *, workload: str, profiler: str, mode: str, step
 
 
 def _run(cmd: list[str], what: str, env: dict | None = None) -> None:
-    click.echo(f"tracekit capture: {shlex.join(cmd)}", err=True)
+    # progress goes to stdout: stderr carries only the one error line on failure
+    click.echo(f"tracekit capture: {shlex.join(cmd)}")
     try:
         rc = subprocess.run(cmd, env=env).returncode
     except OSError as e:
@@ -270,8 +272,7 @@ def capture_command(ctx, workload, profiler, out, steps, mode, spec, nsys, nsys_
         click.echo(f"tracekit: error: {e}", err=True)
         ctx.exit(2)
     click.echo(f"tracekit capture: wrote {Path(out) / 'manifest.json'} "
-               f"(unprofiled step {m['unprofiled_step_ms']:.3f} ms, weight bytes/step {m['weight_bytes_per_step']})",
-               err=True)
+               f"(unprofiled step {m['unprofiled_step_ms']:.3f} ms, weight bytes/step {m['weight_bytes_per_step']})")
 
 
 __all__ = ["capture", "capture_command", "find_nsys", "nsys_profile_cmd", "nsys_export_cmd", "build_manifest",

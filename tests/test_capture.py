@@ -1,0 +1,407 @@
+"""`tracekit capture` (the GPU-host driver) and the committed sample traces' manifests.
+
+Runs without torch: the driver is exercised with a fake nsys; only the tests that run a real
+workload on the CPU need torch (+ transformers) and skip, saying so, where it is absent.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import tracekit.capture as cap
+from tracekit.errors import TracekitError
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "sample_traces"
+CAPTURE_DIR = ROOT / "capture"
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+HAVE_TRANSFORMERS = HAVE_TORCH and importlib.util.find_spec("transformers") is not None
+
+CONTRACT_KEYS = ["schema", "workload", "profiler", "mode", "steps", "gpu_name", "peak_bw_gbps",
+                 "weight_bytes_per_step", "dtype", "tp", "spec", "tokens_per_step", "unprofiled_step_ms",
+                 "versions", "command"]
+
+
+def runner():
+    try:
+        return CliRunner(mix_stderr=False)  # click 8.1
+    except TypeError:
+        return CliRunner()  # click >= 8.2 keeps stderr apart
+
+
+def _exe(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+# ---------------------------------------------------------------- nsys command lines / discovery
+
+def test_nsys_profile_cmd_has_the_decode_flags(tmp_path):
+    cmd = cap.nsys_profile_cmd("/x/nsys", tmp_path, ["python3", "w.py", "--steps", "3"])
+    assert cmd[:2] == ["/x/nsys", "profile"]
+    assert cmd[cmd.index("-t") + 1] == "cuda,nvtx"
+    for flag in ("--cuda-graph-trace=node", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+                 "--trace-fork-before-exec=true"):
+        assert flag in cmd
+    assert cmd[cmd.index("-o") + 1] == str(tmp_path / "trace")
+    assert cmd[-4:] == ["python3", "w.py", "--steps", "3"]  # the workload comes last, untouched
+    assert "--cuda-graph-trace=graph" in cap.nsys_profile_cmd("n", tmp_path, ["p"], graph_trace="graph")
+    with pytest.raises(TracekitError):
+        cap.nsys_profile_cmd("n", tmp_path, ["p"], graph_trace="whole")
+
+
+def test_nsys_export_cmd_keeps_the_report(tmp_path):
+    cmd = cap.nsys_export_cmd("nsys", tmp_path)
+    assert cmd[:4] == ["nsys", "export", "--type", "sqlite"]
+    assert cmd[cmd.index("-o") + 1] == str(tmp_path / "trace.sqlite")
+    assert cmd[-1] == str(tmp_path / "trace.nsys-rep")
+
+
+def test_workload_cmd(tmp_path):
+    script = cap.workload_script("hf")
+    assert script == CAPTURE_DIR / "hf_decode.py"
+    c = cap.workload_cmd(script, profiler="torch", steps=7, mode="graph", spec=3, out_dir=tmp_path,
+                         extra=["--size", "tiny"], python="py")
+    assert c[:2] == ["py", str(script)]
+    assert c[c.index("--steps") + 1] == "7" and c[c.index("--mode") + 1] == "graph"
+    assert c[c.index("--spec") + 1] == "3"
+    assert c[c.index("--trace-out") + 1] == str(tmp_path / "trace.json.gz")
+    assert c[-2:] == ["--size", "tiny"]
+    c = cap.workload_cmd(script, profiler="nsys", steps=2, mode="eager", spec=None, out_dir=tmp_path, extra=[])
+    assert "--trace-out" not in c and "--spec" not in c
+    with pytest.raises(TracekitError):
+        cap.workload_script("vllm")
+
+
+def test_find_nsys_order(tmp_path):
+    a = _exe(tmp_path / "a_nsys", "echo a\n")
+    b = _exe(tmp_path / "b_nsys", "echo b\n")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    on_path = _exe(bindir / "nsys", "echo p\n")
+    env = {"NSYS": str(b), "PATH": str(bindir)}
+    assert cap.find_nsys(str(a), env=env, globs=()) == str(a)           # --nsys first
+    assert cap.find_nsys(None, env=env, globs=()) == str(b)             # then $NSYS
+    assert cap.find_nsys(None, env={"PATH": str(bindir)}, globs=()) == str(on_path)   # then PATH
+    # then the install folders, newest version first
+    for v in ("2024.5.1", "2025.3.1"):
+        d = tmp_path / "opt" / "nsight-systems" / v / "bin"
+        d.mkdir(parents=True)
+        _exe(d / "nsys", "echo\n")
+    got = cap.find_nsys(None, env={"PATH": ""}, globs=(str(tmp_path / "opt/nsight-systems/*/bin/nsys"),))
+    assert got == str(tmp_path / "opt/nsight-systems/2025.3.1/bin/nsys")
+
+
+def test_find_nsys_errors(tmp_path):
+    with pytest.raises(TracekitError, match="--nsys"):
+        cap.find_nsys(str(tmp_path / "missing"), env={}, globs=())
+    with pytest.raises(TracekitError, match=r"\$NSYS"):
+        cap.find_nsys(None, env={"NSYS": str(tmp_path / "missing")}, globs=())
+    with pytest.raises(TracekitError, match="nsys not found.*--nsys PATH"):
+        cap.find_nsys(None, env={"PATH": str(tmp_path)}, globs=())
+
+
+def _one_error_line(result):
+    err = result.stderr.strip().splitlines()
+    assert result.exit_code == 2, (result.exit_code, result.stderr, result.output)
+    assert len(err) == 1 and err[0].startswith("tracekit: error: "), err
+    assert "Traceback" not in result.stderr
+    return err[0]
+
+
+def test_cli_nsys_missing_is_one_line_exit_2(tmp_path, monkeypatch):
+    monkeypatch.setattr(cap, "NSYS_GLOBS", ())
+    monkeypatch.delenv("NSYS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(tmp_path / "o")])
+    assert "nsys not found" in _one_error_line(r)
+    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(tmp_path / "o"),
+                                              "--nsys", str(tmp_path / "nope")])
+    assert "--nsys" in _one_error_line(r)
+
+
+def _fake_nsys(tmp_path: Path, profile_rc: int = 0) -> Path:
+    """A stand-in nsys: `profile` writes the facts file a workload would and an .nsys-rep;
+    `export` writes a SQLite file; `--version` prints a version."""
+    facts = {"workload": "hf", "mode": "graph", "steps": 3, "gpu_name": "NVIDIA H200",
+             "weight_bytes_per_step": 988010240, "dtype": "bfloat16", "tp": 1,
+             "spec": {"draft_tokens": 3, "accept_len": 1.5}, "tokens_per_step": 1,
+             "unprofiled_step_ms": 2.5, "versions": {"torch": "2.11.0", "cuda": "13.0", "nsys": None,
+                                                    "framework": "transformers 5.17.0"},
+             "model": {"size": "small"}}
+    helper = tmp_path / "fake_nsys.py"
+    helper.write_text(textwrap.dedent(f"""
+        import json, sqlite3, sys
+        a = sys.argv[1:]
+        if a[0] == "--version":
+            print("NVIDIA Nsight Systems version 2025.3.1.0-fake"); sys.exit(0)
+        if a[0] == "profile":
+            out = a[a.index("-o") + 1]
+            facts = a[a.index("--facts-out") + 1]
+            json.dump(json.loads({json.dumps(facts)!r}), open(facts, "w"))
+            open(out + ".nsys-rep", "wb").write(b"rep")
+            sys.exit({profile_rc})
+        if a[0] == "export":
+            db = sqlite3.connect(a[a.index("-o") + 1]); db.execute("create table StringIds(id, value)"); db.commit()
+            sys.exit(0)
+        sys.exit(9)
+    """))
+    return _exe(tmp_path / "nsys", f'exec "{sys.executable}" "{helper}" "$@"\n')
+
+
+def test_capture_with_fake_nsys_writes_manifest(tmp_path):
+    nsys = _fake_nsys(tmp_path)
+    out = tmp_path / "run"
+    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(out),
+                                              "--steps", "3", "--mode", "graph", "--spec", "3", "--nsys", str(nsys),
+                                              "--peak-bw", "4800", "--size", "small"])
+    assert r.exit_code == 0, r.stderr
+    assert (out / "trace.sqlite").is_file() and (out / "trace.nsys-rep").is_file()
+    assert not (out / cap.FACTS_FILE).exists()
+    m = json.loads((out / "manifest.json").read_text())
+    assert list(m)[:len(CONTRACT_KEYS)] == CONTRACT_KEYS
+    assert m["schema"] == "tracekit.manifest/1" and m["profiler"] == "nsys" and m["mode"] == "graph"
+    assert m["versions"] == {"torch": "2.11.0", "cuda": "13.0", "nsys": "2025.3.1.0-fake",
+                             "framework": "transformers 5.17.0"}
+    assert m["peak_bw_gbps"] == 4800.0 and m["weight_bytes_per_step"] == 988010240
+    assert m["spec"] == {"draft_tokens": 3, "accept_len": 1.5}
+    assert m["model"] == {"size": "small"}                 # extension keys survive
+    assert m["nsys_graph_trace"] == "node"
+    wc = m["workload_command"]
+    assert wc[1].endswith("hf_decode.py") and wc[-2:] == ["--size", "small"] and "--spec" in wc
+
+
+def test_capture_nsys_failure_is_one_line(tmp_path):
+    nsys = _fake_nsys(tmp_path, profile_rc=3)
+    r = runner().invoke(cap.capture_command, ["--workload", "synthetic", "--profiler", "nsys",
+                                              "--out", str(tmp_path / "o"), "--nsys", str(nsys)])
+    assert "nsys profile failed with exit code 3" in _one_error_line(r)
+
+
+def test_build_manifest_contract_keys():
+    m = cap.build_manifest({"unprofiled_step_ms": 1, "weight_bytes_per_step": 10, "extra": 1}, workload="synthetic",
+                           profiler="torch", mode="eager", steps=4, command=["tracekit", "capture"],
+                           nsys_ver="2025.3", peak_bw_gbps=None)
+    assert list(m)[:len(CONTRACT_KEYS)] == CONTRACT_KEYS and m["extra"] == 1
+    assert m["versions"]["nsys"] is None                  # torch profiler: no nsys version
+    assert m["unprofiled_step_ms"] == 1.0 and isinstance(m["unprofiled_step_ms"], float)
+    assert m["tp"] == 1 and m["tokens_per_step"] == 1 and m["spec"] is None
+
+
+def test_driver_and_workloads_import_light():
+    code = ("import sys; import tracekit.capture; "
+            "bad = [m for m in ('polars', 'torch', 'numpy') if m in sys.modules]; "
+            "sys.exit(1 if bad else 0)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+    for f in list(CAPTURE_DIR.glob("*.py")) + [ROOT / "tracekit" / "capture.py"]:
+        text = f.read_text()
+        assert "import polars" not in text and "from polars" not in text, f
+
+
+# ---------------------------------------------------------------- sample traces
+
+def _manifests():
+    return sorted(SAMPLES.glob("*/manifest.json"))
+
+
+def test_sample_traces_present():
+    names = {p.parent.name for p in _manifests()}
+    for need in ("hf-small-eager", "hf-small-graph", "hf-small-spec", "hf-large-eager", "hf-large-graph",
+                 "synthetic-eager", "synthetic-graph", "hf-small-eager-torch", "hf-small-graph-torch"):
+        assert need in names
+
+
+@pytest.mark.parametrize("mp", _manifests(), ids=lambda p: p.parent.name)
+def test_sample_manifest_has_every_contract_key(mp):
+    m = json.loads(mp.read_text())
+    for k in CONTRACT_KEYS:
+        assert k in m, k
+    assert m["schema"] == "tracekit.manifest/1"
+    assert m["profiler"] in ("nsys", "torch") and m["workload"] in ("hf", "synthetic", "sglang")
+    assert isinstance(m["steps"], int) and m["steps"] > 0
+    assert m["gpu_name"] == "NVIDIA H200" and m["peak_bw_gbps"] == 4800.0
+    assert isinstance(m["weight_bytes_per_step"], int) and m["weight_bytes_per_step"] > 0
+    assert isinstance(m["unprofiled_step_ms"], float) and 0 < m["unprofiled_step_ms"] < 1000
+    assert m["tp"] == 1 and m["tokens_per_step"] == 1 and m["dtype"] == "bfloat16"
+    assert set(m["versions"]) == {"torch", "cuda", "nsys", "framework"}
+    assert (m["versions"]["nsys"] is not None) == (m["profiler"] == "nsys")
+    assert m["command"][:2] == ["tracekit", "capture"] and all(isinstance(c, str) for c in m["command"])
+    trace = mp.parent / ("trace.sqlite" if m["profiler"] == "nsys" else "trace.json.gz")
+    assert trace.is_file()
+    if m["spec"] is not None:
+        assert set(m["spec"]) == {"draft_tokens", "accept_len"}
+        draft = m["draft_model"]
+        assert m["weight_bytes_per_step"] == m["model"]["weight_bytes"] + draft["weight_bytes"] * draft["forwards_per_step"]
+    elif m["workload"] == "hf":
+        assert m["weight_bytes_per_step"] == m["model"]["weight_bytes"]
+    for f in mp.parent.iterdir():
+        assert f.stat().st_size < 5_000_000, f
+        assert not f.name.endswith(".nsys-rep")
+
+
+def test_sample_sqlite_markers_and_modes():
+    for mp in _manifests():
+        m = json.loads(mp.read_text())
+        if m["profiler"] != "nsys":
+            continue
+        db = sqlite3.connect(f"file:{mp.parent / 'trace.sqlite'}?mode=ro", uri=True)
+        names = [r[0] for r in db.execute(
+            "select coalesce(e.text, s.value) from NVTX_EVENTS e left join StringIds s on s.id = e.textId")]
+        steps = [n for n in names if n and n.startswith("decode_step ")]
+        assert len(steps) == m["steps"], mp
+        tables = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
+        if m.get("nsys_graph_trace") == "graph":
+            assert "CUPTI_ACTIVITY_KIND_KERNEL" not in tables and "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables
+        else:
+            assert "CUPTI_ACTIVITY_KIND_KERNEL" in tables
+        if m["spec"]:
+            assert names.count("draft") == m["steps"] and names.count("verify") == m["steps"]
+        db.close()
+
+
+def test_sample_index_matches_manifests():
+    idx = json.loads((SAMPLES / "index.json").read_text())["traces"]
+    assert set(idx) == {p.parent.name for p in _manifests()}
+    for name, e in idx.items():
+        m = json.loads((SAMPLES / name / "manifest.json").read_text())
+        assert (ROOT / e["path"]).is_file()
+        for k in ("workload", "mode", "unprofiled_step_ms", "weight_bytes_per_step", "steps"):
+            assert e[k] == m[k], (name, k)
+    # graph replay removes launch overhead: every graph capture is faster than its eager twin
+    assert idx["hf-small-graph"]["unprofiled_step_ms"] < idx["hf-small-eager"]["unprofiled_step_ms"]
+    assert idx["synthetic-graph"]["unprofiled_step_ms"] < idx["synthetic-eager"]["unprofiled_step_ms"]
+    assert idx["hf-large-graph"]["unprofiled_step_ms"] < idx["hf-large-eager"]["unprofiled_step_ms"]
+    dp = json.loads((SAMPLES / "device_profile.json").read_text())
+    assert dp["schema"] == "tracekit.device_profile/1"
+    assert dp["launch"]["graph_us_per_kernel"] < dp["launch"]["eager_us_per_kernel"]
+
+
+# ---------------------------------------------------------------- sglang integration (no sglang here)
+
+def _load_workload(name):
+    sys.path.insert(0, str(CAPTURE_DIR))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(CAPTURE_DIR))
+
+
+def test_sglang_engine_kwargs():
+    sg = _load_workload("sglang_decode")
+    a = sg.parse_args(["--model-path", "m", "--mode", "eager", "--tp", "2"])
+    kw = sg.build_engine_kwargs(a)
+    assert kw["disable_cuda_graph"] is True and kw["tp_size"] == 2 and "speculative_algorithm" not in kw
+    a = sg.parse_args(["--model-path", "m", "--mode", "graph", "--spec", "3", "--speculative-algorithm", "NEXTN"])
+    kw = sg.build_engine_kwargs(a)
+    assert kw["disable_cuda_graph"] is False
+    assert (kw["speculative_algorithm"], kw["speculative_num_steps"], kw["speculative_num_draft_tokens"]) == ("NEXTN", 3, 4)
+    a = sg.parse_args(["--model-path", "m", "--spec", "2"])  # EAGLE needs a draft model
+    with pytest.raises(SystemExit):
+        sg.build_engine_kwargs(a)
+    cfg = sg.scheduler_config(sg.parse_args(["--model-path", "m", "--steps", "5", "--profiler", "nsys"]))
+    assert cfg["steps"] == 5 and cfg["profiler"] == "nsys"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed here")
+def test_sglang_missing_is_clear(capsys):
+    sg = _load_workload("sglang_decode")
+    assert sg.main(["--model-path", "m"]) == 2
+    assert "sglang is not installed" in capsys.readouterr().err
+    with pytest.raises(sg.SGLangMissing):
+        sg.resolve("sglang.srt.managers.scheduler", "Scheduler.run_batch")
+
+
+def test_sglang_patches_resolve_lazily_and_mark(monkeypatch):
+    import types
+
+    sg = _load_workload("sglang_decode")
+    calls = []
+
+    class Mode:
+        def __init__(self, d):
+            self.d = d
+
+        def is_decode(self):
+            return self.d
+
+    class Scheduler:
+        def run_batch(self, batch):
+            calls.append(batch.forward_mode.d)
+            return "ran"
+
+    class EAGLEWorker:
+        def draft(self, batch):
+            return "d"
+
+        def verify(self, batch, spec):
+            return "v"
+
+    fake = {"sglang": types.ModuleType("sglang"),
+            "sglang.srt.managers.scheduler": types.ModuleType("s"),
+            "sglang.srt.speculative.eagle_worker": types.ModuleType("e")}
+    fake["sglang.srt.managers.scheduler"].Scheduler = Scheduler
+    fake["sglang.srt.speculative.eagle_worker"].EAGLEWorker = EAGLEWorker
+    for k, v in fake.items():
+        monkeypatch.setitem(sys.modules, k, v)
+    monkeypatch.setitem(sys.modules, "sglang.srt.speculative.eagle_worker_v2", None)  # absent: skipped
+    cfg = {"profiler": "none", "steps": 2, "timed_steps": 0, "warmup": 1000, "facts_out": None, "trace_out": None,
+           "mode": "eager", "spec": None, "tp": 1, "dtype": "bfloat16", "batch_size": 1}
+    found = sg.install_patches(cfg, rank=0)
+    assert found == ["sglang.srt.managers.scheduler.Scheduler.run_batch",
+                     "sglang.srt.speculative.eagle_worker.EAGLEWorker.draft",
+                     "sglang.srt.speculative.eagle_worker.EAGLEWorker.verify"]
+    s = Scheduler()
+    assert s.run_batch(types.SimpleNamespace(forward_mode=Mode(True))) == "ran"
+    assert s.run_batch(types.SimpleNamespace(forward_mode=Mode(False))) == "ran"
+    assert calls == [True, False]
+    assert EAGLEWorker().draft(None) == "d" and EAGLEWorker().verify(None, None) == "v"
+    assert Scheduler.run_batch.__name__ == "run_batch"
+
+
+# ---------------------------------------------------------------- real workloads on the CPU (need torch)
+
+@pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="needs torch + transformers (the GPU-host side); CI has neither")
+def test_hf_tiny_torch_capture_on_cpu(tmp_path):
+    import gzip
+
+    out = tmp_path / "hf"
+    m = cap.capture(workload="hf", profiler="torch", out=out, steps=2, mode="eager", spec=2,
+                    extra=("--size", "tiny", "--device", "cpu", "--dtype", "float32", "--timed-steps", "3",
+                           "--warmup", "1", "--prompt-len", "8"))
+    assert m["spec"]["draft_tokens"] == 2 and m["unprofiled_step_ms"] > 0
+    assert m["weight_bytes_per_step"] == m["model"]["weight_bytes"] + 2 * m["draft_model"]["weight_bytes"]
+    ev = json.load(gzip.open(out / "trace.json.gz"))["traceEvents"]
+    ann = [e["name"] for e in ev if e.get("cat") == "user_annotation"]
+    assert sorted(a for a in ann if a.startswith("decode_step")) == ["decode_step 3", "decode_step 4"]
+    assert ann.count("draft") == 2 and ann.count("verify") == 2
+    assert not any(a.startswith("ProfilerStep") for a in ann)
+    assert any("Input Dims" in e.get("args", {}) for e in ev if e.get("cat") == "cpu_op")  # record_shapes
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="needs torch (the GPU-host side); CI has none")
+def test_hf_weight_bytes_exclude_untied_embedding():
+    hf = _load_workload("hf_decode")
+    if not HAVE_TRANSFORMERS:
+        pytest.skip("needs transformers")
+    import torch
+
+    for tied in (True, False):
+        cfg = hf.build_config("llama", dict(hf.SIZES["tiny"], tie_word_embeddings=tied), 64)
+        model = hf.build_model(cfg, torch.device("cpu"), torch.float32)
+        wb = hf.weight_bytes(model)
+        every = sum(p.numel() * 4 for p in model.parameters())  # parameters() yields a tied tensor once
+        emb = model.get_input_embeddings().weight.numel() * 4
+        assert wb["tied"] is tied
+        assert wb["bytes"] == (every if tied else every - emb)
