@@ -88,6 +88,8 @@ else
   cap hf-large-eager-torch   --workload hf --size large --profiler torch --mode eager --steps 12 --timed-steps 40 --peak-bw "$PEAK_BW"
   kern_sum hf-small-eager
   kern_sum hf-small-graph
+  [ -f "$RES/synthetic-graph/trace.sqlite" ] && [ -f "$RES/device_profile.json" ] && \
+    python3 capture/replay_gap.py "$RES/synthetic-graph/trace.sqlite" --update "$RES/device_profile.json"
 fi
 
 echo; echo "== sizes"; du -ah "$RES" | sort -k2 | grep -v nsys-rep

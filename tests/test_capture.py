@@ -288,6 +288,16 @@ def test_sample_index_matches_manifests():
     assert dp["launch"]["graph_us_per_kernel"] < dp["launch"]["eager_us_per_kernel"]
 
 
+def test_replay_gap_from_graph_traces():
+    rg = _load_workload("replay_gap")
+    gaps = rg.replay_gaps_ns(str(SAMPLES / "synthetic-graph" / "trace.sqlite"))
+    assert len(gaps) > 1000 and 100 < sum(gaps) / len(gaps) < 5000     # ns: sub-microsecond node gaps
+    assert rg.replay_gaps_ns(str(SAMPLES / "hf-small-graph-wholegraph" / "trace.sqlite")) == []
+    assert rg.replay_gaps_ns(str(SAMPLES / "synthetic-eager" / "trace.sqlite")) == []   # no graph nodes
+    dp = json.loads((SAMPLES / "device_profile.json").read_text())
+    assert dp["graph_replay_gap_us"] == pytest.approx(sum(gaps) / len(gaps) / 1e3)
+
+
 # ---------------------------------------------------------------- sglang integration (no sglang here)
 
 def _load_workload(name):
