@@ -55,6 +55,22 @@ def pattern_regex(pattern: str) -> str:
     return "^" + "".join(out) + "$"
 
 
+def name_regex(name: str, limit: int = 200) -> str:
+    """The regex that selects ``name`` and the names that differ from it only in numbers.
+
+    Built from a name, not from its pattern: a literal '#' in a name (``ProfilerStep#12``)
+    must stay a '#', not become ``\\d+``. Names longer than ``limit`` (patterns are built
+    from their first ``limit`` characters) match by prefix.
+    """
+    out = []
+    for i, piece in enumerate(re.split(r"(\d+)", name[:limit])):
+        if i % 2:  # a run of digits (the split's captured group)
+            out.append(r"\d+")
+        else:
+            out.append("".join("\\" + ch if ch in _SPECIAL else ch for ch in piece))
+    return "^" + "".join(out) + ("$" if len(name) <= limit else "")
+
+
 def range_patterns(ranges: pl.DataFrame, top: int | None = 10) -> pl.DataFrame:
     """Most frequent range-name patterns: columns pattern, regex, count, min_depth.
 
@@ -67,13 +83,13 @@ def range_patterns(ranges: pl.DataFrame, top: int | None = 10) -> pl.DataFrame:
     df = (
         rng.with_columns(pattern=name_pattern(pl.col("name").str.slice(0, 200)))
         .group_by("pattern")
-        .agg(count=pl.len().cast(pl.Int64), min_depth=pl.col("depth").min())
+        .agg(count=pl.len().cast(pl.Int64), min_depth=pl.col("depth").min(), example=pl.col("name").min())
         .sort(["count", "pattern"], descending=[True, False])
     )
     if top is not None:
         df = df.head(top)
     return df.with_columns(
-        regex=pl.col("pattern").map_elements(pattern_regex, return_dtype=pl.String)
+        regex=pl.col("example").map_elements(name_regex, return_dtype=pl.String)
     ).select("pattern", "regex", "count", "min_depth")
 
 
