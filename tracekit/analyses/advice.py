@@ -8,24 +8,29 @@ writes it; ``--device-profile`` passes one in). docs/validation.md records predi
 versus measured step times.
 
 CUDA-graph model. In an eager step the GPU waits for the host between kernels
-(``launch_gaps``). Replayed from a graph, the same kernels run back to back with a
-small fixed gap each, so::
+(``launch_gaps``), and the host's per-launch cost is inflated by the profiler. Replayed
+from a graph, the same kernels run back to back with a small fixed cost each, so::
 
-    predicted = busy + n_kernels × replay_gap + idle_after
+    predicted = busy + n_launches × replay_gap
 
-where ``busy`` is the step's GPU-busy time, ``n_kernels`` the kernels (and memory ops)
-launched one by one, and ``idle_after`` the host time after the step's last GPU work
-(sampling, synchronisation), which graphs do not remove.
+where ``busy`` is the step's GPU-busy time (the union of its activity), ``n_launches`` the
+work it launched one by one, and ``replay_gap`` the per-node cost of graph replay on this
+GPU. The host time between steps is assumed to shrink to the replay itself (true for a
+tight decode loop; a server's scheduler keeps its own time, reported as ``idle``).
+``replay_gap`` comes from ``--device-profile`` (key ``graph_replay_gap_us``), else the
+H200 calibration below, measured with the synthetic calibration loop
+(docs/validation.md): its eager trace's busy time and launches against its unprofiled
+graph-replay step time.
 """
 
 from __future__ import annotations
 
 from tracekit.gpus import lookup, resolve_peak_bw
 
-# Per-kernel cost of graph replay on a Hopper GPU when nothing else is known (µs per kernel
-# node: the gap between back-to-back kernels of one graph). Calibrated on the H200 by
-# capture/synthetic.py; docs/validation.md has the measurement.
-DEFAULT_REPLAY_GAP_US = 1.0
+# Per-node cost of graph replay (µs) when no device profile is given. Calibrated on the H200 with
+# sample_traces/synthetic-eager (busy 0.912 ms, 227 launches per step) against the unprofiled
+# graph-replay step of the same loop (1.0438 ms): (1.0438 - 0.912) / 227 = 0.58 µs.
+DEFAULT_REPLAY_GAP_US = 0.58
 GRAPHED_SHARE = 0.8  # contract: not applicable when >= 80% of kernel time is graph replay
 
 
@@ -59,13 +64,13 @@ def cuda_graphs_lever(b, replay_gap_us: float) -> dict:
                       f"{gaps:.3f} ms of launch gaps and {idle:.3f} ms of idle per step")
     n_eager = b.extras["launched_per_step"]
     busy = b.extras["busy_ms"]
-    predicted = busy + n_eager * replay_gap_us / 1000.0 + idle
-    predicted = min(predicted, mean)
+    predicted = min(busy + n_eager * replay_gap_us / 1000.0, mean)
     saving = mean - predicted
     part = f" for its eager part ({_pct(1 - share)} of kernel time)" if share > 0.01 else ""
     verdict = (f"CUDA graphs{part} would cut the step from {mean:.3f} to about {predicted:.3f} ms "
                f"(−{saving:.3f} ms, {_pct(saving / mean if mean else 0)}): {gaps:.3f} ms of launch gaps between "
-               f"{n_eager:.0f} launches become ≈{replay_gap_us:.1f} µs each")
+               f"{n_eager:.0f} launches become ≈{replay_gap_us:.2f} µs each, and the {idle:.3f} ms idle after "
+               f"the last kernel shrinks to the replay (host work between steps is not modelled)")
     if saving / mean < 0.05 if mean else True:
         verdict = (f"CUDA graphs would save little: {gaps:.3f} ms of launch gaps per step "
                    f"({_pct(gaps / mean if mean else 0)}); the GPU is already kept busy")
