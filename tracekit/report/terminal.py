@@ -30,8 +30,9 @@ def render_info(result: dict, console: Console) -> None:
         return
     s = result["source"]
     console.print(Text.assemble(("trace ", "bold"), rich_text(s["path"])))
-    console.print(f"format {s['format']}  producer {rich_text(s['producer_version'] or 'unknown')}  "
-                  f"CUDA-graph trace mode {s['graph_trace_mode']}")
+    # Text, not an f-string: console.print parses a str as rich markup, and these values come from the trace.
+    console.print(Text.assemble(f"format {s['format']}  producer ", rich_text(s['producer_version'] or 'unknown'),
+                                f"  CUDA-graph trace mode {s['graph_trace_mode']}"))
     t = Table(title="GPUs", title_justify="left")
     t.add_column("device", justify="right")
     t.add_column("name")
@@ -84,9 +85,10 @@ def render_breakdown(b, console: Console) -> None:
     st, gpu, roof = d["steps"], d["gpu"], d["roofline"]
     console.print(Text.assemble(("tracekit breakdown ", "bold"), rich_text(d["source"]["path"])))
     console.print(Text(headline(b), style="bold"))
-    console.print(f"GPU {gpu['device']}: {rich_text(gpu['name'] or 'unknown')}  peak {_f(gpu['peak_bw_gbps'], 0)} GB/s "
-                  f"({gpu['peak_bw_source'] or 'unknown'})   steps {st['count']} ({st['marker']}"
-                  f"{', ' + repr(st['pattern']) if st['pattern'] else ''}), excluded {st['excluded']}")
+    console.print(Text.assemble(
+        f"GPU {gpu['device']}: ", rich_text(gpu['name'] or 'unknown'), f"  peak {_f(gpu['peak_bw_gbps'], 0)} GB/s "
+        f"({gpu['peak_bw_source'] or 'unknown'})   steps {st['count']} ({st['marker']}",
+        rich_text(', ' + repr(st['pattern']) if st['pattern'] else ''), f"), excluded {st['excluded']}"))
     console.print(f"step ms: mean {_f(st['mean_ms'])}  median {_f(st['median_ms'])}  p10 {_f(st['p10_ms'])}  "
                   f"p90 {_f(st['p90_ms'])}")
     t = Table(title="where a step goes (exclusive, per step)", title_justify="left")
