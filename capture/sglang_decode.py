@@ -175,13 +175,14 @@ class _StepController:
         self.t_begin, self.p_begin, self.p_end = w, w + t, w + t + s
 
     def before(self):
+        i = self.n
+        if not self.t_begin <= i <= self.p_begin:
+            return
         import torch
 
-        i = self.n
-        if self.t_begin <= i <= self.p_begin:   # one extra event closes the last timed step
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self.events.append(ev)
+        ev = torch.cuda.Event(enable_timing=True)   # the event at p_begin closes the last timed step
+        ev.record()
+        self.events.append(ev)
         if i == self.p_begin:
             torch.cuda.synchronize()
             if self.cfg["profiler"] == "nsys":
@@ -193,10 +194,10 @@ class _StepController:
                 self.prof.start()
 
     def after(self, scheduler):
-        import torch
-
         self.n += 1
         if self.n == self.p_end and not self.done:
+            import torch
+
             self.done = True
             torch.cuda.synchronize()
             if self.cfg["profiler"] == "nsys":
