@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make every sample trace of sample_traces/ with `tracekit capture`, on one GPU host.
 #
-#   bash capture/run_h200.sh [RESULTS_DIR]          # all captures (~8 min on an H200)
+#   bash capture/run_h200.sh [RESULTS_DIR]          # all captures (~6 min on an H200; we ran it in 3 parts)
 #   SMOKE=1 bash capture/run_h200.sh [RESULTS_DIR]  # tiny models, 2 steps: checks the APIs (~1-2 min)
 #   ONLY="hf-small-eager synthetic-graph" bash capture/run_h200.sh   # a subset, by name
 #
@@ -80,11 +80,14 @@ else
   cap hf-small-eager         --workload hf --size small --profiler nsys  --mode eager "${N[@]}"
   cap hf-small-graph         --workload hf --size small --profiler nsys  --mode graph "${N[@]}"
   cap hf-small-spec          --workload hf --size small --profiler nsys  --mode eager --spec 3 "${N[@]}"
+  cap hf-small-spec-graph    --workload hf --size small --profiler nsys  --mode graph --spec 3 "${N[@]}"
+  cap hf-small-spec-torch    --workload hf --size small --profiler torch --mode eager --spec 3 --steps 12 --timed-steps 40 --peak-bw "$PEAK_BW"
   cap hf-small-eager-torch   --workload hf --size small --profiler torch --mode eager "${N[@]}"
   cap hf-small-graph-torch   --workload hf --size small --profiler torch --mode graph "${N[@]}"
   cap hf-small-graph-wholegraph --workload hf --size small --profiler nsys --mode graph --nsys-graph-trace graph "${N[@]}"
   cap hf-large-eager         --workload hf --size large --profiler nsys  --mode eager "${N[@]}"
   cap hf-large-graph         --workload hf --size large --profiler nsys  --mode graph "${N[@]}"
+  cap hf-large-spec          --workload hf --size large --profiler nsys  --mode eager --spec 3 "${N[@]}"
   cap hf-large-eager-torch   --workload hf --size large --profiler torch --mode eager --steps 12 --timed-steps 40 --peak-bw "$PEAK_BW"
   kern_sum hf-small-eager
   kern_sum hf-small-graph
