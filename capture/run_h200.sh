@@ -87,7 +87,7 @@ else
   cap hf-small-graph-wholegraph --workload hf --size small --profiler nsys --mode graph --nsys-graph-trace graph "${N[@]}"
   cap hf-large-eager         --workload hf --size large --profiler nsys  --mode eager "${N[@]}"
   cap hf-large-graph         --workload hf --size large --profiler nsys  --mode graph "${N[@]}"
-  cap hf-large-spec          --workload hf --size large --profiler nsys  --mode eager --spec 3 "${N[@]}"
+  cap hf-large-spec          --workload hf --size large --profiler nsys  --mode eager --spec 3 --steps 12 --timed-steps 40 --peak-bw "$PEAK_BW"   # 16 steps: 5.2 MB
   cap hf-large-eager-torch   --workload hf --size large --profiler torch --mode eager --steps 12 --timed-steps 40 --peak-bw "$PEAK_BW"
   kern_sum hf-small-eager
   kern_sum hf-small-graph
