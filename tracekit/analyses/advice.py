@@ -46,7 +46,8 @@ def _lever(applicable: bool, predicted: float | None, mean: float, verdict: str)
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
+    v = 100 * x
+    return f"{v:.1f}%" if abs(v) < 10 else f"{v:.0f}%"
 
 
 def _first(*values):
@@ -164,6 +165,11 @@ def advise(b, trace, *, trace_bw=None, weight_bytes=None, peak_bw=None, accept_l
     roof = {"weight_bytes_per_step": roof["weight_bytes_per_step"], "weight_bytes_source": wb_src if wb else None,
             **{k: v for k, v in roof.items() if k != "weight_bytes_per_step"}}
     b.roofline = roof
+    unprof = man.get("unprofiled_step_ms")
+    if unprof and b.steps["mean_ms"] > 1.2 * unprof:
+        warnings.append(
+            f"the traced steps ({b.steps['mean_ms']:.3f} ms) are {b.steps['mean_ms'] / unprof:.1f}x the unprofiled step "
+            f"time in the manifest ({unprof:.3f} ms): launch gaps and idle include the profiler's own overhead")
     gap = DEFAULT_REPLAY_GAP_US
     if device_profile and isinstance(device_profile.get("graph_replay_gap_us"), (int, float)):
         gap = float(device_profile["graph_replay_gap_us"])

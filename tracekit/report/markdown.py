@@ -41,21 +41,30 @@ def biggest_category(b):
     return best
 
 
+def _pct(x: float) -> str:
+    v = 100 * x
+    return f"{v:.1f}%" if abs(v) < 10 else f"{v:.0f}%"
+
+
 def headline(b) -> str:
+    """One line: step time, where most of it goes, the top lever, the bandwidth ceiling."""
     d = b.to_dict()
     mean = d["steps"]["mean_ms"]
+    ps = {k: v for k, v in d["per_step_ms"].items() if v is not None}
     parts = [f"step {mean:.3f} ms"]
-    ps = d["per_step_ms"]
-    gaps = (ps.get("launch_gaps") or 0) + (ps.get("idle") or 0)
-    big = biggest_category(b)
-    if big:
-        parts.append(f"{big} {100 * ps[big] / mean:.0f}%")
-    parts.append(f"GPU idle {100 * gaps / mean:.0f}%" if mean else "")
+    if mean and ps:
+        top = sorted(ps, key=lambda k: -ps[k])[:2]
+        parts.append(", ".join(f"{k.replace('_', ' ')} {_pct(ps[k] / mean)}" for k in top if ps[k] > 0))
+    ranked = b.extras.get("ranked") or []
+    if ranked:
+        lever = d["advice"][ranked[0]]
+        name = {"cuda_graphs": "CUDA graphs", "communication": "a free all-reduce", "drafting": "no drafting"}[ranked[0]]
+        parts.append(f"{name} → ≈{lever['predicted_step_ms']:.3f} ms")
     roof = d["roofline"]
     if roof.get("fraction_of_ceiling") is not None:
-        parts.append(f"{100 * roof['fraction_of_ceiling']:.0f}% of the bandwidth ceiling "
-                     f"({roof['ceiling_tokens_per_s']:.0f} tok/s)")
-    return ", ".join(p for p in parts if p)
+        parts.append(f"{_pct(roof['fraction_of_ceiling'])} of the {roof['ceiling_tokens_per_s']:,.0f} tok/s "
+                     "bandwidth ceiling")
+    return "; ".join(p for p in parts if p)
 
 
 def verdict_lines(b) -> list[str]:
