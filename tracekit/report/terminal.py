@@ -79,7 +79,7 @@ def render_kernels(result: dict, console: Console) -> None:
 
 
 def render_breakdown(b, console: Console) -> None:
-    from tracekit.report.markdown import biggest_category, headline, split_rows, verdict_lines
+    from tracekit.report.markdown import _pct, biggest_category, headline, split_rows, verdict_lines
 
     d = b.to_dict()
     st, gpu, roof = d["steps"], d["gpu"], d["roofline"]
@@ -116,7 +116,7 @@ def render_breakdown(b, console: Console) -> None:
     if roof.get("floor_ms") is not None:
         console.print(f"roofline: {roof['weight_bytes_per_step'] / 1e9:.3f} GB/step ({roof['weight_bytes_source']}) → "
                       f"floor {_f(roof['floor_ms'])} ms, ceiling {_f(roof['ceiling_tokens_per_s'], 1)} tok/s; "
-                      f"at {100 * roof['fraction_of_ceiling']:.0f}% of it; gemm reads at "
+                      f"at {_pct(roof['fraction_of_ceiling'])} of it; gemm reads at "
                       f"{_f(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
     console.print(Text("verdicts", style="bold"))
     for line in verdict_lines(b):
