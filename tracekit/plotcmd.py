@@ -19,13 +19,9 @@ PLOT_SUFFIXES = (".png", ".svg", ".html")
 def analyse(path: Path, opts: dict):
     """(Breakdown, attributed activities of the analysed steps) for ``path``."""
     import tracekit
-    from tracekit.analyses.breakdown import step_table
 
-    trace = _load(path, True)
-    b = tracekit.breakdown(trace, **opts)
-    _, acts, *_ = step_table(trace, step_range=opts.get("step_range"), draft_range=opts.get("draft_range"),
-                             device=b.gpu["device"], rules=opts.get("rules"))
-    return b, acts
+    b = tracekit.breakdown(_load(path, True), **opts)
+    return b, b.activities
 
 
 def _check_output(out: Path, trace: Path, suffixes) -> None:

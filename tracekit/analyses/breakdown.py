@@ -52,6 +52,7 @@ class Breakdown:
     per_step: pl.DataFrame  # one row per analysed step (csv output, plots)
     top_kernels: pl.DataFrame  # name, category, count, total_ms, mean_us, per_step_ms
     extras: dict = field(default_factory=dict)  # facts the advice used (graph share, gaps, counts)
+    activities: pl.DataFrame | None = None  # attributed GPU activity of the analysed steps (plots, export)
 
     def to_dict(self) -> dict:
         return {
@@ -321,6 +322,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         gpu={"device": dev, "name": gpu_name, "peak_bw_gbps": None, "peak_bw_source": None},
         steps=stats, per_step_ms=per_step_ms, kernel_ms_per_step=kernel_ms, roofline={}, advice={},
         warnings=list(trace.meta.warnings) + warnings, per_step=per_step, top_kernels=top, extras=extras,
+        activities=acts,
     )
     return advise(result, trace, trace_bw=trace_bw, weight_bytes=weight_bytes, peak_bw=peak_bw,
                   accept_len=accept_len, tokens_per_step=tokens_per_step, device_profile=device_profile)
