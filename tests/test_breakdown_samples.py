@@ -14,8 +14,8 @@ import pytest
 import tracekit
 from conftest import SAMPLES, sample
 
-NSYS_SAMPLES = ["hf-small-eager", "hf-small-graph", "hf-small-spec", "hf-large-eager", "hf-large-graph",
-                "synthetic-eager", "synthetic-graph", "synthetic-symm-eager"]
+NSYS_SAMPLES = ["hf-small-eager", "hf-small-graph", "hf-small-spec", "hf-small-spec-graph", "hf-large-eager",
+                "hf-large-graph", "hf-large-spec", "synthetic-eager", "synthetic-graph", "synthetic-symm-eager"]
 GEMM_LIKE = ("(s.value LIKE 'nvjet%' OR s.value LIKE '%gemv%' OR s.value LIKE '%gemm%' "
              "OR s.value LIKE '%splitKreduce%')")
 # Launch inside a range on the same thread whose text matches LIKE {pattern}.
@@ -91,7 +91,7 @@ def test_gemm_time_equals_sql_sum(results, name):
 
 def test_drafting_is_nonzero_exactly_in_the_speculative_trace(results):
     for name, b in results.items():
-        if name.endswith("spec"):
+        if "spec" in name:
             path = SAMPLES / name / "trace.sqlite"
             in_draft = IN_RANGE.format(pattern="draft")
             memops = sum(sql(path, f"""SELECT coalesce(sum(m.end - m.start), 0) FROM {t} m
@@ -126,7 +126,7 @@ def test_cuda_graph_predictions_within_10pct_of_measured(results):
     """Predicted graph-replay step (from each eager trace) vs the unprofiled graph step measured on the H200."""
     ix = index()
     pairs = [("hf-small-eager", "hf-small-graph"), ("hf-large-eager", "hf-large-graph"),
-             ("synthetic-eager", "synthetic-graph")]
+             ("synthetic-eager", "synthetic-graph"), ("hf-small-spec", "hf-small-spec-graph")]
     for eager, graph in pairs:
         if eager not in results:
             continue
@@ -138,7 +138,7 @@ def test_cuda_graph_predictions_within_10pct_of_measured(results):
 
 
 def test_graph_replayed_traces_are_not_applicable(results):
-    for name in ("hf-small-graph", "hf-large-graph", "synthetic-graph"):
+    for name in ("hf-small-graph", "hf-large-graph", "synthetic-graph", "hf-small-spec-graph"):
         if name in results:
             adv = results[name].advice["cuda_graphs"]
             assert adv["applicable"] is False and "already replay CUDA graphs" in adv["verdict"]

@@ -265,6 +265,12 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
         n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
         n_launched=pl.col("correlation").filter(~pl.col("graphed").fill_null(False)).n_unique(),
     )
+    # Wall time of the draft phases on the GPU timeline: first to last activity of each draft range
+    # (gaps between its kernels included), summed per step.
+    dspan = (acts_g.filter(pl.col("draft").is_not_null()).group_by("step", "draft")
+             .agg(span=pl.col("end").max() - pl.col("start").min())
+             .group_by("step").agg(draft_span=pl.col("span").sum()))
+    table = table.join(dspan, on="step", how="left").with_columns(pl.col("draft_span").fill_null(0))
     table = (table.join(ksum, on="step", how="left").join(graphed, on="step", how="left")
              .drop(cum_cols + ["a_first", "a_last"]).sort("p_start"))
     table = table.join(windows.select("step", "pid", "tid", w_start="start", w_end="end"), on="step", how="left")
@@ -308,6 +314,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         "graph_launches_per_step": float(table["n_graph_launches"].fill_null(0).mean()),
         "busy_ms": sum(v for k, v in per_step_ms.items() if k not in ("launch_gaps", "idle") and v is not None),
         "graph_mode": graph_mode,
+        "draft_phase_ms": float(table["draft_span"].mean()) / 1e6,
         "step_windows": table.select("step", "pid", "tid", start="w_start", end="w_end"),
     }
     gpu_name, trace_bw = None, None
