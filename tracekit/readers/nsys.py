@@ -61,18 +61,46 @@ _MAX_DUR_NS = 86_400 * 10**9  # one day
 
 
 class _Db:
-    """A read-only view of one export: table/column discovery and SQL -> polars."""
+    """A read-only view of one export: table/column discovery and SQL -> polars.
 
-    def __init__(self, path: Path):
+    ``frame()`` is the one place rows become frames. It reads straight into Arrow with the
+    fastest engine installed (measured in docs/performance.md): connectorx, then ADBC's
+    SQLite driver, then plain ``sqlite3`` rows (always there, and the reference: any
+    failure of a fast engine, e.g. connectorx refusing an all-NULL column, falls through
+    to the next, so errors and values are those of the ``sqlite3`` path). Every engine
+    opens the same ``mode=ro&immutable=1`` URI: nothing is written to or beside the file.
+    """
+
+    ENGINES = ("connectorx", "adbc", "sqlite3")
+    _available: dict[str, bool] = {}  # engine -> its packages import (checked once per process)
+
+    @classmethod
+    def engine_available(cls, engine: str) -> bool:
+        if engine not in cls._available:
+            import importlib.util
+
+            mods = {"connectorx": ("connectorx", "pyarrow"), "adbc": ("adbc_driver_sqlite", "pyarrow")}[engine]
+            cls._available[engine] = all(importlib.util.find_spec(m) is not None for m in mods)
+        return cls._available[engine]
+
+    def __init__(self, path: Path, engines: tuple[str, ...] | None = None):
         self.path = path
-        uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+        self.uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
         try:
-            self.con = sqlite3.connect(uri, uri=True)
+            self.con = sqlite3.connect(self.uri, uri=True)
             rows = self.con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
         except sqlite3.DatabaseError as e:
             raise TracekitError(f"{path}: not a readable SQLite database ({e}); re-export it with `nsys export --type sqlite`")
         self.tables = {r[0] for r in rows}
         self._cols: dict[str, list[str]] = {}
+        # TRACEKIT_SQLITE_ENGINES=sqlite3 forces the plain path (benchmarks, debugging).
+        import os
+
+        env = tuple(e.strip() for e in os.environ.get("TRACEKIT_SQLITE_ENGINES", "").split(",") if e.strip())
+        wanted = engines or env or self.ENGINES
+        self._engines = [e for e in wanted if e in self.ENGINES and (e == "sqlite3" or self.engine_available(e))]
+        self._adbc = None
+        self.used: list[str] = []  # engine that produced each frame (tests, benchmarks)
 
     def has(self, table: str) -> bool:
         return table in self.tables
@@ -87,6 +115,42 @@ class _Db:
 
     def frame(self, sql: str, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
         """Run ``sql`` and return its rows as a frame with ``schema`` (column order = select order)."""
+        for engine in self._engines:
+            if engine == "sqlite3":
+                break
+            try:
+                table = self._arrow(engine, sql)
+                if table.num_columns != len(schema):
+                    raise ValueError("column count")
+                df = pl.from_arrow(table.rename_columns(list(schema)), rechunk=False)
+                df = df.cast(schema, strict=True)
+            except Exception:  # noqa: BLE001 - any failure: the next engine (sqlite3 last) decides
+                continue
+            self.used.append(engine)
+            return df
+        self.used.append("sqlite3")
+        return self._rows_frame(sql, schema, what)
+
+    def _arrow(self, engine: str, sql: str):
+        if engine == "connectorx":
+            import connectorx
+
+            # A percent-encoded file: URI keeps mode=ro&immutable=1 (the file is opened O_RDONLY).
+            return connectorx.read_sql("sqlite://" + urllib.parse.quote(self.uri, safe=""), sql, return_type="arrow")
+        if self._adbc is None:
+            import adbc_driver_sqlite.dbapi as adbc
+
+            self._adbc = adbc.connect(self.uri)
+        cur = self._adbc.cursor()
+        try:
+            # Big batches: the driver infers each column's type from the first batch.
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(1 << 20)})
+            cur.execute(sql)
+            return cur.fetch_arrow_table()
+        finally:
+            cur.close()
+
+    def _rows_frame(self, sql: str, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
         try:
             cur = self.con.execute(sql)
             rows = cur.fetchall()
@@ -104,7 +168,14 @@ class _Db:
             return {}
 
     def close(self):
+        if self._adbc is not None:
+            try:
+                self._adbc.close()
+            except Exception:  # noqa: BLE001 - closing a read-only handle cannot lose data
+                pass
+            self._adbc = None
         self.con.close()
+
 
 
 def _strings(db: _Db) -> pl.DataFrame:

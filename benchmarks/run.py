@@ -1,0 +1,200 @@
+"""One command: build big SYNTHETIC inputs from our real traces, time `tracekit breakdown` on
+them side by side with the floor and the peers, and write the table.
+
+    python benchmarks/run.py --sizes 1M,5M,10M --kineto 100MB,1GB --ranks 4 --out benchmarks/out/
+
+Every measurement is a subprocess run under ``/usr/bin/time -v`` (wall time, peak RSS), in
+this one run, so ratios compare like with like on a noisy machine:
+
+* nsys SQLite (benchmarks/make_nsys.py): ``tracekit breakdown --format json`` vs the floor
+  (benchmarks/floor.py: a bare scan of the columns breakdown reads, by sqlite3 / ADBC /
+  connectorx, the fastest counted as the floor). ``nsys stats`` runs on the GPU machine
+  (benchmarks/device_nsys_stats.sh) and is merged from ``--nsys-stats JSON`` if given.
+* Kineto JSON (benchmarks/make_kineto.py): breakdown vs a bare ``orjson`` parse vs HTA
+  (``traceinsight`` in its own venv, ``--hta-python``; benchmarks/hta_bench.py).
+* ranks: a directory of N copies of the 1M-kernel export, ``tracekit breakdown DIR``
+  (one process per file) vs one file alone.
+
+Results: ``OUT/results.json`` (every row) and ``OUT/table.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import make_nsys  # noqa: E402
+
+KINETO_SOURCES = [REPO / "sample_traces/hf-small-eager-torch/trace.json.gz"]
+
+
+def timed(cmd: list[str], label: str, env: dict | None = None, timeout: int = 3600) -> dict:
+    """Run ``cmd`` under /usr/bin/time -v; wall seconds, peak RSS (MB), rc and the last stdout line."""
+    tfile = Path(os.environ.get("TMPDIR", "/tmp")) / f"tk_time_{os.getpid()}.txt"
+    full = ["/usr/bin/time", "-v", "-o", str(tfile), *cmd]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(full, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        rc, out, err = 124, "", "timeout"
+    wall = time.perf_counter() - t0
+    text = tfile.read_text() if tfile.exists() else ""
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    row = {"label": label, "cmd": " ".join(cmd), "rc": rc, "wall_s": round(wall, 2),
+           "peak_rss_mb": round(int(rss.group(1)) / 1024, 1) if rss else None}
+    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
+    if rc != 0:
+        row["stderr"] = err.strip()[-500:]
+    elif lines and lines[-1].startswith("{"):
+        try:
+            row["result"] = json.loads(lines[-1])
+        except ValueError:
+            pass
+    print(f"  {label:48s} rc={rc} {row['wall_s']:8.2f} s  {row['peak_rss_mb']} MB", flush=True)
+    return row
+
+
+def tracekit_cmd(path: Path, extra=()) -> list[str]:
+    # Output goes to /dev/null via -o so the JSON rendering counts but a huge stdout does not.
+    return [sys.executable, "-m", "tracekit", "breakdown", str(path), "--format", "json", "-o", os.devnull, *extra]
+
+
+def size_label(n: int) -> str:
+    return f"{n // 10**6}M" if n % 10**6 == 0 else str(n)
+
+
+def bench_nsys(sizes: list[int], work: Path, engines: list[str], rows: list):
+    for n in sizes:
+        db = work / f"nsys_{size_label(n)}.sqlite"
+        if not db.exists():
+            info = make_nsys.make(make_nsys.default_source(), db, n)
+            print(f"built {db} ({info['kernels']} kernels, {info['bytes'] / 1e9:.2f} GB, {info['seconds']} s)")
+        group = f"nsys {size_label(n)}"
+        meta = {"group": group, "input": str(db), "input_bytes": db.stat().st_size, "kernels": n}
+        for e in engines:
+            if e == "sqlite3" and n != sizes[0]:
+                continue  # ~10x slower than the Arrow engines: measured at the smallest size only
+            rows.append({**meta, **timed([sys.executable, str(HERE / "floor.py"), "sqlite", str(db), "--engine", e],
+                                         f"{group}: floor scan ({e})"), "kind": f"floor:{e}"})
+        rows.append({**meta, **timed(tracekit_cmd(db), f"{group}: tracekit breakdown"), "kind": "tracekit"})
+        rows.append({**meta, **timed(tracekit_cmd(db), f"{group}: tracekit breakdown (sqlite3 only)",
+                                     env={"TRACEKIT_SQLITE_ENGINES": "sqlite3"}),
+                     "kind": "tracekit:sqlite3"} if n == sizes[0] else None)
+        rows[:] = [r for r in rows if r is not None]
+
+
+def bench_ranks(n_ranks: int, size: int, work: Path, rows: list):
+    src = work / f"nsys_{size_label(size)}.sqlite"
+    if not src.exists():
+        make_nsys.make(make_nsys.default_source(), src, size)
+    d = work / f"ranks_{n_ranks}x{size_label(size)}"
+    d.mkdir(exist_ok=True)
+    for i in range(n_ranks):
+        f = d / f"rank{i}.sqlite"
+        if not f.exists():
+            shutil.copyfile(src, f)
+    group = f"ranks {n_ranks}x{size_label(size)}"
+    meta = {"group": group, "input": str(d), "input_bytes": src.stat().st_size * n_ranks, "kernels": size * n_ranks}
+    rows.append({**meta, **timed(tracekit_cmd(src), f"{group}: one file"), "kind": "tracekit:one"})
+    rows.append({**meta, **timed(tracekit_cmd(d), f"{group}: directory (process pool)"), "kind": "tracekit"})
+
+
+def bench_kineto(sizes_mb: list[float], work: Path, hta_python: str | None, rows: list):
+    source = next((p for p in KINETO_SOURCES if p.exists()), None)
+    for mb in sizes_mb:
+        label = f"{int(mb)}MB" if mb < 1000 else f"{mb / 1000:g}GB"
+        js = work / f"kineto_{label}.json"
+        if not js.exists():
+            cmd = [sys.executable, str(HERE / "make_kineto.py"), "--size-mb", str(mb), "-o", str(js)]
+            if source is not None:
+                cmd += ["--source", str(source)]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        group = f"kineto {label}"
+        meta = {"group": group, "input": str(js), "input_bytes": js.stat().st_size}
+        rows.append({**meta, **timed([sys.executable, str(HERE / "floor.py"), "json", str(js)],
+                                     f"{group}: floor parse (orjson)"), "kind": "floor:orjson"})
+        rows.append({**meta, **timed(tracekit_cmd(js), f"{group}: tracekit breakdown"), "kind": "tracekit"})
+        if hta_python:
+            rows.append({**meta, **timed([hta_python, str(HERE / "hta_bench.py"), str(js), str(work / "hta")],
+                                         f"{group}: HTA load + temporal + kernel breakdown", timeout=5400),
+                         "kind": "hta"})
+
+
+def table(rows: list, nsys_stats: dict | None) -> str:
+    out = ["| input | size | what | wall s | peak RSS MB | vs floor (time) | vs HTA (time / memory) |",
+           "|---|---|---|---:|---:|---:|---:|"]
+    groups = list(dict.fromkeys(r["group"] for r in rows))
+    for g in groups:
+        rs = [r for r in rows if r["group"] == g]
+        floors = [r for r in rs if r["kind"].startswith("floor") and r["rc"] == 0]
+        floor = min(floors, key=lambda r: r["wall_s"]) if floors else None
+        hta = next((r for r in rs if r["kind"] == "hta" and r["rc"] == 0), None)
+        for r in rs:
+            vs_floor = f"{r['wall_s'] / floor['wall_s']:.2f}×" if floor and r["kind"].startswith("tracekit") else ""
+            vs_hta = ""
+            if hta and r["kind"] == "tracekit" and r["peak_rss_mb"]:
+                vs_hta = f"{hta['wall_s'] / r['wall_s']:.1f}× faster / {r['peak_rss_mb'] / hta['peak_rss_mb']:.2f}×"
+            what = r["label"].split(": ", 1)[1] + ("" if r["rc"] == 0 else f" (rc {r['rc']})")
+            size = f"{r['input_bytes'] / 1e9:.2f} GB" if r["input_bytes"] >= 1e8 else f"{r['input_bytes'] / 1e6:.0f} MB"
+            out.append(f"| {g} | {size} | {what} | {r['wall_s']:.1f} | {r['peak_rss_mb']:.0f} | {vs_floor} | {vs_hta} |")
+    if nsys_stats:
+        out.append(f"| nsys 10M (GPU machine) | | nsys stats --report cuda_gpu_kern_sum | {nsys_stats['wall_s']} | "
+                   f"{nsys_stats['peak_rss_mb']} | | |")
+    tk = {r["kernels"]: r["wall_s"] for r in rows if r["group"].startswith("nsys") and r["kind"] == "tracekit"}
+    if len(tk) >= 2:
+        lo, hi = min(tk), max(tk)
+        out.append("")
+        out.append(f"Growth: {size_label(lo)} → {size_label(hi)} kernels ({hi / lo:.0f}× the input): breakdown time "
+                   f"×{tk[hi] / tk[lo]:.1f} (linear would be ×{hi / lo:.0f}); per million kernels: "
+                   + ", ".join(f"{size_label(k)}: {tk[k] / (k / 1e6):.2f} s" for k in sorted(tk)))
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="1M,5M,10M", help="nsys kernel counts (empty: skip)")
+    p.add_argument("--kineto", default="100MB,1GB", help="Kineto JSON sizes (empty: skip)")
+    p.add_argument("--ranks", type=int, default=4, help="rank files for the directory run (0: skip)")
+    p.add_argument("--engines", default="adbc,connectorx,sqlite3", help="floor-scan engines")
+    p.add_argument("--hta-python", default="/tmp/hta-venv/bin/python",
+                   help="python of a venv with traceinsight (HTA); '' to skip")
+    p.add_argument("--nsys-stats", type=Path, default=None, help="JSON row from the GPU machine's nsys stats run")
+    p.add_argument("--work", type=Path, default=Path("/tmp/tracekit-bench"), help="where big inputs are built")
+    p.add_argument("--out", type=Path, default=HERE / "out")
+    a = p.parse_args(argv)
+    a.work.mkdir(parents=True, exist_ok=True)
+    a.out.mkdir(parents=True, exist_ok=True)
+    hta = a.hta_python if a.hta_python and Path(a.hta_python).exists() else None
+    rows: list = []
+    machine = {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+               "mem_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
+    print(f"machine: {machine}")
+    sizes = [make_nsys.parse_count(s) for s in a.sizes.split(",") if s.strip()]
+    if sizes:
+        bench_nsys(sizes, a.work, [e for e in a.engines.split(",") if e], rows)
+    if a.ranks:
+        bench_ranks(a.ranks, sizes[0] if sizes else 10**6, a.work, rows)
+    mbs = [float(s.upper().replace("GB", "e3").replace("MB", "")) for s in a.kineto.split(",") if s.strip()]
+    if mbs:
+        bench_kineto(mbs, a.work, hta, rows)
+    stats = json.loads(a.nsys_stats.read_text()) if a.nsys_stats else None
+    (a.out / "results.json").write_text(json.dumps({"machine": machine, "rows": rows, "nsys_stats": stats}, indent=1))
+    md = table(rows, stats)
+    (a.out / "table.md").write_text(f"machine: {machine}\n\n" + md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

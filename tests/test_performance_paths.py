@@ -1,0 +1,100 @@
+"""The fast SQLite->Arrow paths of the nsys reader give exactly the frames of the plain sqlite3 path.
+
+Correctness only (timings live in benchmarks/): every real export in tests/data/nsys is read
+once per engine and every Trace frame must be identical, dtypes included. Also: the fast
+paths keep the file untouched (read-only, nothing beside it) and errors stay one-line
+TracekitErrors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import tracekit.readers.nsys as nsys
+from tracekit.errors import TracekitError
+
+DATA = Path(__file__).parent / "data" / "nsys"
+FILES = sorted(DATA.glob("*.sqlite"))
+FRAMES = ("kernels", "memops", "launches", "ranges", "graph_execs", "gpus")
+FAST = [e for e in ("adbc", "connectorx") if nsys._Db.engine_available(e)]
+
+
+def _read(path: Path, engines, monkeypatch) -> tuple:
+    used: list[str] = []
+    orig = nsys._Db.__init__
+
+    def init(self, p, engines_=None):
+        orig(self, p, engines)
+        self.used = used
+
+    monkeypatch.setattr(nsys._Db, "__init__", init)
+    trace = nsys.read_nsys(path)
+    monkeypatch.setattr(nsys._Db, "__init__", orig)
+    return trace, used
+
+
+@pytest.mark.skipif(not FAST, reason="no fast SQLite engine installed (adbc-driver-sqlite / connectorx)")
+@pytest.mark.parametrize("engine", FAST)
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_fast_path_frames_equal_sqlite3(path, engine, monkeypatch):
+    ref, ref_used = _read(path, ("sqlite3",), monkeypatch)
+    fast, used = _read(path, (engine, "sqlite3"), monkeypatch)
+    assert set(ref_used) == {"sqlite3"}
+    assert engine in used, f"{engine} produced no frame at all: {used}"
+    for name in FRAMES:
+        a, b = getattr(ref, name), getattr(fast, name)
+        assert a.schema == b.schema, name
+        assert_frame_equal(a, b, check_exact=True), f"{path.name}:{name}"
+    assert ref.meta == fast.meta
+
+
+def test_default_chain_matches_sqlite3(monkeypatch):
+    path = DATA / "nsysai_mfu_2gpu_before_2026.2.sqlite"
+    ref, _ = _read(path, ("sqlite3",), monkeypatch)
+    fast = nsys.read_nsys(path)
+    for name in FRAMES:
+        assert_frame_equal(getattr(ref, name), getattr(fast, name), check_exact=True)
+
+
+def test_env_forces_sqlite3(monkeypatch):
+    monkeypatch.setenv("TRACEKIT_SQLITE_ENGINES", "sqlite3")
+    db = nsys._Db(FILES[0])
+    try:
+        db.frame("SELECT 1", {"x": pl.Int64}, "probe")
+        assert db.used == ["sqlite3"]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("engine", FAST)
+def test_fast_path_leaves_file_alone(tmp_path, engine, monkeypatch):
+    f = tmp_path / "t.sqlite"
+    shutil.copyfile(DATA / "nsysai_mfu_2gpu_before_2026.2.sqlite", f)
+    before = hashlib.sha256(f.read_bytes()).hexdigest()
+    _read(f, (engine, "sqlite3"), monkeypatch)
+    assert hashlib.sha256(f.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.sqlite"]
+
+
+@pytest.mark.parametrize("engine", [*FAST, "sqlite3"])
+def test_errors_are_one_line_tracekit_errors(engine, tmp_path):
+    db = nsys._Db(DATA / "nsysai_mock_2026.1.sqlite", engines=(engine, "sqlite3"))
+    try:
+        with pytest.raises(TracekitError) as e:
+            db.frame("SELECT nosuch FROM CUPTI_ACTIVITY_KIND_KERNEL", {"x": pl.Int64}, "probe table")
+        assert "\n" not in str(e.value) and "cannot read probe table" in str(e.value)
+        with pytest.raises(TracekitError) as e:
+            db.frame("SELECT 'text' AS x", {"x": pl.Int64}, "probe values")
+        assert "wrong type" in str(e.value)
+    finally:
+        db.close()
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 200)
+    with pytest.raises(TracekitError):
+        nsys.read_nsys(bad)
