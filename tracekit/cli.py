@@ -265,11 +265,13 @@ def _breakdown_opts(device, step_range, draft_range, weight_bytes, peak_bw, acce
 @cli.command()
 @trace_arguments
 @analysis_opts
+@click.option("--all-devices", is_flag=True,
+              help="Analyse every GPU of the trace (one nsys report of several ranks) and add a cross-rank table.")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="RUNS.DB",
               help="Append the result to a SQLite run history (see `tracekit history`).")
 @output_options()
 def breakdown(traces, device, step_range, draft_range, weight_bytes, peak_bw, accept_len, tokens_per_step, rules,
-              device_profile, save, fmt, output, color):
+              device_profile, all_devices, save, fmt, output, color):
     """Per-decode-step time split, memory-bandwidth roofline and advice.
 
     Example: tracekit breakdown sample_traces/hf-small-eager/trace.sqlite --format md
@@ -279,7 +281,18 @@ def breakdown(traces, device, step_range, draft_range, weight_bytes, peak_bw, ac
     opts = _breakdown_opts(device, step_range, draft_range, weight_bytes, peak_bw, accept_len, tokens_per_step,
                            rules, device_profile)
     files = expand_traces(traces)
-    if len(files) == 1:
+    labels = None
+    if all_devices:
+        if len(files) != 1 or device is not None:
+            raise TracekitError("--all-devices takes one trace file and no --device")
+        import tracekit
+        from tracekit.analyses.breakdown import devices_with_activity
+
+        trace = _load(files[0], True)
+        devs = devices_with_activity(trace)
+        results = [tracekit.breakdown(trace, **{**opts, "device": d}) for d in devs]
+        labels = [f"gpu{d}" for d in devs]
+    elif len(files) == 1:
         results = [run_breakdown(files[0], opts)]
     else:
         from tracekit.parallel import map_files
@@ -289,7 +302,7 @@ def breakdown(traces, device, step_range, draft_range, weight_bytes, peak_bw, ac
         from tracekit.history import save_runs
 
         save_runs(save, results)
-    if len(results) == 1:
+    if len(results) == 1 and not all_devices:
         b = results[0]
         if fmt == "json":
             emit_text(to_json(b.to_dict()), output)
@@ -302,7 +315,7 @@ def breakdown(traces, device, step_range, draft_range, weight_bytes, peak_bw, ac
         return
     from tracekit.analyses.ranks import cross_rank
 
-    multi = cross_rank(results)
+    multi = cross_rank(results, labels)
     if fmt == "json":
         emit_text(to_json(multi), output)
     elif fmt == "md":

@@ -93,6 +93,17 @@ OPS: dict[str, tuple[pl.DataType, str]] = {
     "input_types": (pl.String, "JSON list of input dtypes (Kineto 'Input type'), null if not recorded"),
 }
 
+COLLECTIVES: dict[str, tuple[pl.DataType, str]] = {
+    "start": (pl.Int64, "GPU start of the collective's kernel, ns (joins kernels on pid, correlation, start)"),
+    "pid": (pl.Int64, "host process"),
+    "correlation": (pl.Int64, "the kernel's correlation"),
+    "collective": (pl.String, "collective name, e.g. allreduce, _allgather_base"),
+    "in_nelems": (pl.Int64, "input elements"),
+    "out_nelems": (pl.Int64, "output elements"),
+    "group_size": (pl.Int32, "ranks in the process group"),
+    "dtype": (pl.String, "element type, e.g. BFloat16, Float"),
+}
+
 GPUS: dict[str, tuple[pl.DataType, str]] = {
     "device": (pl.Int32, "CUDA device index, as kernels.device"),
     "name": (pl.String, "GPU name, e.g. 'NVIDIA H200'"),
@@ -109,6 +120,7 @@ SCHEMAS: dict[str, dict[str, tuple[pl.DataType, str]]] = {
     "graph_execs": GRAPH_EXECS,
     "ops": OPS,
     "gpus": GPUS,
+    "collectives": COLLECTIVES,
 }
 
 
@@ -156,6 +168,8 @@ class Trace:
     gpus: pl.DataFrame
     meta: TraceMeta
     manifest: dict | None = field(default=None)
+    # Collective metadata of communication kernels where the producer records it (Kineto NCCL kernel args).
+    collectives: pl.DataFrame = field(default_factory=lambda: empty(COLLECTIVES))
 
     def with_warning(self, *msgs: str) -> "Trace":
         return replace(self, meta=replace(self.meta, warnings=self.meta.warnings + tuple(msgs)))

@@ -78,7 +78,43 @@ def cuda_graphs_lever(b, replay_gap_us: float) -> dict:
     return _lever(True, predicted, mean, verdict)
 
 
-def communication_lever(b) -> dict:
+_DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "bfloat16": 2, "half": 2, "float16": 2,
+                "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "byte": 1, "char": 1, "bool": 1,
+                "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1}
+
+
+def collective_bandwidth(b, trace) -> dict | None:
+    """Achieved bus bandwidth of the step's collectives whose message sizes the trace records (NCCL convention:
+    all-reduce algbw × 2(n−1)/n; all-gather / reduce-scatter × (n−1)/n). None when no sizes are known."""
+    import polars as pl
+
+    acts = b.activities
+    if acts is None or trace.collectives.height == 0:
+        return None
+    comm = acts.filter((pl.col("category") == "communication") & (pl.col("kind") == "kernel"))
+    coll = trace.collectives.with_columns(
+        size=pl.col("dtype").str.to_lowercase().replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64))
+    # join on the unclipped kernel start: the activity frame keeps it in `start` unless clipped at a period edge
+    j = comm.join(coll, on=["pid", "correlation", "start"], how="inner").filter(
+        pl.col("size").is_not_null() & (pl.col("dur") > 0) & (pl.col("group_size") > 1))
+    if j.height == 0:
+        return None
+    name = pl.col("collective").str.to_lowercase()
+    n = pl.col("group_size").cast(pl.Float64)
+    factor = (pl.when(name.str.contains("allreduce|all_reduce")).then(2 * (n - 1) / n)
+              .when(name.str.contains("allgather|all_gather|reduce_scatter|reducescatter")).then((n - 1) / n)
+              .otherwise(1.0))
+    j = j.with_columns(bytes=pl.max_horizontal("in_nelems", "out_nelems") * pl.col("size"),
+                       busbw=pl.max_horizontal("in_nelems", "out_nelems") * pl.col("size") * factor
+                       / (pl.col("dur") * 1e-9) / 1e9)
+    top = j.group_by("collective").agg(count=pl.len(), bytes=pl.col("bytes").median(),
+                                       busbw=pl.col("busbw").median()).sort("count", descending=True)
+    return {"collective": top["collective"][0], "count": int(top["count"][0]),
+            "median_bytes": float(top["bytes"][0]), "median_busbw_gbps": float(top["busbw"][0]),
+            "group_size": int(j["group_size"][0])}
+
+
+def communication_lever(b, trace=None) -> dict:
     mean = b.steps["mean_ms"]
     exposed = b.per_step_ms["communication"]
     kernel = b.kernel_ms_per_step["communication"]
@@ -89,6 +125,15 @@ def communication_lever(b) -> dict:
     hidden = max(0.0, kernel - exposed)
     verdict = (f"exposed communication is {exposed:.3f} ms per step ({_pct(exposed / mean if mean else 0)}; "
                f"{hidden:.3f} ms more overlaps compute): the most a faster all-reduce could save")
+    bw = collective_bandwidth(b, trace) if trace is not None else None
+    if bw:
+        b.extras["collective_bandwidth"] = bw
+        spec = lookup(b.gpu.get("name"))
+        link = f" against {spec.link_bw_gbps:,.0f} GB/s per direction over {spec.link}" if spec and spec.link_bw_gbps \
+            else ""
+        verdict += (f"; its {bw['collective']} of {bw['median_bytes'] / 1e6:.2f} MB over {bw['group_size']} ranks "
+                    f"reaches {bw['median_busbw_gbps']:,.1f} GB/s bus bandwidth (median; kernel time includes "
+                    f"waiting for other ranks){link}")
     return _lever(True, mean - exposed, mean, verdict)
 
 
@@ -178,7 +223,7 @@ def advise(b, trace, *, trace_bw=None, weight_bytes=None, peak_bw=None, accept_l
     b.extras["replay_gap_us"] = gap
     b.advice = {
         "cuda_graphs": cuda_graphs_lever(b, gap),
-        "communication": communication_lever(b),
+        "communication": communication_lever(b, trace),
         "drafting": drafting_lever(b, acc, tps_batch),
         "memory_bandwidth": memory_lever(b, roof),
     }

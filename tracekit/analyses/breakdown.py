@@ -68,6 +68,17 @@ class Breakdown:
         }
 
 
+def devices_with_activity(trace: Trace) -> list[int]:
+    """GPUs with any kernel, memory operation or graph execution, busiest first."""
+    acts = pl.concat([
+        trace.kernels.select("device", dur=pl.col("end") - pl.col("start")),
+        trace.memops.select("device", dur=pl.col("end") - pl.col("start")),
+        trace.graph_execs.select("device", dur=pl.col("end") - pl.col("start")),
+    ])
+    return acts.group_by("device").agg(pl.col("dur").sum()).sort(["dur", "device"], descending=[True, False])[
+        "device"].to_list()
+
+
 def pick_device(trace: Trace, device: int | None) -> int:
     acts = pl.concat([
         trace.kernels.select("device", dur=pl.col("end") - pl.col("start")),

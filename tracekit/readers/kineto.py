@@ -47,7 +47,7 @@ from msgspec import Raw, Struct, field
 
 from tracekit.errors import TracekitError
 from tracekit.readers.common import api_kind, nesting_depth, strip_api_version
-from tracekit.trace import GPUS, GRAPH_EXECS, KERNELS, LAUNCHES, MEMOPS, OPS, RANGES, Trace, TraceMeta, conform, empty
+from tracekit.trace import COLLECTIVES, GPUS, GRAPH_EXECS, KERNELS, LAUNCHES, MEMOPS, OPS, RANGES, Trace, TraceMeta, conform, empty
 
 __all__ = ["read_kineto", "MATMUL_OPS"]
 
@@ -91,6 +91,11 @@ class _Args(Struct, gc=False):
     input_dims: Raw = field(name="Input Dims", default=_NULL)
     input_dims_legacy: Raw = field(name="Input dims", default=_NULL)
     input_types: Raw = field(name="Input type", default=_NULL)
+    coll_name: Raw = field(name="Collective name", default=_NULL)
+    in_nelems: Raw = field(name="In msg nelems", default=_NULL)
+    out_nelems: Raw = field(name="Out msg nelems", default=_NULL)
+    group_size: Raw = field(name="Group size", default=_NULL)
+    dtype: Raw = _NULL
 
 
 _NOARGS = _Args()
@@ -455,9 +460,14 @@ _GPU_T = {**_T, "device": "args.device", "stream": "args.stream", "correlation":
 _SPECS: dict[str, tuple[dict[str, str], dict[str, pl.Expr]]] = {
     "runtime": ({**_T, "correlation": "args.correlation"}, {**_HOST, "correlation": _int(pl.col("correlation"))}),
     "kernel": (
-        {**_GPU_T, "grid": "args.grid", "block": "args.block", "graph_id": "args.graph_id", "graph_node": "args.graph_node"},
+        {**_GPU_T, "grid": "args.grid", "block": "args.block", "graph_id": "args.graph_id", "graph_node": "args.graph_node",
+         "collective": "args.coll_name", "in_nelems": "args.in_nelems", "out_nelems": "args.out_nelems",
+         "group_size": "args.group_size", "dtype": "args.dtype"},
         {**_GPU, "grid": _dims(pl.col("grid")), "block": _dims(pl.col("block")),
-         "graph_id": _positive(pl.col("graph_id")), "graph_node": _positive(pl.col("graph_node"))},
+         "graph_id": _positive(pl.col("graph_id")), "graph_node": _positive(pl.col("graph_node")),
+         "collective": _unquote(pl.col("collective")), "in_nelems": _int(pl.col("in_nelems")),
+         "out_nelems": _int(pl.col("out_nelems")), "group_size": _int(pl.col("group_size")),
+         "dtype": _unquote(pl.col("dtype"))},
     ),
     "memcpy": ({**_GPU_T, "bytes": "args.nbytes"}, {**_GPU, "bytes": _int(pl.col("bytes"))}),
     "memset": ({**_GPU_T, "bytes": "args.nbytes"}, {**_GPU, "bytes": _int(pl.col("bytes"))}),
@@ -645,7 +655,13 @@ def read_kineto(path: Path) -> Trace:
         )
 
     k = _concat(frames["kernel"])
-    kernels = conform(host_pid(k), KERNELS).sort("start") if k is not None else empty(KERNELS)
+    if k is not None:
+        k = host_pid(k)
+        collectives = conform(k.filter(pl.col("collective").is_not_null() & (pl.col("collective") != "")),
+                              COLLECTIVES).sort("start")
+        kernels = conform(k, KERNELS).sort("start")
+    else:
+        kernels, collectives = empty(KERNELS), empty(COLLECTIVES)
 
     parts = []
     for kind in ("memcpy", "memset"):
@@ -726,4 +742,5 @@ def read_kineto(path: Path) -> Trace:
         ops=ops,
         gpus=gpus,
         meta=meta,
+        collectives=collectives,
     ).validate()

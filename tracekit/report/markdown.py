@@ -179,7 +179,9 @@ def _csv_safe(s: str) -> str:
 def ranks_md(multi: dict) -> str:
     out = ["| " + " | ".join(multi["columns"]) + " |", "|" + "---|" * len(multi["columns"])]
     for row in multi["table"]:
-        out.append("| " + " | ".join(md(v, 80) if isinstance(v, str) else _f(v) for v in row) + " |")
+        out.append("| " + " | ".join(md(v, 80) if isinstance(v, str) else (str(v) if isinstance(v, int) else _f(v))
+                                     for v in row) + " |")
+    out += [""] + [f"- {md(w, 500)}" for w in multi.get("warnings", [])]
     return "\n".join(out) + "\n"
 
 

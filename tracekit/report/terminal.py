@@ -124,13 +124,27 @@ def render_breakdown(b, console: Console) -> None:
     _warnings(console, d["warnings"])
 
 
+_RANK_COLS = [("rank", "rank"), ("steps", "steps"), ("mean_ms", "step"), ("gemm", "gemm"), ("attention", "attn"),
+              ("communication", "comm"), ("launch_gaps", "gaps"), ("idle", "idle"), ("comm_kernel_ms", "comm k"),
+              ("comm_transfer_ms", "xfer"), ("comm_wait_ms", "wait")]
+
+
 def render_ranks(multi: dict, console: Console) -> None:
-    t = Table(title="per rank", title_justify="left")
-    for col in multi["columns"]:
-        t.add_column(col, justify="left" if col in ("rank", "path") else "right", overflow="ellipsis",
-                     max_width=50)
+    idx = {c: i for i, c in enumerate(multi["columns"])}
+    from rich import box
+
+    t = Table(title="per rank (ms per step; comm = exposed, comm k = kernel time = xfer + wait)", title_justify="left",
+              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, padding=(0, 1))
+    for _, head in _RANK_COLS:
+        t.add_column(head, justify="left" if head == "rank" else "right", no_wrap=True)
     for row in multi["table"]:
-        t.add_row(*[rich_text(v) if isinstance(v, str) else _f(v) for v in row])
+        cells = []
+        for col, _ in _RANK_COLS:
+            v = row[idx[col]]
+            cells.append(rich_text(v) if isinstance(v, str) else (str(v) if isinstance(v, int) else _f(v)))
+        t.add_row(*cells)
     console.print(t)
+    for row in multi["table"]:
+        console.print(Text(f"{row[idx['rank']]}: ") + rich_text(row[idx["path"]]))
     for w in multi.get("warnings", []):
         console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
