@@ -59,7 +59,8 @@ LAUNCHES: dict[str, tuple[pl.DataType, str]] = {
     "pid": (pl.Int64, "host process"),
     "tid": (pl.Int64, "host thread"),
     "correlation": (pl.Int64, "joins kernels/memops.correlation within the same pid"),
-    "kind": (pl.String, "kernel | graph | memcpy | memset | sync | other"),
+    "kind": (pl.String, "kernel | graph | memcpy | memset | sync | other (nsys: only calls that launch work or "
+                        "synchronise are read; Kineto keeps every runtime call)"),
     "name": (pl.String, "API name without version suffix, e.g. cudaLaunchKernel"),
 }
 

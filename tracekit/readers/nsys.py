@@ -284,14 +284,22 @@ def _launches(db: _Db, strings: pl.DataFrame) -> pl.DataFrame:
     if not {"start", "end", "globalTid", "correlationId", "nameId"} <= cols:
         raise TracekitError(f"{db.path}: {table} lacks the columns nsys always writes; not an nsys export?")
     # nsys 2022.2 writes every backtraced call twice: eventClass 0/1 (runtime/driver) and 67 (backtrace).
-    where = " WHERE eventClass IN (0, 1)" if "eventClass" in cols else ""
+    conds = ["eventClass IN (0, 1)"] if "eventClass" in cols else []
+    # Only calls that put work on a GPU or synchronise with it are read: the filter is pushed into SQL by name id
+    # (a few dozen APIs), so the tens of millions of other runtime calls never leave SQLite.
+    apis = (strings.rename({"id": "name_id", "value": "name"})
+            .with_columns(name=strip_api_version(pl.col("name").fill_null("<unknown api>")))
+            .with_columns(kind=api_kind(pl.col("name")))
+            .filter(pl.col("kind") != "other"))
+    if apis.height == 0:
+        return empty(LAUNCHES)
+    conds.append("nameId IN (" + ",".join(str(int(i)) for i in apis["name_id"]) + ")")
+    where = " WHERE " + " AND ".join(conds)
     sql = (f"SELECT start, end, {_PID.format(c='globalTid')}, {_TID.format(c='globalTid')}, correlationId, nameId "
            f"FROM {table}{where}")
     df = db.frame(sql, {"start": pl.Int64, "end": pl.Int64, "pid": pl.Int64, "tid": pl.Int64,
                         "correlation": pl.Int64, "name_id": pl.Int64}, table)
-    df = _resolve(df, strings, "name_id", "name")
-    df = df.with_columns(name=strip_api_version(pl.col("name").fill_null("<unknown api>")))
-    df = df.with_columns(kind=api_kind(pl.col("name")))
+    df = df.join(apis, on="name_id", how="left").drop("name_id")
     return conform(df, LAUNCHES)
 
 
@@ -400,6 +408,11 @@ def _plausible(df: pl.DataFrame, what: str, warnings: list[str]) -> pl.DataFrame
     return df
 
 
+def _sorted(df: pl.DataFrame) -> pl.DataFrame:
+    """Sorted by start; nsys rows are usually in time order already, and checking costs far less than sorting."""
+    return df if df["start"].is_sorted() else df.sort("start")
+
+
 def read_nsys(path: Path) -> Trace:
     """Read an nsys SQLite export into a :class:`Trace`."""
     path = Path(path)
@@ -443,9 +456,9 @@ def read_nsys(path: Path) -> Trace:
         warnings=tuple(warnings),
     )
     return Trace(
-        kernels=kernels.sort("start"),
+        kernels=_sorted(kernels),
         memops=memops,
-        launches=launches.sort("start"),
+        launches=_sorted(launches),
         ranges=ranges,
         graph_execs=graph_execs.sort("start"),
         ops=empty(OPS),
