@@ -171,9 +171,12 @@ def emit_text(text: str, output: Path | None):
 
 
 def _load(path: Path, quiet: bool):
+    """Load for an analysis command, with a transient progress line on a terminal (never with --format json)."""
     import tracekit
+    from tracekit.progress import status
 
-    return tracekit.load(path)
+    with status(f"reading {path.name}", fmt="json" if quiet else "table"):
+        return tracekit.load(path, kernel_dims=False)
 
 
 def _read_json_file(path: Path | None, what: str):

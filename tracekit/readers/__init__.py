@@ -30,8 +30,11 @@ def detect_format(path: Path) -> str:
     )
 
 
-def load(path, **kwargs):
-    """Read one trace file (nsys SQLite export, Kineto JSON/.json.gz, or .nsys-rep via nsys)."""
+def load(path, *, kernel_dims: bool = True):
+    """Read one trace file (nsys SQLite export, Kineto JSON/.json.gz, or .nsys-rep via nsys).
+
+    ``kernel_dims=False`` lets a reader skip kernel grid/block dimensions (no analysis uses them).
+    """
     path = Path(path)
     if not path.exists():
         raise TracekitError(f"{path}: no such file")
@@ -44,11 +47,11 @@ def load(path, **kwargs):
     if fmt == "nsys-sqlite":
         from tracekit.readers.nsys import read_nsys
 
-        trace = read_nsys(path, **kwargs)
+        trace = read_nsys(path, kernel_dims=kernel_dims)
     else:
         from tracekit.readers.kineto import read_kineto
 
-        trace = read_kineto(path, **kwargs)
+        trace = read_kineto(path)
     from tracekit.manifest import attach_manifest
 
     return attach_manifest(trace, path)
