@@ -124,6 +124,8 @@ def activities(trace: Trace, device: int, rules=None) -> pl.DataFrame:
 
 def _attribute(acts: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> pl.DataFrame:
     """Add ``col``: the window id open on the launching (pid[, tid]) at launch start, else null."""
+    if windows.height == 0:
+        return acts.with_columns(pl.lit(None, pl.Int64).alias(col))
     w = windows.select(*by, ws="start", we="end", wid=col).sort("ws")
     has = acts.filter(pl.col("launch_start").is_not_null()).sort("launch_start")
     out = has.join_asof(w, left_on="launch_start", right_on="ws", by=by, strategy="backward", check_sortedness=False)
