@@ -340,6 +340,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         "graph_launches_per_step": float(table["n_graph_launches"].fill_null(0).mean()),
         "busy_ms": sum(v for k, v in per_step_ms.items() if k not in ("launch_gaps", "idle") and v is not None),
         "graph_mode": graph_mode,
+        "rank": trace.meta.rank,
         "draft_phase_ms": float(table["draft_span"].mean()) / 1e6,
         "step_windows": table.select("step", "pid", "tid", start="w_start", end="w_end"),
     }

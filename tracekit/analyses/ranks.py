@@ -50,7 +50,8 @@ def cross_rank(results, labels=None) -> dict:
     for i, b in enumerate(results):
         d = b.to_dict()
         ps, st = d["per_step_ms"], d["steps"]
-        label = labels[i] if labels else str(b.extras.get("rank", i))
+        rank = b.extras.get("rank")
+        label = labels[i] if labels else str(i if rank is None else rank)
         table.append([label, d["source"]["path"], d["gpu"]["device"], st["count"], st["mean_ms"], st["p90_ms"],
                       ps["gemm"], ps["attention"], ps["communication"], ps["drafting"], ps["other"], ps["memory"],
                       ps["launch_gaps"], ps["idle"], d["kernel_ms_per_step"]["communication"], wt[i][0], wt[i][1]])
