@@ -108,14 +108,21 @@ def time_steps(step_fn: Callable[[int], None], n: int, device, start_index: int 
     }
 
 
-def profiled_phase(step_fn: Callable[[int], None], args, start_index: int) -> dict:
-    """Run ``args.steps`` marked steps under the chosen profiler. Returns facts about it."""
+def profiled_phase(step_fn: Callable[[int], None], args, start_index: int,
+                   barrier: Callable[[], None] | None = None) -> dict:
+    """Run ``args.steps`` marked steps under the chosen profiler. Returns facts about it.
+
+    ``barrier`` (tensor parallelism): called on every rank right before the profiler starts and
+    before it stops, so that all ranks' capture windows cover the same steps."""
     import torch
+
+    barrier = barrier or (lambda: None)
 
     n = args.steps
     info: dict = {"profiled_steps": n, "first_step_index": start_index}
     if args.profiler == "nsys":
         sync(args.device)
+        barrier()
         torch.cuda.cudart().cudaProfilerStart()
         t0 = time.perf_counter()
         for k in range(n):
@@ -125,6 +132,7 @@ def profiled_phase(step_fn: Callable[[int], None], args, start_index: int) -> di
         # profiler's buffer flush (hundreds of ms under nsys), which is no step time
         info["host_loop_ms_per_step"] = (time.perf_counter() - t0) * 1e3 / max(n, 1)
         sync(args.device)
+        barrier()
         torch.cuda.cudart().cudaProfilerStop()
     elif args.profiler == "torch":
         from torch.profiler import ProfilerActivity, profile
@@ -135,6 +143,7 @@ def profiled_phase(step_fn: Callable[[int], None], args, start_index: int) -> di
         # No profiler schedule: it would add `ProfilerStep#N` ranges that compete with our
         # `decode_step <i>` markers. The profiler is started before the first marked step.
         sync(args.device)
+        barrier()
         prof = profile(activities=acts, record_shapes=True)
         prof.start()
         t0 = time.perf_counter()
@@ -143,6 +152,7 @@ def profiled_phase(step_fn: Callable[[int], None], args, start_index: int) -> di
                 step_fn(start_index + k)
         info["host_loop_ms_per_step"] = (time.perf_counter() - t0) * 1e3 / max(n, 1)
         sync(args.device)
+        barrier()
         prof.stop()
         out = args.trace_out or "trace.json.gz"
         raw = out[:-3] if out.endswith(".gz") else out

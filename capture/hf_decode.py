@@ -18,6 +18,14 @@ Facts written for the manifest: weight bytes read per step (target parameters wi
 input embedding unless it is tied to lm_head, lm_head included; plus draft weights x draft
 forwards per step), the unprofiled step time (median over ``--timed-steps`` steps timed with
 CUDA events BEFORE profiling starts), dtype, versions.
+
+Tensor parallelism (``--tp N [--allreduce nccl|symm-one-shot|symm-two-shot] [--lm-head ...]``, one
+process per GPU, launched by ``tracekit capture --tp N`` through torchrun; see ``capture/tp.py``):
+Megatron-style sharding of the target model -- q/k/v and gate/up column-parallel, o_proj and down_proj
+row-parallel, each followed by an all-reduce (2 per layer per forward); the input embedding replicated;
+lm_head vocab-parallel + an all-gather of the logits (default) or replicated (``--lm-head replicated``).
+The ``--spec`` draft model is replicated on every rank (no communication). ``weight_bytes_per_step``
+is then the bytes ONE GPU reads (its shard).
 """
 
 from __future__ import annotations
@@ -28,11 +36,12 @@ import os
 import sys
 
 if __package__:
-    from . import _common, markers  # type: ignore
+    from . import _common, markers, tp as tpmod  # type: ignore
 else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _common  # type: ignore
     import markers  # type: ignore
+    import tp as tpmod  # type: ignore
 
 # name: (hidden, layers, heads, kv_heads, intermediate, vocab, tie_word_embeddings)
 SIZES = {
@@ -109,14 +118,14 @@ class Decoder:
     """One model + its StaticCache, with a fixed-shape forward of ``q`` new tokens whose
     positions come from the cache's own on-device length (graph-replay safe)."""
 
-    def __init__(self, model, max_cache_len: int, device, q: int = 1):
+    def __init__(self, model, max_cache_len: int, device, q: int = 1, cache_config=None):
         import torch
         from transformers import StaticCache
 
         self.model = model
         self.device = device
         sig = inspect.signature(StaticCache.__init__).parameters
-        kw = dict(config=model.config, max_cache_len=max_cache_len)
+        kw = dict(config=cache_config or model.config, max_cache_len=max_cache_len)
         if "max_batch_size" in sig:  # transformers 4.x
             kw.update(max_batch_size=1, device=device, dtype=model.dtype)
         self.cache = StaticCache(**kw)
@@ -168,11 +177,24 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--spec", type=int, default=0, help="speculative decoding: K draft tokens per step")
+    tpmod.add_tp_args(p)
+    p.add_argument("--lm-head", choices=["vocab-parallel", "replicated"], default="vocab-parallel",
+                   help="with --tp: lm_head rows sharded + all-gather of the logits, or a full copy per GPU")
     args = p.parse_args(argv)
 
     import torch
     import transformers
 
+    dist_ = None
+    if args.tp is not None:
+        tpmod.check_divisible(args.tp, **{k: v for k, v in SIZES[args.size].items()
+                                         if k in ("num_attention_heads", "num_key_value_heads", "intermediate_size")})
+        if args.lm_head == "vocab-parallel":
+            tpmod.check_divisible(args.tp, vocab_size=SIZES[args.size]["vocab_size"])
+        dist_ = tpmod.Dist(args.tp, args.device)
+        args.device = str(dist_.device)
+        args.trace_out = tpmod.rank_path(args.trace_out, dist_.rank, dist_.world_size)
+        args.facts_out = tpmod.rank_path(args.facts_out, dist_.rank, dist_.world_size)
     torch.manual_seed(args.seed)
     dtype = getattr(torch, args.dtype)
     dev = torch.device(args.device)
@@ -186,7 +208,24 @@ def main(argv=None) -> int:
                 f"on {dev} in {args.dtype}")
     model = build_model(cfg, dev, dtype)
     wb = weight_bytes(model)
-    target = Decoder(model, max_cache_len, dev, q=per_step_tokens)
+    tp_facts = None
+    cache_cfg = None
+    if dist_ is not None:
+        ar = tpmod.AllReduce(args.allreduce, dist_, per_step_tokens * cfg.hidden_size, dtype)
+        shard = shard_model(model, dist_, ar, args.lm_head)
+        cache_cfg = shard_config(cfg, dist_.world_size)
+        tp_facts = dict(world_size=dist_.world_size, rank=dist_.rank, launcher=dist_.launcher,
+                        sharding="column-parallel q/k/v + gate/up; row-parallel o_proj + down_proj, "
+                                 "each followed by an all-reduce",
+                        embedding="replicated", lm_head=args.lm_head,
+                        lm_head_allgather_bytes=(per_step_tokens * cfg.vocab_size * dtype.itemsize
+                                                 if args.lm_head == "vocab-parallel" and dist_.world_size > 1 else 0),
+                        draft=("replicated" if K else None),
+                        allreduce_per_layer=2, shard_weight_bytes=shard["bytes"], full_weight_bytes=wb["bytes"],
+                        **ar.facts(per_step_tokens * cfg.hidden_size, 2 * cfg.num_hidden_layers))
+        _common.log(f"rank {dist_.rank}/{dist_.world_size}: sharded, {shard['bytes']} weight bytes on this GPU, "
+                    f"all-reduce {ar.impl} of {tp_facts['allreduce_message_bytes']} bytes x {2 * cfg.num_hidden_layers}")
+    target = Decoder(model, max_cache_len, dev, q=per_step_tokens, cache_config=cache_cfg)
     prompt = torch.randint(3, cfg.vocab_size, (1, args.prompt_len), device=dev)
     first = target.prefill(prompt)[:, -1].argmax(-1)
 
@@ -205,6 +244,7 @@ def main(argv=None) -> int:
 
     host_tok = torch.zeros(per_step_tokens + 1, dtype=torch.long, pin_memory=dev.type == "cuda")
     accepted_total = [0, 0]  # tokens produced, steps
+    token_log: list[int] = []  # the first greedy tokens of the timed steps (TP vs no-TP checks)
 
     # ---- the decode step, built per mode -----------------------------------------------------
     if not K:
@@ -227,6 +267,8 @@ def main(argv=None) -> int:
             host_tok[:1].copy_(nxt, non_blocking=True)
             if dev.type == "cuda":
                 torch.cuda.current_stream().synchronize()
+            if len(token_log) < 16:
+                token_log.append(int(host_tok[0]))
             accepted_total[0] += 1
             accepted_total[1] += 1
     else:
@@ -279,19 +321,25 @@ def main(argv=None) -> int:
         if K:
             draft.set_length(args.prompt_len)
 
+    barrier = dist_.barrier if dist_ is not None else None
     for i in range(args.warmup):
         step(-1 - i)
     _common.sync(dev)
     reset()
     accepted_total[:] = [0, 0]
+    token_log.clear()
+    if barrier:
+        barrier()
     timing = _common.time_steps(step, args.timed_steps, dev, start_index=0)
     accept_len = accepted_total[0] / max(accepted_total[1], 1)
     _common.log(f"unprofiled step: median {timing['median_ms']:.3f} ms over {timing['n']} steps "
-                f"({timing['method']}); weight bytes/step {wb['bytes'] + (draft_wb['bytes'] * K if K else 0)}")
+                f"({timing['method']}); weight bytes/step (this GPU) "
+                f"{(tp_facts['shard_weight_bytes'] if tp_facts else wb['bytes']) + (draft_wb['bytes'] * K if K else 0)}")
     reset()
-    prof = _common.profiled_phase(step, args, start_index=args.timed_steps)
+    prof = _common.profiled_phase(step, args, start_index=args.timed_steps, barrier=barrier)
 
-    weight_bytes_per_step = wb["bytes"] + (draft_wb["bytes"] * K if K else 0)
+    target_bytes = tp_facts["shard_weight_bytes"] if tp_facts else wb["bytes"]
+    weight_bytes_per_step = target_bytes + (draft_wb["bytes"] * K if K else 0)
     if K:
         facts_spec = {"draft_tokens": K, "accept_len": round(accept_len, 4)}
     facts = {
@@ -301,7 +349,7 @@ def main(argv=None) -> int:
         "gpu_name": _common.gpu_name(dev),
         "weight_bytes_per_step": int(weight_bytes_per_step),
         "dtype": args.dtype,
-        "tp": 1,
+        "tp": dist_.world_size if dist_ is not None else 1,
         "spec": facts_spec,
         "tokens_per_step": 1,
         "unprofiled_step_ms": round(timing["median_ms"], 6),
@@ -317,9 +365,65 @@ def main(argv=None) -> int:
         "unprofiled": timing,
         "profiled": prof,
         "nvtx_backend": markers.nvtx_backend_name(),
+        "tokens_head": list(token_log) if not K else None,
     }
+    if tp_facts:
+        facts["tensor_parallel"] = tp_facts
+        facts["allreduce"] = tp_facts["allreduce"]
+        facts["allreduce_message_bytes"] = tp_facts["allreduce_message_bytes"]
     _common.write_facts(args, facts)
+    if dist_ is not None:
+        dist_.barrier()
+        dist_.close()
     return 0
+
+
+def shard_config(cfg, tp: int):
+    """A copy of ``cfg`` with one rank's heads (for the per-rank KV cache)."""
+    import copy
+
+    c = copy.deepcopy(cfg)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    c.head_dim = head_dim
+    c.num_attention_heads = cfg.num_attention_heads // tp
+    c.num_key_value_heads = cfg.num_key_value_heads // tp
+    return c
+
+
+def shard_model(model, dist_, ar, lm_head: str = "vocab-parallel") -> dict:
+    """Megatron-style sharding in place: keep rank's slice of every linear; row-parallel linears are
+    followed by ``ar`` (2 all-reduces per layer). Returns the bytes one forward reads on this GPU."""
+    tp, r = dist_.world_size, dist_.rank
+    for layer in model.model.layers:
+        at, mlp = layer.self_attn, layer.mlp
+        for n in ("q_proj", "k_proj", "v_proj"):
+            setattr(at, n, tpmod.sliced_linear(getattr(at, n), 0, tp, r))
+        at.o_proj = tpmod.RowParallel(tpmod.sliced_linear(at.o_proj, 1, tp, r), ar)
+        for n in ("gate_proj", "up_proj"):
+            setattr(mlp, n, tpmod.sliced_linear(getattr(mlp, n), 0, tp, r))
+        mlp.down_proj = tpmod.RowParallel(tpmod.sliced_linear(mlp.down_proj, 1, tp, r), ar)
+        for attr in ("num_heads", "num_key_value_heads"):  # older transformers keep these on the module
+            if isinstance(getattr(at, attr, None), int):
+                setattr(at, attr, getattr(at, attr) // tp)
+    if lm_head == "vocab-parallel":
+        model.lm_head = tpmod.VocabParallelHead(tpmod.sliced_linear(model.lm_head, 0, tp, r), dist_)
+    return shard_weight_bytes(model)
+
+
+def shard_weight_bytes(model) -> dict:
+    """Bytes one forward reads on this rank: every parameter except the input embedding, plus the
+    (possibly sharded) lm_head; a tied lm_head is the embedding, read once."""
+    emb = model.get_input_embeddings().weight
+    total, seen = 0, set()
+    for _, p in model.named_parameters(remove_duplicate=False):
+        if p is emb or id(p) in seen:
+            continue
+        seen.add(id(p))
+        total += p.numel() * p.element_size()
+    head = getattr(model.lm_head, "weight", None)
+    if head is emb:
+        total += emb.numel() * emb.element_size()
+    return {"bytes": int(total)}
 
 
 def _graphed(fn, decoder, dev, warm: int = 3):

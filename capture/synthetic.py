@@ -9,6 +9,13 @@ residual add), optionally a torch symmetric-memory ``one_shot_all_reduce`` per l
 world size 1 (a real all-reduce kernel on one GPU). ``--mode graph`` captures the same step
 once with ``torch.cuda.CUDAGraph`` and replays it.
 
+Tensor parallelism (``--tp N``, one process per GPU launched by ``tracekit capture --tp N``; or any of
+``--allreduce nccl|symm-one-shot|symm-two-shot``, which implies ``--tp 1``): each layer is a Megatron MLP
+block -- W1 column-parallel [H, F/N], W2 row-parallel [F/N, H] -- followed by ONE all-reduce of the
+[1, H] activation (``capture/tp.py``; symmetric memory degrades to NCCL, saying why). Weight bytes per
+step are then one GPU's shard. ``--allreduce symm`` without ``--tp`` is the older world-of-one path
+(``SymmAllReduce`` below, no launcher).
+
 ``--device-profile-out`` also measures the GPU itself and writes a device profile JSON
 (schema ``tracekit.device_profile/1``): device-to-device copy bandwidth, GEMV read bandwidth,
 and the per-kernel cost of eager launches vs graph replay of tiny kernels.
@@ -24,11 +31,12 @@ import sys
 import time
 
 if __package__:
-    from . import _common, markers  # type: ignore
+    from . import _common, markers, tp as tpmod  # type: ignore
 else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _common  # type: ignore
     import markers  # type: ignore
+    import tp as tpmod  # type: ignore
 
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ.setdefault(_k, _v)
@@ -73,11 +81,12 @@ class SymmAllReduce:
         return self.op(self.buf, "sum", self.group_name).view_as(x)
 
 
-def build(args, dev, dtype):
+def build(args, dev, dtype, tp: int = 1, rank: int = 0):
+    """Weights of one rank: W1 [H, F/tp] (column-parallel), W2 [F/tp, H] (row-parallel)."""
     import torch
 
-    g = torch.Generator(device=dev).manual_seed(args.seed)
-    H, F, L = args.hidden, args.ffn, args.layers
+    g = torch.Generator(device=dev).manual_seed(args.seed + rank)
+    H, F, L = args.hidden, args.ffn // tp, args.layers
     w1 = [torch.randn(H, F, device=dev, dtype=dtype, generator=g) * 0.02 for _ in range(L)]
     w2 = [torch.randn(F, H, device=dev, dtype=dtype, generator=g) * 0.02 for _ in range(L)]
     norm = [torch.ones(H, device=dev, dtype=dtype) for _ in range(L)]
@@ -92,10 +101,14 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--ffn", type=int, default=4096)
     p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    p.add_argument("--allreduce", choices=["none", "symm"], default="none")
+    p.add_argument("--allreduce", choices=["none", "symm", *tpmod.ALLREDUCE_CHOICES], default="none",
+                   help="none; symm (world-of-one one_shot_all_reduce, no launcher); with --tp: "
+                        + "|".join(tpmod.ALLREDUCE_CHOICES) + " (default nccl)")
+    p.add_argument("--tp", type=int, default=None, help="tensor-parallel world size (launched by torchrun)")
     p.add_argument("--device-profile-out", default=None)
     p.add_argument("--spec", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.allreduce, args.tp = tp_choice(args.allreduce, args.tp)
     if args.spec:
         raise SystemExit("synthetic: --spec is not supported (use --workload hf)")
     if args.mode == "compile":
@@ -104,12 +117,31 @@ def main(argv=None) -> int:
     import torch
 
     dtype = getattr(torch, args.dtype)
+    dist_ = None
+    tp_facts = None
+    if args.tp is not None:
+        tpmod.check_divisible(args.tp, ffn=args.ffn)
+        dist_ = tpmod.Dist(args.tp, args.device)
+        args.device = str(dist_.device)
+        args.trace_out = tpmod.rank_path(args.trace_out, dist_.rank, dist_.world_size)
+        args.facts_out = tpmod.rank_path(args.facts_out, dist_.rank, dist_.world_size)
+        if args.device_profile_out and dist_.rank:
+            args.device_profile_out = None     # one device profile (rank 0's)
     dev = torch.device(args.device)
-    w1, w2, norm, x0 = build(args, dev, dtype)
+    w1, w2, norm, x0 = build(args, dev, dtype, *((dist_.world_size, dist_.rank) if dist_ else (1, 0)))
     state = {"x": x0.clone()}
     xbuf = x0.clone()
     ar = None
-    if args.allreduce == "symm":
+    if dist_ is not None:
+        ar = tpmod.AllReduce(args.allreduce, dist_, args.hidden, dtype)
+        ar_reason = ar.fallback
+        tp_facts = dict(world_size=dist_.world_size, rank=dist_.rank, launcher=dist_.launcher,
+                        sharding="per layer: W1 column-parallel [H, F/tp], W2 row-parallel [F/tp, H], "
+                                 "then one all-reduce",
+                        allreduce_per_layer=1, **ar.facts(args.hidden, args.layers))
+        _common.log(f"rank {dist_.rank}/{dist_.world_size}: all-reduce {ar.impl} of "
+                    f"{tp_facts['allreduce_message_bytes']} bytes x {args.layers} per step")
+    elif args.allreduce == "symm":
         if dev.type != "cuda":
             ar_reason = "needs CUDA"
         else:
@@ -156,8 +188,11 @@ def main(argv=None) -> int:
         if dev.type == "cuda":
             torch.cuda.current_stream().synchronize()
 
+    barrier = dist_.barrier if dist_ is not None else None
     for i in range(args.warmup):
         step(-1 - i)
+    if barrier:
+        barrier()
     timing = _common.time_steps(step, args.timed_steps, dev)
     wbytes = sum(w.numel() * w.element_size() for w in w1 + w2) + sum(n.numel() * n.element_size() for n in norm)
     _common.log(f"unprofiled step: median {timing['median_ms']:.3f} ms; weight bytes/step {wbytes}")
@@ -172,7 +207,7 @@ def main(argv=None) -> int:
             f.write("\n")
         _common.log(f"device profile written to {args.device_profile_out}")
 
-    prof = _common.profiled_phase(step, args, start_index=args.timed_steps)
+    prof = _common.profiled_phase(step, args, start_index=args.timed_steps, barrier=barrier)
     kernels_per_layer = 5 + (2 if ar is not None else 0)
     facts = {
         "workload": "synthetic",
@@ -181,13 +216,13 @@ def main(argv=None) -> int:
         "gpu_name": _common.gpu_name(dev),
         "weight_bytes_per_step": int(wbytes),
         "dtype": args.dtype,
-        "tp": 1,
+        "tp": dist_.world_size if dist_ is not None else 1,
         "spec": None,
         "tokens_per_step": 1,
         "unprofiled_step_ms": round(timing["median_ms"], 6),
         "versions": _common.versions(None),
         "synthetic": {"layers": args.layers, "hidden": args.hidden, "ffn": args.ffn,
-                      "allreduce": args.allreduce if ar is not None else "none",
+                      "allreduce": (ar.impl if dist_ is not None else args.allreduce) if ar is not None else "none",
                       "allreduce_unavailable": ar_reason,
                       "approx_kernels_per_layer": kernels_per_layer},
         "unprofiled": timing,
@@ -195,8 +230,27 @@ def main(argv=None) -> int:
         "device_profile": profile,
         "nvtx_backend": markers.nvtx_backend_name(),
     }
+    if tp_facts:
+        facts["tensor_parallel"] = tp_facts
+        facts["allreduce"] = tp_facts["allreduce"]
+        facts["allreduce_message_bytes"] = tp_facts["allreduce_message_bytes"]
     _common.write_facts(args, facts)
+    if dist_ is not None:
+        dist_.barrier()
+        dist_.close()
     return 0
+
+
+def tp_choice(allreduce: str, tp: int | None) -> tuple[str, int | None]:
+    """(all-reduce, tp) after the defaults: with --tp, none -> nccl and symm -> symm-one-shot;
+    a TP all-reduce choice without --tp means --tp 1 (a process group of size 1)."""
+    if tp is not None:
+        if tp < 1:
+            raise SystemExit(f"--tp {tp}: must be >= 1")
+        return {"none": "nccl", "symm": "symm-one-shot"}.get(allreduce, allreduce), tp
+    if allreduce in tpmod.ALLREDUCE_CHOICES:
+        return allreduce, 1
+    return allreduce, None
 
 
 def _median_time_ms(fn, reps: int, dev) -> float:

@@ -32,6 +32,9 @@ def main() -> None:
             "first_step_index": (man.get("profiled") or {}).get("first_step_index"),
             "gpu_name": man["gpu_name"],
             "peak_bw_gbps": man["peak_bw_gbps"],
+            "tp": man.get("tp", 1),
+            "allreduce": man.get("allreduce"),
+            "allreduce_message_bytes": man.get("allreduce_message_bytes"),
             "nsys_stats_kern_sum": (str((d / "nsys_stats_kern_sum.csv").relative_to(HERE.parent))
                                     if (d / "nsys_stats_kern_sum.csv").exists() else None),
         }

@@ -415,3 +415,158 @@ def test_hf_weight_bytes_exclude_untied_embedding():
         emb = model.get_input_embeddings().weight.numel() * 4
         assert wb["tied"] is tied
         assert wb["bytes"] == (every if tied else every - emb)
+
+
+# ---------------------------------------------------------------- tensor parallelism (issue 9)
+
+def test_tp_launch_command_is_torchrun_one_process_per_gpu(tmp_path):
+    script = cap.workload_script("hf")
+    c = cap.workload_cmd(script, profiler="nsys", steps=4, mode="graph", spec=None, out_dir=tmp_path,
+                         extra=["--size", "small"], python="py", tp=2, allreduce="symm-two-shot")
+    assert c[:6] == ["py", "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2"]
+    assert c[6] == str(script)
+    assert c[c.index("--tp") + 1] == "2" and c[c.index("--allreduce") + 1] == "symm-two-shot"
+    assert c[-2:] == ["--size", "small"]
+    # --tp 1: the same distributed path (a process group of size 1); nccl is the default all-reduce
+    c = cap.workload_cmd(cap.workload_script("synthetic"), profiler="torch", steps=2, mode="eager", spec=None,
+                         out_dir=tmp_path, extra=[], python="py", tp=1)
+    assert c[5] == "--nproc_per_node=1" and c[c.index("--allreduce") + 1] == "nccl"
+    assert c[c.index("--trace-out") + 1] == str(tmp_path / "trace.json.gz")   # ranks insert .rank<r>
+    # no --tp: unchanged single-process command
+    c = cap.workload_cmd(script, profiler="nsys", steps=2, mode="eager", spec=None, out_dir=tmp_path, extra=[],
+                         python="py")
+    assert c[:2] == ["py", str(script)] and "--tp" not in c
+    # sglang starts its own TP processes: --tp goes to the script, no torchrun
+    c = cap.workload_cmd(cap.workload_script("sglang"), profiler="nsys", steps=2, mode="eager", spec=None,
+                         out_dir=tmp_path, extra=[], python="py", tp=2)
+    assert c[:2] == ["py", str(cap.workload_script("sglang"))] and c[c.index("--tp") + 1] == "2"
+    # under nsys the torchrun command is the profiled one, so one report covers every rank
+    n = cap.nsys_profile_cmd("nsys", tmp_path, ["py", "-m", "torch.distributed.run", "--nproc_per_node=2", "w.py"])
+    assert "--trace-fork-before-exec=true" in n and n[-5:-3] == ["py", "-m"]
+
+
+def test_tp_argument_errors():
+    with pytest.raises(TracekitError, match="needs --tp"):
+        cap.tp_args("hf", None, "symm-one-shot")
+    with pytest.raises(TracekitError, match="SGLang"):
+        cap.tp_args("sglang", 2, "nccl")
+    with pytest.raises(TracekitError, match="--allreduce"):
+        cap.tp_args("hf", 2, "multimem")
+    with pytest.raises(TracekitError, match=">= 1"):
+        cap.launch_prefix(0)
+    assert cap.tp_args("synthetic", None, "symm") == ["--allreduce", "symm"]   # the older world-of-one option
+    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "torch", "--out", "o", "--tp", "0"])
+    assert r.exit_code == 2
+
+
+def test_tp_worker_env_forces_multicast_off():
+    env = cap.worker_env({"NCCL_NVLS_ENABLE": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "0", "PATH": "/bin"})
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert env["NVSHMEM_DISABLE_NVLS"] == "1" and env["PATH"] == "/bin" and env["PYTHONUNBUFFERED"] == "1"
+    tp = _load_workload("tp")
+    assert tp.NO_MULTICAST_ENV == cap.NO_MULTICAST_ENV
+    assert tp.force_no_multicast({"NCCL_NVLS_ENABLE": "1"}) == cap.NO_MULTICAST_ENV
+    assert tuple(tp.ALLREDUCE_CHOICES) == cap.ALLREDUCE_CHOICES
+    # no multimem / NVLS op anywhere in the workloads
+    for f in CAPTURE_DIR.glob("*.py"):
+        assert "symm_mem.multimem" not in f.read_text(), f
+
+
+def test_tp_pure_helpers():
+    tp = _load_workload("tp")
+    assert tp.dist_env({}) == {"rank": 0, "world_size": 1, "local_rank": 0, "launcher": "none"}
+    assert tp.dist_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})["launcher"] == "torchrun"
+    assert tp.shard_range(4864, 2, 1) == (2432, 4864)
+    with pytest.raises(ValueError):
+        tp.shard_range(7, 2, 0)
+    with pytest.raises(SystemExit, match="num_key_value_heads=2"):
+        tp.check_divisible(4, num_key_value_heads=2, intermediate_size=4864)
+    for rank, world in ((0, 1), (1, 2), (3, 4)):
+        for name in ("trace.json.gz", "workload_facts.json"):
+            assert tp.rank_path(f"/d/{name}", rank, world) == str(cap.rank_file(Path("/d") / name, rank, world))
+    assert tp.rank_path("/d/trace.json.gz", 1, 2) == "/d/trace.rank1.json.gz"
+    assert tp.rank_path(None, 1, 2) is None
+    syn = _load_workload("synthetic")
+    assert syn.tp_choice("none", None) == ("none", None) and syn.tp_choice("symm", None) == ("symm", None)
+    assert syn.tp_choice("nccl", None) == ("nccl", 1)                 # a TP choice implies --tp 1
+    assert syn.tp_choice("none", 2) == ("nccl", 2) and syn.tp_choice("symm", 2) == ("symm-one-shot", 2)
+
+
+def _fake_torchrun(tmp_path: Path) -> Path:
+    """A stand-in `python` for `python -m torch.distributed.run ...`: writes each rank's facts file and
+    torch trace the way capture/tp.py names them."""
+    helper = tmp_path / "fake_torchrun.py"
+    helper.write_text(textwrap.dedent("""
+        import gzip, json, sys
+        a = sys.argv[1:]
+        assert a[:2] == ["-m", "torch.distributed.run"], a
+        world = int([x for x in a if x.startswith("--nproc_per_node=")][0].split("=")[1])
+        facts, trace = a[a.index("--facts-out") + 1], a[a.index("--trace-out") + 1]
+        for r in range(world):
+            f = facts[:-5] + f".rank{r}.json" if world > 1 else facts
+            t = trace[:-8] + f".rank{r}.json.gz" if world > 1 else trace
+            json.dump({"workload": "hf", "tp": world, "weight_bytes_per_step": 100, "unprofiled_step_ms": 2.0 + r,
+                       "allreduce": a[a.index("--allreduce") + 1], "allreduce_message_bytes": 1792,
+                       "profiled": {"host_loop_ms_per_step": 1.0}}, open(f, "w"))
+            gzip.open(t, "wt").write(json.dumps({"traceEvents": []}))
+    """))
+    return _exe(tmp_path / "python", f'exec "{sys.executable}" "{helper}" "$@"\n')
+
+
+def test_tp_capture_merges_ranks(tmp_path):
+    py = _fake_torchrun(tmp_path)
+    out = tmp_path / "tp2"
+    m = cap.capture(workload="hf", profiler="torch", out=out, steps=2, tp=2, allreduce="symm-one-shot", python=str(py))
+    assert m["tp"] == 2 and m["allreduce"] == "symm-one-shot" and m["allreduce_message_bytes"] == 1792
+    assert m["unprofiled_step_ms"] == 3.0                       # the slowest rank's median
+    assert [r["unprofiled_step_ms"] for r in m["per_rank"]] == [2.0, 3.0]
+    assert m["rank_traces"] == ["trace.rank0.json.gz", "trace.rank1.json.gz"]
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "trace.rank0.json.gz", "trace.rank1.json.gz"]
+    assert m["command"][-4:] == ["--tp", "2", "--allreduce", "symm-one-shot"]
+    m1 = cap.capture(workload="hf", profiler="torch", out=tmp_path / "tp1", steps=2, tp=1, python=str(py))
+    assert m1["tp"] == 1 and "per_rank" not in m1 and (tmp_path / "tp1" / "trace.json.gz").is_file()
+
+
+def _tp_samples():
+    return [p for p in _manifests() if json.loads(p.read_text()).get("tensor_parallel")]
+
+
+def test_tp_samples_world_size_one():
+    samples = _tp_samples()
+    assert {p.parent.name for p in samples} >= {"tp1-synthetic-symm1-eager", "tp1-synthetic-symm1-graph",
+                                                "tp1-hf-small-symm1-eager", "tp1-hf-small-nccl-eager"}
+    for mp in samples:
+        m = json.loads(mp.read_text())
+        t = m["tensor_parallel"]
+        assert m["tp"] == t["world_size"] == 1 and t["launcher"] == "torchrun" and t["allreduce_fallback"] is None
+        assert m["workload_command"][1:4] == ["-m", "torch.distributed.run", "--standalone"]
+        assert m["allreduce"] == t["allreduce"] == t["allreduce_requested"]
+        hidden = (m.get("model") or m.get("synthetic"))["hidden"]
+        assert m["allreduce_message_bytes"] == hidden * 2          # one bf16 token row
+        db = sqlite3.connect(f"file:{mp.parent / 'trace.sqlite'}?mode=ro", uri=True)
+        names = [r[0] for r in db.execute("select s.value from CUPTI_ACTIVITY_KIND_KERNEL k "
+                                          "join StringIds s on s.id = k.shortName")]
+        db.close()
+        ar = [n for n in names if "all_reduce" in n or "nccl" in n.lower()]
+        if m["allreduce"].startswith("symm"):        # a real kernel per all-reduce, even at world size 1
+            assert len(ar) == m["steps"] * t["allreduce_per_step"], mp
+        else:                                         # NCCL at world size 1 launches no kernel
+            assert ar == [], mp
+        if m["workload"] == "hf":
+            assert m["weight_bytes_per_step"] == t["shard_weight_bytes"] == t["full_weight_bytes"]
+            assert t["allreduce_per_step"] == 2 * m["model"]["layers"]
+
+
+@pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="needs torch + transformers (the GPU-host side); CI has neither")
+def test_hf_tiny_tp2_on_cpu_matches_single_process(tmp_path):
+    """TP=2 over gloo on the CPU: the sharded model (two processes, all-reduces, vocab-parallel lm_head)
+    makes the same greedy tokens as the unsharded one, and each rank reads half the layer weights."""
+    common = ("--size", "tiny", "--device", "cpu", "--dtype", "float32", "--timed-steps", "6", "--warmup", "1",
+              "--prompt-len", "8")
+    ref = cap.capture(workload="hf", profiler="torch", out=tmp_path / "ref", steps=1, extra=common)
+    m = cap.capture(workload="hf", profiler="torch", out=tmp_path / "tp2", steps=1, tp=2, extra=common)
+    assert m["tp"] == 2 and m["tokens_head"] == ref["tokens_head"] and len(ref["tokens_head"]) >= 6
+    # everything is sharded but the 5 RMSNorm weights (2 layers x 2 + final, 256 float32 each), replicated
+    assert m["weight_bytes_per_step"] * 2 - ref["weight_bytes_per_step"] == 5 * 256 * 4
+    assert m["tensor_parallel"]["allreduce_per_step"] == 4 and m["allreduce_message_bytes"] == 256 * 4
+    assert (tmp_path / "tp2" / "trace.rank1.json.gz").is_file()

@@ -34,6 +34,11 @@ MANIFEST_KEYS = ("schema", "workload", "profiler", "mode", "steps", "gpu_name", 
                  "versions", "command")
 WORKLOADS = {"hf": "hf_decode.py", "synthetic": "synthetic.py", "sglang": "sglang_decode.py"}
 FACTS_FILE = "workload_facts.json"
+# tensor parallelism (capture/tp.py): workloads launched one process per GPU by torchrun
+TP_WORKLOADS = ("hf", "synthetic")
+ALLREDUCE_CHOICES = ("nccl", "symm-one-shot", "symm-two-shot")
+# NVLink multicast (NVLS / multimem) stays off in every worker, whatever the caller's environment says
+NO_MULTICAST_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 # Where nsys is usually installed (after --nsys, $NSYS and PATH). Globs, newest version first.
 NSYS_GLOBS = (
@@ -127,10 +132,65 @@ def workload_script(name: str) -> Path:
     raise TracekitError(f"workload script {fname} not found (neither capture/{fname} nor tracekit.workloads)")
 
 
+def launch_prefix(tp: int | None, python: str | None = None) -> list[str]:
+    """How the workload process(es) start: ``python`` alone, or with ``--tp N`` torchrun (as
+    ``python -m torch.distributed.run``: the same interpreter) with one process per GPU on this host.
+    torchrun fork+execs its workers, which nsys follows with ``--trace-fork-before-exec=true``."""
+    py = python or sys.executable
+    if tp is None:
+        return [py]
+    if tp < 1:
+        raise TracekitError(f"--tp {tp}: must be >= 1")
+    return [py, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={tp}"]
+
+
+def tp_args(workload: str, tp: int | None, allreduce: str | None) -> list[str]:
+    """The workload script's own tensor-parallel arguments.
+
+    ``--allreduce none|symm`` without ``--tp`` is the synthetic loop's older world-of-one option
+    (no launcher, no process group of its own making unless symm), passed through unchanged."""
+    if tp is None and workload == "synthetic" and allreduce in ("none", "symm", *ALLREDUCE_CHOICES):
+        return ["--allreduce", allreduce]
+    if allreduce is not None and allreduce not in ALLREDUCE_CHOICES:
+        raise TracekitError(f"--allreduce {allreduce}: use one of {', '.join(ALLREDUCE_CHOICES)}")
+    if workload == "sglang":
+        if allreduce is not None:
+            raise TracekitError("--allreduce is for --workload hf|synthetic; SGLang picks its own all-reduce "
+                                "(pass --disable-custom-all-reduce to the engine for NCCL)")
+        return ["--tp", str(tp)] if tp is not None else []
+    if tp is None:
+        if allreduce is not None:
+            raise TracekitError(f"--allreduce {allreduce} needs --tp N (--tp 1: a process group of size 1)")
+        return []
+    return ["--tp", str(tp), "--allreduce", allreduce or "nccl"]
+
+
+def worker_env(base: dict | None = None) -> dict:
+    """The workers' environment: the caller's, unbuffered output, NVLink multicast forced off."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(NO_MULTICAST_ENV)
+    return env
+
+
+def rank_file(path: Path, rank: int, world_size: int) -> Path:
+    """``trace.json.gz`` -> ``trace.rank1.json.gz`` when world_size > 1 (as capture/tp.py names them)."""
+    path = Path(path)
+    if world_size <= 1:
+        return path
+    for ext in (".json.gz", ".json", ".gz"):
+        if path.name.endswith(ext):
+            return path.with_name(f"{path.name[:-len(ext)]}.rank{rank}{ext}")
+    return path.with_name(f"{path.name}.rank{rank}")
+
+
 def workload_cmd(script: Path, *, profiler: str, steps: int, mode: str | None, spec: int | None,
-                 out_dir: Path, extra: list[str], python: str | None = None) -> list[str]:
+                 out_dir: Path, extra: list[str], python: str | None = None, tp: int | None = None,
+                 allreduce: str | None = None) -> list[str]:
     out_dir = Path(out_dir)
-    cmd = [python or sys.executable, str(script), "--profiler", profiler, "--steps", str(steps),
+    workload = next((k for k, v in WORKLOADS.items() if v == Path(script).name), None)
+    launched = tp if workload in TP_WORKLOADS else None     # sglang starts its own TP processes
+    cmd = [*launch_prefix(launched, python), str(script), "--profiler", profiler, "--steps", str(steps),
            "--facts-out", str(out_dir / FACTS_FILE)]
     if mode:
         cmd += ["--mode", mode]
@@ -138,7 +198,24 @@ def workload_cmd(script: Path, *, profiler: str, steps: int, mode: str | None, s
         cmd += ["--spec", str(spec)]
     if profiler == "torch":
         cmd += ["--trace-out", str(out_dir / "trace.json.gz")]
-    return cmd + list(extra)
+    return cmd + tp_args(workload or "", tp, allreduce) + list(extra)
+
+
+def merge_rank_facts(per_rank: list[dict]) -> dict:
+    """One facts dict from every rank's (rank order): rank 0's, with the slowest rank's median as
+    ``unprofiled_step_ms`` (a TP step ends when the last rank does) and ``per_rank`` details."""
+    if len(per_rank) == 1:
+        return per_rank[0]
+    facts = dict(per_rank[0])
+    meds = [f.get("unprofiled_step_ms") for f in per_rank]
+    if all(m is not None for m in meds):
+        facts["unprofiled_step_ms"] = max(meds)
+    facts["per_rank"] = [{"rank": r, "gpu_name": f.get("gpu_name"), "unprofiled_step_ms": f.get("unprofiled_step_ms"),
+                          "weight_bytes_per_step": f.get("weight_bytes_per_step"),
+                          "allreduce": f.get("allreduce"),
+                          "host_loop_ms_per_step": (f.get("profiled") or {}).get("host_loop_ms_per_step")}
+                         for r, f in enumerate(per_rank)]
+    return facts
 
 
 def build_manifest(facts: dict, *, workload: str, profiler: str, mode: str, steps: int, command: list[str],
@@ -187,22 +264,26 @@ def _run(cmd: list[str], what: str, env: dict | None = None) -> None:
 def capture(*, workload: str, profiler: str, out: Path, steps: int = 16, mode: str = "eager",
             spec: int | None = None, nsys: str | None = None, nsys_graph_trace: str = "node",
             peak_bw: float | None = None, extra: tuple[str, ...] = (), python: str | None = None,
-            argv: list[str] | None = None) -> dict:
-    """Run one capture; return the manifest written to ``out/manifest.json``."""
+            argv: list[str] | None = None, tp: int | None = None, allreduce: str | None = None) -> dict:
+    """Run one capture; return the manifest written to ``out/manifest.json``.
+
+    ``tp`` (hf, synthetic): tensor parallelism over ``tp`` processes, one per GPU (torchrun); nsys
+    writes one report covering every rank, the torch profiler one ``trace.rank<r>.json.gz`` per rank
+    (``trace.json.gz`` at tp 1)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     script = workload_script(workload)
+    tp_args(workload, tp, allreduce)   # argument errors before anything runs
     nsys_bin = find_nsys(nsys) if profiler == "nsys" else None
     wcmd = workload_cmd(script, profiler=profiler, steps=steps, mode=mode, spec=spec, out_dir=out,
-                        extra=list(extra), python=python)
-    facts_path = out / FACTS_FILE
-    if facts_path.exists():
-        facts_path.unlink()
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-                 ("NVSHMEM_DISABLE_NVLS", "1")):
-        env.setdefault(k, v)
+                        extra=list(extra), python=python, tp=tp, allreduce=allreduce)
+    world = tp if (tp is not None and workload in TP_WORKLOADS) else 1
+    facts_paths = [rank_file(out / FACTS_FILE, r, world) for r in range(world)]
+    traces = [rank_file(out / "trace.json.gz", r, world) for r in range(world)]
+    for f in (*facts_paths, *(traces if profiler == "torch" else ())):
+        if f.exists():
+            f.unlink()
+    env = worker_env()
     nsys_ver = None
     if profiler == "nsys":
         for f in ("trace.nsys-rep", "trace.sqlite"):
@@ -219,23 +300,32 @@ def capture(*, workload: str, profiler: str, out: Path, steps: int = 16, mode: s
             raise TracekitError(f"nsys export wrote no {out / 'trace.sqlite'}")
     elif profiler == "torch":
         _run(wcmd, f"workload {script.name}", env)
-        if not (out / "trace.json.gz").exists():
-            raise TracekitError(f"workload wrote no {out / 'trace.json.gz'}")
+        for t in traces:
+            if not t.exists():
+                raise TracekitError(f"workload wrote no {t}")
     else:
         raise TracekitError(f"--profiler {profiler}: use nsys or torch")
-    try:
-        facts = json.loads(facts_path.read_text())
-    except (OSError, ValueError) as e:
-        raise TracekitError(f"workload wrote no usable facts file {facts_path}: {e}")
+    per_rank = []
+    for fp in facts_paths:
+        try:
+            per_rank.append(json.loads(fp.read_text()))
+        except (OSError, ValueError) as e:
+            raise TracekitError(f"workload wrote no usable facts file {fp}: {e}")
+    facts = merge_rank_facts(per_rank)
     command = argv if argv is not None else ["tracekit", "capture", "--workload", workload, "--profiler", profiler,
-                                             "--out", str(out), "--steps", str(steps), "--mode", mode]
+                                             "--out", str(out), "--steps", str(steps), "--mode", mode,
+                                             *(["--tp", str(tp)] if tp is not None else []),
+                                             *(["--allreduce", allreduce] if allreduce else [])]
     manifest = build_manifest(facts, workload=workload, profiler=profiler, mode=mode, steps=steps,
                               command=command, nsys_ver=nsys_ver, peak_bw_gbps=peak_bw)
     manifest["workload_command"] = wcmd
     if profiler == "nsys":
         manifest["nsys_graph_trace"] = nsys_graph_trace
+    if world > 1 and profiler == "torch":
+        manifest["rank_traces"] = [t.name for t in traces]
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    facts_path.unlink()
+    for fp in facts_paths:
+        fp.unlink()
     return manifest
 
 
@@ -254,10 +344,15 @@ def capture(*, workload: str, profiler: str, out: Path, steps: int = 16, mode: s
               help="--cuda-graph-trace for nsys: node (per-kernel rows) or graph (whole graphs)")
 @click.option("--peak-bw", type=click.FloatRange(min=0, min_open=True), default=None,
               help="GPU peak memory bandwidth in GB/s to record in the manifest")
+@click.option("--tp", type=click.IntRange(1), default=None,
+              help="tensor parallelism: N processes, one per GPU (hf/synthetic via torchrun; sglang: its --tp)")
+@click.option("--allreduce", type=click.Choice([*ALLREDUCE_CHOICES, "symm", "none"]), default=None,
+              help="with --tp (hf/synthetic): the all-reduce after each row-parallel linear [default: nccl]; "
+                   "synthetic without --tp: none|symm (world-of-one one_shot_all_reduce)")
 @click.argument("workload_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def capture_command(ctx, workload, profiler, out, steps, mode, spec, nsys, nsys_graph_trace, peak_bw,
-                    workload_args):
+                    tp, allreduce, workload_args):
     """Run a decode WORKLOAD under nsys or the torch profiler; write the trace and manifest.json to --out.
 
     Options it does not know (e.g. --size large, --layers 8) are passed to the workload script.
@@ -267,7 +362,7 @@ def capture_command(ctx, workload, profiler, out, steps, mode, spec, nsys, nsys_
     try:
         m = capture(workload=workload, profiler=profiler, out=Path(out), steps=steps, mode=mode, spec=spec,
                     nsys=nsys, nsys_graph_trace=nsys_graph_trace, peak_bw=peak_bw,
-                    extra=tuple(workload_args) + tuple(ctx.args), argv=argv)
+                    extra=tuple(workload_args) + tuple(ctx.args), argv=argv, tp=tp, allreduce=allreduce)
     except TracekitError as e:
         click.echo(f"tracekit: error: {e}", err=True)
         ctx.exit(2)
@@ -276,7 +371,8 @@ def capture_command(ctx, workload, profiler, out, steps, mode, spec, nsys, nsys_
 
 
 __all__ = ["capture", "capture_command", "find_nsys", "nsys_profile_cmd", "nsys_export_cmd", "build_manifest",
-           "workload_cmd", "workload_script", "MANIFEST_KEYS", "MANIFEST_SCHEMA"]
+           "workload_cmd", "workload_script", "launch_prefix", "tp_args", "worker_env", "rank_file",
+           "merge_rank_facts", "MANIFEST_KEYS", "MANIFEST_SCHEMA", "ALLREDUCE_CHOICES", "NO_MULTICAST_ENV"]
 
 
 if __name__ == "__main__":  # `python -m tracekit.capture ...` where tracekit.cli cannot be imported
