@@ -20,6 +20,7 @@ from tracekit.errors import TracekitError
 
 FORMATS = ("table", "md", "json", "csv")
 TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz", ".nsys-rep")
+NOT_TRACES = {"manifest.json", "device_profile.json", "index.json", "workload_facts.json"}
 
 
 def _one_line(msg: str) -> str:
@@ -142,7 +143,10 @@ def expand_traces(paths) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+            # capture side files are not traces; an .nsys-rep whose SQLite export is there is the same trace
+            files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES)
+                           and f.name not in NOT_TRACES
+                           and not (f.suffix == ".nsys-rep" and f.with_suffix(".sqlite").exists()))
             if not files:
                 raise TracekitError(f"{p}: directory holds no trace files ({', '.join(TRACE_SUFFIXES)})")
             out.extend(files)
