@@ -38,7 +38,7 @@ import re
 import threading
 import zlib
 from collections.abc import Iterator
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import msgspec
@@ -152,18 +152,41 @@ _GROUPS = {
 }
 
 
-class _CatMap(dict):
-    """category string -> the list collecting its events (None: not needed); resolves new spellings once."""
+_GET_CAT, _GET_PH, _GET_NAME, _GET_ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter("name"), attrgetter("args")
 
-    def __init__(self, lists: dict[str, list]):
-        super().__init__()
-        self._lists = lists
 
-    def __missing__(self, cat):
-        group = _GROUPS.get(cat.lower()) if isinstance(cat, str) else None
-        value = self._lists[group] if group else None
-        self[cat] = value
-        return value
+def _pick(events: list, idx: pl.Series) -> list:
+    """events[i] for i in idx, without a Python-level loop."""
+    if idx.len() == 0:
+        return []
+    if idx.len() == 1:
+        return [events[idx[0]]]
+    return list(itemgetter(*idx.to_list())(events))
+
+
+def _grouped(events: list, wanted_ops: frozenset) -> dict[str, list]:
+    """Complete ('X') events by group, chosen with polars over their category/name columns.
+
+    Legacy traces file record_function ranges under 'Operator'; ProfilerStep#N is the one we can tell
+    apart from ops, so it joins the annotations. Only matmul-like ops are kept (for weight shapes).
+    """
+    if not events:
+        return {}
+    df = pl.DataFrame({
+        "cat": pl.Series(list(map(_GET_CAT, events)), dtype=pl.String),
+        "ph": pl.Series(list(map(_GET_PH, events)), dtype=pl.String),
+        "name": pl.Series(list(map(_GET_NAME, events)), dtype=pl.String),
+    }).with_row_index("i")
+    df = df.filter(pl.col("ph") == "X").with_columns(
+        group=pl.col("cat").str.to_lowercase().replace_strict(_GROUPS, default=None, return_dtype=pl.String))
+    legacy_step = (pl.col("cat") == "Operator") & pl.col("name").str.starts_with("ProfilerStep#")
+    df = df.with_columns(
+        group=pl.when(legacy_step).then(pl.lit("annotation"))
+        .when((pl.col("group") == "op") & ~pl.col("name").is_in(list(wanted_ops))).then(None)
+        .otherwise(pl.col("group"))
+    ).filter(pl.col("group").is_not_null())
+    idx = df.group_by("group").agg(pl.col("i"))
+    return {g: _pick(events, pl.Series(i, dtype=pl.UInt32)) for g, i in idx.iter_rows()}
 
 
 def _fail(path: Path, what: str, todo: str = "check that it is a complete PyTorch profiler / Kineto trace") -> TracekitError:
@@ -483,12 +506,12 @@ _SPECS: dict[str, tuple[dict[str, str], dict[str, pl.Expr]]] = {
 def _typed(group: str, events: list, dropped: dict[str, int]) -> pl.DataFrame:
     """One group's events -> a typed frame (start, end, name + the group's columns)."""
     texts, exprs = _SPECS[group]
-    out = {"name": pl.Series("name", [e.name for e in events], dtype=pl.String)}
+    out = {"name": pl.Series("name", list(map(_GET_NAME, events)), dtype=pl.String)}
     args = None
     for col, attr in texts.items():
         if attr.startswith("args."):
             if args is None:
-                args = [e.args or _NOARGS for e in events]
+                args = [a if a is not None else _NOARGS for a in map(_GET_ARGS, events)]
             raws = list(map(attrgetter(attr[5:]), args))
         else:
             raws = list(map(attrgetter(attr), events))
@@ -613,22 +636,10 @@ def read_kineto(path: Path) -> Trace:
                 v = getattr(doc, f)
                 if f != "traceEvents" and not (isinstance(v, Raw) and bytes(v) == b"null"):
                     setattr(header, f, v)
-        lists: dict[str, list] = {g: [] for g in set(_GROUPS.values())}
-        catmap = _CatMap(lists)
-        for e in events:
-            g = catmap[e.cat]
-            if g is not None and e.ph == "X":
-                g.append(e)
-        del events
-        ops = lists.pop("op")
-        # legacy traces file record_function ranges under 'Operator'; ProfilerStep#N is the one we can tell apart
-        lists["annotation"] += [e for e in ops if e.cat == "Operator" and e.name and e.name.startswith("ProfilerStep#")]
-        lists["op"] = [e for e in ops if e.name in wanted_ops]
-        del ops
-        for g, evs in lists.items():
+        for g, evs in _grouped(events, wanted_ops).items():
             if evs:
                 frames[g].append(_typed(g, evs, dropped))
-        del lists, catmap
+        del events
 
     # --- host API calls -------------------------------------------------------------
     rt = _concat(frames["runtime"])
