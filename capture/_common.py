@@ -170,6 +170,19 @@ def profiled_phase(step_fn: Callable[[int], None], args, start_index: int,
     return info
 
 
+def finish(args, facts: dict, tp_facts: dict | None, dist_) -> int:
+    """Every workload's last step: add the tensor-parallel facts, report them, leave the process group."""
+    if tp_facts:
+        facts["tensor_parallel"] = tp_facts
+        facts["allreduce"] = tp_facts["allreduce"]
+        facts["allreduce_message_bytes"] = tp_facts["allreduce_message_bytes"]
+    write_facts(args, facts)
+    if dist_ is not None:
+        dist_.barrier()
+        dist_.close()
+    return 0
+
+
 def write_facts(args, facts: dict) -> None:
     text = json.dumps(facts, indent=2, sort_keys=True)
     print("FACTS " + json.dumps(facts, sort_keys=True), flush=True)

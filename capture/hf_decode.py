@@ -367,15 +367,7 @@ def main(argv=None) -> int:
         "nvtx_backend": markers.nvtx_backend_name(),
         "tokens_head": list(token_log) if not K else None,
     }
-    if tp_facts:
-        facts["tensor_parallel"] = tp_facts
-        facts["allreduce"] = tp_facts["allreduce"]
-        facts["allreduce_message_bytes"] = tp_facts["allreduce_message_bytes"]
-    _common.write_facts(args, facts)
-    if dist_ is not None:
-        dist_.barrier()
-        dist_.close()
-    return 0
+    return _common.finish(args, facts, tp_facts, dist_)
 
 
 def shard_config(cfg, tp: int):

@@ -174,6 +174,14 @@ def emit_text(text: str, output: Path | None):
             raise TracekitError(f"cannot write {output}: {e.strerror or e}")
 
 
+def emit(kind: str, result, fmt: str, output: Path | None, color) -> None:
+    from tracekit.report import render
+
+    text = render(kind, result, fmt, lambda: _console(output, color))
+    if text is not None:
+        emit_text(text, output)
+
+
 def _load(path: Path, quiet: bool):
     """Load for an analysis command, with a transient progress line on a terminal (never with --format json)."""
     import tracekit
@@ -209,17 +217,11 @@ def info(traces, device, fmt, output, color):
     Example: tracekit info sample_traces/hf-small-eager/trace.sqlite
     """
     from tracekit.analyses.info import info as info_of
-    from tracekit.report import to_json, terminal, markdown
 
     files = expand_traces(traces)
     results = [info_of(_load(p, fmt == "json"), device=device) for p in files]
     result = results[0] if len(files) == 1 else {"schema": "tracekit.info/1", "ranks": results}
-    if fmt == "json":
-        emit_text(to_json(result), output)
-    elif fmt == "md":
-        emit_text(markdown.info_md(result), output)
-    else:
-        terminal.render_info(result, _console(output, color))
+    emit("info", result, fmt, output, color)
 
 
 # ───────────────────────────── kernels ─────────────────────────────
@@ -238,19 +240,11 @@ def kernels(traces, device, top, rules, fmt, output, color):
     `nsys stats --report cuda_gpu_kern_sum`. Names no rule matches are flagged.
     """
     from tracekit.analyses.kernels import kernel_summary
-    from tracekit.report import markdown, terminal, to_json
 
     files = expand_traces(traces)
     results = [kernel_summary(_load(p, fmt == "json"), device=device, top=top, rules=rules) for p in files]
     result = results[0] if len(files) == 1 else {"schema": "tracekit.kernels/1", "ranks": results}
-    if fmt == "json":
-        emit_text(to_json(result), output)
-    elif fmt == "md":
-        emit_text(markdown.kernels_md(result), output)
-    elif fmt == "csv":
-        emit_text(markdown.kernels_csv(result), output)
-    else:
-        terminal.render_kernels(result, _console(output, color))
+    emit("kernels", result, fmt, output, color)
 
 
 # ───────────────────────────── breakdown ─────────────────────────────
@@ -283,8 +277,6 @@ def breakdown(traces, device, step_range, draft_range, weight_bytes, peak_bw, ac
 
     Example: tracekit breakdown sample_traces/hf-small-eager/trace.sqlite --format md
     """
-    from tracekit.report import markdown, terminal, to_json
-
     opts = _breakdown_opts(device, step_range, draft_range, weight_bytes, peak_bw, accept_len, tokens_per_step,
                            rules, device_profile)
     files = expand_traces(traces)
@@ -310,27 +302,11 @@ def breakdown(traces, device, step_range, draft_range, weight_bytes, peak_bw, ac
 
         save_runs(save, results)
     if len(results) == 1 and not all_devices:
-        b = results[0]
-        if fmt == "json":
-            emit_text(to_json(b.to_dict()), output)
-        elif fmt == "md":
-            emit_text(markdown.breakdown_md(b), output)
-        elif fmt == "csv":
-            emit_text(markdown.breakdown_csv(b), output)
-        else:
-            terminal.render_breakdown(b, _console(output, color))
+        emit("breakdown", results[0], fmt, output, color)
         return
     from tracekit.analyses.ranks import cross_rank
 
-    multi = cross_rank(results, labels)
-    if fmt == "json":
-        emit_text(to_json(multi), output)
-    elif fmt == "md":
-        emit_text(markdown.ranks_md(multi), output)
-    elif fmt == "csv":
-        emit_text(markdown.ranks_csv(multi), output)
-    else:
-        terminal.render_ranks(multi, _console(output, color))
+    emit("ranks", cross_rank(results, labels), fmt, output, color)
 
 
 def _register_optional():

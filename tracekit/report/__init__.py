@@ -27,3 +27,35 @@ def to_json(obj) -> str:
 
 def rounded(x, nd=3):
     return None if x is None else round(float(x), nd)
+
+
+def _renderers(kind: str):
+    """kind -> (markdown, csv or None, terminal) renderers."""
+    from tracekit.report import markdown, terminal
+
+    return {
+        "info": (markdown.info_md, None, terminal.render_info),
+        "kernels": (markdown.kernels_md, markdown.kernels_csv, terminal.render_kernels),
+        "breakdown": (markdown.breakdown_md, markdown.breakdown_csv, terminal.render_breakdown),
+        "ranks": (markdown.ranks_md, markdown.ranks_csv, terminal.render_ranks),
+    }[kind]
+
+
+def render(kind: str, result, fmt: str, console_factory) -> str | None:
+    """The one place a renderer is picked. Returns text for json/md/csv; prints tables to the console.
+
+    ``result`` is the analysis' result (a dict, or an object with ``to_dict()`` whose dict JSON prints).
+    """
+    md_fn, csv_fn, table_fn = _renderers(kind)
+    if fmt == "json":
+        return to_json(result.to_dict() if hasattr(result, "to_dict") else result)
+    if fmt == "md":
+        return md_fn(result)
+    if fmt == "csv":
+        if csv_fn is None:
+            from tracekit.errors import TracekitError
+
+            raise TracekitError(f"--format csv is not available for {kind}; use table, md or json")
+        return csv_fn(result)
+    table_fn(result, console_factory())
+    return None
