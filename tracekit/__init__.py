@@ -5,6 +5,7 @@ Public API::
     import tracekit
     trace = tracekit.load("run.sqlite")          # nsys SQLite export or Kineto JSON
     result = tracekit.breakdown(trace)           # per-step split, roofline, advice
+    tracekit.diff(result, tracekit.breakdown(tracekit.load("new.sqlite")))   # side by side
 """
 
 from __future__ import annotations
@@ -28,4 +29,11 @@ def breakdown(trace, **kwargs):
     return _breakdown(trace, **kwargs)
 
 
-__all__ = ["load", "breakdown", "TracekitError", "__version__"]
+def diff(base, new):
+    """Two breakdowns side by side (schema ``tracekit.diff/1``; see ``tracekit.analyses.diff``)."""
+    from tracekit.analyses.diff import diff as _diff
+
+    return _diff(base, new)
+
+
+__all__ = ["load", "breakdown", "diff", "TracekitError", "__version__"]
