@@ -24,6 +24,8 @@ import polars as pl
 GraphTraceMode = Literal["node", "graph", "none", "unknown"]
 SourceFormat = Literal["nsys-sqlite", "kineto-json"]
 LaunchKind = Literal["kernel", "graph", "memcpy", "memset", "sync", "other"]
+# Launch kinds that put work on a GPU (what `tracekit info` counts as launches).
+WORK_KINDS: tuple[str, ...] = ("kernel", "graph", "memcpy", "memset")
 
 # name -> (dtype, description). The order is the column order of each frame.
 KERNELS: dict[str, tuple[pl.DataType, str]] = {

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.readers.common import WORK_KINDS
 from tracekit.steps import range_patterns
-from tracekit.trace import Trace
+from tracekit.trace import WORK_KINDS, Trace
 
 SCHEMA = "tracekit.info/1"
 

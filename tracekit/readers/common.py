@@ -32,8 +32,7 @@ _API_KINDS: list[tuple[str, str]] = [
     ("hipEventSynchronize", "sync"),
 ]
 
-# Launch kinds that put work on a GPU (tracekit info's "launches" count).
-WORK_KINDS = ("kernel", "graph", "memcpy", "memset")
+from tracekit.trace import WORK_KINDS  # noqa: E402,F401  (re-exported for the readers)
 
 
 def strip_api_version(name: pl.Expr) -> pl.Expr:
