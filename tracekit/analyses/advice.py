@@ -216,6 +216,11 @@ def memory_lever(b, roof: dict) -> dict:
     else:
         verdict = (f"the step takes {mean:.3f} ms against a weight-read floor of {floor:.3f} ms ({_pct(frac)} of "
                    f"it): {mean - floor:.3f} ms per step are not spent reading weights")
+        rest = sorted(((k, v) for k, v in b.per_step_ms.items() if k != "gemm" and v), key=lambda kv: -kv[1])[:2]
+        if rest:
+            verdict += "; the largest other parts: " + ", ".join(f"{k.replace('_', ' ')} {v:.3f} ms" for k, v in rest)
+        if gemm and bw and peak:
+            verdict += f" (the gemm kernels themselves read at {_pct(bw / peak)} of peak bandwidth)"
     return _lever(True, floor, mean, verdict)
 
 
