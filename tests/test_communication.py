@@ -74,3 +74,17 @@ def test_all_devices_of_one_report():
     assert [row[0] for row in d["table"]] == ["gpu0", "gpu1"]
     r = CliRunner().invoke(cli, ["breakdown", str(MFU), "--all-devices", "--device", "0"])
     assert r.exit_code == 2 and r.stderr.startswith("tracekit: error: --all-devices")
+
+
+def test_several_files_give_ranks_and_a_cross_rank_table():
+    files = sorted(str(p) for p in shared(LORA).glob("*.json.gz"))
+    d = json.loads(CliRunner().invoke(cli, ["info", *files, "--format", "json"]).stdout)
+    assert len(d["ranks"]) == 4 and d["columns"][:2] == ["rank", "path"]
+    kernels = d["columns"].index("kernels")
+    assert [row[kernels] for row in d["table"]] == [r["counts"]["kernels"] for r in d["ranks"]] == [13398] * 4
+    k = json.loads(CliRunner().invoke(cli, ["kernels", *files, "--top", "3", "--format", "json"]).stdout)
+    total = k["columns"].index("kernel_ms")
+    for row, f in zip(k["table"], files):
+        single = json.loads(CliRunner().invoke(cli, ["kernels", f, "--format", "json"]).stdout)
+        assert row[total] == pytest.approx(sum(x["total_ms"] for x in single["kernels"]))  # over all kernels
+    assert all(len(r["kernels"]) == 3 for r in k["ranks"])

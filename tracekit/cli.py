@@ -220,8 +220,12 @@ def info(traces, device, fmt, output, color):
 
     files = expand_traces(traces)
     results = [info_of(_load(p, fmt == "json"), device=device) for p in files]
-    result = results[0] if len(files) == 1 else {"schema": "tracekit.info/1", "ranks": results}
-    emit("info", result, fmt, output, color)
+    if len(files) == 1:
+        emit("info", results[0], fmt, output, color)
+    else:
+        from tracekit.analyses.ranks import info_ranks
+
+        emit("info", info_ranks(results), fmt, output, color)
 
 
 # ───────────────────────────── kernels ─────────────────────────────
@@ -242,9 +246,18 @@ def kernels(traces, device, top, rules, fmt, output, color):
     from tracekit.analyses.kernels import kernel_summary
 
     files = expand_traces(traces)
-    results = [kernel_summary(_load(p, fmt == "json"), device=device, top=top, rules=rules) for p in files]
-    result = results[0] if len(files) == 1 else {"schema": "tracekit.kernels/1", "ranks": results}
-    emit("kernels", result, fmt, output, color)
+    if len(files) == 1:
+        emit("kernels", kernel_summary(_load(files[0], fmt == "json"), device=device, top=top, rules=rules), fmt,
+             output, color)
+    else:
+        from tracekit.analyses.ranks import kernels_ranks
+
+        # the cross-rank totals are over every kernel; --top only shortens each rank's list
+        full = [kernel_summary(_load(p, fmt == "json"), device=device, rules=rules) for p in files]
+        multi = kernels_ranks(full, files)
+        if top is not None:
+            multi["ranks"] = [{**r, "kernels": r["kernels"][:top]} for r in multi["ranks"]]
+        emit("kernels", multi, fmt, output, color)
 
 
 # ───────────────────────────── breakdown ─────────────────────────────

@@ -63,3 +63,30 @@ def cross_rank(results, labels=None) -> dict:
                         "not the transfer, is what a faster all-reduce cannot fix")
     return {"schema": "tracekit.breakdown/1", "ranks": [b.to_dict() for b in results], "columns": COLUMNS,
             "table": table, "warnings": warnings}
+
+
+INFO_COLUMNS = ["rank", "path", "producer_version", "kernels", "memops", "launches", "ranges"]
+KERNEL_COLUMNS = ["rank", "path", "kernel_ms", "gemm_ms", "attention_ms", "communication_ms", "other_ms",
+                  "unmatched_share"]
+
+
+def info_ranks(results: list[dict]) -> dict:
+    """Several files given to `tracekit info`: each file's result plus a cross-rank table of counts."""
+    table = [[str(r["source"].get("rank", i)), r["source"]["path"], r["source"]["producer_version"] or "",
+              *[r["counts"][k] for k in ("kernels", "memops", "launches", "ranges")]] for i, r in enumerate(results)]
+    return {"schema": "tracekit.info/1", "ranks": results, "columns": INFO_COLUMNS, "table": table}
+
+
+def kernels_ranks(results: list[dict], paths) -> dict:
+    """Several files given to `tracekit kernels`: each file's result plus kernel time per category per rank."""
+    table = []
+    for i, (r, path) in enumerate(zip(results, paths)):
+        ks = r["kernels"]
+        by = {}
+        for k in ks:
+            by[k["category"]] = by.get(k["category"], 0.0) + k["total_ms"]
+        total = sum(by.values())
+        unmatched = sum(k["total_ms"] for k in ks if k["rule"] is None)
+        table.append([str(i), str(path), total, by.get("gemm", 0.0), by.get("attention", 0.0),
+                      by.get("communication", 0.0), by.get("other", 0.0), unmatched / total if total else 0.0])
+    return {"schema": "tracekit.kernels/1", "ranks": results, "columns": KERNEL_COLUMNS, "table": table}

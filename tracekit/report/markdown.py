@@ -128,7 +128,7 @@ def breakdown_csv(b) -> str:
 
 def info_md(result: dict) -> str:
     if "ranks" in result:
-        return "\n".join(info_md(r) for r in result["ranks"])
+        return "\n".join(info_md(r) for r in result["ranks"]) + ("\n" + ranks_md(result) if "table" in result else "")
     s = result["source"]
     out = [f"### {md(s['path'], 200)}", "",
            f"{s['format']}, {md(s['producer_version'] or 'unknown version')}, CUDA-graph trace mode "
@@ -148,7 +148,7 @@ def info_md(result: dict) -> str:
 
 def kernels_md(result: dict) -> str:
     if "ranks" in result:
-        return "\n".join(kernels_md(r) for r in result["ranks"])
+        return "\n".join(kernels_md(r) for r in result["ranks"]) + ("\n" + ranks_md(result) if "table" in result else "")
     out = ["| kernel | category | rule | count | total ms | mean µs | share |", "|---|---|---|---:|---:|---:|---:|"]
     for r in result["kernels"]:
         out.append(f"| {md(r['name'], 100)} | {r['category']} | {r['rule'] or '**no rule**'} | {r['count']:,} | "

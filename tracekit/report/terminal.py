@@ -27,6 +27,7 @@ def render_info(result: dict, console: Console) -> None:
         for r in result["ranks"]:
             render_info(r, console)
             console.print()
+        _cross_table(result, console)
         return
     s = result["source"]
     console.print(Text.assemble(("trace ", "bold"), rich_text(s["path"])))
@@ -57,10 +58,26 @@ def render_info(result: dict, console: Console) -> None:
     _warnings(console, result["warnings"])
 
 
+def _cross_table(result: dict, console: Console) -> None:
+    if "table" not in result:
+        return
+    t = Table(title="per rank", title_justify="left")
+    skip = ("path", "producer_version")
+    for col in result["columns"]:
+        if col not in skip:
+            t.add_column(col, justify="left" if col == "rank" else "right", no_wrap=True, min_width=len(col))
+    idx = [i for i, c in enumerate(result["columns"]) if c not in skip]
+    for row in result["table"]:
+        t.add_row(*[rich_text(row[i]) if isinstance(row[i], str) else
+                    (f"{row[i]:,}" if isinstance(row[i], int) else _f(row[i])) for i in idx])
+    console.print(t)
+
+
 def render_kernels(result: dict, console: Console) -> None:
     if "ranks" in result:
         for r in result["ranks"]:
             render_kernels(r, console)
+        _cross_table(result, console)
         return
     t = Table(expand=True)
     t.add_column("kernel", overflow="ellipsis", ratio=1, no_wrap=True)
