@@ -120,10 +120,8 @@ def profiled_phase(step_fn: Callable[[int], None], args, start_index: int,
 
     n = args.steps
     info: dict = {"profiled_steps": n, "first_step_index": start_index}
-    if args.profiler == "nsys":
-        sync(args.device)
-        barrier()
-        torch.cuda.cudart().cudaProfilerStart()
+
+    def marked_loop() -> None:
         t0 = time.perf_counter()
         for k in range(n):
             with markers.step(start_index + k):
@@ -131,6 +129,12 @@ def profiled_phase(step_fn: Callable[[int], None], args, start_index: int,
         # host time of the marked loop alone: the final synchronize also waits for the
         # profiler's buffer flush (hundreds of ms under nsys), which is no step time
         info["host_loop_ms_per_step"] = (time.perf_counter() - t0) * 1e3 / max(n, 1)
+
+    if args.profiler == "nsys":
+        sync(args.device)
+        barrier()
+        torch.cuda.cudart().cudaProfilerStart()
+        marked_loop()
         sync(args.device)
         barrier()
         torch.cuda.cudart().cudaProfilerStop()
@@ -146,11 +150,7 @@ def profiled_phase(step_fn: Callable[[int], None], args, start_index: int,
         barrier()
         prof = profile(activities=acts, record_shapes=True)
         prof.start()
-        t0 = time.perf_counter()
-        for k in range(n):
-            with markers.step(start_index + k):
-                step_fn(start_index + k)
-        info["host_loop_ms_per_step"] = (time.perf_counter() - t0) * 1e3 / max(n, 1)
+        marked_loop()
         sync(args.device)
         barrier()
         prof.stop()
