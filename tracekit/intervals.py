@@ -41,21 +41,22 @@ def union_length(df: pl.LazyFrame | pl.DataFrame, by: Sequence[str], name: str =
     return merge(df, by).group_by(by).agg((pl.col("end") - pl.col("start")).sum().alias(name))
 
 
-def union_length_sorted(df: pl.LazyFrame, group: str, name: str = "union_ns") -> pl.LazyFrame:
-    """``union_length`` for input sorted by (``group``, start) whose groups occupy disjoint, increasing
-    time ranges (the clipped periods of consecutive steps): no re-sort and no window function.
+def cumulative_union_lengths(df: pl.DataFrame, group: str, level: str, n_levels: int,
+                             prefix: str = "u") -> pl.DataFrame:
+    """For each ``group``, the union length of the intervals with ``level`` <= k, for k = 0 .. n_levels-1.
 
-    A filter of a sorted frame stays sorted, so the breakdown sorts its activities once and calls this
-    for each cumulative category set. Under the precondition, the running maximum end carried over
-    from earlier groups never exceeds a later group's starts, so one global ``cum_max`` is exact.
+    One pass: for intervals sorted by start, |union| = sum(max(0, end - max(start, max end so far))); each
+    level keeps its own running maximum over the rows inside it. Returns ``group`` + ``{prefix}{k}`` columns.
 
-    >>> df = pl.DataFrame({"g": [1, 1, 1, 2, 2], "start": [0, 5, 20, 30, 40], "end": [10, 12, 25, 35, 41]})
-    >>> union_length_sorted(df.lazy(), "g").collect().sort("g").rows()
-    [(1, 17), (2, 6)]
+    >>> df = pl.DataFrame({"g": [1, 1, 1], "start": [0, 5, 20], "end": [10, 12, 25], "lvl": [1, 0, 1]})
+    >>> cumulative_union_lengths(df, "g", "lvl", 2).rows()
+    [(1, 7, 17)]
     """
-    g = pl.col(group)
-    prev_end = pl.col("end").cum_max().shift(1)
-    new = (g != g.shift(1)).fill_null(True) | (pl.col("start") > prev_end).fill_null(True)
-    lf = df.select(group, "start", "end").with_columns(seg=new.cast(pl.Int64).cum_sum())
-    return (lf.group_by("seg").agg(g.first(), pl.col("start").min(), pl.col("end").max())
-            .group_by(group).agg((pl.col("end") - pl.col("start")).sum().alias(name)))
+    aggs = []
+    for k in range(n_levels):
+        inside = pl.col(level) <= k
+        carried = pl.when(inside).then(pl.col("end")).otherwise(0).cum_max().shift(1).fill_null(0)
+        aggs.append(pl.when(inside).then((pl.col("end") - pl.max_horizontal("start", carried)).clip(lower_bound=0))
+                    .otherwise(0).sum().alias(f"{prefix}{k}"))
+    return (df.lazy().select(group, "start", "end", level).sort([group, "start"])
+            .group_by(group, maintain_order=True).agg(aggs).collect())
