@@ -202,19 +202,26 @@ def render_history(h: dict, console) -> None:
 
     from tracekit.report.safe import rich_text
 
-    t = Table(title=f"{len(h['runs'])} runs, {len(h['regressions'])} regressions (Δ vs the previous run of the "
-                    f"same trace)", title_justify="left")
+    from rich import box
+
+    t = Table(title=f"{len(h['runs'])} runs, {len(h['regressions'])} regressions (ms per step; Δ vs the previous "
+                    "run of the same trace)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              collapse_padding=True)
     short = {"communication": "comm", "attention": "attn", "drafting": "draft", "launch_gaps": "gaps"}
-    for col in ("id", "when (UTC)", "commit", "trace", "steps", "step ms", "p90", *[short.get(k, k) for k in SHOWN],
-                "Δ"):
-        left = col in ("when (UTC)", "commit", "trace")
-        t.add_column(col, justify="left" if left else "right", no_wrap=col != "trace", overflow="ellipsis",
-                     ratio=1 if col == "trace" else None, min_width=6 if col == "trace" else None)
+    # the widest columns (trace, full time) go to the lines under the table, so the numbers fit 80 columns
+    for col in ("id", "steps", "step", *[short.get(k, k) for k in SHOWN], "Δ"):
+        t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
+
+    def f2(x):
+        return "—" if x is None else f"{x:,.2f}"
+
     for r in h["runs"]:
         style = "bold red" if r["regression"] else ""
-        t.add_row(str(r["id"]), r["timestamp"][:16].replace("T", " "), _commit(r), rich_text(Path(r["path"]).name),
-                  str(r["step_count"]), Text(_f(r["step_mean_ms"]), style=style), _f(r["step_p90_ms"]),
-                  *[_f(r[f"{k}_ms"]) for k in SHOWN], Text(_delta(r), style=style))
+        t.add_row(str(r["id"]), str(r["step_count"]), Text(f2(r["step_mean_ms"]), style=style),
+                  *[f2(r[f"{k}_ms"]) for k in SHOWN], Text(_delta(r), style=style))
+    console.print(t)
+    for r in h["runs"]:
+        console.print(Text(f"{r['id']}: {r['timestamp']} {_commit(r)} ") + rich_text(r["path"]))
     console.print(t)
     for w in h["warnings"]:
         console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
