@@ -117,6 +117,10 @@ def diff_md(d: dict) -> str:
         out.append(f"- {side}: {md(src['path'], 200)} ({src['format']}, graph trace mode {src['graph_trace_mode']}); "
                    f"GPU {gpu['device']} {md(gpu['name'] or 'unknown')}; {st['count']} steps analysed, "
                    f"{st['excluded']} excluded (marker {st['marker']}{pattern})")
+    ub, un = (x.get("manifest", {}).get("unprofiled_step_ms") for x in (base, new))
+    if ub and un:
+        out.append(f"- measured without a profiler (the manifests): step {ub:.3f} → {un:.3f} ms "
+                   f"({100 * (un - ub) / ub:+.0f}%); the traced steps above include the profiler's overhead")
     out += ["", "| kernel ms / step | base | new | Δ | Δ % |", "|---|---:|---:|---:|---:|"]
     for k, c in delta["kernel_ms_per_step"].items():
         out.append(f"| {k} | {_num(c['base'])} | {_num(c['new'])} | {_signed(c['abs'])} | {_rel(c)} |")
@@ -155,6 +159,10 @@ def render_diff(d: dict, console) -> None:
     for a in changed:
         console.print(Text("• ") + rich_text(_advice_line(a).replace("**", ""), 300) + Text(": ")
                       + rich_text(a["verdict"]["new"], 1000))
+    ub, un = (x.get("manifest", {}).get("unprofiled_step_ms") for x in (d["base"], d["new"]))
+    if ub and un:
+        console.print(f"measured without a profiler (the manifests): step {ub:.3f} → {un:.3f} ms "
+                      f"({100 * (un - ub) / ub:+.0f}%)")
     for w in d["delta"]["warnings"]:
         console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
 

@@ -253,6 +253,8 @@ def advise(b, trace, *, trace_bw=None, weight_bytes=None, peak_bw=None, accept_l
             **{k: v for k, v in roof.items() if k != "weight_bytes_per_step"}}
     b.roofline = roof
     unprof = man.get("unprofiled_step_ms")
+    if man:
+        b.extras["manifest"] = {k: man.get(k) for k in ("workload", "mode", "unprofiled_step_ms", "tp")}
     if unprof and b.steps["mean_ms"] > 1.2 * unprof:
         warnings.append(
             f"the traced steps ({b.steps['mean_ms']:.3f} ms) are {b.steps['mean_ms'] / unprof:.1f}x the unprofiled step "

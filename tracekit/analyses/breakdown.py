@@ -55,7 +55,7 @@ class Breakdown:
     activities: pl.DataFrame | None = None  # attributed GPU activity of the analysed steps (plots, export)
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "schema": SCHEMA,
             "source": self.source,
             "gpu": self.gpu,
@@ -66,6 +66,9 @@ class Breakdown:
             "advice": self.advice,
             "warnings": self.warnings,
         }
+        if self.extras.get("manifest"):
+            out["manifest"] = self.extras["manifest"]  # extension: what the capture measured without a profiler
+        return out
 
 
 def devices_with_activity(trace: Trace) -> list[int]:
