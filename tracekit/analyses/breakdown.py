@@ -122,8 +122,8 @@ def activities(trace: Trace, device: int, rules=None) -> pl.DataFrame:
     if joined.height != acts.height:  # a correlation id with several launch rows: keep the first launch
         joined = acts.lazy().join(launches.lazy().unique(["pid", "correlation"], keep="first", maintain_order=True),
                                   on=["pid", "correlation"], how="left").collect()
-    acts = joined
-    return acts.with_columns(dur=pl.col("end") - pl.col("start")).sort("start"), bad.height
+    # not sorted here: each consumer sorts what it needs (the attribution by launch time, the unions per step)
+    return joined.with_columns(dur=pl.col("end") - pl.col("start")), bad.height
 
 
 def _attribute(acts: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> pl.DataFrame:
@@ -137,7 +137,7 @@ def _attribute(acts: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: st
         pl.when(pl.col("we").is_null() | (pl.col("launch_start") <= pl.col("we"))).then(pl.col("wid")).alias(col)
     ).drop("ws", "we", "wid")
     rest = acts.filter(pl.col("launch_start").is_null()).with_columns(pl.lit(None, pl.Int64).alias(col))
-    return pl.concat([out, rest], how="vertical_relaxed").sort("start")
+    return pl.concat([out, rest], how="vertical_relaxed")
 
 
 def _lost_graph_steps(trace: Trace, windows: pl.DataFrame, by: list[str]) -> pl.Series:
@@ -254,7 +254,7 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
     acts_g = in_steps.join(good.select("step", "p_start", "p_end"), on="step", how="inner").with_columns(
         start=pl.col("start").clip(pl.col("p_start"), pl.col("p_end")),
         end=pl.col("end").clip(pl.col("p_start"), pl.col("p_end")),
-    )
+    ).sort("start")  # the one full sort: Breakdown.activities is in time order for plots, export, rank matching
     # Cumulative unions in priority order.
     table = good.select("step", "p_start", "p_end", "n_kernels", period=pl.col("p_end") - pl.col("p_start"))
     prio = {c: i for i, c in enumerate(PRIORITY)}
