@@ -15,16 +15,7 @@ cd "$(dirname "$0")/.."
 RES=${1:-${OUT:+/tmp/tracekit_captures}}
 RES=${RES:-sample_traces_new}
 mkdir -p "$RES"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-[ -d "$PWD/.gpu" ] && export LD_LIBRARY_PATH=$PWD/.gpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-if [ -z "${NSYS:-}" ]; then
-  for c in /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys /opt/nvidia/nsight-systems/*/bin/nsys; do
-    [ -x "$c" ] && { export NSYS=$c; break; }
-  done
-fi
-PEAK_BW=${PEAK_BW:-4800}   # H200 SXM datasheet: 4.8 TB/s
+. capture/gpu_env.sh
 
 # `python -m tracekit capture` when the CLI imports here, else the driver module on its own.
 if python3 -c "import tracekit.cli" >/dev/null 2>&1; then TK=(python3 -m tracekit capture)

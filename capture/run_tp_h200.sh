@@ -16,16 +16,7 @@ TP=${TP:-1}
 RES=${1:-${OUT:+/tmp/tracekit_tp_captures}}
 RES=${RES:-sample_traces_tp_new}
 mkdir -p "$RES"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-[ -d "$PWD/.gpu" ] && export LD_LIBRARY_PATH=$PWD/.gpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-if [ -z "${NSYS:-}" ]; then
-  for c in /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys /opt/nvidia/nsight-systems/*/bin/nsys; do
-    [ -x "$c" ] && { export NSYS=$c; break; }
-  done
-fi
-PEAK_BW=${PEAK_BW:-4800}
+. capture/gpu_env.sh
 STEP_TIMEOUT=${STEP_TIMEOUT:-120}
 if python3 -c "import tracekit.cli" >/dev/null 2>&1; then TK=(python3 -m tracekit capture)
 else TK=(python3 -m tracekit.capture); fi
