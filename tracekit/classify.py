@@ -133,11 +133,36 @@ def classify(names: pl.Series, rules: Rules | None = None) -> pl.DataFrame:
     Returns a frame with columns ``name, category, sub, rule`` (all strings; ``rule`` null where no
     rule matched, then ``category`` is ``other`` and ``sub`` ``unknown``), one row per input row in
     input order. Only the distinct names are matched against the rules (a trace has millions of
-    kernels but a few hundred names); the result is joined back.
+    kernels but a few hundred names); see :func:`name_table`.
+    """
+    col = names.cast(pl.String).rename("name")
+    pos, table = name_table(col, rules)
+    return pl.DataFrame({
+        "name": col,
+        "category": table["category"].gather(pos).fill_null("other"),
+        "sub": table["sub"].gather(pos).fill_null(UNKNOWN_SUB),
+        "rule": table["rule"].gather(pos),
+    })
+
+
+def name_table(names: pl.Series, rules: Rules | None = None) -> tuple[pl.Series, pl.DataFrame]:
+    """The distinct names of ``names`` classified once: ``(pos, table)``.
+
+    ``table`` has one row per distinct non-null name (columns ``name, category, sub, rule``) and ``pos``
+    (UInt32, null for a null name) is each input row's row in it, so a per-row column is a gather
+    (``table["category"].gather(pos)``) and a per-name aggregate a group-by on integers, never a hash
+    of ten million strings. The distinct names are found through a categorical cast (one hash pass).
+
+    >>> pos, table = name_table(pl.Series(["b", "a", "b", None]))
+    >>> table["name"].gather(pos).to_list()
+    ['b', 'a', 'b', None]
     """
     rules = load_rules() if rules is None else rules
-    col = names.cast(pl.String).rename("name")
-    uniq = col.drop_nulls().unique().to_list()
+    col = names.cast(pl.String)
+    codes = col.cast(pl.Categorical).to_physical()
+    first = codes.arg_unique()
+    first = first.filter(codes.gather(first).is_not_null())
+    uniq = col.gather(first).to_list()
     cats, subs, ids = [], [], []
     for name in uniq:
         cat, sub, rid = _classify_one(name, rules)
@@ -145,15 +170,15 @@ def classify(names: pl.Series, rules: Rules | None = None) -> pl.DataFrame:
         subs.append(sub)
         ids.append(rid)
     table = pl.DataFrame(
-        {"_key": uniq, "category": cats, "sub": subs, "rule": ids},
-        schema={"_key": pl.String, "category": pl.String, "sub": pl.String, "rule": pl.String},
+        {"name": uniq, "category": cats, "sub": subs, "rule": ids},
+        schema={"name": pl.String, "category": pl.String, "sub": pl.String, "rule": pl.String},
     )
-    frame = col.to_frame().with_columns(_key=pl.col("name"))
-    out = frame.join(table, on="_key", how="left", maintain_order="left").drop("_key")
-    # null names (no name in the trace) are unknown, like any unmatched name
-    return out.with_columns(
-        category=pl.col("category").fill_null("other"), sub=pl.col("sub").fill_null(UNKNOWN_SUB)
-    )
+    if not uniq:
+        return pl.Series("pos", [None] * col.len(), dtype=pl.UInt32), table
+    ucodes = codes.gather(first).cast(pl.Int64)
+    slots = pl.Series("pos", [None], dtype=pl.UInt32).extend_constant(None, int(ucodes.max()))
+    slots = slots.scatter(ucodes, pl.int_range(0, len(uniq), dtype=pl.UInt32, eager=True))
+    return slots.gather(codes).rename("pos"), table
 
 
 def _classify_one(name: str, rules: Rules) -> tuple[str, str, str | None]:

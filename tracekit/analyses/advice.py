@@ -158,6 +158,8 @@ def collective_overheads(b) -> dict | None:
     acts = b.activities
     if acts is None or acts.height == 0:
         return None
+    if acts.filter((pl.col("category") == "communication") & (pl.col("kind") == "kernel")).height == 0:
+        return None  # (before the sort below: ten million activities, none of them a collective)
     a = acts.select("step", "stream", "start", "dur", "kind", "category").sort(["stream", "start"])
     a = a.with_columns(next_cat=pl.col("category").shift(-1).over("stream"))
     comm = a.filter((pl.col("category") == "communication") & (pl.col("kind") == "kernel"))

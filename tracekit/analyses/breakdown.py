@@ -25,7 +25,7 @@ import polars as pl
 from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
 from tracekit.intervals import cumulative_union_lengths
 from tracekit.steps import Steps, find_steps, range_patterns, select_ranges
-from tracekit.trace import Trace
+from tracekit.trace import WORK_KINDS, Trace
 
 SCHEMA = "tracekit.breakdown/1"
 # Partition priority (first active wins). "unattributed" is GPU-busy time of unknown category.
@@ -97,47 +97,84 @@ def pick_device(trace: Trace, device: int | None) -> int:
     return device
 
 
-def activities(trace: Trace, device: int, rules=None) -> pl.DataFrame:
-    """All GPU activity on ``device`` with its name-based category and launch (tid, launch start/kind)."""
-    from tracekit.classify import classify, load_rules
+def activities(trace: Trace, device: int, rules=None) -> tuple[pl.DataFrame, int, pl.DataFrame]:
+    """All GPU activity on ``device``, in start order, with its name-based category and its launch.
+
+    Returns ``(acts, n_bad, work)``: ``work`` is the trace's work launches (kernel, graph, memcpy and
+    memset calls, in start order) and ``acts["launch"]`` the row of ``work`` that issued each activity
+    (null where none was recorded), with the launch's ``tid``, ``launch_start`` and ``launch_kind``.
+    ``n_bad`` activities with end before start are dropped.
+    """
+    from tracekit.classify import load_rules, name_table
+    from tracekit.lookup import row_lookup
 
     k = trace.kernels.filter(pl.col("device") == device)
-    cats = classify(k["name"], load_rules(rules) if rules is not None else None)
+    pos, names = name_table(k["name"], load_rules(rules) if rules is not None else None)
+    prio = {c: i for i, c in enumerate(PRIORITY)}
+    names = names.with_columns(prio=pl.col("category").replace_strict(prio, default=len(PRIORITY) - 1,
+                                                                       return_dtype=pl.Int32))
     k = k.select("start", "end", "pid", "correlation", "name", "stream").with_columns(
-        kind=pl.lit("kernel"), category=cats["category"], rule=cats["rule"])
+        kind=pl.lit("kernel"), category=names["category"].gather(pos).fill_null("other"),
+        rule=names["rule"].gather(pos), prio=names["prio"].gather(pos).fill_null(prio["other"]))
     m = trace.memops.filter(pl.col("device") == device).select(
         "start", "end", "pid", "correlation", "name", "stream").with_columns(
-        kind=pl.lit("memop"), category=pl.lit("memory"), rule=pl.lit("M1"))
+        kind=pl.lit("memop"), category=pl.lit("memory"), rule=pl.lit("M1"), prio=pl.lit(prio["memory"], pl.Int32))
     g = trace.graph_execs.filter(pl.col("device") == device).select(
         "start", "end", "pid", "correlation", name=pl.format("<CUDA graph {}>", pl.col("graph_id")), stream="stream"
-    ).with_columns(kind=pl.lit("graph_exec"), category=pl.lit("unattributed"), rule=pl.lit(None, pl.String))
-    acts = pl.concat([k, m, g], how="vertical_relaxed")
-    bad = acts.filter(pl.col("end") < pl.col("start"))
-    if bad.height:
+    ).with_columns(kind=pl.lit("graph_exec"), category=pl.lit("unattributed"), rule=pl.lit(None, pl.String),
+                   prio=pl.lit(prio["unattributed"], pl.Int32))
+    acts = _merge_by_start([k, m, g])
+    bad = acts.filter(pl.col("end") < pl.col("start")).height
+    if bad:
         acts = acts.filter(pl.col("end") >= pl.col("start"))
-    launches = (trace.launches.filter(pl.col("kind").is_in(["kernel", "graph", "memcpy", "memset"]))
-                .select("pid", "correlation", "tid", launch_start="start", launch_kind="kind"))
-    # (lazy: polars' streaming-capable join is about twice as fast here as the eager one on 10M x 10M rows)
-    joined = acts.lazy().join(launches.lazy(), on=["pid", "correlation"], how="left").collect()
-    if joined.height != acts.height:  # a correlation id with several launch rows: keep the first launch
-        joined = acts.lazy().join(launches.lazy().unique(["pid", "correlation"], keep="first", maintain_order=True),
-                                  on=["pid", "correlation"], how="left").collect()
-    # not sorted here: each consumer sorts what it needs (the attribution by launch time, the unions per step)
-    return joined.with_columns(dur=pl.col("end") - pl.col("start")), bad.height
+    work = trace.launches.filter(pl.col("kind").is_in(list(WORK_KINDS))).select("pid", "tid", "correlation", "start",
+                                                                               "kind")
+    if not work["start"].is_sorted():
+        work = work.sort("start")
+    # (pid, correlation) -> launch row by a dense lookup: the hash join it replaces was the slowest step
+    row = row_lookup(acts.select("pid", "correlation"), work)
+    acts = acts.with_columns(
+        launch=row, tid=work["tid"].gather(row), launch_start=work["start"].gather(row),
+        launch_kind=work["kind"].gather(row), dur=pl.col("end") - pl.col("start"))
+    return acts, bad, work
 
 
-def _attribute(acts: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> pl.DataFrame:
-    """Add ``col``: the window id open on the launching (pid[, tid]) at launch start, else null."""
-    if windows.height == 0:
-        return acts.with_columns(pl.lit(None, pl.Int64).alias(col))
+def _merge_by_start(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Concatenate frames of one schema into start order.
+
+    A linear merge, not a sort: the largest frame (one device's kernels) is sorted already, and the
+    few others (copies, graph executions) are placed into it by binary search.
+    """
+    full = [f if f["start"].is_sorted() else f.sort("start", maintain_order=True) for f in frames if f.height]
+    if len(full) <= 1:
+        return full[0] if full else frames[0]
+    frames = full
+    frames.sort(key=lambda f: -f.height)
+    big = frames[0]
+    small = pl.concat(frames[1:], how="vertical_relaxed").sort("start", maintain_order=True)
+    n, m = big.height, small.height
+    # Small row j lands after the big rows that start at or before it: at index pos[j] + j.
+    pos = big["start"].search_sorted(small["start"], side="right").cast(pl.Int64)
+    small_at = pos + pl.int_range(0, m, dtype=pl.Int64, eager=True)
+    # Big row i lands after the small rows placed before it: i + #{j : pos[j] <= i}.
+    big_at = pl.int_range(0, n, dtype=pl.Int64, eager=True)
+    big_at = big_at + pos.search_sorted(big_at, side="right").cast(pl.Int64)
+    perm = pl.Series([0], dtype=pl.UInt32).extend_constant(0, n + m - 1)
+    perm = perm.scatter(big_at, pl.int_range(0, n, dtype=pl.UInt32, eager=True))
+    perm = perm.scatter(small_at, pl.int_range(n, n + m, dtype=pl.UInt32, eager=True))
+    return pl.concat([big, small], how="vertical_relaxed", rechunk=True)[perm]
+
+
+def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> pl.Series:
+    """For each launch (a frame in ``start`` order), the ``col`` id of the window open on its (pid[, tid]) at
+    its start, else null. One backward as-of join on already sorted launches."""
+    if windows.height == 0 or launches.height == 0:
+        return pl.Series(col, [None] * launches.height, dtype=pl.Int64)
     w = windows.select(*by, ws="start", we="end", wid=col).sort("ws")
-    has = acts.filter(pl.col("launch_start").is_not_null()).sort("launch_start")
-    out = has.join_asof(w, left_on="launch_start", right_on="ws", by=by, strategy="backward", check_sortedness=False)
-    out = out.with_columns(
-        pl.when(pl.col("we").is_null() | (pl.col("launch_start") <= pl.col("we"))).then(pl.col("wid")).alias(col)
-    ).drop("ws", "we", "wid")
-    rest = acts.filter(pl.col("launch_start").is_null()).with_columns(pl.lit(None, pl.Int64).alias(col))
-    return pl.concat([out, rest], how="vertical_relaxed")
+    out = launches.select(*by, "start").join_asof(w, left_on="start", right_on="ws", by=by, strategy="backward",
+                                                  check_sortedness=False)
+    return out.select(pl.when(pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))).then(pl.col("wid"))
+                      .alias(col))[col]
 
 
 def _lost_graph_steps(trace: Trace, windows: pl.DataFrame, by: list[str]) -> pl.Series:
@@ -149,8 +186,7 @@ def _lost_graph_steps(trace: Trace, windows: pl.DataFrame, by: list[str]) -> pl.
     lost = graphs.join(recorded.unique(), on=["pid", "correlation"], how="anti")
     if lost.height == 0:
         return pl.Series("step", [], dtype=pl.Int64)
-    lost = _attribute(lost.select("pid", "tid", "start", launch_start="start"), windows, by, "step")
-    return lost["step"].drop_nulls().unique()
+    return _window_of(lost.sort("start"), windows, by, "step").drop_nulls().unique()
 
 
 def _draft_windows(trace: Trace, draft_range: str | None) -> pl.DataFrame:
@@ -184,7 +220,7 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
         raise NoGpuActivity(f"{trace.meta.path}: the trace holds no GPU activity (no kernels or memory operations)")
     warnings: list[str] = []
     dev = pick_device(trace, device)
-    acts, n_bad = activities(trace, dev, rules)
+    acts, n_bad, work = activities(trace, dev, rules)
     if n_bad:
         warnings.append(f"{n_bad} GPU activities with end before start were ignored")
     steps = find_steps(trace, step_range=step_range, device=dev)
@@ -195,30 +231,35 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
         raise NoSteps(f"{trace.meta.path}: {what}; pass --step-range REGEX (range patterns in this trace: {hint})")
     warnings.extend(steps.warnings)
     windows = steps.windows
-    acts = _attribute(acts, windows, ["pid", "tid"], "step")
-    n_work = acts.filter(pl.col("launch_start").is_not_null()).height
+    # Attribution is per launch (launches are few and already in time order); activities follow their launch.
+    launch = acts["launch"]
+    step_of = _window_of(work, windows, ["pid", "tid"], "step")
+    acts = acts.with_columns(step=step_of.gather(launch))
+    n_work = launch.is_not_null().sum()
     n_in = acts["step"].is_not_null().sum()
     step_by = ["pid", "tid"]
     if n_work and n_in < 0.5 * n_work and steps.marker != "inferred":
         # Step ranges on another thread than the launches (e.g. a scheduler thread): attribute by process.
-        alt = _attribute(acts.drop("step"), windows, ["pid"], "step")
-        if alt["step"].is_not_null().sum() > n_in:
-            acts = alt
+        alt = _window_of(work, windows, ["pid"], "step").gather(launch)
+        if alt.is_not_null().sum() > n_in:
+            acts = acts.with_columns(step=alt)
             step_by = ["pid"]
             warnings.append("step ranges are not on the launching threads: GPU work attributed to the step open "
                             "in the same process instead")
     dw = _draft_windows(trace, draft_range)
-    acts = _attribute(acts, dw, ["pid", "tid"], "draft")
+    acts = acts.with_columns(draft=_window_of(work, dw, ["pid", "tid"], "draft").gather(launch))
+    drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
     acts = acts.with_columns(
-        category=pl.when(pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec"))
-        .then(pl.lit("drafting")).otherwise(pl.col("category")),
+        category=pl.when(drafted).then(pl.lit("drafting")).otherwise(pl.col("category")),
+        prio=pl.when(drafted).then(pl.lit(PRIORITY.index("drafting"), pl.Int32)).otherwise(pl.col("prio")),
         graphed=(pl.col("launch_kind") == "graph"),
     )
     graph_mode = trace.meta.graph_trace_mode == "graph" and acts.filter(pl.col("kind") == "graph_exec").height > 0
     if graph_mode:
+        compute = pl.col("category").is_in(COMPUTE_CATEGORIES)
         acts = acts.with_columns(
-            category=pl.when(pl.col("category").is_in(COMPUTE_CATEGORIES)).then(pl.lit("unattributed"))
-            .otherwise(pl.col("category")))
+            category=pl.when(compute).then(pl.lit("unattributed")).otherwise(pl.col("category")),
+            prio=pl.when(compute).then(pl.lit(PRIORITY.index("unattributed"), pl.Int32)).otherwise(pl.col("prio")))
 
     in_steps = acts.filter(pl.col("step").is_not_null())
     per = (in_steps.group_by("step").agg(first=pl.col("start").min(), last=pl.col("end").max(),
@@ -251,16 +292,22 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
         p_start=pl.col("first"),
         p_end=pl.col("first").shift(-1).fill_null(pl.max_horizontal("last", "end")),
     )
-    acts_g = in_steps.join(good.select("step", "p_start", "p_end"), on="step", how="inner").with_columns(
+    # Each activity's step period, by step id (window ids are row numbers): two gathers, no join.
+    slots = pl.Series([None], dtype=pl.Int64).extend_constant(None, windows.height - 1)
+    step_idx = in_steps["step"].cast(pl.UInt32)
+    p_start = slots.clone().scatter(good["step"], good["p_start"]).gather(step_idx)
+    p_end = slots.clone().scatter(good["step"], good["p_end"]).gather(step_idx)
+    acts_g = in_steps.with_columns(p_start=p_start, p_end=p_end).filter(pl.col("p_start").is_not_null())
+    acts_g = acts_g.with_columns(
         start=pl.col("start").clip(pl.col("p_start"), pl.col("p_end")),
         end=pl.col("end").clip(pl.col("p_start"), pl.col("p_end")),
-    ).sort("start")  # the one full sort: Breakdown.activities is in time order for plots, export, rank matching
-    # Cumulative unions in priority order.
+    ).drop("p_start", "p_end")
+    # Clipping keeps start order within each step (one step, one pair of bounds), and the clipped periods tile
+    # the timeline (a late activity of a step becomes zero-length at its period's end): what tiled= needs.
+    unions = cumulative_union_lengths(acts_g, "step", "prio", len(PRIORITY), presorted=True, tiled=True)
+    if not acts_g["start"].is_sorted():
+        acts_g = acts_g.sort("start", maintain_order=True)  # Breakdown.activities: time order (plots, export, ranks)
     table = good.select("step", "p_start", "p_end", "n_kernels", period=pl.col("p_end") - pl.col("p_start"))
-    prio = {c: i for i, c in enumerate(PRIORITY)}
-    acts_g = acts_g.with_columns(prio=pl.col("category").replace_strict(prio, default=len(PRIORITY) - 1,
-                                                                         return_dtype=pl.Int32))
-    unions = cumulative_union_lengths(acts_g, "step", "prio", len(PRIORITY))
     table = table.join(unions, on="step", how="left")
     cum_cols = [f"u{i}" for i in range(len(PRIORITY))]
     prev = pl.lit(0, pl.Int64)
@@ -268,31 +315,33 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
         table = table.with_columns(pl.col(f"u{i}").fill_null(0))
         table = table.with_columns((pl.col(f"u{i}") - prev).alias(f"x_{cat}"))
         prev = pl.col(f"u{i}")
-    span = acts_g.group_by("step").agg(a_first=pl.col("start").min(), a_last=pl.col("end").max())
-    table = table.join(span, on="step", how="left").with_columns(
+    # One pass for every per-step sum: span, kernel time per category, graph-replayed share, launch counts.
+    not_memop = pl.col("kind") != "memop"
+    graphed = pl.col("graphed").fill_null(False)
+    sums = acts_g.group_by("step").agg(
+        a_first=pl.col("start").min(), a_last=pl.col("end").max(),
+        *[pl.col("dur").filter(pl.col("prio") == PRIORITY.index(c)).sum().alias(f"k_{c}")
+          for c in KERNEL_CATEGORIES + ["unattributed"]],
+        k_graphed=pl.col("dur").filter(graphed & not_memop).sum(),
+        k_all=pl.col("dur").filter(not_memop).sum(),
+        n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
+        n_launched=pl.col("correlation").filter(~graphed).n_unique(),
+    )
+    table = table.join(sums, on="step", how="left").with_columns(
         x_launch_gaps=(pl.col("a_last") - pl.col("a_first")) - pl.col(f"u{len(PRIORITY) - 1}"),
         x_idle=pl.col("period") - (pl.col("a_last") - pl.col("a_first")),
     )
-    ksum = (acts_g.group_by("step", "category").agg(pl.col("dur").sum())
-            .pivot(on="category", index="step", values="dur"))
-    for cat in KERNEL_CATEGORIES + ["unattributed"]:
-        if cat not in ksum.columns:
-            ksum = ksum.with_columns(pl.lit(0, pl.Int64).alias(cat))
-    ksum = ksum.select("step", *[pl.col(c).fill_null(0).alias(f"k_{c}") for c in KERNEL_CATEGORIES + ["unattributed"]])
-    graphed = acts_g.group_by("step").agg(
-        k_graphed=pl.when(pl.col("graphed") & (pl.col("kind") != "memop")).then(pl.col("dur")).otherwise(0).sum(),
-        k_all=pl.when(pl.col("kind") != "memop").then(pl.col("dur")).otherwise(0).sum(),
-        n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
-        n_launched=pl.col("correlation").filter(~pl.col("graphed").fill_null(False)).n_unique(),
-    )
     # Wall time of the draft phases on the GPU timeline: first to last activity of each draft range
     # (gaps between its kernels included), summed per step.
-    dspan = (acts_g.filter(pl.col("draft").is_not_null()).group_by("step", "draft")
-             .agg(span=pl.col("end").max() - pl.col("start").min())
-             .group_by("step").agg(draft_span=pl.col("span").sum()))
-    table = table.join(dspan, on="step", how="left").with_columns(pl.col("draft_span").fill_null(0))
-    table = (table.join(ksum, on="step", how="left").join(graphed, on="step", how="left")
-             .drop(cum_cols + ["a_first", "a_last"]).sort("p_start"))
+    drafts = acts_g.filter(pl.col("draft").is_not_null())
+    if drafts.height:
+        dspan = (drafts.group_by("step", "draft").agg(span=pl.col("end").max() - pl.col("start").min())
+                 .group_by("step").agg(draft_span=pl.col("span").sum()))
+        table = table.join(dspan, on="step", how="left")
+    else:
+        table = table.with_columns(draft_span=pl.lit(None, pl.Int64))
+    table = table.with_columns(pl.col("draft_span").fill_null(0))
+    table = table.drop(cum_cols + ["a_first", "a_last"]).sort("p_start")
     table = table.join(windows.select("step", "pid", "tid", w_start="start", w_end="end"), on="step", how="left")
     return table, acts_g, steps, dev, warnings, excluded, graph_mode
 

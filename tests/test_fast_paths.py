@@ -1,0 +1,132 @@
+"""The breakdown's fast paths give exactly what the plain ones give (timings live in benchmarks/).
+
+* ``row_lookup`` (activity -> launch): its sorted-merge and dense-table paths against the hash join,
+  on the real traces (every kernel/memop against the work launches) and on generated keys
+  (duplicates, several processes, nulls, negative and huge ids).
+* ``_merge_by_start`` against concat + stable sort.
+* ``cumulative_union_lengths(tiled=True)`` (one running maximum across steps) against the grouped,
+  sorted computation, on the clipped activities of every sample trace.
+* The nsys reader's parallel prefetch against one-by-one reads, and ``scan_plan`` (the floor's queries)
+  against the statements the reader runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+import tracekit
+import tracekit.lookup as lookup
+import tracekit.readers.nsys as nsys
+from tracekit.analyses.breakdown import _merge_by_start, step_table
+from tracekit.intervals import cumulative_union_lengths
+from tracekit.trace import WORK_KINDS
+
+ROOT = Path(__file__).resolve().parents[1]
+NSYS = sorted((ROOT / "tests/data/nsys").glob("*.sqlite"))
+SAMPLES = sorted(p for p in (ROOT / "sample_traces").glob("*/trace.*") if p.suffix in (".sqlite", ".gz", ".json"))
+TRACES = NSYS + SAMPLES + sorted((ROOT / "tests/data/kineto").glob("*.json.gz"))
+
+
+def _hash(left: pl.DataFrame, right: pl.DataFrame) -> pl.Series:
+    return lookup._hash_lookup(left, right, "pid", "correlation")
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[f"{p.parent.name}/{p.name}" for p in TRACES])
+def test_row_lookup_equals_hash_join_on_real_traces(path):
+    t = tracekit.load(path, kernel_dims=False)
+    work = t.launches.filter(pl.col("kind").is_in(list(WORK_KINDS)))
+    for acts in (t.kernels, t.memops, t.kernels.sort("correlation")):
+        left = acts.select("pid", "correlation")
+        assert lookup.row_lookup(left, work).to_list() == _hash(left, work).to_list()
+
+
+def test_row_lookup_takes_each_path(monkeypatch):
+    """The sorted merge, the dense table and the hash join all run, and agree (one real trace)."""
+    t = tracekit.load(ROOT / "sample_traces/hf-small-eager/trace.sqlite", kernel_dims=False)
+    work = t.launches.filter(pl.col("kind").is_in(list(WORK_KINDS)))
+    left = t.kernels.select("pid", "correlation")
+    want = _hash(left, work).to_list()
+    assert left["correlation"].is_sorted()  # one stream: kernels in launch order, so the merge path applies
+    assert lookup.row_lookup(left, work).to_list() == want
+    shuffled = left.sample(fraction=1.0, shuffle=True, seed=1)  # not sorted: the dense table
+    assert lookup.row_lookup(shuffled, work).to_list() == _hash(shuffled, work).to_list()
+    monkeypatch.setattr(lookup, "DENSITY", 0)
+    monkeypatch.setattr(lookup, "_SLACK_ROWS", 0)  # too sparse for a table: the hash join
+    assert lookup.row_lookup(shuffled, work).to_list() == _hash(shuffled, work).to_list()
+
+
+keys = st.lists(st.tuples(st.sampled_from([1, 2, 7]), st.one_of(st.none(), st.integers(-3, 40))), max_size=60)
+big = st.lists(st.tuples(st.sampled_from([1, 2]), st.one_of(st.integers(0, 30), st.integers(2**40, 2**40 + 3))),
+               max_size=30)
+
+
+def _frame(rows) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema={"pid": pl.Int64, "correlation": pl.Int64}, orient="row")
+
+
+@settings(max_examples=300, deadline=None)
+@given(left=keys, right=st.one_of(keys, big), sort_both=st.booleans())
+def test_row_lookup_generated_keys(left, right, sort_both):
+    """Generated (synthetic) keys: duplicates (first row wins), nulls, several pids, negative and huge ids."""
+    lf, rf = _frame(left), _frame(right)
+    if sort_both:
+        lf, rf = lf.sort("pid", "correlation", nulls_last=True), rf.sort("pid", "correlation", nulls_last=True)
+    assert lookup.row_lookup(lf, rf).to_list() == _hash(lf, rf).to_list()
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(0, 25), min_size=1, max_size=4), data=st.data())
+def test_merge_by_start_equals_stable_sort(sizes, data):
+    frames = [pl.DataFrame({"start": sorted(data.draw(st.lists(st.integers(0, 30), min_size=n, max_size=n))),
+                            "src": [i] * n}, schema={"start": pl.Int64, "src": pl.Int64})
+              for i, n in enumerate(sizes)]
+    got = _merge_by_start(frames)
+    want = pl.concat(frames).sort("start", maintain_order=True)
+    assert got["start"].to_list() == want["start"].to_list()
+    assert sorted(got.rows()) == sorted(want.rows())
+
+
+STEP_TRACES = [p for p in SAMPLES]
+
+
+@pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+def test_tiled_unions_equal_grouped_sorted_unions(path):
+    t = tracekit.load(path, kernel_dims=False)
+    _, acts, *_ = step_table(t)
+    n = acts["prio"].max() + 1
+    tiled = cumulative_union_lengths(acts, "step", "prio", n, presorted=True, tiled=True).sort("step")
+    plain = cumulative_union_lengths(acts.sample(fraction=1.0, shuffle=True, seed=3), "step", "prio", n).sort("step")
+    assert_frame_equal(tiled, plain)
+    assert tiled.height == acts["step"].n_unique()
+
+
+@pytest.mark.parametrize("path", NSYS, ids=[p.name for p in NSYS])
+def test_prefetch_equals_one_by_one(path, monkeypatch):
+    ref = nsys.read_nsys(path)
+    monkeypatch.setattr(nsys._Db, "prefetch", lambda self, queries: None)
+    plain = nsys.read_nsys(path)
+    for name in ("kernels", "memops", "launches", "ranges", "graph_execs", "gpus"):
+        assert_frame_equal(getattr(ref, name), getattr(plain, name), check_exact=True)
+
+
+def test_scan_plan_is_what_the_reader_runs(monkeypatch):
+    path = ROOT / "sample_traces/hf-small-eager/trace.sqlite"
+    plan = nsys.scan_plan(path, kernel_dims=False)
+    ran: list[str] = []
+    orig = nsys._Db._frame
+
+    def spy(self, sql, *a, **k):
+        ran.append(sql)
+        return orig(self, sql, *a, **k)
+
+    monkeypatch.setattr(nsys._Db, "_frame", spy)
+    nsys.read_nsys(path, kernel_dims=False)
+    assert sorted(ran) == sorted(plan)
+    runtime = next(q for q in plan if "CUPTI_ACTIVITY_KIND_RUNTIME" in q)
+    assert "nameId IN (" in runtime  # the launch filter is in SQL, in the floor too

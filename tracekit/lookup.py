@@ -1,0 +1,98 @@
+"""Keyed row lookup: for each GPU activity, which launch (row of another frame) it belongs to.
+
+GPU work joins its host launch on ``(pid, correlation)``. With ten million kernels and as many launches
+a hash join is the slowest step of a breakdown (~2-5 s on two cores), yet the keys are almost
+dense: a correlation id is a per-process counter (nsys numbers every API call, so the launches hold
+1 id in 6 to 20). :func:`row_lookup` exploits that. When the ids of every process fit an array
+``DENSITY`` times the number of rows, each key gets a slot (``pid``'s base offset + correlation);
+the right frame's row numbers are scattered into the slots and the left frame's keys gathered from
+them: two linear passes, no hashing (on 10M kernels x 8.4M launches: 0.5 s instead of 4 s). When both
+sides are already in key order (one process, one stream), a merge of the sorted keys is faster still.
+Sparser or exotic keys (huge or negative ids) fall back to a hash join with the same result.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+_SLACK_ROWS = 1 << 20  # dense table may hold this many empty slots beyond DENSITY x rows
+DENSITY = 32  # at most this many slots (4 bytes each) per row of the right frame
+
+
+def row_lookup(left: pl.DataFrame, right: pl.DataFrame, on: tuple[str, str] = ("pid", "correlation")) -> pl.Series:
+    """For each row of ``left``, the index of the first row of ``right`` with the same ``on`` key (null if none).
+
+    ``on`` is (group, id): both integer columns; null keys never match.
+
+    >>> left = pl.DataFrame({"pid": [1, 1, 2, 1], "correlation": [10, 12, 10, None]})
+    >>> right = pl.DataFrame({"pid": [1, 1, 2, 1], "correlation": [12, 10, 10, 12]})
+    >>> row_lookup(left, right).to_list()
+    [1, 0, 2, None]
+    """
+    g, k = on
+    if right.height == 0 or left.height == 0:
+        return pl.Series("row", [None] * left.height, dtype=pl.UInt32)
+    spans = (right.select(g, k).drop_nulls().group_by(g)
+             .agg(lo=pl.col(k).min(), hi=pl.col(k).max()).sort(g))
+    total = int((spans["hi"] - spans["lo"] + 1).sum()) if spans.height else 0
+    dense = (spans.height > 0 and int(spans["lo"].min()) >= 0
+             and total <= DENSITY * right.height + _SLACK_ROWS and right.height < 2**32 - 1)
+    if not dense:
+        return _hash_lookup(left, right, g, k)
+    spans = spans.with_columns(base=(pl.col("hi") - pl.col("lo") + 1).cum_sum() - (pl.col("hi") - pl.col("lo") + 1))
+    groups = spans[g].to_list()
+    offset = dict(zip(groups, (spans["base"] - spans["lo"]).to_list()))
+    lo = dict(zip(groups, spans["lo"].to_list()))
+    hi = dict(zip(groups, spans["hi"].to_list()))
+
+    def slot(df: pl.DataFrame) -> pl.Series:
+        gc, kc = pl.col(g), pl.col(k)
+        if len(groups) == 1:  # one process (the usual trace): scalars, no per-row lookup of the group
+            (one,) = groups
+            inside = (gc == one) & (kc >= lo[one]) & (kc <= hi[one])
+            s = pl.when(inside).then(kc + offset[one])
+        else:
+            inside = (kc >= gc.replace_strict(lo, default=None, return_dtype=pl.Int64)) & (
+                kc <= gc.replace_strict(hi, default=None, return_dtype=pl.Int64))
+            s = pl.when(inside).then(kc + gc.replace_strict(offset, default=None, return_dtype=pl.Int64))
+        return df.select(s.alias("slot"))["slot"]
+
+    rslot = slot(right)
+    rows = pl.int_range(0, right.height, dtype=pl.UInt32, eager=True)
+    keep = rslot.is_not_null()
+    rslot, rows = rslot.filter(keep), rows.filter(keep)
+    lslot = slot(left)
+    if lslot.null_count() == 0 and lslot.is_sorted() and _increasing(rslot):
+        # Both sides in key order (one process, one stream: launches and kernels alike follow the counter):
+        # polars merges sorted keys without hashing (0.15 s on 10M x 8.4M, half the scatter's time).
+        r = pl.DataFrame({"slot": rslot, "row": rows}).set_sorted("slot")
+        out = lslot.rename("slot").to_frame().set_sorted("slot").join(r, on="slot", how="left",
+                                                                        maintain_order="left")
+        return out["row"]
+    table = pl.Series("row", [None], dtype=pl.UInt32).extend_constant(None, total - 1)
+    # Reversed, so that with duplicate keys the first row wins (scatter writes in order; the last write stays).
+    table = table.scatter(rslot.reverse(), rows.reverse())
+    return table.gather(lslot).rename("row")
+
+
+def _increasing(s: pl.Series) -> bool:
+    """Strictly increasing (so also free of duplicates)."""
+    return s.len() < 2 or bool((s.diff().slice(1) > 0).all())
+
+
+def id_rows(ids: pl.Series, keys: pl.Series) -> pl.Series:
+    """For each value of ``ids``, the index of the first equal value in ``keys`` (null if none): string-id
+    resolution, e.g. ten million kernel name ids against a few thousand ``StringIds``.
+
+    >>> id_rows(pl.Series([7, 3, 9, 7]), pl.Series([3, 7])).to_list()
+    [1, 0, None, 1]
+    """
+    g = pl.lit(0, pl.Int64).alias("g")
+    return row_lookup(pl.select(g, k=ids.cast(pl.Int64)), pl.select(g, k=keys.cast(pl.Int64)), on=("g", "k"))
+
+
+def _hash_lookup(left: pl.DataFrame, right: pl.DataFrame, g: str, k: str) -> pl.Series:
+    r = (right.select(g, k).with_row_index("row").drop_nulls([g, k])
+         .unique([g, k], keep="first", maintain_order=True))
+    out = left.select(g, k).join(r, on=[g, k], how="left", maintain_order="left")
+    return out["row"].cast(pl.UInt32)
