@@ -174,7 +174,7 @@ def name_table(names: pl.Series, rules: Rules | None = None) -> tuple[pl.Series,
         schema={"name": pl.String, "category": pl.String, "sub": pl.String, "rule": pl.String},
     )
     if not uniq:
-        return pl.Series("pos", [None] * col.len(), dtype=pl.UInt32), table
+        return pl.repeat(None, col.len(), dtype=pl.UInt32, eager=True).alias("pos"), table
     ucodes = codes.gather(first).cast(pl.Int64)
     slots = pl.Series("pos", [None], dtype=pl.UInt32).extend_constant(None, int(ucodes.max()))
     slots = slots.scatter(ucodes, pl.int_range(0, len(uniq), dtype=pl.UInt32, eager=True))

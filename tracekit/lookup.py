@@ -31,7 +31,7 @@ def row_lookup(left: pl.DataFrame, right: pl.DataFrame, on: tuple[str, str] = ("
     """
     g, k = on
     if right.height == 0 or left.height == 0:
-        return pl.Series("row", [None] * left.height, dtype=pl.UInt32)
+        return pl.repeat(None, left.height, dtype=pl.UInt32, eager=True).alias("row")
     spans = (right.select(g, k).drop_nulls().group_by(g)
              .agg(lo=pl.col(k).min(), hi=pl.col(k).max()).sort(g))
     total = int((spans["hi"] - spans["lo"] + 1).sum()) if spans.height else 0

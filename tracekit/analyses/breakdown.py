@@ -52,7 +52,8 @@ class Breakdown:
     per_step: pl.DataFrame  # one row per analysed step (csv output, plots)
     top_kernels: pl.DataFrame  # name, category, count, total_ms, mean_us, per_step_ms
     extras: dict = field(default_factory=dict)  # facts the advice used (graph share, gaps, counts)
-    activities: pl.DataFrame | None = None  # attributed GPU activity of the analysed steps (plots, export)
+    activities: pl.DataFrame | None = None  # attributed GPU activity of the analysed steps (plots, export); kernels
+    # first, then copies and graph executions (not one time order: sort by start where order matters)
 
     def to_dict(self) -> dict:
         out = {
@@ -98,12 +99,14 @@ def pick_device(trace: Trace, device: int | None) -> int:
 
 
 def activities(trace: Trace, device: int, rules=None) -> tuple[pl.DataFrame, int, pl.DataFrame]:
-    """All GPU activity on ``device``, in start order, with its name-based category and its launch.
+    """All GPU activity on ``device`` (kernels in start order, then copies, then graph executions), with its
+    name-based category and its launch.
 
     Returns ``(acts, n_bad, work)``: ``work`` is the trace's work launches (kernel, graph, memcpy and
     memset calls, in start order) and ``acts["launch"]`` the row of ``work`` that issued each activity
-    (null where none was recorded), with the launch's ``tid``, ``launch_start`` and ``launch_kind``.
-    ``n_bad`` activities with end before start are dropped.
+    (null where none was recorded); ``graphed`` says that launch was a graph launch. ``n_bad``
+    activities with end before start are dropped. Columns are kept to what the analyses read: at ten
+    million rows every extra column costs a copy per step below.
     """
     from tracekit.classify import load_rules, name_table
     from tracekit.lookup import row_lookup
@@ -115,61 +118,62 @@ def activities(trace: Trace, device: int, rules=None) -> tuple[pl.DataFrame, int
                                                                        return_dtype=pl.Int32))
     k = k.select("start", "end", "pid", "correlation", "name", "stream").with_columns(
         kind=pl.lit("kernel"), category=names["category"].gather(pos).fill_null("other"),
-        rule=names["rule"].gather(pos), prio=names["prio"].gather(pos).fill_null(prio["other"]))
+        prio=names["prio"].gather(pos).fill_null(prio["other"]))
     m = trace.memops.filter(pl.col("device") == device).select(
         "start", "end", "pid", "correlation", "name", "stream").with_columns(
-        kind=pl.lit("memop"), category=pl.lit("memory"), rule=pl.lit("M1"), prio=pl.lit(prio["memory"], pl.Int32))
+        kind=pl.lit("memop"), category=pl.lit("memory"), prio=pl.lit(prio["memory"], pl.Int32))
     g = trace.graph_execs.filter(pl.col("device") == device).select(
         "start", "end", "pid", "correlation", name=pl.format("<CUDA graph {}>", pl.col("graph_id")), stream="stream"
-    ).with_columns(kind=pl.lit("graph_exec"), category=pl.lit("unattributed"), rule=pl.lit(None, pl.String),
+    ).with_columns(kind=pl.lit("graph_exec"), category=pl.lit("unattributed"),
                    prio=pl.lit(prio["unattributed"], pl.Int32))
-    acts = _merge_by_start([k, m, g])
-    bad = acts.filter(pl.col("end") < pl.col("start")).height
+    # Kernels first (in start order), then the few copies and graph executions: not one time-ordered frame,
+    # which would cost a copy of every column (step_table orders what it needs, on four narrow columns).
+    parts = [f for f in (k, m, g) if f.height] or [k]
+    bad = sum(f.filter(pl.col("end") < pl.col("start")).height for f in parts)
     if bad:
-        acts = acts.filter(pl.col("end") >= pl.col("start"))
+        parts = [f.filter(pl.col("end") >= pl.col("start")) for f in parts]
+    acts = pl.concat(parts, how="vertical_relaxed")
     work = trace.launches.filter(pl.col("kind").is_in(list(WORK_KINDS))).select("pid", "tid", "correlation", "start",
                                                                                "kind")
     if not work["start"].is_sorted():
         work = work.sort("start")
-    # (pid, correlation) -> launch row by a dense lookup: the hash join it replaces was the slowest step
-    row = row_lookup(acts.select("pid", "correlation"), work)
-    acts = acts.with_columns(
-        launch=row, tid=work["tid"].gather(row), launch_start=work["start"].gather(row),
-        launch_kind=work["kind"].gather(row), dur=pl.col("end") - pl.col("start"))
+    # (pid, correlation) -> launch row without hashing (see tracekit.lookup): the hash join it replaces was the
+    # slowest step of a breakdown
+    row = pl.concat([row_lookup(f.select("pid", "correlation"), work) for f in parts])  # kernels alone: key order
+    acts = acts.with_columns(launch=row, graphed=(work["kind"] == "graph").gather(row),
+                             dur=pl.col("end") - pl.col("start"))
     return acts, bad, work
 
 
-def _merge_by_start(frames: list[pl.DataFrame]) -> pl.DataFrame:
-    """Concatenate frames of one schema into start order.
+def _merge_by_start(frames: list[pl.DataFrame], key: str = "start") -> pl.DataFrame:
+    """Concatenate frames of one schema into ``key`` order (stable).
 
     A linear merge, not a sort: the largest frame (one device's kernels) is sorted already, and the
-    few others (copies, graph executions) are placed into it by binary search.
+    few others (copies, graph executions) are placed into it by binary search. Each output column is
+    one gather from the large frame plus an in-place scatter of the few others.
     """
-    full = [f if f["start"].is_sorted() else f.sort("start", maintain_order=True) for f in frames if f.height]
+    full = [f if f[key].is_sorted() else f.sort(key, maintain_order=True) for f in frames if f.height]
     if len(full) <= 1:
         return full[0] if full else frames[0]
-    frames = full
-    frames.sort(key=lambda f: -f.height)
-    big = frames[0]
-    small = pl.concat(frames[1:], how="vertical_relaxed").sort("start", maintain_order=True)
+    big = max(full, key=lambda f: f.height)
+    small = pl.concat([f for f in full if f is not big], how="vertical_relaxed").sort(key, maintain_order=True)
+    small = small.cast(dict(big.schema))
     n, m = big.height, small.height
-    # Small row j lands after the big rows that start at or before it: at index pos[j] + j.
-    pos = big["start"].search_sorted(small["start"], side="right").cast(pl.Int64)
+    # Small row j lands after the big rows that start at or before it (ties: big rows first): at pos[j] + j.
+    pos = big[key].search_sorted(small[key], side="right").cast(pl.Int64)
     small_at = pos + pl.int_range(0, m, dtype=pl.Int64, eager=True)
-    # Big row i lands after the small rows placed before it: i + #{j : pos[j] <= i}.
-    big_at = pl.int_range(0, n, dtype=pl.Int64, eager=True)
-    big_at = big_at + pos.search_sorted(big_at, side="right").cast(pl.Int64)
-    perm = pl.Series([0], dtype=pl.UInt32).extend_constant(0, n + m - 1)
-    perm = perm.scatter(big_at, pl.int_range(0, n, dtype=pl.UInt32, eager=True))
-    perm = perm.scatter(small_at, pl.int_range(n, n + m, dtype=pl.UInt32, eager=True))
-    return pl.concat([big, small], how="vertical_relaxed", rechunk=True)[perm]
+    # Output row p not taken by a small row holds big row p - #{small rows placed before p}.
+    out_rows = pl.int_range(0, n + m, dtype=pl.Int64, eager=True)
+    big_idx = (out_rows - small_at.search_sorted(out_rows, side="left").cast(pl.Int64)).clip(0, n - 1)
+    big_idx = big_idx.cast(pl.UInt32)
+    return pl.DataFrame([big[c].gather(big_idx).scatter(small_at, small[c]) for c in big.columns])
 
 
 def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> pl.Series:
     """For each launch (a frame in ``start`` order), the ``col`` id of the window open on its (pid[, tid]) at
     its start, else null. One backward as-of join on already sorted launches."""
     if windows.height == 0 or launches.height == 0:
-        return pl.Series(col, [None] * launches.height, dtype=pl.Int64)
+        return pl.repeat(None, launches.height, dtype=pl.Int64, eager=True).alias(col)
     w = windows.select(*by, ws="start", we="end", wid=col).sort("ws")
     out = launches.select(*by, "start").join_asof(w, left_on="start", right_on="ws", by=by, strategy="backward",
                                                   check_sortedness=False)
@@ -247,13 +251,15 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
             warnings.append("step ranges are not on the launching threads: GPU work attributed to the step open "
                             "in the same process instead")
     dw = _draft_windows(trace, draft_range)
-    acts = acts.with_columns(draft=_window_of(work, dw, ["pid", "tid"], "draft").gather(launch))
-    drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
-    acts = acts.with_columns(
-        category=pl.when(drafted).then(pl.lit("drafting")).otherwise(pl.col("category")),
-        prio=pl.when(drafted).then(pl.lit(PRIORITY.index("drafting"), pl.Int32)).otherwise(pl.col("prio")),
-        graphed=(pl.col("launch_kind") == "graph"),
-    )
+    if dw.height:
+        acts = acts.with_columns(draft=_window_of(work, dw, ["pid", "tid"], "draft").gather(launch)).drop("launch")
+        drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
+        acts = acts.with_columns(
+            category=pl.when(drafted).then(pl.lit("drafting")).otherwise(pl.col("category")),
+            prio=pl.when(drafted).then(pl.lit(PRIORITY.index("drafting"), pl.Int32)).otherwise(pl.col("prio")),
+        )
+    else:
+        acts = acts.with_columns(draft=pl.lit(None, pl.Int64)).drop("launch")
     graph_mode = trace.meta.graph_trace_mode == "graph" and acts.filter(pl.col("kind") == "graph_exec").height > 0
     if graph_mode:
         compute = pl.col("category").is_in(COMPUTE_CATEGORIES)
@@ -261,7 +267,7 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
             category=pl.when(compute).then(pl.lit("unattributed")).otherwise(pl.col("category")),
             prio=pl.when(compute).then(pl.lit(PRIORITY.index("unattributed"), pl.Int32)).otherwise(pl.col("prio")))
 
-    in_steps = acts.filter(pl.col("step").is_not_null())
+    in_steps = acts if acts["step"].null_count() == 0 else acts.filter(pl.col("step").is_not_null())
     per = (in_steps.group_by("step").agg(first=pl.col("start").min(), last=pl.col("end").max(),
                                           n_acts=pl.len(), n_kernels=(pl.col("kind") == "kernel").sum()))
     allw = windows.join(per, on="step", how="left")
@@ -297,16 +303,20 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
     step_idx = in_steps["step"].cast(pl.UInt32)
     p_start = slots.clone().scatter(good["step"], good["p_start"]).gather(step_idx)
     p_end = slots.clone().scatter(good["step"], good["p_end"]).gather(step_idx)
-    acts_g = in_steps.with_columns(p_start=p_start, p_end=p_end).filter(pl.col("p_start").is_not_null())
-    acts_g = acts_g.with_columns(
-        start=pl.col("start").clip(pl.col("p_start"), pl.col("p_end")),
-        end=pl.col("end").clip(pl.col("p_start"), pl.col("p_end")),
-    ).drop("p_start", "p_end")
-    # Clipping keeps start order within each step (one step, one pair of bounds), and the clipped periods tile
-    # the timeline (a late activity of a step becomes zero-length at its period's end): what tiled= needs.
-    unions = cumulative_union_lengths(acts_g, "step", "prio", len(PRIORITY), presorted=True, tiled=True)
-    if not acts_g["start"].is_sorted():
-        acts_g = acts_g.sort("start", maintain_order=True)  # Breakdown.activities: time order (plots, export, ranks)
+    acts_g = in_steps.with_columns(start=pl.col("start").clip(p_start, p_end), end=pl.col("end").clip(p_start, p_end),
+                                   _key=pl.col("start"))
+    if p_start.null_count():  # activities of excluded steps
+        acts_g = acts_g.filter(p_start.is_not_null())
+    # The unions want each step's activities in start order. Kernels are (activities() keeps them first, in
+    # order); copies and graph executions are merged in, on four narrow columns only. Ordered by the unclipped
+    # start, clipping keeps that order within each step (one pair of bounds), and the clipped periods tile the
+    # timeline (a late activity of a step becomes zero-length at its period's end): what tiled= needs.
+    narrow = acts_g.select("step", "start", "end", "prio", "_key")
+    n_k = int((acts_g["kind"] == "kernel").sum())
+    if n_k < acts_g.height:
+        narrow = _merge_by_start([narrow.head(n_k), narrow.slice(n_k)], key="_key")
+    unions = cumulative_union_lengths(narrow, "step", "prio", len(PRIORITY), presorted=True, tiled=True)
+    acts_g = acts_g.drop("_key")
     table = good.select("step", "p_start", "p_end", "n_kernels", period=pl.col("p_end") - pl.col("p_start"))
     table = table.join(unions, on="step", how="left")
     cum_cols = [f"u{i}" for i in range(len(PRIORITY))]

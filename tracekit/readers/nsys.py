@@ -14,6 +14,7 @@ join against ``StringIds`` (a few thousand rows), never by a per-row SQL join.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import urllib.parse
 from pathlib import Path
 
@@ -89,12 +90,14 @@ class _Db:
         self.record = record  # scan_plan(): note each statement, read only StringIds
         self.uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
         try:
-            self.con = sqlite3.connect(self.uri, uri=True)
+            # Shared with parallel() workers for schema questions (columns()), one at a time under _lock.
+            self.con = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
             rows = self.con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
         except sqlite3.DatabaseError as e:
             raise TracekitError(f"{path}: not a readable SQLite database ({e}); re-export it with `nsys export --type sqlite`")
         self.tables = {r[0] for r in rows}
         self._cols: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
         # TRACEKIT_SQLITE_ENGINES=sqlite3 forces the plain path (benchmarks, debugging).
         import os
 
@@ -102,19 +105,20 @@ class _Db:
         wanted = engines or env or self.ENGINES
         self._engines = [e for e in wanted if e in self.ENGINES and (e == "sqlite3" or self.engine_available(e))]
         self._adbc = None
-        self._prefetched: dict[str, pl.DataFrame | BaseException] = {}
+        self._owner = threading.get_ident()  # frame() calls from other threads open their own connections
         self.used: list[str] = []  # engine that produced each frame (tests, benchmarks)
 
     def has(self, table: str) -> bool:
         return table in self.tables
 
     def columns(self, table: str) -> list[str]:
-        if table not in self._cols:
-            try:
-                self._cols[table] = [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
-            except sqlite3.DatabaseError as e:
-                raise TracekitError(f"{self.path}: table {table} is unreadable ({e}); the file may be truncated")
-        return self._cols[table]
+        with self._lock:
+            if table not in self._cols:
+                try:
+                    self._cols[table] = [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
+                except sqlite3.DatabaseError as e:
+                    raise TracekitError(f"{self.path}: table {table} is unreadable ({e}); the file may be truncated")
+            return self._cols[table]
 
     def frame(self, sql: str, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
         """Run ``sql`` and return its rows as a frame with ``schema`` (column order = select order)."""
@@ -122,37 +126,34 @@ class _Db:
             self.record.append(sql)
             if what != "StringIds":
                 return pl.DataFrame(schema=schema)
-        hit = self._prefetched.pop(sql, None)
-        if hit is not None:
-            if isinstance(hit, BaseException):
-                raise hit
-            return hit
-        return self._frame(sql, schema, what)
+        return self._frame(sql, schema, what, threaded=threading.get_ident() != self._owner)
 
-    def prefetch(self, queries: list[tuple[str, dict[str, pl.DataType], str]]) -> None:
-        """Run several (big) queries at once, one thread each, up to the number of CPUs; ``frame()`` then
-        returns their results. SQLite scans are single-threaded and every engine releases the GIL while it
-        reads, so on two cores the kernel and runtime tables of a 10M-kernel export come off the disk in
-        about half the time of one after the other."""
+    def parallel(self, tasks: list) -> list:
+        """Run the callables ``tasks`` (each reads one big table and shapes its frame) at once, one thread
+        each up to the number of CPUs, and return their results in order; an exception is raised as if they
+        had run one after the other. SQLite scans are single-threaded and every engine releases the GIL
+        while it reads, so on two cores the kernel and runtime tables of a 10M-kernel export come off the
+        disk in about half the time of one after the other. Inside a task, ``frame()`` opens its own
+        connection (connections are not shared between threads)."""
         import os
         from concurrent.futures import ThreadPoolExecutor
 
-        queries = [q for q in queries if q is not None and q[0] not in self._prefetched]
-        if self.record is not None:
-            return
-        workers = min(len(queries), os.cpu_count() or 1)
-        if workers < 2:
-            return
+        workers = min(len(tasks), os.cpu_count() or 1)
+        if workers < 2 or self.record is not None:
+            return [t() for t in tasks]
 
-        def run(q):
+        def run(task):
             try:
-                return self._frame(*q, threaded=True)
-            except BaseException as e:  # noqa: BLE001 - raised again by frame(), in the caller's thread
-                return e
+                return task(), None
+            except BaseException as e:  # noqa: BLE001 - raised again below, in the caller's thread
+                return None, e
 
         with ThreadPoolExecutor(workers) as pool:
-            for q, df in zip(queries, pool.map(run, queries)):
-                self._prefetched[q[0]] = df
+            results = list(pool.map(run, tasks))
+        for _, err in results:
+            if err is not None:
+                raise err
+        return [r for r, _ in results]
 
     def _frame(self, sql: str, schema: dict[str, pl.DataType], what: str, threaded: bool = False) -> pl.DataFrame:
         for engine in self._engines:
@@ -512,11 +513,9 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
         export, capture = _metadata(db)
         strings = _strings(db)
         apis = _api_table(strings)
-        # The two big tables are read side by side (one thread each); the small ones after.
-        db.prefetch([_kernels_query(db, kernel_dims), _launches_query(db, apis)])
-        kernels = _kernels(db, strings, kernel_dims)
+        # The two big tables are read and shaped side by side (one thread each); the small ones after.
+        kernels, launches = db.parallel([lambda: _kernels(db, strings, kernel_dims), lambda: _launches(db, apis)])
         memops = _memops(db)
-        launches = _launches(db, apis)
         ranges = _ranges(db, strings, warnings)
         graph_execs = _graph_execs(db)
         gpus = _gpus(db)
