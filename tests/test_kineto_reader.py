@@ -186,6 +186,26 @@ def test_chunked_decode_equals_whole(monkeypatch):
     assert small.meta == whole.meta
 
 
+@pytest.mark.parametrize("compact", [False, True])
+def test_tiny_pieces_equal_whole(tmp_path, monkeypatch, compact):
+    # An uncompressed file cut into tiny pieces, with '},{' inside names (a cut there must be
+    # rejected) and, compact, no space between events; typed in tiny batches.
+    doc = _load_json(DATA / "hta_nccl_data.json.gz")
+    for e in doc["traceEvents"][::7]:
+        if isinstance(e.get("name"), str):
+            e["name"] += ' },{ "x": "}, {" '
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc, separators=(",", ":")) if compact else json.dumps(doc, indent=2))
+    whole = read_kineto(p)
+    monkeypatch.setattr(kineto, "_CHUNK", 3_000)
+    monkeypatch.setattr(kineto, "_BATCH", 50)
+    small = read_kineto(p)
+    for name in ("kernels", "memops", "launches", "ranges", "ops", "gpus", "collectives"):
+        assert getattr(small, name).equals(getattr(whole, name)), name
+    assert small.meta == whole.meta
+    assert whole.kernels.height == _oracle(p)["kernels"]
+
+
 # --- hand-made fixtures (labelled: not real captures) ----------------------------------
 
 

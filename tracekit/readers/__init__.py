@@ -51,7 +51,7 @@ def load(path, *, kernel_dims: bool = True):
     else:
         from tracekit.readers.kineto import read_kineto
 
-        trace = read_kineto(path)
+        trace = read_kineto(path, kernel_dims=kernel_dims)
     from tracekit.manifest import attach_manifest
 
     return attach_manifest(trace, path)

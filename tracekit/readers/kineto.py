@@ -4,19 +4,30 @@ This module owns every Kineto quirk; what leaves it is a :class:`tracekit.trace.
 
 How it reads (and why):
 
-* No ``json.load``: the file is streamed (gunzipped in a second thread) and the
-  ``traceEvents`` array is cut between events into ~32 MB pieces, each decoded by
-  ``msgspec`` into small typed Structs that name only the fields we use (msgspec skips
-  everything else, e.g. ``python_function`` stacks, without building Python objects for
-  it) and turned into typed polars frames at once. Memory is bounded by the piece size
-  plus the normalized frames, not by the file (docs/kineto-reader.md has the numbers).
-* Scalars whose JSON type varies between producers (``ts``, ``dur``, ``pid``, ``tid``,
-  ``args.stream`` ...) are kept as ``msgspec.Raw`` (the exact JSON text) and parsed in bulk
-  by polars: all texts of one column are joined with a byte that valid JSON cannot
-  contain (0x1E) and read as one CSV column. That gives exact timestamps: ``ts`` is float
-  microseconds, and a float64 cannot hold an epoch-µs value to the nanosecond
-  (1.7e15 µs has a 0.25 µs ulp), so the integer and fraction digits are parsed apart and
-  rounded to int64 ns (Perfetto's ``CoerceToTs`` does the same for string timestamps).
+* No ``json.load``: the file is streamed (read, or gunzipped, 1 MB at a time in a second
+  thread: I/O and zlib release the GIL) and the ``traceEvents`` array is cut between two
+  events into ~1 MB pieces, each decoded by ``msgspec`` into small typed Structs that name
+  only the fields we use (msgspec skips everything else, e.g. ``Concrete Inputs``, without
+  building Python objects for it). A piece is decoded from a memoryview of its buffer, with
+  the byte after its last event overwritten by ``]``: it is copied once, when its blocks
+  are joined. Memory is bounded by the piece size plus the normalized frames, not by the
+  file (docs/kineto-reader.md has the numbers).
+* Events are grouped by category with C-level maps over the Structs (``map``,
+  ``compress``, dict lookups), never a Python loop per event; of the ``cpu_op`` events only
+  matmul-like ones are kept. A group's fields become polars columns piece by piece and are
+  typed in batches of ``_BATCH`` rows, one polars query each (a query costs about the same
+  for 10 rows as for 10 000).
+* Exact timestamps: scalars whose JSON type varies between producers (``ts``, ``dur``,
+  ``pid``, ``args.stream`` ...) are decoded untyped, with ``float_hook`` keeping a float as
+  its JSON text. A column of ints becomes Int64 as is; any other column is text, parsed by
+  polars. ``ts`` is float microseconds, and a float64 cannot hold an epoch-µs value to the
+  nanosecond (1.7e15 µs has a 0.25 µs ulp), so its integer and fraction digits are parsed
+  apart and rounded to int64 ns (Perfetto's ``CoerceToTs`` does the same for string
+  timestamps). Array fields (``grid``, ``Input Dims``) and rare strings are kept as
+  ``msgspec.Raw`` (the exact JSON text), turned into str by a C-level ``map``.
+* Names: a decode loop repeats a few dozen kernel names of hundreds of bytes each; every
+  distinct name is stored once and the rows are views of it (runtime API names get their
+  version suffix stripped and their ``kind`` once per distinct name).
 * Categories old and new: ``kernel``/``Kernel``, ``cuda_runtime``/``Runtime``,
   ``cuda_driver``, ``gpu_memcpy``/``Memcpy``, ``gpu_memset``/``Memset``,
   ``user_annotation``, ``cpu_op``/``Operator`` (matched case-insensitively). Flow events
@@ -32,14 +43,16 @@ How it reads (and why):
 
 from __future__ import annotations
 
-import io
 import queue
 import re
 import threading
 import zlib
 from collections.abc import Iterator
-from operator import attrgetter, itemgetter
+from functools import cache
+from itertools import compress, count, repeat
+from operator import attrgetter, eq
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import polars as pl
@@ -76,40 +89,39 @@ MATMUL_OPS = (
 _MAX_DUR_US = 86_400 * 1_000_000  # one day
 _MAX_TS_US = 9_000_000_000_000_000  # µs; year 2255 since the epoch, and * 1000 fits int64
 _NULL = Raw(b"null")
-_SEP, _EOL = "\x1f", "\x1e"  # control bytes cannot occur raw in valid JSON text
 
 
-class _Args(Struct, gc=False):
-    device: Raw = _NULL
-    stream: Raw = _NULL
-    correlation: Raw = _NULL
-    nbytes: Raw = field(name="bytes", default=_NULL)
+class _Args(Struct, frozen=True, gc=False):
+    device: Any = None
+    stream: Any = None
+    correlation: Any = None
+    nbytes: Any = field(name="bytes", default=None)
     grid: Raw = _NULL
     block: Raw = _NULL
-    graph_id: Raw = field(name="graph id", default=_NULL)
-    graph_node: Raw = field(name="graph node id", default=_NULL)
+    graph_id: Any = field(name="graph id", default=None)
+    graph_node: Any = field(name="graph node id", default=None)
     input_dims: Raw = field(name="Input Dims", default=_NULL)
     input_dims_legacy: Raw = field(name="Input dims", default=_NULL)
     input_types: Raw = field(name="Input type", default=_NULL)
     coll_name: Raw = field(name="Collective name", default=_NULL)
-    in_nelems: Raw = field(name="In msg nelems", default=_NULL)
-    out_nelems: Raw = field(name="Out msg nelems", default=_NULL)
-    group_size: Raw = field(name="Group size", default=_NULL)
+    in_nelems: Any = field(name="In msg nelems", default=None)
+    out_nelems: Any = field(name="Out msg nelems", default=None)
+    group_size: Any = field(name="Group size", default=None)
     dtype: Raw = _NULL
 
 
-_NOARGS = _Args()
+_NOARGS = _Args()  # shared by every event without args (frozen, so msgspec may reuse it)
 
 
 class _Event(Struct, gc=False):
     ph: str | None = None
     cat: str | None = None
     name: str | None = None
-    pid: Raw = _NULL
-    tid: Raw = _NULL
-    ts: Raw = _NULL
-    dur: Raw = _NULL
-    args: _Args | None = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: _Args | None = _NOARGS  # None only for an explicit "args": null
 
 
 class _Device(Struct):
@@ -133,8 +145,9 @@ class _Doc(Struct):
     pytorch_version: Raw = _NULL
 
 
-_DECODER = msgspec.json.Decoder(_Doc)
-_EVENTS = msgspec.json.Decoder(list[_Event])
+# Untyped (Any) fields keep a float as its JSON text (``float_hook``): exact, and cheaper than a float.
+_DECODER = msgspec.json.Decoder(_Doc, float_hook=str.strip)
+_EVENTS = msgspec.json.Decoder(list[_Event], float_hook=str.strip)
 
 # Event groups by (lower-cased) category.
 _GROUPS = {
@@ -150,43 +163,59 @@ _GROUPS = {
     "cpu_op": "op",
     "operator": "op",
 }
-
+# Small-integer codes for the groups; 0: not read. 'Operator' (legacy) is ops and ProfilerStep#N ranges.
+_CODES = {g: i for i, g in enumerate(dict.fromkeys(_GROUPS.values()), 1)}
+_LEGACY_OP = len(_CODES) + 1
+_KEEP_OPS = frozenset(MATMUL_OPS) | {None}  # ops without a name are kept too
 
 _GET_CAT, _GET_PH, _GET_NAME, _GET_ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter("name"), attrgetter("args")
 
 
-def _pick(events: list, idx: pl.Series) -> list:
-    """events[i] for i in idx, without a Python-level loop."""
-    if idx.len() == 0:
-        return []
-    if idx.len() == 1:
-        return [events[idx[0]]]
-    return list(itemgetter(*idx.to_list())(events))
+def _cat_code(cat: str | None) -> int:
+    if cat == "Operator":
+        return _LEGACY_OP
+    return _CODES.get(_GROUPS.get(cat.lower()), 0) if isinstance(cat, str) else 0
 
 
-def _grouped(events: list, wanted_ops: frozenset) -> dict[str, list]:
-    """Complete ('X') events by group, chosen with polars over their category/name columns.
+def _complete(events: list) -> list:
+    """The complete ('X') events of ``events``."""
+    return list(compress(events, map(eq, map(_GET_PH, events), repeat("X"))))
 
-    Legacy traces file record_function ranges under 'Operator'; ProfilerStep#N is the one we can tell
-    apart from ops, so it joins the annotations. Only matmul-like ops are kept (for weight shapes).
+
+# (code, is ProfilerStep#N) -> code: legacy 'Operator' events are ranges or ops by name.
+_RECODE = {(c, step): c for c in range(_LEGACY_OP) for step in (False, True)} | {
+    (_LEGACY_OP, True): _CODES["annotation"], (_LEGACY_OP, False): _CODES["op"]}
+
+
+def _grouped(events: list, codes_of: dict) -> dict[str, list]:
+    """Complete ('X') events by group, chosen by category with C-level maps (no Python loop per event).
+
+    ``codes_of`` caches category -> group code across chunks (categories are few). Legacy traces
+    file record_function ranges under 'Operator'; ProfilerStep#N is the one we can tell apart
+    from ops, so it joins the annotations. Only matmul-like ops are kept (for weight shapes).
     """
-    if not events:
-        return {}
-    df = pl.DataFrame({
-        "cat": pl.Series(list(map(_GET_CAT, events)), dtype=pl.String),
-        "ph": pl.Series(list(map(_GET_PH, events)), dtype=pl.String),
-        "name": pl.Series(list(map(_GET_NAME, events)), dtype=pl.String),
-    }).with_row_index("i")
-    df = df.filter(pl.col("ph") == "X").with_columns(
-        group=pl.col("cat").str.to_lowercase().replace_strict(_GROUPS, default=None, return_dtype=pl.String))
-    legacy_step = (pl.col("cat") == "Operator") & pl.col("name").str.starts_with("ProfilerStep#")
-    df = df.with_columns(
-        group=pl.when(legacy_step).then(pl.lit("annotation"))
-        .when((pl.col("group") == "op") & ~pl.col("name").is_in(list(wanted_ops))).then(None)
-        .otherwise(pl.col("group"))
-    ).filter(pl.col("group").is_not_null())
-    idx = df.group_by("group").agg(pl.col("i"))
-    return {g: _pick(events, pl.Series(i, dtype=pl.UInt32)) for g, i in idx.iter_rows()}
+    codes = list(map(codes_of.get, map(_GET_CAT, events), repeat(-1)))
+    present = set(codes)
+    if -1 in present:  # categories not seen before
+        cats = list(map(_GET_CAT, events))
+        codes_of.update((c, _cat_code(c)) for c in set(cats) - codes_of.keys())
+        codes = list(map(codes_of.__getitem__, cats))
+        present = set(codes)
+    if _LEGACY_OP in present:
+        names = pl.Series(list(map(_GET_NAME, events)), dtype=pl.String)
+        steps = names.str.starts_with("ProfilerStep#").fill_null(False).to_list()
+        codes = list(map(_RECODE.__getitem__, zip(codes, steps)))
+        present = set(codes)
+    out: dict[str, list] = {}
+    for g, code in _CODES.items():
+        if code in present:
+            evs = list(compress(events, map(eq, codes, repeat(code))))
+            if g == "op":  # most events are ops; few are matmuls
+                evs = list(compress(evs, map(_KEEP_OPS.__contains__, map(_GET_NAME, evs))))
+            evs = _complete(evs)
+            if evs:
+                out[g] = evs
+    return out
 
 
 def _fail(path: Path, what: str, todo: str = "check that it is a complete PyTorch profiler / Kineto trace") -> TracekitError:
@@ -198,8 +227,10 @@ def _one_line(e: Exception) -> str:
 
 
 # --- streaming input ---------------------------------------------------------------------
-_BLOCK = 16 << 20  # bytes read / decompressed at a time
-_CHUNK = 32 << 20  # event text decoded at a time (bounds the Python objects alive at once)
+_BLOCK = 1 << 20  # bytes read / decompressed at a time
+_CHUNK = 1 << 20  # event text decoded at a time (bounds the Python objects alive at once)
+_BATCH = 1 << 14  # rows of a group typed at once (one polars query)
+_WINDOW = 1 << 16  # a piece is cut at the first event boundary in its last _WINDOW bytes
 
 
 def _raw_blocks(path: Path) -> Iterator[bytes]:
@@ -282,7 +313,7 @@ class _Decoded:
         self.nan_literals = 0
 
 
-def _decode_bytes(st: _Decoded, decoder, data: bytes):
+def _decode_bytes(st: _Decoded, decoder, data):
     """msgspec decode with one-line errors; NaN/Infinity (Python's json writes them) are read as null."""
     try:
         return decoder.decode(data)
@@ -313,110 +344,154 @@ def _is_bad_split(e: msgspec.DecodeError, n: int) -> bool:
     return bool(m) and int(m.group(1)) >= n - 1
 
 
+class _Blocks:
+    """The prefetched blocks, with an end-of-input flag."""
+
+    def __init__(self, path: Path):
+        self._it = _prefetched(_raw_blocks(path))
+        self.eof = False
+
+    def next(self) -> bytes | None:
+        b = None if self.eof else next(self._it, None)
+        self.eof = b is None
+        return b
+
+
+def _whole(st: _Decoded, data: bytes) -> "_Doc":
+    doc = _decode_bytes(st, _DECODER, data)
+    if doc.traceEvents is None:
+        raise _fail(st.path, "no 'traceEvents' list at the top level, so this is not a Kineto trace")
+    return doc
+
+
+def _header(st: _Decoded, blocks: _Blocks) -> tuple["_Doc", bool, bytes]:
+    """Read up to ``"traceEvents": [``: (header, whole, rest). ``whole``: the header is the whole
+    document (it could not be split there), else ``rest`` is the text read after the ``[``."""
+    buf = b""
+    while True:
+        stripped = buf.lstrip()
+        if stripped and stripped[:1] != b"{":
+            if stripped[:1] == b"[":
+                raise _fail(st.path, "the top level is a JSON array, not a Kineto trace object with 'traceEvents'",
+                            "give the trace file the PyTorch profiler wrote (export_chrome_trace / tensorboard_trace_handler)")
+            raise _fail(st.path, "not a JSON object (a Kineto trace starts with '{')")
+        m = _EVENTS_KEY.search(buf)
+        if m:
+            break
+        b = blocks.next()
+        if b is None:  # no events key: let msgspec say what is wrong with the (small) document
+            return _whole(st, buf), True, b""
+        buf += b
+    try:
+        return _DECODER.decode(buf[: m.start()] + b'"traceEvents":null}'), False, buf[m.end():]
+    except (msgspec.DecodeError, msgspec.ValidationError):  # "traceEvents" was not a top-level key after all
+        parts = [buf]
+        while (b := blocks.next()) is not None:
+            parts.append(b)
+        return _whole(st, b"".join(parts)), True, b""
+
+
+def _cut(st: _Decoded, buf: bytearray, blocks: _Blocks) -> tuple[list | None, bytearray, int]:
+    """Decode the events of ``buf`` (``[`` + event text) up to its last clean event boundary.
+
+    Returns (events, buffer, where the next event starts); events is None when no boundary
+    worked before the end of the input (then the buffer holds all the rest). The ``,`` or space
+    after the chosen ``}`` is overwritten with ``]`` and the events are decoded from a
+    memoryview, so the piece is not copied (their ``Raw`` fields point into ``buf``).
+    """
+    pos = max(1, len(buf) - _WINDOW)
+    while True:
+        s = _SPLIT.search(buf, pos)
+        if s is None:
+            if pos > 1 and len(buf) - pos <= _WINDOW:  # no boundary in the window: try the whole piece
+                pos = 1
+                continue
+            b = blocks.next()
+            if b is None:
+                return None, buf, 0
+            buf = bytearray().join((buf, b))
+            continue
+        end = s.start() + 1
+        keep = buf[end]
+        buf[end] = 0x5D  # ']'
+        view = memoryview(buf)[: end + 1]
+        try:
+            return _EVENTS.decode(view), buf, s.end() - 1
+        except msgspec.ValidationError as e:  # a DecodeError too: first
+            raise _fail(st.path, f"unexpected JSON structure ({_one_line(e)})")
+        except msgspec.DecodeError as e:
+            if _is_bad_split(e, end + 1):
+                buf[end] = keep
+                pos = end
+                continue
+            events = _with_nan_literals(st, bytes(view), e)
+            buf[end] = keep
+            if events is None:  # NaN literals and a cut inside a string or nested value
+                pos = end
+                continue
+            return events, buf, s.end() - 1
+
+
+def _with_nan_literals(st: _Decoded, data: bytes, error: msgspec.DecodeError) -> list | None:
+    """Events of a piece that is not valid JSON: NaN/Infinity literals read as null (Python's json
+    writes them); None when the piece, so fixed, turns out to be cut inside a value."""
+    fixed, n = _BAD_LITERAL.subn(rb"\1null", data)
+    if n:
+        try:
+            events = _EVENTS.decode(fixed)
+        except msgspec.DecodeError as e:
+            if _is_bad_split(e, len(fixed)):
+                return None
+        except msgspec.ValidationError:
+            pass
+        else:
+            st.nan_literals += n
+            return events
+    raise _fail(st.path, f"not valid JSON ({_one_line(error)})")
+
+
 def _iter_chunks(path: Path, st: _Decoded) -> Iterator[tuple[list, "_Doc | None"]]:
     """Yield (events, header-or-None) chunk by chunk, never holding the whole document.
 
     The top-level object is cut into: the text before ``"traceEvents": [`` (the header),
     the events (decoded ~_CHUNK bytes at a time, cut between two events), and the tail
-    (closing ``]`` plus any keys after it, e.g. ``displayTimeUnit``). Whatever this cannot
-    cut cleanly is decoded whole by msgspec, so errors are always msgspec's.
+    (the last events, the closing ``]`` and any keys after it, e.g. ``displayTimeUnit``,
+    decoded as one small document). Whatever this cannot cut cleanly is decoded whole by
+    msgspec, so errors are always msgspec's. The consumer must drop each chunk's events
+    before asking for the next (their ``Raw`` fields point into the chunk's buffer).
     """
-    blocks = _prefetched(_raw_blocks(path))
-    buf = b""
-    eof = False
-
-    def more() -> bool:
-        nonlocal buf, eof
-        if eof:
-            return False
-        b = next(blocks, None)
-        if b is None:
-            eof = True
-            return False
-        buf = buf + b if buf else b
-        return True
-
-    # header
-    while True:
-        stripped = buf.lstrip()
-        if stripped and stripped[:1] != b"{":
-            if stripped[:1] == b"[":
-                raise _fail(path, "the top level is a JSON array, not a Kineto trace object with 'traceEvents'",
-                            "give the trace file the PyTorch profiler wrote (export_chrome_trace / tensorboard_trace_handler)")
-            raise _fail(path, "not a JSON object (a Kineto trace starts with '{')")
-        m = _EVENTS_KEY.search(buf)
-        if m or not more():
-            break
-    if m is None:  # no events key: let msgspec say what is wrong with the (small) document
-        doc = _decode_bytes(st, _DECODER, buf)
-        if doc.traceEvents is None:
-            raise _fail(path, "no 'traceEvents' list at the top level, so this is not a Kineto trace")
-        yield doc.traceEvents, doc
-        return
-    try:
-        header = _DECODER.decode(buf[: m.start()] + b'"traceEvents":null}')
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        header = None  # "traceEvents" was not a top-level key after all: decode the whole document
-    if header is None:
-        while more():
-            pass
-        doc = _decode_bytes(st, _DECODER, buf)
-        if doc.traceEvents is None:
-            raise _fail(path, "no 'traceEvents' list at the top level, so this is not a Kineto trace")
-        yield doc.traceEvents, doc
+    blocks = _Blocks(path)
+    header, whole, rest = _header(st, blocks)
+    if whole:
+        yield header.traceEvents, header
         return
     yield [], header
-    buf = buf[m.end():]
-
-    # events, chunk by chunk
     while True:
-        while len(buf) < _CHUNK and more():
-            pass
-        if eof and len(buf) < 2 * _CHUNK:
-            tail = _decode_bytes(st, _DECODER, b'{"traceEvents":[' + buf)
+        parts, size = [b"[", rest], 1 + len(rest)
+        del rest
+        while size < _CHUNK and (b := blocks.next()) is not None:
+            parts.append(b)
+            size += len(b)
+        if blocks.eof:
+            parts[0] = b'{"traceEvents":['
+            tail = _decode_bytes(st, _DECODER, b"".join(parts))
             yield tail.traceEvents or [], tail
             return
-        cut = _CHUNK
-        while True:
-            s = _SPLIT.search(buf, cut)
-            if s is None:
-                if more():
-                    continue
-                tail = _decode_bytes(st, _DECODER, b'{"traceEvents":[' + buf)
-                yield tail.traceEvents or [], tail
-                return
-            chunk = b"[" + buf[: s.start() + 1] + b"]"
-            try:
-                events = _EVENTS.decode(chunk)
-            except msgspec.DecodeError as e:
-                if _is_bad_split(e, len(chunk)):
-                    cut = s.start() + 1
-                    continue
-                events = _decode_bytes(st, _EVENTS, chunk)
-            except msgspec.ValidationError as e:
-                raise _fail(path, f"unexpected JSON structure in traceEvents ({_one_line(e)})")
-            del chunk
-            yield events, None
-            buf = buf[s.end() - 1 :]
-            break
+        buf = bytearray().join(parts)
+        del parts
+        events, buf, nxt = _cut(st, buf, blocks)
+        if events is None:  # no boundary before the end: the rest is the tail
+            tail = _decode_bytes(st, _DECODER, b'{"traceEvents":' + buf)
+            yield tail.traceEvents or [], tail
+            return
+        rest = bytes(memoryview(buf)[nxt:])
+        yield events, None
+        del events, buf
 
 
 def _texts(raws: list) -> pl.Series:
-    """The JSON texts of ``raws`` (msgspec.Raw) as one String series, in bulk."""
-    if not raws:
-        return pl.Series("v", [], dtype=pl.String)
-    buf = _EOL.encode().join(raws)
-    s = pl.read_csv(
-        io.BytesIO(buf),
-        has_header=False,
-        separator=_SEP,
-        eol_char=_EOL,
-        quote_char=None,
-        schema={"v": pl.String},
-    )["v"]
-    if s.len() != len(raws):  # cannot happen for valid JSON; stay correct if it does
-        s = pl.Series("v", [bytes(r).decode("utf-8", "replace") for r in raws], dtype=pl.String)
-    return s
+    """The JSON texts of ``raws`` (msgspec.Raw) as a String series (invalid UTF-8 replaced), in C."""
+    return pl.Series(list(map(str, raws, repeat("utf-8"), repeat("replace"))), dtype=pl.String)
 
 
 def _unquote(e: pl.Expr) -> pl.Expr:
@@ -467,70 +542,194 @@ def _raw_json(e: pl.Expr) -> pl.Expr:
 
 
 def _positive(e: pl.Expr) -> pl.Expr:
-    v = _int(e)
-    return pl.when(v > 0).then(v)  # Kineto writes 'graph id' 0 for work not replayed from a graph
+    return pl.when(e > 0).then(e)  # Kineto writes 'graph id' 0 for work not replayed from a graph
 
 
-# group -> (event attribute per text column, typed columns computed from them)
-_T = {"ts": "ts", "dur": "dur", "pid": "pid", "tid": "tid"}
-_HOST = {"pid": _trailing_int(pl.col("pid")), "tid": _trailing_int(pl.col("tid"))}
-_GPU = {
-    "device": pl.coalesce(_int(pl.col("device")), _trailing_int(pl.col("pid"))),
-    "stream": pl.coalesce(_int(pl.col("stream")), _trailing_int(pl.col("tid"))),
-    "correlation": _int(pl.col("correlation")),
+# How each column's values become typed, by kind: (from an Int64 column, from a String column).
+# A column is Int64 when all its values were JSON integers; else String: floats' JSON texts,
+# JSON strings, and the texts of anything else (see _column). _RAW_KINDS are Raw JSON texts.
+_KINDS = {
+    "ts": (lambda e: pl.when((e < _MAX_TS_US) & (e > -_MAX_TS_US)).then(e * 1000), _us_to_ns),
+    "dur": (lambda e: e.cast(pl.Float64), lambda e: e.str.strip_chars('"').cast(pl.Float64, strict=False)),
+    "int": (lambda e: e, _int),
+    "id": (lambda e: e, _trailing_int),
+    "positive": (_positive, lambda e: _positive(_int(e))),
+    "text": (None, _unquote),
+    "dims": (None, _dims),
+    "json": (None, _raw_json),
 }
-_GPU_T = {**_T, "device": "args.device", "stream": "args.stream", "correlation": "args.correlation"}
-_SPECS: dict[str, tuple[dict[str, str], dict[str, pl.Expr]]] = {
-    "runtime": ({**_T, "correlation": "args.correlation"}, {**_HOST, "correlation": _int(pl.col("correlation"))}),
+_RAW_KINDS = frozenset({"text", "dims", "json"})
+
+# group -> ({column: (event attribute, kind)}, {output column: expression over the typed columns})
+_T = {"ts": ("ts", "ts"), "dur": ("dur", "dur"), "pid": ("pid", "id"), "tid": ("tid", "id")}
+_HOST = {"pid": pl.col("pid"), "tid": pl.col("tid")}
+_GPU_T = {**_T, "device": ("args.device", "int"), "stream": ("args.stream", "int"),
+          "correlation": ("args.correlation", "int")}
+_GPU = {"device": pl.coalesce("device", "pid"), "stream": pl.coalesce("stream", "tid"), "correlation": pl.col("correlation")}
+_SPECS: dict[str, tuple[dict[str, tuple[str, str]], dict[str, pl.Expr]]] = {
+    "runtime": ({**_T, "correlation": ("args.correlation", "int")}, {**_HOST, "correlation": pl.col("correlation")}),
     "kernel": (
-        {**_GPU_T, "grid": "args.grid", "block": "args.block", "graph_id": "args.graph_id", "graph_node": "args.graph_node",
-         "collective": "args.coll_name", "in_nelems": "args.in_nelems", "out_nelems": "args.out_nelems",
-         "group_size": "args.group_size", "dtype": "args.dtype"},
-        {**_GPU, "grid": _dims(pl.col("grid")), "block": _dims(pl.col("block")),
-         "graph_id": _positive(pl.col("graph_id")), "graph_node": _positive(pl.col("graph_node")),
-         "collective": _unquote(pl.col("collective")), "in_nelems": _int(pl.col("in_nelems")),
-         "out_nelems": _int(pl.col("out_nelems")), "group_size": _int(pl.col("group_size")),
-         "dtype": _unquote(pl.col("dtype"))},
+        {**_GPU_T, "grid": ("args.grid", "dims"), "block": ("args.block", "dims"),
+         "graph_id": ("args.graph_id", "positive"), "graph_node": ("args.graph_node", "positive"),
+         "collective": ("args.coll_name", "text"), "in_nelems": ("args.in_nelems", "int"),
+         "out_nelems": ("args.out_nelems", "int"), "group_size": ("args.group_size", "int"), "dtype": ("args.dtype", "text")},
+        {**_GPU, **{c: pl.col(c) for c in ("grid", "block", "graph_id", "graph_node", "collective", "in_nelems",
+                                           "out_nelems", "group_size", "dtype")}},
     ),
-    "memcpy": ({**_GPU_T, "bytes": "args.nbytes"}, {**_GPU, "bytes": _int(pl.col("bytes"))}),
-    "memset": ({**_GPU_T, "bytes": "args.nbytes"}, {**_GPU, "bytes": _int(pl.col("bytes"))}),
+    "memcpy": ({**_GPU_T, "bytes": ("args.nbytes", "int")}, {**_GPU, "bytes": pl.col("bytes")}),
+    "memset": ({**_GPU_T, "bytes": ("args.nbytes", "int")}, {**_GPU, "bytes": pl.col("bytes")}),
     "annotation": (_T, _HOST),
     "op": (
-        {**_T, "input_dims": "args.input_dims", "input_dims_legacy": "args.input_dims_legacy", "input_types": "args.input_types"},
-        {**_HOST, "input_dims": pl.coalesce(_raw_json(pl.col("input_dims")), _raw_json(pl.col("input_dims_legacy"))),
-         "input_types": _raw_json(pl.col("input_types"))},
+        {**_T, "input_dims": ("args.input_dims", "json"), "input_dims_legacy": ("args.input_dims_legacy", "json"),
+         "input_types": ("args.input_types", "json")},
+        {**_HOST, "input_dims": pl.coalesce("input_dims", "input_dims_legacy"), "input_types": pl.col("input_types")},
     ),
 }
+_OK = (
+    pl.col("ts").is_not_null() & pl.col("dur").is_finite() & (pl.col("dur") >= 0) & (pl.col("dur") <= _MAX_DUR_US)
+).fill_null(False)
+_SELECT = {
+    g: [pl.col("ts").alias("start"), (pl.col("ts") + (pl.col("dur") * 1000.0).round(0).cast(pl.Int64)).alias("end"),
+        pl.col("name"), *(e.alias(c) for c, e in exprs.items())]
+    for g, (_, exprs) in _SPECS.items()
+}
+_SELECT["runtime"].append(pl.col("kind"))
 
 
-def _typed(group: str, events: list, dropped: dict[str, int]) -> pl.DataFrame:
-    """One group's events -> a typed frame (start, end, name + the group's columns)."""
-    texts, exprs = _SPECS[group]
-    out = {"name": pl.Series("name", list(map(_GET_NAME, events)), dtype=pl.String)}
-    args = None
-    for col, attr in texts.items():
-        if attr.startswith("args."):
-            if args is None:
-                args = [a if a is not None else _NOARGS for a in map(_GET_ARGS, events)]
-            raws = list(map(attrgetter(attr[5:]), args))
-        else:
-            raws = list(map(attrgetter(attr), events))
-        out[col] = _texts(raws).alias(col)
-    df = pl.DataFrame(out)
-    dur = _unquote(pl.col("dur")).cast(pl.Float64, strict=False)
-    df = df.with_columns(start=_us_to_ns(pl.col("ts")), _dur_us=dur, **exprs)
-    ok = (
-        pl.col("start").is_not_null()
-        & pl.col("_dur_us").is_finite()
-        & (pl.col("_dur_us") >= 0)
-        & (pl.col("_dur_us") <= _MAX_DUR_US)
-    ).fill_null(False)
-    n_bad = df.height - df.select(ok.sum()).item()
-    if n_bad:
-        dropped[group] = dropped.get(group, 0) + n_bad
-        df = df.filter(ok)
-    df = df.with_columns(end=pl.col("start") + (pl.col("_dur_us") * 1000.0).round(0).cast(pl.Int64))
-    return df.select("start", "end", "name", *exprs)
+def _values(events: list, args: list | None, attr: str, default) -> list:
+    """One field of every event (``args.x``: of its args; ``default`` where args is null)."""
+    if not attr.startswith("args."):
+        return list(map(attrgetter(attr), events))
+    if args.count(None):  # explicit "args": null
+        return list(map(getattr, args, repeat(attr[5:]), repeat(default)))
+    return list(map(attrgetter(attr[5:]), args))
+
+
+def _column(values: list) -> pl.Series:
+    """Decoded values of one field -> Int64 when all are ints (or null), else String.
+
+    Floats arrive as their JSON text (str), so a String column holds exact texts; bools, lists,
+    objects and mixtures become text too (and so null once parsed as numbers).
+    """
+    try:
+        s = pl.Series(values, strict=True)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        s = None
+    if s is not None:
+        if s.dtype == pl.String:
+            return s
+        if s.dtype == pl.Null:
+            return s.cast(pl.String)
+        if s.dtype == pl.Int64 and not any(map(isinstance, values, repeat(bool))):
+            return s
+    try:
+        return pl.Series(values, dtype=pl.String, strict=False)
+    except Exception:  # noqa: BLE001 - values polars cannot show as text: their JSON instead
+        return _texts(list(map(msgspec.json.encode, values)))
+
+
+class _Names:
+    """A group's distinct names; its rows carry their name's code, resolved when typed.
+
+    A decode loop repeats a few dozen kernel names (hundreds of bytes each) millions of times:
+    each distinct name is stored once and the rows are views of it. Runtime API names lose
+    their version suffix and get their ``kind`` once per distinct name.
+    """
+
+    def __init__(self, group: str):
+        self.group = group
+        self.index: dict[str | None, int] = {}
+
+    def codes(self, events: list) -> pl.Series:
+        names = list(map(_GET_NAME, events))
+        codes = list(map(self.index.get, names, repeat(-1)))
+        if -1 in codes:  # names not seen before
+            new = dict.fromkeys(names).keys() - self.index.keys()
+            self.index.update(zip(new, count(len(self.index))))
+            codes = list(map(self.index.__getitem__, names))
+        return pl.Series("name", codes, dtype=pl.UInt32)
+
+    def resolve(self, df: pl.DataFrame) -> pl.DataFrame:
+        """``df`` with its name codes replaced by the names (and runtime calls' ``kind``)."""
+        distinct = pl.DataFrame({"name": pl.Series(list(self.index), dtype=pl.String)})
+        if self.group == "runtime":
+            distinct = distinct.select(name=strip_api_version(pl.col("name").fill_null(""))).with_columns(
+                kind=api_kind(pl.col("name")))
+        return df.with_columns(distinct[df["name"]].get_columns())
+
+
+@cache
+def _typing(col: str, kind: str, is_int: bool) -> pl.Expr:
+    """The expression typing a column of this kind (built once)."""
+    return _KINDS[kind][not is_int](pl.col(col)).alias(col)
+
+
+def _columns(group: str, events: list, names: _Names, kernel_dims: bool) -> pl.DataFrame:
+    """One group's events of one chunk -> their fields as Int64/String columns, not yet typed.
+
+    A field absent from every event (most kernel args, legacy 'Input dims', grid/block without
+    ``kernel_dims``) gets no column: _typed makes it null.
+    """
+    spec, _ = _SPECS[group]
+    n = len(events)
+    args = list(map(_GET_ARGS, events)) if any(a.startswith("args.") for a, _ in spec.values()) else None
+    cols: list[pl.Series] = [names.codes(events)]
+    for col, (attr, kind) in spec.items():
+        if kind == "dims" and not kernel_dims:
+            continue
+        absent = _NULL if kind in _RAW_KINDS else None
+        values = _values(events, args, attr, absent)
+        if values[0] is absent and values.count(absent) == n:
+            continue
+        cols.append((_column(values) if absent is None else _texts(values)).alias(col))
+    return pl.DataFrame(cols)
+
+
+def _typed(group: str, parts: list[pl.DataFrame], names: _Names, dropped: dict[str, int]) -> pl.DataFrame:
+    """A group's untyped frames (see _columns) -> one typed frame: start, end, name + the group's columns.
+
+    Events with a missing or implausible time are dropped and counted in ``dropped``.
+    """
+    df = names.resolve(pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0])
+    spec = _SPECS[group][0]
+    absent = [pl.lit(None, pl.String).alias(c) for c in spec if c not in df.schema]  # typed as text: null
+    typed = [_typing(c, spec[c][1], df.schema.get(c) == pl.Int64) for c in spec]
+    out = df.lazy().with_columns(absent).with_columns(typed).filter(_OK).select(_SELECT[group]).collect()
+    if out.height != df.height:
+        dropped[group] = dropped.get(group, 0) + df.height - out.height
+    return out
+
+
+class _Frames:
+    """Typed frames by group. A group's columns wait until it has _BATCH rows: typing them (one
+    polars query) costs about as much for 10 rows as for 10 000."""
+
+    def __init__(self, kernel_dims: bool):
+        self.kernel_dims = kernel_dims
+        self.typed: dict[str, list[pl.DataFrame]] = {g: [] for g in _SPECS}
+        self.pending: dict[str, list[pl.DataFrame]] = {g: [] for g in _SPECS}
+        self.rows = dict.fromkeys(_SPECS, 0)
+        self.names = {g: _Names(g) for g in _SPECS}
+        self.dropped: dict[str, int] = {}
+
+    def add(self, events: list, codes_of: dict) -> None:
+        """One chunk's events."""
+        for g, evs in _grouped(events, codes_of).items():
+            self.pending[g].append(_columns(g, evs, self.names[g], self.kernel_dims))
+            self.rows[g] += len(evs)
+            if self.rows[g] >= _BATCH:
+                self._flush(g)
+
+    def _flush(self, g: str) -> None:
+        if self.pending[g]:
+            self.typed[g].append(_typed(g, self.pending[g], self.names[g], self.dropped))
+            self.pending[g], self.rows[g] = [], 0
+
+    def pop(self, g: str) -> pl.DataFrame | None:
+        """All of a group's rows as one frame (None without any), handed over."""
+        self._flush(g)
+        frames = [f for f in self.typed.pop(g) if f.height]
+        return pl.concat(frames, how="vertical_relaxed") if frames else None
 
 
 def _header_int(raw: Raw) -> int | None:
@@ -613,45 +812,37 @@ def _gpus_from_header(raw: Raw) -> pl.DataFrame | None:
     return conform(pl.DataFrame(rows, schema={k: v[0] for k, v in GPUS.items()}), GPUS)
 
 
-def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame | None:
-    frames = [f for f in frames if f.height]
-    return pl.concat(frames, how="vertical_relaxed") if frames else None
-
-
-def read_kineto(path: Path) -> Trace:
+def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     """Read a PyTorch profiler / Kineto trace (``.json`` or ``.json.gz``) into a :class:`Trace`.
 
     Raises :class:`tracekit.errors.TracekitError` (one line) for unusable input. A trace with
-    no GPU activity loads, with empty frames and a warning.
+    no GPU activity loads, with empty frames and a warning. ``kernel_dims=False`` skips the
+    kernels' grid/block (then null), which no analysis uses.
     """
     path = Path(path)
     st = _Decoded(path)
-    frames: dict[str, list[pl.DataFrame]] = {g: [] for g in _SPECS}
-    dropped: dict[str, int] = {}
+    frames = _Frames(kernel_dims)
     header = _Doc()
-    wanted_ops = frozenset(MATMUL_OPS)
+    codes_of: dict = {None: 0}
     for events, doc in _iter_chunks(path, st):
         if doc is not None:  # header fields (before traceEvents) and tail fields (after it)
             for f in _Doc.__struct_fields__:
                 v = getattr(doc, f)
                 if f != "traceEvents" and not (isinstance(v, Raw) and bytes(v) == b"null"):
                     setattr(header, f, v)
-        for g, evs in _grouped(events, wanted_ops).items():
-            if evs:
-                frames[g].append(_typed(g, evs, dropped))
-        del events
+        frames.add(events, codes_of)
+        del events, doc
 
     # --- host API calls -------------------------------------------------------------
-    rt = _concat(frames["runtime"])
+    rt = frames.pop("runtime")
     if rt is not None:
-        rt = rt.with_columns(name=strip_api_version(pl.col("name").fill_null(""))).with_columns(kind=api_kind(pl.col("name")))
-        launches = conform(rt, LAUNCHES).sort("start")
+        launches = conform(rt.sort("start"), LAUNCHES)  # name without version suffix, kind: see _names
     else:
         launches = empty(LAUNCHES)
     corr_pid = (
         launches.filter(pl.col("correlation").is_not_null())
-        .group_by("correlation", maintain_order=True)
-        .agg(_host_pid=pl.col("pid").first())
+        .select("correlation", _host_pid="pid")
+        .unique("correlation", keep="first", maintain_order=True)
     )
     host_pids = launches["pid"].drop_nulls()
     default_pid = int(host_pids.mode().sort()[0]) if host_pids.len() else 0
@@ -665,7 +856,7 @@ def read_kineto(path: Path) -> Trace:
             .drop("_host_pid")
         )
 
-    k = _concat(frames["kernel"])
+    k = frames.pop("kernel")
     if k is not None:
         k = host_pid(k)
         collectives = conform(k.filter(pl.col("collective").is_not_null() & (pl.col("collective") != "")),
@@ -676,7 +867,7 @@ def read_kineto(path: Path) -> Trace:
 
     parts = []
     for kind in ("memcpy", "memset"):
-        m = _concat(frames[kind])
+        m = frames.pop(kind)
         if m is not None:
             parts.append(conform(host_pid(m).with_columns(kind=pl.lit(kind)), MEMOPS))
     if parts:
@@ -688,15 +879,16 @@ def read_kineto(path: Path) -> Trace:
     else:
         memops = empty(MEMOPS)
 
-    r = _concat(frames["annotation"])
+    r = frames.pop("annotation")
     if r is not None:
         r = r.sort("pid", "tid", "start")
         ranges = conform(r.with_columns(depth=nesting_depth(r)), RANGES).sort("start")
     else:
         ranges = empty(RANGES)
 
-    o = _concat(frames["op"])
-    ops = conform(o, OPS).sort("start") if o is not None else empty(OPS)
+    o = frames.pop("op")
+    ops = conform(o.sort("start"), OPS) if o is not None else empty(OPS)
+    dropped = frames.dropped
     del frames
 
     gpus = _gpus_from_header(header.deviceProperties)

@@ -46,9 +46,9 @@ def render(kind: str, result, fmt: str, console_factory) -> str | None:
 
     ``result`` is the analysis' result (a dict, or an object with ``to_dict()`` whose dict JSON prints).
     """
-    md_fn, csv_fn, table_fn = _renderers(kind)
-    if fmt == "json":
+    if fmt == "json":  # before _renderers: JSON needs neither markdown nor rich
         return to_json(result.to_dict() if hasattr(result, "to_dict") else result)
+    md_fn, csv_fn, table_fn = _renderers(kind)
     if fmt == "md":
         return md_fn(result)
     if fmt == "csv":
