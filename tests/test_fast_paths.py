@@ -23,7 +23,8 @@ from polars.testing import assert_frame_equal
 import tracekit
 import tracekit.lookup as lookup
 import tracekit.readers.nsys as nsys
-from tracekit.analyses.breakdown import _merge_by_start, step_table
+from tracekit.analyses.breakdown import _merge_by_start, _window_of, step_table
+from tracekit.steps import find_steps
 from tracekit.intervals import cumulative_union_lengths
 from tracekit.trace import WORK_KINDS
 
@@ -147,3 +148,16 @@ def test_scan_plan_is_what_the_reader_runs(monkeypatch):
     assert sorted(ran) == sorted(plan)
     runtime = next(q for q in plan if "CUPTI_ACTIVITY_KIND_RUNTIME" in q)
     assert "nameId IN (" in runtime  # the launch filter is in SQL, in the floor too
+
+
+@pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+def test_window_search_equals_asof_join(path):
+    """One step thread: launches are placed by binary search; the as-of join it replaces says the same."""
+    t = tracekit.load(path, kernel_dims=False)
+    windows = find_steps(t).windows
+    for by in (["pid", "tid"], ["pid"]):
+        w = windows.select(*by, ws="start", we="end", wid="step").sort("ws")
+        ref = t.launches.select(*by, "start").join_asof(w, left_on="start", right_on="ws", by=by,
+                                                        strategy="backward", check_sortedness=False)
+        ref = ref.select(pl.when(pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))).then("wid"))
+        assert _window_of(t.launches, windows, by, "step").to_list() == ref.to_series().to_list()

@@ -102,8 +102,8 @@ def activities(trace: Trace, device: int, rules=None) -> tuple[pl.DataFrame, int
     """All GPU activity on ``device`` (kernels in start order, then copies, then graph executions), with its
     name-based category and its launch.
 
-    Returns ``(acts, n_bad, work)``: ``work`` is the trace's work launches (kernel, graph, memcpy and
-    memset calls, in start order) and ``acts["launch"]`` the row of ``work`` that issued each activity
+    Returns ``(acts, n_bad, work)``: ``work`` is the trace's launches (in start order) and ``acts["launch"]``
+    the row of ``work`` (a kernel, graph, memcpy or memset call) that issued each activity
     (null where none was recorded); ``graphed`` says that launch was a graph launch. ``n_bad``
     activities with end before start are dropped. Columns are kept to what the analyses read: at ten
     million rows every extra column costs a copy per step below.
@@ -132,14 +132,19 @@ def activities(trace: Trace, device: int, rules=None) -> tuple[pl.DataFrame, int
     bad = sum(f.filter(pl.col("end") < pl.col("start")).height for f in parts)
     if bad:
         parts = [f.filter(pl.col("end") >= pl.col("start")) for f in parts]
-    acts = pl.concat(parts, how="vertical_relaxed")
-    work = trace.launches.filter(pl.col("kind").is_in(list(WORK_KINDS))).select("pid", "tid", "correlation", "start",
-                                                                               "kind")
-    if not work["start"].is_sorted():
-        work = work.sort("start")
+    # The launches as they are (a filtered copy would cost half a GB at ten million): calls that put no work on
+    # a GPU just get no key, so nothing can match them.
+    work = trace.launches if trace.launches["start"].is_sorted() else trace.launches.sort("start")
+    is_work = work["kind"].is_in(list(WORK_KINDS))
+    keys = work.select("pid", correlation=pl.when(is_work).then(pl.col("correlation")))
     # (pid, correlation) -> launch row without hashing (see tracekit.lookup): the hash join it replaces was the
-    # slowest step of a breakdown
-    row = pl.concat([row_lookup(f.select("pid", "correlation"), work) for f in parts])  # kernels alone: key order
+    # slowest step of a breakdown. Part by part: the kernels alone are in key order.
+    row = pl.concat([row_lookup(f.select("pid", "correlation"), keys) for f in parts], rechunk=True)
+    # Appended in place (extend), not concatenated: a concatenation leaves two chunks per column, and the frame
+    # is then copied whole, ten million rows, by the first with_columns, or by a rechunk.
+    acts = parts[0]
+    for f in parts[1:]:
+        acts.extend(f.cast(dict(acts.schema)))
     acts = acts.with_columns(launch=row, graphed=(work["kind"] == "graph").gather(row),
                              dur=pl.col("end") - pl.col("start"))
     return acts, bad, work
@@ -175,6 +180,15 @@ def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col
     if windows.height == 0 or launches.height == 0:
         return pl.repeat(None, launches.height, dtype=pl.Int64, eager=True).alias(col)
     w = windows.select(*by, ws="start", we="end", wid=col).sort("ws")
+    groups = w.select(by).unique()
+    if groups.height == 1 and bool((w["ws"].diff().slice(1) > 0).all()):
+        # One thread (or process) holds every window, the usual case: a binary search per launch, no join.
+        i = (w["ws"].search_sorted(launches["start"], side="right").cast(pl.Int64) - 1)
+        i = pl.when(i >= 0).then(i)
+        same = pl.all_horizontal(pl.col(c) == groups[c][0] for c in by)
+        end = pl.lit(w["we"]).gather(i)
+        inside = same & i.is_not_null() & (end.is_null() | (pl.col("start") <= end))
+        return launches.select(pl.when(inside).then(pl.lit(w["wid"]).gather(i)).alias(col))[col]
     out = launches.select(*by, "start").join_asof(w, left_on="start", right_on="ws", by=by, strategy="backward",
                                                   check_sortedness=False)
     return out.select(pl.when(pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))).then(pl.col("wid"))

@@ -298,8 +298,13 @@ def _kernels(db: _Db, strings: pl.DataFrame, dims: bool = True) -> pl.DataFrame:
         ]
     # graphNodeId 0 means "not a graph node" in exports that always fill the column. (Each fix only where needed:
     # rewriting ten million values that are fine costs a copy each.)
-    fixes = {c: pl.when(pl.col(c) > 0).then(pl.col(c)) for c in ("graph_node", "graph_id")
-             if not bool((df[c] > 0).all())}
+    fixes = {}
+    for c in ("graph_node", "graph_id"):
+        positive = df[c] > 0
+        if not bool(positive.any()):  # e.g. graphNodeId all 0 without graphs: one null, not ten million
+            fixes[c] = pl.lit(None, pl.Int64)
+        elif not bool(positive.all()):
+            fixes[c] = pl.when(pl.col(c) > 0).then(pl.col(c))
     if df["name"].null_count():
         fixes["name"] = pl.col("name").fill_null("<unnamed kernel>")
     df = df.with_columns(*extra, **fixes)
