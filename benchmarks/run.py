@@ -4,7 +4,8 @@ them side by side with the floor and the peers, and write the table.
     python benchmarks/run.py --sizes 1M,5M,10M --kineto 100MB,1GB --ranks 4 --out benchmarks/out/
 
 Every measurement is a subprocess run under ``/usr/bin/time -v`` (wall time, peak RSS), in
-this one run, so ratios compare like with like on a noisy machine:
+this one run, so ratios compare like with like on a noisy machine; with ``--repeat N`` the commands of
+one input run in N rounds (each once per round) and each row keeps its median:
 
 * nsys SQLite (benchmarks/make_nsys.py): ``tracekit breakdown --format json`` vs the floor
   (benchmarks/floor.py: a bare scan of the columns breakdown reads, by sqlite3 / ADBC /
@@ -58,6 +59,28 @@ def timed(cmd: list[str], label: str, env: dict | None = None, timeout: int = 36
     return row
 
 
+def timed_interleaved(specs: list[tuple]) -> list[dict]:
+    """Each spec ``(cmd, label, env, timeout)`` run REPEAT times, in rounds: every command once per round, so a
+    slow spell of this noisy machine hits the tool and its floor alike. Rows as :func:`timed` makes them."""
+    runs: list[list[dict]] = [[] for _ in specs]
+    for _ in range(REPEAT):
+        for i, (cmd, label, env, timeout) in enumerate(specs):
+            runs[i].append(_timed_once(cmd, label, env, timeout))
+    rows = []
+    for (cmd, label, env, timeout), rs in zip(specs, runs):
+        row = dict(rs[-1])
+        walls = sorted(r["wall_s"] for r in rs)
+        row["wall_s"] = walls[len(walls) // 2]
+        row["walls"] = [r["wall_s"] for r in rs]
+        row["rc"] = max(r["rc"] for r in rs)
+        rss = [r["peak_rss_mb"] for r in rs if r["peak_rss_mb"] is not None]
+        row["peak_rss_mb"] = max(rss) if rss else None
+        if REPEAT > 1:
+            print(f"  {label:48s} median {row['wall_s']:.2f} s of {row['walls']}", flush=True)
+        rows.append(row)
+    return rows
+
+
 def _timed_once(cmd: list[str], label: str, env: dict | None = None, timeout: int = 3600) -> dict:
     """Run ``cmd`` under /usr/bin/time -v; wall seconds, peak RSS (MB), rc and the last stdout line."""
     tfile = Path(os.environ.get("TMPDIR", "/tmp")) / f"tk_time_{os.getpid()}.txt"
@@ -102,19 +125,22 @@ def bench_nsys(sizes: list[int], work: Path, engines: list[str], rows: list):
             print(f"built {db} ({info['kernels']} kernels, {info['bytes'] / 1e9:.2f} GB, {info['seconds']} s)")
         group = f"nsys {size_label(n)}"
         meta = {"group": group, "input": str(db), "input_bytes": db.stat().st_size, "kernels": n}
+        specs, kinds = [], []
         for e in engines:
             if e == "sqlite3" and n != sizes[0]:
                 continue  # ~10x slower than the Arrow engines: measured at the smallest size only
             for par in (False, True):
                 how = "parallel" if par else "one connection"
-                rows.append({**meta, **timed([sys.executable, str(HERE / "floor.py"), "sqlite", str(db), "--engine", e,
-                                              *(["--parallel"] if par else [])],
-                                             f"{group}: floor scan ({e}, {how})"),
-                             "kind": f"floor:{e}" + (":parallel" if par else "")})
-        rows.append({**meta, **timed(tracekit_cmd(db), f"{group}: tracekit breakdown"), "kind": "tracekit"})
-        rows.append({**meta, **timed(tracekit_cmd(db), f"{group}: tracekit breakdown (sqlite3 only)",
-                                     env={"TRACEKIT_SQLITE_ENGINES": "sqlite3"}),
-                     "kind": "tracekit:sqlite3"} if n == sizes[0] else None)
+                specs.append(([sys.executable, str(HERE / "floor.py"), "sqlite", str(db), "--engine", e,
+                               *(["--parallel"] if par else [])], f"{group}: floor scan ({e}, {how})", None, 3600))
+                kinds.append(f"floor:{e}" + (":parallel" if par else ""))
+        specs.append((tracekit_cmd(db), f"{group}: tracekit breakdown", None, 3600))
+        kinds.append("tracekit")
+        if n == sizes[0]:
+            specs.append((tracekit_cmd(db), f"{group}: tracekit breakdown (sqlite3 only)",
+                          {"TRACEKIT_SQLITE_ENGINES": "sqlite3"}, 3600))
+            kinds.append("tracekit:sqlite3")
+        rows.extend({**meta, **row, "kind": kind} for row, kind in zip(timed_interleaved(specs), kinds))
         rows[:] = [r for r in rows if r is not None]
 
 
@@ -146,13 +172,15 @@ def bench_kineto(sizes_mb: list[float], work: Path, hta_python: str | None, rows
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         group = f"kineto {label}"
         meta = {"group": group, "input": str(js), "input_bytes": js.stat().st_size}
-        rows.append({**meta, **timed([sys.executable, str(HERE / "floor.py"), "json", str(js)],
-                                     f"{group}: floor parse (orjson)"), "kind": "floor:orjson"})
-        rows.append({**meta, **timed(tracekit_cmd(js), f"{group}: tracekit breakdown"), "kind": "tracekit"})
+        specs = [([sys.executable, str(HERE / "floor.py"), "json", str(js)], f"{group}: floor parse (orjson)",
+                  None, 3600),
+                 (tracekit_cmd(js), f"{group}: tracekit breakdown", None, 3600)]
+        kinds = ["floor:orjson", "tracekit"]
         if hta_python:
-            rows.append({**meta, **timed([hta_python, str(HERE / "hta_bench.py"), str(js), str(work / "hta")],
-                                         f"{group}: HTA load + temporal + kernel breakdown", timeout=5400),
-                         "kind": "hta"})
+            specs.append(([hta_python, str(HERE / "hta_bench.py"), str(js), str(work / "hta")],
+                          f"{group}: HTA load + temporal + kernel breakdown", None, 5400))
+            kinds.append("hta")
+        rows.extend({**meta, **row, "kind": kind} for row, kind in zip(timed_interleaved(specs), kinds))
 
 
 def table(rows: list, nsys_stats: dict | None) -> str:

@@ -4,8 +4,9 @@
   on the real traces (every kernel/memop against the work launches) and on generated keys
   (duplicates, several processes, nulls, negative and huge ids).
 * ``_merge_by_start`` against concat + stable sort.
-* ``cumulative_union_lengths(tiled=True)`` (one running maximum across steps) against the grouped,
-  sorted computation, on the clipped activities of every sample trace.
+* ``cumulative_union_lengths(tiled=True)`` (one running maximum across steps, isolated rows summed
+  directly) against the grouped, sorted computation, on the clipped activities of every sample trace and
+  on generated intervals.
 * The nsys reader's parallel table reads against one-by-one reads (every engine), and ``scan_plan`` (the floor's queries)
   against the statements the reader runs.
 """
@@ -81,6 +82,28 @@ def test_row_lookup_generated_keys(left, right, sort_both):
     assert lookup.row_lookup(lf, rf).to_list() == _hash(lf, rf).to_list()
 
 
+@settings(max_examples=300, deadline=None)
+@given(ids=st.sets(st.integers(-5, 60), min_size=1, max_size=40), left=keys, sort_left=st.booleans(),
+       data=st.data())
+def test_row_lookup_valid_rows(ids, left, sort_left, data):
+    """``valid=`` (only work launches may match) on every path, the sorted one above all (one process, ids
+    strictly increasing: launches in time order): as the hash join against the right side with the invalid
+    rows' keys removed."""
+    right = _frame([(1, i) for i in sorted(ids)])
+    valid = pl.Series(data.draw(st.lists(st.booleans(), min_size=right.height, max_size=right.height)),
+                      dtype=pl.Boolean)
+    lf = _frame(left)
+    if sort_left:
+        lf = lf.sort("correlation", nulls_last=True)
+    want = _hash(lf, right.with_columns(correlation=pl.when(valid).then(pl.col("correlation"))))
+    assert lookup.row_lookup(lf, right, valid=valid).to_list() == want.to_list()
+    shuffled = right.with_row_index("i").sample(fraction=1.0, shuffle=True, seed=2)  # not sorted: other paths
+    v2 = valid.gather(shuffled["i"])
+    shuffled = shuffled.drop("i")
+    want2 = _hash(lf, shuffled.with_columns(correlation=pl.when(v2).then(pl.col("correlation"))))
+    assert lookup.row_lookup(lf, shuffled, valid=v2).to_list() == want2.to_list()
+
+
 @settings(max_examples=200, deadline=None)
 @given(sizes=st.lists(st.integers(0, 25), min_size=1, max_size=4), data=st.data())
 def test_merge_by_start_equals_stable_sort(sizes, data):
@@ -107,6 +130,22 @@ def test_tiled_unions_equal_grouped_sorted_unions(path):
     plain = cumulative_union_lengths(acts.sample(fraction=1.0, shuffle=True, seed=3), "step", "prio", n).sort("step")
     assert_frame_equal(tiled, plain)
     assert tiled.height == acts["step"].n_unique()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-50, 50), st.integers(0, 30), st.integers(0, 6)),
+                min_size=1, max_size=60),
+       st.integers(-10**12, 10**12))
+def test_tiled_unions_generated(rows, offset):
+    """Generated steps that tile the timeline (step g lives in [g*1000, g*1000+900]), with overlapping and
+    isolated intervals, zero lengths and negative times: the tiled sweep (its fast path for rows that overlap
+    nothing, and its plain path when most rows overlap) against the grouped, sorted computation."""
+    df = pl.DataFrame([(g, offset + g * 1000 + 400 + s, offset + g * 1000 + 400 + s + d, lvl) for g, s, d, lvl in rows],
+                      schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64, "prio": pl.Int32}, orient="row")
+    in_order = df.sort("start", maintain_order=True)
+    tiled = cumulative_union_lengths(in_order, "step", "prio", 7, presorted=True, tiled=True).sort("step")
+    plain = cumulative_union_lengths(df.reverse(), "step", "prio", 7).sort("step")
+    assert_frame_equal(tiled, plain)
 
 
 ENGINES = [e for e in ("connectorx", "adbc") if nsys._Db.engine_available(e)] + ["sqlite3"]

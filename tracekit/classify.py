@@ -151,18 +151,27 @@ def name_table(names: pl.Series, rules: Rules | None = None) -> tuple[pl.Series,
     ``table`` has one row per distinct non-null name (columns ``name, category, sub, rule``) and ``pos``
     (UInt32, null for a null name) is each input row's row in it, so a per-row column is a gather
     (``table["category"].gather(pos)``) and a per-name aggregate a group-by on integers, never a hash
-    of ten million strings. The distinct names are found through a categorical cast (one hash pass).
+    of ten million strings. The distinct names are found from categorical codes (the trace's kernel names are
+    categorical already, so no string is hashed).
 
     >>> pos, table = name_table(pl.Series(["b", "a", "b", None]))
     >>> table["name"].gather(pos).to_list()
     ['b', 'a', 'b', None]
     """
     rules = load_rules() if rules is None else rules
-    col = names.cast(pl.String)
-    codes = col.cast(pl.Categorical).to_physical()
-    first = codes.arg_unique()
-    first = first.filter(codes.gather(first).is_not_null())
-    uniq = col.gather(first).to_list()
+    col = names if names.dtype == pl.Categorical else names.cast(pl.String).cast(pl.Categorical)
+    codes = col.to_physical()
+    top = codes.max()
+    if top is not None and top <= 4 * codes.len() + (1 << 20):
+        # Categorical codes are small integers: one row of each distinct code by a scatter into a table of
+        # codes (no hashing of ten million values)
+        have = codes.drop_nulls()
+        at = pl.int_range(0, codes.len(), dtype=pl.UInt32, eager=True).filter(codes.is_not_null())
+        first = pl.Series([None], dtype=pl.UInt32).extend_constant(None, int(top)).scatter(have, at).drop_nulls()
+    else:
+        first = codes.arg_unique()
+        first = first.filter(codes.gather(first).is_not_null())
+    uniq = col.gather(first).cast(pl.String).to_list()
     cats, subs, ids = [], [], []
     for name in uniq:
         cat, sub, rid = _classify_one(name, rules)

@@ -45,7 +45,8 @@ def perfetto_events(b, acts: pl.DataFrame) -> pl.DataFrame:
     steps = b.per_step.select(
         pl.format("step {}", pl.col("step")).alias("name"), cat=pl.lit("step"), track=pl.lit("steps"),
         start="start_ns", end="end_ns", step="step")
-    kern = analysed.select(name=pl.col("name").fill_null("?"), cat=pl.col("kind"), track=pl.col("category"),
+    kern = analysed.select(name=pl.col("name").cast(pl.String).fill_null("?"), cat=pl.col("kind").cast(pl.String),
+                           track=pl.col("category").cast(pl.String),
                            start="start", end="end", step="step")
     gaps = gaps_frame(analysed, b.per_step).select(name="kind", cat=pl.lit("gap"), track="kind", start="start",
                                                    end="end", step="step")

@@ -192,7 +192,8 @@ def find_steps(trace: Trace, *, step_range: str | None = None, device: int | Non
 def _main_thread(trace: Trace, device: int | None) -> tuple[int, int] | None:
     work = trace.launches.filter(pl.col("kind").is_in(["kernel", "graph"]))
     if device is not None:
-        on_dev = trace.kernels.filter(pl.col("device") == device).select("pid", "correlation").unique()
+        on_dev = (trace.kernels.select("device", "pid", "correlation").filter(pl.col("device") == device)
+                  .select("pid", "correlation").unique())
         work = work.join(on_dev, on=["pid", "correlation"], how="semi")
     if work.height == 0:
         return None

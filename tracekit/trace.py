@@ -6,7 +6,9 @@ producer's quirks; they must return frames with exactly these columns and dtypes
 (``validate`` enforces it). Conventions, for every frame:
 
 * times are integer nanoseconds on one clock per trace (``start`` <= ``end``);
-* names are resolved strings (no string ids);
+* names are resolved strings (no string ids); the few columns with millions of rows and few distinct
+  values (kernel names, launch kinds and API names) are ``Categorical``: compare them with strings as
+  usual, ``cast(pl.String)`` before ``.str`` functions;
 * ``pid`` is the host process that issued the work. A ``correlation`` id is unique
   only within its ``pid`` (nsys correlation ids are per process), so every
   launch <-> GPU-activity join is on ``("pid", "correlation")``.
@@ -35,7 +37,7 @@ KERNELS: dict[str, tuple[pl.DataType, str]] = {
     "stream": (pl.Int64, "stream id"),
     "correlation": (pl.Int64, "joins launches.correlation within the same pid"),
     "pid": (pl.Int64, "host process that launched it"),
-    "name": (pl.String, "full (demangled) kernel name"),
+    "name": (pl.Categorical, "full (demangled) kernel name (categorical: a few thousand names, millions of rows)"),
     "graph_id": (pl.Int64, "CUDA graph id where known, else null"),
     "graph_node": (pl.Int64, "CUDA graph node id where known (nsys node mode), else null"),
     "grid": (pl.String, "grid dims 'x,y,z' where known"),
@@ -61,9 +63,9 @@ LAUNCHES: dict[str, tuple[pl.DataType, str]] = {
     "pid": (pl.Int64, "host process"),
     "tid": (pl.Int64, "host thread"),
     "correlation": (pl.Int64, "joins kernels/memops.correlation within the same pid"),
-    "kind": (pl.String, "kernel | graph | memcpy | memset | sync | other (nsys: only calls that launch work or "
+    "kind": (pl.Categorical, "kernel | graph | memcpy | memset | sync | other (nsys: only calls that launch work or "
                         "synchronise are read; Kineto keeps every runtime call)"),
-    "name": (pl.String, "API name without version suffix, e.g. cudaLaunchKernel"),
+    "name": (pl.Categorical, "API name without version suffix, e.g. cudaLaunchKernel"),
 }
 
 RANGES: dict[str, tuple[pl.DataType, str]] = {

@@ -24,6 +24,7 @@ import polars as pl
 
 from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
 from tracekit.intervals import cumulative_union_lengths
+from tracekit.parallel import in_threads
 from tracekit.steps import Steps, find_steps, range_patterns, select_ranges
 from tracekit.trace import WORK_KINDS, Trace
 
@@ -35,6 +36,9 @@ PER_STEP_KEYS = ["gemm", "attention", "communication", "drafting", "other", "mem
                  "launch_gaps", "idle"]
 COMPUTE_CATEGORIES = ["gemm", "attention", "communication", "drafting", "other"]
 DEFAULT_DRAFT_RANGE = r"(?i)\bdraft"
+# Breakdown.activities["kind"]
+KIND_ENUM = pl.Enum(["kernel", "memop", "graph_exec"])
+CATEGORY_ENUM = pl.Enum(PRIORITY)  # Breakdown.activities["category"]
 
 
 @dataclass
@@ -52,8 +56,8 @@ class Breakdown:
     per_step: pl.DataFrame  # one row per analysed step (csv output, plots)
     top_kernels: pl.DataFrame  # name, category, count, total_ms, mean_us, per_step_ms
     extras: dict = field(default_factory=dict)  # facts the advice used (graph share, gaps, counts)
-    activities: pl.DataFrame | None = None  # attributed GPU activity of the analysed steps (plots, export); kernels
-    # first, then copies and graph executions (not one time order: sort by start where order matters)
+    activities: pl.DataFrame | None = None  # attributed GPU activity of the analysed steps (plots, export), in
+    # order of the unclipped start; start/end clipped to the step's period
 
     def to_dict(self) -> dict:
         out = {
@@ -98,8 +102,9 @@ def pick_device(trace: Trace, device: int | None) -> int:
     return device
 
 
-def activities(trace: Trace, device: int, rules=None) -> tuple[pl.DataFrame, int, pl.DataFrame]:
-    """All GPU activity on ``device`` (kernels in start order, then copies, then graph executions), with its
+def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None = None
+               ) -> tuple[pl.DataFrame, int, pl.DataFrame]:
+    """All GPU activity on ``device`` in start order (kernels, copies and graph executions), with its
     name-based category and its launch.
 
     Returns ``(acts, n_bad, work)``: ``work`` is the trace's launches (in start order) and ``acts["launch"]``
@@ -111,67 +116,87 @@ def activities(trace: Trace, device: int, rules=None) -> tuple[pl.DataFrame, int
     from tracekit.classify import load_rules, name_table
     from tracekit.lookup import row_lookup
 
-    k = trace.kernels.filter(pl.col("device") == device)
-    pos, names = name_table(k["name"], load_rules(rules) if rules is not None else None)
-    prio = {c: i for i, c in enumerate(PRIORITY)}
-    names = names.with_columns(prio=pl.col("category").replace_strict(prio, default=len(PRIORITY) - 1,
-                                                                       return_dtype=pl.Int32))
-    k = k.select("start", "end", "pid", "correlation", "name", "stream").with_columns(
-        kind=pl.lit("kernel"), category=names["category"].gather(pos).fill_null("other"),
-        prio=names["prio"].gather(pos).fill_null(prio["other"]))
-    m = trace.memops.filter(pl.col("device") == device).select(
-        "start", "end", "pid", "correlation", "name", "stream").with_columns(
-        kind=pl.lit("memop"), category=pl.lit("memory"), prio=pl.lit(prio["memory"], pl.Int32))
-    g = trace.graph_execs.filter(pl.col("device") == device).select(
-        "start", "end", "pid", "correlation", name=pl.format("<CUDA graph {}>", pl.col("graph_id")), stream="stream"
-    ).with_columns(kind=pl.lit("graph_exec"), category=pl.lit("unattributed"),
-                   prio=pl.lit(prio["unattributed"], pl.Int32))
-    # Kernels first (in start order), then the few copies and graph executions: not one time-ordered frame,
-    # which would cost a copy of every column (step_table orders what it needs, on four narrow columns).
+    k = _on_device(trace.kernels, device)
+    m = _on_device(trace.memops, device)
+    g = _on_device(trace.graph_execs, device).with_columns(
+        name=pl.format("<CUDA graph {}>", pl.col("graph_id")))
+    # The launches as they are (a filtered copy would cost half a GB at ten million): calls that put no work on
+    # a GPU are simply not valid matches.
+    if work is None:
+        work = trace.launches if trace.launches["start"].is_sorted() else trace.launches.sort("start")
+
+    def launch_rows() -> list[pl.Series]:
+        # (pid, correlation) -> launch row without hashing (see tracekit.lookup): the hash join it replaces was
+        # the slowest step of a breakdown. Part by part: the kernels alone are in key order.
+        is_work = work["kind"].is_in(list(WORK_KINDS))
+        keys = work.select("pid", "correlation")
+        return [row_lookup(f.select("pid", "correlation"), keys, valid=is_work) for f in (k, m, g)]
+
+    def named() -> list[pl.DataFrame]:
+        pos, names = name_table(k["name"], load_rules(rules) if rules is not None else None)
+        prio = {c: i for i, c in enumerate(PRIORITY)}
+        names = names.with_columns(prio=pl.col("category").replace_strict(prio, default=len(PRIORITY) - 1,
+                                                                           return_dtype=pl.Int32))
+        # Low-cardinality text as enums (a few bytes a row, not a string each): ten million kernels' names,
+        # kinds and categories as strings would cost ~1 GB. Compare them with strings as usual.
+        name_enum = pl.Enum(pl.concat([names["name"], m["name"], g["name"]]).drop_nulls().unique(maintain_order=True))
+        cols = ("start", "end", "pid", "correlation", "stream")
+        return [
+            k.select(*cols).with_columns(
+                name=names["name"].cast(name_enum).gather(pos), kind=pl.lit("kernel", KIND_ENUM),
+                category=names["category"].cast(CATEGORY_ENUM).gather(pos).fill_null("other"),
+                prio=names["prio"].gather(pos).fill_null(prio["other"])),
+            m.select(*cols, name=pl.col("name").cast(name_enum)).with_columns(
+                kind=pl.lit("memop", KIND_ENUM), category=pl.lit("memory", CATEGORY_ENUM),
+                prio=pl.lit(prio["memory"], pl.Int32)),
+            g.select(*cols, name=pl.col("name").cast(name_enum)).with_columns(
+                kind=pl.lit("graph_exec", KIND_ENUM), category=pl.lit("unattributed", CATEGORY_ENUM),
+                prio=pl.lit(prio["unattributed"], pl.Int32)),
+        ]
+
+    rows, frames = in_threads(launch_rows, named)  # independent: side by side
+    k, m, g = [f.with_columns(launch=r) for f, r in zip(frames, rows)]
     parts = [f for f in (k, m, g) if f.height] or [k]
-    bad = sum(f.filter(pl.col("end") < pl.col("start")).height for f in parts)
+    bad = sum(f.select((pl.col("end") < pl.col("start")).sum()).item() for f in parts)
     if bad:
         parts = [f.filter(pl.col("end") >= pl.col("start")) for f in parts]
-    # The launches as they are (a filtered copy would cost half a GB at ten million): calls that put no work on
-    # a GPU just get no key, so nothing can match them.
-    work = trace.launches if trace.launches["start"].is_sorted() else trace.launches.sort("start")
-    is_work = work["kind"].is_in(list(WORK_KINDS))
-    keys = work.select("pid", correlation=pl.when(is_work).then(pl.col("correlation")))
-    # (pid, correlation) -> launch row without hashing (see tracekit.lookup): the hash join it replaces was the
-    # slowest step of a breakdown. Part by part: the kernels alone are in key order.
-    row = pl.concat([row_lookup(f.select("pid", "correlation"), keys) for f in parts], rechunk=True)
-    # Appended in place (extend), not concatenated: a concatenation leaves two chunks per column, and the frame
-    # is then copied whole, ten million rows, by the first with_columns, or by a rechunk.
-    acts = parts[0]
-    for f in parts[1:]:
-        acts.extend(f.cast(dict(acts.schema)))
-    acts = acts.with_columns(launch=row, graphed=(work["kind"] == "graph").gather(row),
-                             dur=pl.col("end") - pl.col("start"))
+    # One frame in start order, made once: the kernels (in order already) and the few copies and graph
+    # executions merged into them (ties: kernels first). It is one copy of the kernels' columns, which is
+    # needed anyway: the readers' frames come in many chunks (SQLite engines deliver batches), and a frame
+    # whose columns are chunked differently (every gathered column is one chunk) is copied whole by polars
+    # at its next filter or group-by. In start order, the unions need no reordering (step_table).
+    acts = _merge_by_start([f.cast(dict(parts[0].schema)) for f in parts])
+    is_graph = work["kind"] == "graph"
+    # (no graph launch in the trace: no gather of ten million booleans; null where no launch was found)
+    graphed = is_graph.gather(acts["launch"]) if is_graph.any() else pl.when(pl.col("launch").is_not_null()).then(False)
+    acts = acts.with_columns(graphed=graphed, dur=pl.col("end") - pl.col("start"))
     return acts, bad, work
 
 
-def _merge_by_start(frames: list[pl.DataFrame], key: str = "start") -> pl.DataFrame:
-    """Concatenate frames of one schema into ``key`` order (stable).
+def _on_device(df: pl.DataFrame, device: int) -> pl.DataFrame:
+    """The rows of ``df`` on ``device``; ``df`` itself when all are (a filter copies every column even when it
+    keeps every row: ten million kernels, ~0.7 GB)."""
+    d = df["device"]
+    if d.null_count() == 0 and d.len() and d.min() == d.max() == device:
+        return df
+    return df.filter(pl.col("device") == device)
 
-    A linear merge, not a sort: the largest frame (one device's kernels) is sorted already, and the
-    few others (copies, graph executions) are placed into it by binary search. Each output column is
-    one gather from the large frame plus an in-place scatter of the few others.
+
+def _merge_by_start(frames: list[pl.DataFrame], key: str = "start") -> pl.DataFrame:
+    """Concatenate frames of one schema into ``key`` order (stable; on equal keys the largest frame's rows
+    come first), one chunk per column.
+
+    A linear merge, not a sort: the largest frame (one device's kernels) is sorted already, and the few
+    others (copies, graph executions) are sorted and merged into it (polars ``merge_sorted``: one pass, no
+    index columns; on 10M kernels ~0.2 s against ~1.5 GB of page faults for a gather/scatter merge).
     """
     full = [f if f[key].is_sorted() else f.sort(key, maintain_order=True) for f in frames if f.height]
     if len(full) <= 1:
-        return full[0] if full else frames[0]
+        return (full[0] if full else frames[0]).rechunk()
     big = max(full, key=lambda f: f.height)
     small = pl.concat([f for f in full if f is not big], how="vertical_relaxed").sort(key, maintain_order=True)
     small = small.cast(dict(big.schema))
-    n, m = big.height, small.height
-    # Small row j lands after the big rows that start at or before it (ties: big rows first): at pos[j] + j.
-    pos = big[key].search_sorted(small[key], side="right").cast(pl.Int64)
-    small_at = pos + pl.int_range(0, m, dtype=pl.Int64, eager=True)
-    # Output row p not taken by a small row holds big row p - #{small rows placed before p}.
-    out_rows = pl.int_range(0, n + m, dtype=pl.Int64, eager=True)
-    big_idx = (out_rows - small_at.search_sorted(out_rows, side="left").cast(pl.Int64)).clip(0, n - 1)
-    big_idx = big_idx.cast(pl.UInt32)
-    return pl.DataFrame([big[c].gather(big_idx).scatter(small_at, small[c]) for c in big.columns])
+    return big.with_columns(pl.col(key).set_sorted()).merge_sorted(small.with_columns(pl.col(key).set_sorted()), key)
 
 
 def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> pl.Series:
@@ -183,12 +208,17 @@ def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col
     groups = w.select(by).unique()
     if groups.height == 1 and bool((w["ws"].diff().slice(1) > 0).all()):
         # One thread (or process) holds every window, the usual case: a binary search per launch, no join.
-        i = (w["ws"].search_sorted(launches["start"], side="right").cast(pl.Int64) - 1)
-        i = pl.when(i >= 0).then(i)
-        same = pl.all_horizontal(pl.col(c) == groups[c][0] for c in by)
-        end = pl.lit(w["we"]).gather(i)
-        inside = same & i.is_not_null() & (end.is_null() | (pl.col("start") <= end))
-        return launches.select(pl.when(inside).then(pl.lit(w["wid"]).gather(i)).alias(col))[col]
+        # Row 0 of the lookup is "no window yet": index = number of window starts at or before the launch.
+        ends = pl.concat([pl.Series([None], dtype=w["we"].dtype), w["we"]])
+        ids = pl.concat([pl.Series([None], dtype=w["wid"].dtype), w["wid"]])
+        i = w["ws"].search_sorted(launches["start"], side="right")
+        end = pl.lit(ends).gather(pl.col("i"))
+        inside = end.is_null() | (pl.col("start") <= end)
+        if not all(launches[c].null_count() == 0 and launches[c].min() == launches[c].max() == groups[c][0]
+                   for c in by):
+            inside = inside & pl.all_horizontal(pl.col(c) == groups[c][0] for c in by)
+        return launches.select(*by, "start", i=i).select(
+            pl.when(inside).then(pl.lit(ids).gather(pl.col("i"))).alias(col))[col]
     out = launches.select(*by, "start").join_asof(w, left_on="start", right_on="ws", by=by, strategy="backward",
                                                   check_sortedness=False)
     return out.select(pl.when(pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))).then(pl.col("wid"))
@@ -238,10 +268,22 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
         raise NoGpuActivity(f"{trace.meta.path}: the trace holds no GPU activity (no kernels or memory operations)")
     warnings: list[str] = []
     dev = pick_device(trace, device)
-    acts, n_bad, work = activities(trace, dev, rules)
+    work = trace.launches if trace.launches["start"].is_sorted() else trace.launches.sort("start")
+
+    def windows_side():
+        """The step and draft windows, and the one open on each launch's thread (needs no activity)."""
+        steps = find_steps(trace, step_range=step_range, device=dev)
+        if steps is None or steps.windows.height == 0:
+            return steps, None, None, None
+        dw = _draft_windows(trace, draft_range)
+        draft_of = _window_of(work, dw, ["pid", "tid"], "draft") if dw.height else None
+        return steps, _window_of(work, steps.windows, ["pid", "tid"], "step"), dw, draft_of
+
+    # The activities and the launches' windows are independent: computed side by side (two threads).
+    (acts, n_bad, _), (steps, step_of, dw, draft_of) = in_threads(lambda: activities(trace, dev, rules, work=work),
+                                                                 windows_side)
     if n_bad:
         warnings.append(f"{n_bad} GPU activities with end before start were ignored")
-    steps = find_steps(trace, step_range=step_range, device=dev)
     if steps is None or steps.windows.height == 0:
         cands = range_patterns(trace.ranges, top=5)
         hint = ", ".join(f"{r!r} ({c})" for r, c in zip(cands["regex"], cands["count"])) or "none"
@@ -251,7 +293,6 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
     windows = steps.windows
     # Attribution is per launch (launches are few and already in time order); activities follow their launch.
     launch = acts["launch"]
-    step_of = _window_of(work, windows, ["pid", "tid"], "step")
     acts = acts.with_columns(step=step_of.gather(launch))
     n_work = launch.is_not_null().sum()
     n_in = acts["step"].is_not_null().sum()
@@ -264,26 +305,43 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
             step_by = ["pid"]
             warnings.append("step ranges are not on the launching threads: GPU work attributed to the step open "
                             "in the same process instead")
-    dw = _draft_windows(trace, draft_range)
     if dw.height:
-        acts = acts.with_columns(draft=_window_of(work, dw, ["pid", "tid"], "draft").gather(launch)).drop("launch")
+        acts = acts.with_columns(draft=draft_of.gather(launch)).drop("launch")
         drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
         acts = acts.with_columns(
-            category=pl.when(drafted).then(pl.lit("drafting")).otherwise(pl.col("category")),
+            category=pl.when(drafted).then(pl.lit("drafting", CATEGORY_ENUM)).otherwise(pl.col("category")),
             prio=pl.when(drafted).then(pl.lit(PRIORITY.index("drafting"), pl.Int32)).otherwise(pl.col("prio")),
         )
     else:
         acts = acts.with_columns(draft=pl.lit(None, pl.Int64)).drop("launch")
-    graph_mode = trace.meta.graph_trace_mode == "graph" and acts.filter(pl.col("kind") == "graph_exec").height > 0
+    del launch, step_of, draft_of  # (launch-sized: freed before the per-step work)
+    graph_mode = trace.meta.graph_trace_mode == "graph" and bool((acts["kind"] == "graph_exec").any())
     if graph_mode:
         compute = pl.col("category").is_in(COMPUTE_CATEGORIES)
         acts = acts.with_columns(
-            category=pl.when(compute).then(pl.lit("unattributed")).otherwise(pl.col("category")),
+            category=pl.when(compute).then(pl.lit("unattributed", CATEGORY_ENUM)).otherwise(pl.col("category")),
             prio=pl.when(compute).then(pl.lit(PRIORITY.index("unattributed"), pl.Int32)).otherwise(pl.col("prio")))
 
     in_steps = acts if acts["step"].null_count() == 0 else acts.filter(pl.col("step").is_not_null())
-    per = (in_steps.group_by("step").agg(first=pl.col("start").min(), last=pl.col("end").max(),
-                                          n_acts=pl.len(), n_kernels=(pl.col("kind") == "kernel").sum()))
+    if in_steps["step"].is_sorted():  # (activities in start order, steps one after the other: the usual case)
+        in_steps = in_steps.with_columns(pl.col("step").set_sorted())  # group-bys then work on slices, no hashing
+    # Per step: the span of its activities (which decides its period), then, side by side with the unions below,
+    # every per-step sum (kernel time per category, graph-replayed share, launch counts), of unclipped durations;
+    # the clipped span follows from the unclipped one.
+    per = in_steps.group_by("step").agg(first=pl.col("start").min(), last=pl.col("end").max(), n_acts=pl.len(),
+                                        n_kernels=(pl.col("kind") == "kernel").sum())
+
+    def step_sums():
+        not_memop = pl.col("kind") != "memop"
+        graphed = pl.col("graphed").fill_null(False)
+        return in_steps.group_by("step").agg(
+            *[pl.col("dur").filter(pl.col("prio") == PRIORITY.index(c)).sum().alias(f"k_{c}")
+              for c in KERNEL_CATEGORIES + ["unattributed"]],
+            k_graphed=pl.col("dur").filter(graphed & not_memop).sum(),
+            k_all=pl.col("dur").filter(not_memop).sum(),
+            n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
+            n_launched=pl.col("correlation").filter(~graphed).n_unique(),
+        )
     allw = windows.join(per, on="step", how="left")
     cut = allw.filter(pl.col("end").is_null())
     empty_steps = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_null())
@@ -312,25 +370,25 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
         p_start=pl.col("first"),
         p_end=pl.col("first").shift(-1).fill_null(pl.max_horizontal("last", "end")),
     )
-    # Each activity's step period, by step id (window ids are row numbers): two gathers, no join.
-    slots = pl.Series([None], dtype=pl.Int64).extend_constant(None, windows.height - 1)
-    step_idx = in_steps["step"].cast(pl.UInt32)
-    p_start = slots.clone().scatter(good["step"], good["p_start"]).gather(step_idx)
-    p_end = slots.clone().scatter(good["step"], good["p_end"]).gather(step_idx)
-    acts_g = in_steps.with_columns(start=pl.col("start").clip(p_start, p_end), end=pl.col("end").clip(p_start, p_end),
-                                   _key=pl.col("start"))
-    if p_start.null_count():  # activities of excluded steps
-        acts_g = acts_g.filter(p_start.is_not_null())
-    # The unions want each step's activities in start order. Kernels are (activities() keeps them first, in
-    # order); copies and graph executions are merged in, on four narrow columns only. Ordered by the unclipped
-    # start, clipping keeps that order within each step (one pair of bounds), and the clipped periods tile the
-    # timeline (a late activity of a step becomes zero-length at its period's end): what tiled= needs.
-    narrow = acts_g.select("step", "start", "end", "prio", "_key")
-    n_k = int((acts_g["kind"] == "kernel").sum())
-    if n_k < acts_g.height:
-        narrow = _merge_by_start([narrow.head(n_k), narrow.slice(n_k)], key="_key")
-    unions = cumulative_union_lengths(narrow, "step", "prio", len(PRIORITY), presorted=True, tiled=True)
-    acts_g = acts_g.drop("_key")
+    def clipped_unions():
+        # Each activity's step period, by step id (window ids are row numbers): two gathers, no join.
+        slots = pl.Series([None], dtype=pl.Int64).extend_constant(None, windows.height - 1)
+        step_idx = in_steps["step"].cast(pl.UInt32)
+        p_start = slots.clone().scatter(good["step"], good["p_start"]).gather(step_idx)
+        p_end = slots.clone().scatter(good["step"], good["p_end"]).gather(step_idx)
+        acts_g = in_steps.with_columns(start=pl.col("start").clip(p_start, p_end),
+                                       end=pl.col("end").clip(p_start, p_end))
+        if p_start.null_count():  # activities of excluded steps
+            acts_g = acts_g.filter(p_start.is_not_null())
+        del p_start, p_end, step_idx
+        # The unions want each step's activities in start order: they are (activities() merged them into start
+        # order). Ordered by the unclipped start, clipping keeps that order within each step (one pair of
+        # bounds), and the clipped periods tile the timeline (a late activity of a step becomes zero-length at
+        # its period's end): what tiled= needs.
+        narrow = acts_g.select("step", "start", "end", "prio")
+        return acts_g, cumulative_union_lengths(narrow, "step", "prio", len(PRIORITY), presorted=True, tiled=True)
+
+    (acts_g, unions), sums = in_threads(clipped_unions, step_sums)
     table = good.select("step", "p_start", "p_end", "n_kernels", period=pl.col("p_end") - pl.col("p_start"))
     table = table.join(unions, on="step", how="left")
     cum_cols = [f"u{i}" for i in range(len(PRIORITY))]
@@ -339,18 +397,9 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
         table = table.with_columns(pl.col(f"u{i}").fill_null(0))
         table = table.with_columns((pl.col(f"u{i}") - prev).alias(f"x_{cat}"))
         prev = pl.col(f"u{i}")
-    # One pass for every per-step sum: span, kernel time per category, graph-replayed share, launch counts.
-    not_memop = pl.col("kind") != "memop"
-    graphed = pl.col("graphed").fill_null(False)
-    sums = acts_g.group_by("step").agg(
-        a_first=pl.col("start").min(), a_last=pl.col("end").max(),
-        *[pl.col("dur").filter(pl.col("prio") == PRIORITY.index(c)).sum().alias(f"k_{c}")
-          for c in KERNEL_CATEGORIES + ["unattributed"]],
-        k_graphed=pl.col("dur").filter(graphed & not_memop).sum(),
-        k_all=pl.col("dur").filter(not_memop).sum(),
-        n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
-        n_launched=pl.col("correlation").filter(~graphed).n_unique(),
-    )
+    # The clipped span of each step's activities: the first starts at the period's start; the last end, clipped.
+    span = good.select("step", a_first="first", a_last=pl.col("last").clip(pl.col("p_start"), pl.col("p_end")))
+    sums = sums.join(span, on="step", how="inner")
     table = table.join(sums, on="step", how="left").with_columns(
         x_launch_gaps=(pl.col("a_last") - pl.col("a_first")) - pl.col(f"u{len(PRIORITY) - 1}"),
         x_idle=pl.col("period") - (pl.col("a_last") - pl.col("a_first")),
@@ -389,6 +438,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
             kernel_ms[k] = None
     total_ns = acts.filter(pl.col("kind") != "graph_exec")
     top = (total_ns.group_by("name", "category").agg(count=pl.len(), total=pl.col("dur").sum())
+           .with_columns(pl.col("name", "category").cast(pl.String))  # (enums sort by code, not by text)
            .with_columns(total_ms=pl.col("total") / 1e6, mean_us=pl.col("total") / pl.col("count") / 1e3,
                          per_step_ms=pl.col("total") / 1e6 / n)
            .drop("total").sort(["total_ms", "name"], descending=[True, False]))

@@ -63,8 +63,9 @@ def plot_data(b, acts: pl.DataFrame) -> PlotData:
     p_start, p_end = int(row["start_ns"][0]), int(row["end_ns"][0])
     mine = acts.filter(pl.col("step") == step)
     timeline = mine.select(
+        pl.col("category", "name", "kind").cast(pl.String),
         start_us=(pl.col("start") - p_start) / 1e3, end_us=(pl.col("end") - p_start) / 1e3,
-        category="category", name="name", kind="kind").sort("start_us", "end_us")
+    ).select("start_us", "end_us", "category", "name", "kind").sort("start_us", "end_us")
     segs = merge(mine.select("step", "start", "end"), ["step"]).collect()
     # Gaps between merged busy segments are launch gaps; after the last one, the step is idle.
     gaps = pl.concat([
