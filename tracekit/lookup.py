@@ -116,17 +116,6 @@ def _increasing(s: pl.Series) -> bool:
     return s.len() < 2 or bool((s.diff().slice(1) > 0).all())
 
 
-def id_rows(ids: pl.Series, keys: pl.Series) -> pl.Series:
-    """For each value of ``ids``, the index of the first equal value in ``keys`` (null if none): string-id
-    resolution, e.g. ten million kernel name ids against a few thousand ``StringIds``.
-
-    >>> id_rows(pl.Series([7, 3, 9, 7]), pl.Series([3, 7])).to_list()
-    [1, 0, None, 1]
-    """
-    g = pl.lit(0, pl.Int64).alias("g")
-    return row_lookup(pl.select(g, k=ids.cast(pl.Int64)), pl.select(g, k=keys.cast(pl.Int64)), on=("g", "k"))
-
-
 def _hash_lookup(left: pl.DataFrame, right: pl.DataFrame, g: str, k: str) -> pl.Series:
     r = (right.select(g, k).with_row_index("row").drop_nulls([g, k])
          .unique([g, k], keep="first", maintain_order=True))

@@ -7,8 +7,8 @@ rows (2022.2), per-process correlation ids, graph-level GRAPH_TRACE rows, and GP
 joined through TARGET_INFO_CUDA_DEVICE. Nothing downstream sees any of it.
 
 The file is opened read-only and immutable (``mode=ro&immutable=1``): nothing is
-written to it or beside it. String ids are read as integers and resolved by a polars
-join against ``StringIds`` (a few thousand rows), never by a per-row SQL join.
+written to it or beside it. String ids are read as integers and resolved by an
+elementwise map against ``StringIds`` (a few thousand rows), never by a per-row SQL join.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.errors import TracekitError
-from tracekit.lookup import id_rows
 from tracekit.readers.common import api_kind, nesting_depth, strip_api_version
 from tracekit.trace import (
     GPUS,
