@@ -200,3 +200,28 @@ def test_window_search_equals_asof_join(path):
                                                         strategy="backward", check_sortedness=False)
         ref = ref.select(pl.when(pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))).then("wid"))
         assert _window_of(t.launches, windows, by, "step").to_list() == ref.to_series().to_list()
+
+
+@pytest.mark.parametrize("path", STEP_TRACES[:6], ids=[p.parent.name for p in STEP_TRACES[:6]])
+def test_threaded_stages_equal_sequential(path, monkeypatch):
+    """The breakdown's independent stages on two threads (big traces) give what they give one after the other."""
+    import tracekit.analyses.breakdown as bd
+
+    t = tracekit.load(path, kernel_dims=False)
+    monkeypatch.setattr(bd, "_THREADS_FROM_ROWS", 10**12)
+    seq = bd.breakdown(t)
+    monkeypatch.setattr(bd, "_THREADS_FROM_ROWS", 0)
+    threads: set[int] = set()
+    orig = bd.activities
+
+    def spy(*a, **k):
+        threads.add(__import__("threading").get_ident())
+        return orig(*a, **k)
+
+    monkeypatch.setattr(bd, "activities", spy)
+    par = bd.breakdown(t)
+    if (__import__("os").cpu_count() or 1) > 1:
+        assert threads and __import__("threading").get_ident() not in threads  # it did run on a worker thread
+    assert par.to_dict() == seq.to_dict()
+    assert_frame_equal(par.activities, seq.activities)
+    assert_frame_equal(par.per_step, seq.per_step)

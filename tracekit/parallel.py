@@ -45,16 +45,17 @@ def map_files(fn, files: list[Path], opts: dict, workers: int | None = None):
     return out
 
 
-def in_threads(*tasks):
+def in_threads(*tasks, threads: bool = True):
     """``[t() for t in tasks]``, run at once on threads (one per task, up to the number of CPUs) and returned in
     order; an exception is raised as if they had run one after the other (the first task's first).
 
     For independent stages of one analysis: polars and the SQLite engines release the GIL while they work,
-    so on two cores two such stages take about the time of the longer one.
+    so on two cores two such stages take about the time of the longer one. ``threads=False`` runs them one
+    after the other (small inputs: threads would only add their stacks and allocator arenas).
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    workers = min(len(tasks), os.cpu_count() or 1)
+    workers = min(len(tasks), os.cpu_count() or 1) if threads else 1
     if workers < 2:
         return [t() for t in tasks]
 

@@ -36,6 +36,8 @@ PER_STEP_KEYS = ["gemm", "attention", "communication", "drafting", "other", "mem
                  "launch_gaps", "idle"]
 COMPUTE_CATEGORIES = ["gemm", "attention", "communication", "drafting", "other"]
 DEFAULT_DRAFT_RANGE = r"(?i)\bdraft"
+# Rows (kernels + launches) from which independent stages of a breakdown run on two threads.
+_THREADS_FROM_ROWS = 1_000_000
 # Breakdown.activities["kind"]
 KIND_ENUM = pl.Enum(["kernel", "memop", "graph_exec"])
 CATEGORY_ENUM = pl.Enum(PRIORITY)  # Breakdown.activities["category"]
@@ -154,7 +156,8 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
                 prio=pl.lit(prio["unattributed"], pl.Int32)),
         ]
 
-    rows, frames = in_threads(launch_rows, named)  # independent: side by side
+    # independent: side by side (for big traces)
+    rows, frames = in_threads(launch_rows, named, threads=k.height + work.height >= _THREADS_FROM_ROWS)
     k, m, g = [f.with_columns(launch=r) for f, r in zip(frames, rows)]
     parts = [f for f in (k, m, g) if f.height] or [k]
     bad = sum(f.select((pl.col("end") < pl.col("start")).sum()).item() for f in parts)
@@ -289,8 +292,9 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
         return steps, _window_of(work, steps.windows, ["pid", "tid"], "step"), dw, draft_of
 
     # The activities and the launches' windows are independent: computed side by side (two threads).
+    big = trace.kernels.height + trace.launches.height >= _THREADS_FROM_ROWS
     (acts, n_bad, _), (steps, step_of, dw, draft_of) = in_threads(lambda: activities(trace, dev, rules, work=work),
-                                                                 windows_side)
+                                                                 windows_side, threads=big)
     if n_bad:
         warnings.append(f"{n_bad} GPU activities with end before start were ignored")
     if steps is None or steps.windows.height == 0:
@@ -397,7 +401,7 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
         narrow = acts_g.select("step", "start", "end", "prio")
         return acts_g, cumulative_union_lengths(narrow, "step", "prio", len(PRIORITY), presorted=True, tiled=True)
 
-    (acts_g, unions), sums = in_threads(clipped_unions, step_sums)
+    (acts_g, unions), sums = in_threads(clipped_unions, step_sums, threads=big)
     table = good.select("step", "p_start", "p_end", "n_kernels", period=pl.col("p_end") - pl.col("p_start"))
     table = table.join(unions, on="step", how="left")
     cum_cols = [f"u{i}" for i in range(len(PRIORITY))]
