@@ -44,19 +44,9 @@ REPEAT = 1  # --repeat: runs per measurement; the row keeps the median wall time
 
 
 def timed(cmd: list[str], label: str, env: dict | None = None, timeout: int = 3600) -> dict:
-    """``cmd`` run REPEAT times (interleaved with nothing else): the median wall time, every wall time, the
-    largest peak RSS, rc and the last stdout line of the last run."""
-    runs = [_timed_once(cmd, label, env, timeout) for _ in range(REPEAT)]
-    row = dict(runs[-1])
-    walls = sorted(r["wall_s"] for r in runs)
-    row["wall_s"] = walls[len(walls) // 2]
-    row["walls"] = [r["wall_s"] for r in runs]
-    row["rc"] = max(r["rc"] for r in runs)
-    rss = [r["peak_rss_mb"] for r in runs if r["peak_rss_mb"] is not None]
-    row["peak_rss_mb"] = max(rss) if rss else None
-    if REPEAT > 1:
-        print(f"  {label:48s} median {row['wall_s']:.2f} s of {row['walls']}", flush=True)
-    return row
+    """``cmd`` run REPEAT times: the median wall time, every wall time, the largest peak RSS, rc and the last
+    stdout line of the last run."""
+    return timed_interleaved([(cmd, label, env, timeout)])[0]
 
 
 def timed_interleaved(specs: list[tuple]) -> list[dict]:

@@ -134,25 +134,9 @@ class _Db:
         while it reads, so on two cores the kernel and runtime tables of a 10M-kernel export come off the
         disk in about half the time of one after the other. Inside a task, ``frame()`` opens its own
         connection (connections are not shared between threads)."""
-        import os
-        from concurrent.futures import ThreadPoolExecutor
+        from tracekit.parallel import in_threads
 
-        workers = min(len(tasks), os.cpu_count() or 1)
-        if workers < 2 or self.record is not None:
-            return [t() for t in tasks]
-
-        def run(task):
-            try:
-                return task(), None
-            except BaseException as e:  # noqa: BLE001 - raised again below, in the caller's thread
-                return None, e
-
-        with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(run, tasks))
-        for _, err in results:
-            if err is not None:
-                raise err
-        return [r for r, _ in results]
+        return in_threads(*tasks, threads=self.record is None)  # (scan_plan records the statements in order)
 
     def _frame(self, sql: str, schema: dict[str, pl.DataType], what: str, threaded: bool = False) -> pl.DataFrame:
         for engine in self._engines:
