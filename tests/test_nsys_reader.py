@@ -127,3 +127,31 @@ def test_times_are_ns_as_in_the_file():
     k = tracekit.load(path).kernels
     assert k.select("start", "end").rows() == rows
     assert k.schema["start"] == pl.Int64
+
+
+def test_kernel_name_missing_from_stringids_is_unnamed(tmp_path):
+    """A kernel whose name id is not in StringIds (a damaged export; made here on a copy of a real one) is named
+    ``<unnamed kernel>``; the others keep their names; the column stays categorical."""
+    import shutil
+    import sqlite3
+
+    import polars as pl
+
+    from tracekit.readers.nsys import read_nsys
+
+    src = DATA / "nsys/pipit_saxpy_2022.2.sqlite"
+    copy = tmp_path / "damaged.sqlite"
+    shutil.copyfile(src, copy)
+    con = sqlite3.connect(copy)
+    table = next(t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
+                 if t.startswith("CUPTI_ACTIVITY_KIND_KERNEL"))
+    n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    con.execute(f"UPDATE {table} SET shortName = -12345, demangledName = -12345 WHERE rowid = "
+                f"(SELECT min(rowid) FROM {table})")
+    con.commit()
+    con.close()
+    before = read_nsys(src).kernels["name"]
+    after = read_nsys(copy).kernels["name"]
+    assert after.dtype == pl.Categorical and after.len() == n
+    assert (after == "<unnamed kernel>").sum() == 1
+    assert (before == "<unnamed kernel>").sum() == 0

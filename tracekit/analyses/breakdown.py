@@ -355,6 +355,7 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
             n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
             n_launched=pl.col("correlation").filter(~graphed).n_unique(),
         )
+
     allw = windows.join(per, on="step", how="left")
     cut = allw.filter(pl.col("end").is_null())
     empty_steps = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_null())
@@ -383,6 +384,7 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
         p_start=pl.col("first"),
         p_end=pl.col("first").shift(-1).fill_null(pl.max_horizontal("last", "end")),
     )
+
     def clipped_unions():
         # Each activity's step period, by step id (window ids are row numbers): two gathers, no join.
         slots = pl.Series([None], dtype=pl.Int64).extend_constant(None, windows.height - 1)

@@ -299,7 +299,7 @@ def _kernels(db: _Db, strings: pl.DataFrame, dims: bool = True) -> pl.DataFrame:
         elif not bool(positive.all()):
             fixes[c] = pl.when(pl.col(c) > 0).then(pl.col(c))
     if df["name"].null_count():
-        fixes["name"] = pl.col("name").cast(pl.String).fill_null("<unnamed kernel>").cast(pl.Categorical)
+        fixes["name"] = pl.col("name").fill_null(pl.lit("<unnamed kernel>", pl.Categorical))
     df = df.with_columns(*extra, **fixes)
     return conform(df, KERNELS)
 
