@@ -35,6 +35,7 @@ from typing import Any, Iterator
 
 import polars as pl
 
+from tracekit.categories import KERNEL_CATEGORIES
 from tracekit.errors import TracekitError
 
 if sys.version_info >= (3, 11):
@@ -45,7 +46,7 @@ else:  # Python 3.10: tomli if installed, else the small reader below (enough fo
     except ImportError:  # pragma: no cover - exercised only on 3.10 without tomli
         _toml = None
 
-CATEGORIES: tuple[str, ...] = ("gemm", "attention", "communication", "drafting", "other", "memory")
+CATEGORIES: tuple[str, ...] = KERNEL_CATEGORIES
 UNKNOWN_SUB = "unknown"
 _FIELDS = ("id", "category", "sub", "pattern", "source")
 # Memcpy/memset records (nsys CUPTI_ACTIVITY_KIND_MEMCPY/_MEMSET names, Kineto gpu_memcpy/gpu_memset)

@@ -13,10 +13,10 @@ from pathlib import Path
 import click
 
 from tracekit.cli import _breakdown_opts, _console, analysis_opts, emit_text, output_options, run_breakdown
+from tracekit.categories import STEP_CATEGORIES
 from tracekit.report.safe import md, rich_text
 
-ROW_ORDER = ["gemm", "attention", "communication", "drafting", "other", "memory", "unattributed", "launch_gaps",
-             "idle"]
+ROW_ORDER = list(STEP_CATEGORIES)
 MINUS = "\u2212"
 
 

@@ -19,9 +19,10 @@ import json
 
 import polars as pl
 
+from tracekit.categories import GAP_CATEGORIES, PRIORITY
+
 PID = 1
-TRACKS = ["steps", "drafting", "gemm", "attention", "other", "communication", "memory", "unattributed",
-          "launch_gaps", "idle"]
+TRACKS = ["steps", *PRIORITY, *GAP_CATEGORIES]
 
 
 def gaps_frame(acts: pl.DataFrame, per_step: pl.DataFrame) -> pl.DataFrame:

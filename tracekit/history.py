@@ -32,11 +32,11 @@ from pathlib import Path
 
 import click
 
+from tracekit.categories import STEP_CATEGORIES
 from tracekit.errors import TracekitError
 
 SCHEMA = "tracekit.history/1"
-PER_STEP_KEYS = ["gemm", "attention", "communication", "drafting", "other", "memory", "unattributed", "launch_gaps",
-                 "idle"]
+PER_STEP_KEYS = list(STEP_CATEGORIES)
 REGRESSION_REL = 0.05
 FLOAT_COLS = (["peak_bw_gbps", "step_mean_ms", "step_median_ms", "step_p10_ms", "step_p90_ms", "floor_ms",
                "ceiling_tokens_per_s", "fraction_of_ceiling", "gemm_achieved_bw_gbps"]
@@ -161,7 +161,7 @@ def history(path, *, path_contains: str | None = None, last: int | None = None) 
 
 # ───────────────────────────── rendering ─────────────────────────────
 
-SHOWN = ["gemm", "attention", "communication", "drafting", "other", "launch_gaps", "idle"]
+SHOWN = [k for k in STEP_CATEGORIES if k not in ("memory", "unattributed")]
 
 
 def _f(x, nd=3):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from tracekit.categories import COMPUTE_CATEGORIES, KERNEL_CATEGORIES, PRIORITY, STEP_CATEGORIES
 from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
 from tracekit.intervals import cumulative_union_lengths
 from tracekit.parallel import in_threads
@@ -30,11 +31,10 @@ from tracekit.trace import WORK_KINDS, Trace
 
 SCHEMA = "tracekit.breakdown/1"
 # Partition priority (first active wins). "unattributed" is GPU-busy time of unknown category.
-PRIORITY = ["drafting", "gemm", "attention", "other", "communication", "memory", "unattributed"]
-KERNEL_CATEGORIES = ["gemm", "attention", "communication", "drafting", "other", "memory"]
-PER_STEP_KEYS = ["gemm", "attention", "communication", "drafting", "other", "memory", "unattributed",
-                 "launch_gaps", "idle"]
-COMPUTE_CATEGORIES = ["gemm", "attention", "communication", "drafting", "other"]
+PRIORITY = list(PRIORITY)
+KERNEL_CATEGORIES = list(KERNEL_CATEGORIES)
+PER_STEP_KEYS = list(STEP_CATEGORIES)
+COMPUTE_CATEGORIES = list(COMPUTE_CATEGORIES)
 DEFAULT_DRAFT_RANGE = r"(?i)\bdraft"
 # Rows (kernels + launches) from which independent stages of a breakdown run on two threads.
 _THREADS_FROM_ROWS = 1_000_000

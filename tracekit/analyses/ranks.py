@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import polars as pl
 
-COLUMNS = ["rank", "path", "device", "steps", "mean_ms", "p90_ms", "gemm", "attention", "communication", "drafting",
-           "other", "memory", "launch_gaps", "idle", "comm_kernel_ms", "comm_transfer_ms", "comm_wait_ms"]
+from tracekit.categories import STEP_CATEGORIES, UNATTRIBUTED
+
+COLUMNS = ["rank", "path", "device", "steps", "mean_ms", "p90_ms",
+           *[k for k in STEP_CATEGORIES if k != UNATTRIBUTED], "comm_kernel_ms", "comm_transfer_ms", "comm_wait_ms"]
 
 
 def _comm_durations(b) -> pl.Series | None:
@@ -53,8 +55,7 @@ def cross_rank(results, labels=None) -> dict:
         rank = b.extras.get("rank")
         label = labels[i] if labels else str(i if rank is None else rank)
         table.append([label, d["source"]["path"], d["gpu"]["device"], st["count"], st["mean_ms"], st["p90_ms"],
-                      ps["gemm"], ps["attention"], ps["communication"], ps["drafting"], ps["other"], ps["memory"],
-                      ps["launch_gaps"], ps["idle"], d["kernel_ms_per_step"]["communication"], wt[i][0], wt[i][1]])
+                      *[ps[k] for k in STEP_CATEGORIES if k != UNATTRIBUTED], d["kernel_ms_per_step"]["communication"], wt[i][0], wt[i][1]])
     waits = [w for _, w in wt if w is not None]
     if waits and max(waits) > 0:
         worst = max(range(len(wt)), key=lambda i: wt[i][1] or 0)

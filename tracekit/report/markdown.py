@@ -9,10 +9,10 @@ from __future__ import annotations
 import csv
 import io
 
+from tracekit.categories import KERNEL_CATEGORIES, STEP_CATEGORIES
 from tracekit.report.safe import md, plain
 
-SPLIT_ORDER = ["gemm", "attention", "communication", "drafting", "other", "memory", "unattributed", "launch_gaps",
-               "idle"]
+SPLIT_ORDER = list(STEP_CATEGORIES)
 
 
 def _f(x, nd=3):
@@ -34,7 +34,7 @@ def split_rows(b):
 
 def biggest_category(b):
     best = None
-    for k in ("gemm", "attention", "communication", "drafting", "other", "memory"):
+    for k in KERNEL_CATEGORIES:
         v = b.per_step_ms.get(k)
         if v is not None and (best is None or v > b.per_step_ms[best]):
             best = k

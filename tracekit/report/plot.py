@@ -17,11 +17,11 @@ from pathlib import Path
 
 import polars as pl
 
+from tracekit.categories import PRIORITY, STEP_CATEGORIES
 from tracekit.report.safe import plain
 
-BAR_KEYS = ["gemm", "attention", "communication", "drafting", "other", "memory", "unattributed", "launch_gaps",
-            "idle"]
-LANES = ["drafting", "gemm", "attention", "other", "communication", "memory", "unattributed"]
+BAR_KEYS = list(STEP_CATEGORIES)
+LANES = list(PRIORITY)
 COLORS = {"gemm": "#4c72b0", "attention": "#c44e52", "communication": "#dd8452", "drafting": "#55a868",
           "other": "#8172b3", "memory": "#937860", "unattributed": "#da8bc3", "launch_gaps": "#ff9896",
           "idle": "#c7c7c7"}

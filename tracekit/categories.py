@@ -1,0 +1,45 @@
+"""Every category name tracekit uses, in one place (import these; never spell the lists out again).
+
+* Kernel categories (what a GPU activity is, by its name or its draft range):
+  :data:`KERNEL_CATEGORIES`, the keys of ``kernel_ms_per_step``.
+* Step categories (what each instant of a step's period is): :data:`STEP_CATEGORIES`, the keys of
+  ``per_step_ms`` in display order; :data:`BUSY_CATEGORIES` are the GPU-busy ones and
+  :data:`GAP_CATEGORIES` the GPU-idle ones.
+* :data:`PRIORITY`: the partition order (each instant goes to the first active category).
+* :data:`GAP_CAUSES`: the keys of ``gaps`` (``launch_gaps`` + ``idle`` split by cause).
+* :data:`LEVERS`: the keys of ``advice``.
+
+>>> STEP_CATEGORIES[:3], GAP_CATEGORIES
+(('gemm', 'attention', 'communication'), ('launch_gaps', 'idle'))
+>>> set(PRIORITY) == set(BUSY_CATEGORIES)
+True
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+KernelCategory = Literal["gemm", "attention", "communication", "drafting", "other", "memory"]
+
+# Name-based categories of GPU activity (data/kernels.toml rules use these), display order.
+KERNEL_CATEGORIES: tuple[str, ...] = ("gemm", "attention", "communication", "drafting", "other", "memory")
+# Compute categories: the ones a whole-graph capture (no per-kernel rows) cannot measure.
+COMPUTE_CATEGORIES: tuple[str, ...] = ("gemm", "attention", "communication", "drafting", "other")
+# GPU-busy time whose category cannot be known (whole-graph executions).
+UNATTRIBUTED = "unattributed"
+BUSY_CATEGORIES: tuple[str, ...] = KERNEL_CATEGORIES + (UNATTRIBUTED,)
+GAP_CATEGORIES: tuple[str, ...] = ("launch_gaps", "idle")
+# per_step_ms keys, display order.
+STEP_CATEGORIES: tuple[str, ...] = BUSY_CATEGORIES + GAP_CATEGORIES
+# Partition priority: each instant goes to the first active category of this list.
+PRIORITY: tuple[str, ...] = ("drafting", "gemm", "attention", "other", "communication", "memory", UNATTRIBUTED)
+# gaps keys: launch_gaps + idle by cause.
+GAP_CAUSES: tuple[str, ...] = ("launch_overhead", "host_stalls", "graph_bubbles", "between_steps")
+# advice keys, display order.
+LEVERS: tuple[str, ...] = ("cuda_graphs", "communication", "drafting", "memory_bandwidth")
+# Step phases (steps.phase) and what --phase accepts.
+PHASES: tuple[str, ...] = ("decode", "prefill", "mixed", "unknown")
+PHASE_CHOICES: tuple[str, ...] = ("decode", "prefill", "mixed", "all")
+
+__all__ = ["KERNEL_CATEGORIES", "COMPUTE_CATEGORIES", "UNATTRIBUTED", "BUSY_CATEGORIES", "GAP_CATEGORIES",
+           "STEP_CATEGORIES", "PRIORITY", "GAP_CAUSES", "LEVERS", "PHASES", "PHASE_CHOICES", "KernelCategory"]
