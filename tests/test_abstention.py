@@ -137,10 +137,12 @@ def test_no_gpu_activity_is_exit_2_but_info_is_exit_0(tmp_path):
 
 def test_step_ranges_without_gpu_work_are_excluded_and_counted():
     base = _json(["breakdown", "--format", "json", "--step-range", "^saxpy$", SAXPY])
-    assert base["steps"]["count"] == 5 and base["steps"]["excluded"] == 0
+    # 5 saxpy ranges; the last has no following step (contract: excluded with that reason)
+    assert base["steps"]["count"] == 4 and base["steps"]["excluded_reasons"] == {"last step (no following step)": 1}
     # MPI_Send ranges launch no GPU work: 10 of them, all excluded, none in any statistic
     b = _json(["breakdown", "--format", "json", "--step-range", "^(saxpy|MPI_Send)$", SAXPY])
-    assert b["steps"]["count"] == 5 and b["steps"]["excluded"] == 10
+    assert b["steps"]["count"] == 4 and b["steps"]["excluded"] == 11
+    assert b["steps"]["excluded_reasons"] == {"last step (no following step)": 1, "no GPU work": 10}
     assert b["steps"]["mean_ms"] == base["steps"]["mean_ms"]
     assert any("10 step range(s) launched no GPU work" in w for w in b["warnings"])
 
@@ -156,5 +158,6 @@ def test_cut_off_step_ranges_are_excluded_and_counted(tmp_path):
     con.close()
     b = _json(["breakdown", "--format", "json", "--step-range", "^saxpy$", p])
     assert_breakdown_sane(b)
-    assert b["steps"]["count"] == 4 and b["steps"]["excluded"] == 1
+    assert b["steps"]["count"] == 3 and b["steps"]["excluded"] == 2
+    assert b["steps"]["excluded_reasons"] == {"cut by capture window": 1, "last step (no following step)": 1}
     assert any("cut off" in w for w in b["warnings"])

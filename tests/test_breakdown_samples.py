@@ -21,6 +21,12 @@ GEMM_LIKE = ("(s.value LIKE 'nvjet%' OR s.value LIKE '%gemv%' OR s.value LIKE '%
 # Launch inside a range on the same thread whose text matches LIKE {pattern}.
 IN_RANGE = """EXISTS (SELECT 1 FROM NVTX_EVENTS n WHERE n.globalTid = r.globalTid AND r.start BETWEEN n.start AND n.end
               AND COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId)) LIKE '{pattern}')"""
+# Launch inside a decode_step range other than the last one (the last of >= 3 steps has no following step and is
+# excluded: contract, steps.excluded_reasons).
+IN_ANALYSED_STEP = """EXISTS (SELECT 1 FROM NVTX_EVENTS n WHERE n.globalTid = r.globalTid AND r.start BETWEEN n.start AND n.end
+              AND COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId)) LIKE 'decode_step %'
+              AND n.start < (SELECT max(m.start) FROM NVTX_EVENTS m
+                             WHERE COALESCE(m.text, (SELECT value FROM StringIds WHERE id = m.textId)) LIKE 'decode_step %'))"""
 
 
 def index():
@@ -75,16 +81,16 @@ def test_step_count_equals_step_ranges(results, name):
                      COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId)) LIKE 'decode_step %'""")[0]
     assert n == index()[name]["steps"]  # what the capture recorded
     assert b.steps["count"] + b.steps["excluded"] == n
-    assert b.steps["count"] == n and b.steps["marker"] == "nvtx" and b.steps["pattern"] == "decode_step #"
+    assert b.steps["count"] == n - 1 and b.steps["excluded_reasons"] == {"last step (no following step)": 1}
+    assert b.steps["marker"] == "nvtx" and b.steps["pattern"] == "decode_step #"
 
 
 @pytest.mark.parametrize("name", NSYS_SAMPLES)
 def test_gemm_time_equals_sql_sum(results, name):
     b = results.get(name) or pytest.skip(f"{name} absent")
     path = SAMPLES / name / "trace.sqlite"
-    in_step = IN_RANGE.format(pattern="decode_step %")
     in_draft = IN_RANGE.format(pattern="draft")
-    want = kernel_sum_ms(path, f"{GEMM_LIKE} AND {in_step} AND NOT {in_draft}") / b.steps["count"]
+    want = kernel_sum_ms(path, f"{GEMM_LIKE} AND {IN_ANALYSED_STEP} AND NOT {in_draft}") / b.steps["count"]
     assert b.kernel_ms_per_step["gemm"] == pytest.approx(want, rel=1e-9)
     assert want > 0
 
@@ -93,7 +99,7 @@ def test_drafting_is_nonzero_exactly_in_the_speculative_trace(results):
     for name, b in results.items():
         if "spec" in name:
             path = SAMPLES / name / "trace.sqlite"
-            in_draft = IN_RANGE.format(pattern="draft")
+            in_draft = IN_RANGE.format(pattern="draft") + " AND " + IN_ANALYSED_STEP
             memops = sum(sql(path, f"""SELECT coalesce(sum(m.end - m.start), 0) FROM {t} m
                         JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId
                         AND (r.globalTid >> 24) = (m.globalPid >> 24) WHERE {in_draft}""")[0]
@@ -102,8 +108,12 @@ def test_drafting_is_nonzero_exactly_in_the_speculative_trace(results):
             want = (kernel_sum_ms(path, in_draft) + memops) / b.steps["count"]
             assert b.kernel_ms_per_step["drafting"] == pytest.approx(want, rel=1e-9)
             assert b.per_step_ms["drafting"] > 0 and b.advice["drafting"]["applicable"]
+            assert b.advice["drafting"]["detection"] == "ranges"
         else:
             assert b.per_step_ms["drafting"] == 0 and not b.advice["drafting"]["applicable"]
+            # never "no drafting": the verdict says what tracekit could and could not see
+            assert b.advice["drafting"]["detection"] == "not_detected"
+            assert b.advice["drafting"]["verdict"].startswith("drafting not detected")
 
 
 @pytest.mark.parametrize("name", ["hf-small-eager", "hf-small-graph"])
@@ -134,7 +144,10 @@ def test_cuda_graph_predictions_within_10pct_of_measured(results):
         measured = ix[graph]["unprofiled_step_ms"]
         assert adv["applicable"] is True
         assert adv["predicted_step_ms"] == pytest.approx(measured, rel=0.10), (eager, adv, measured)
-        assert adv["max_saving_ms"] == pytest.approx(results[eager].steps["mean_ms"] - adv["predicted_step_ms"])
+        # the saving is against the unprofiled eager step of the manifest (the time base), not the traced one
+        tb = results[eager].time_base
+        assert tb.unprofiled_source == "manifest" and tb.reference_step_ms == ix[eager]["unprofiled_step_ms"]
+        assert adv["max_saving_ms"] == pytest.approx(tb.reference_step_ms - adv["predicted_step_ms"])
 
 
 def test_graph_replayed_traces_are_not_applicable(results):
@@ -161,7 +174,7 @@ def test_roofline_from_the_manifest(results):
     assert r["weight_bytes_per_step"] == man["weight_bytes_per_step"] and r["weight_bytes_source"] == "manifest"
     assert b.gpu["peak_bw_source"] == "manifest" and b.gpu["peak_bw_gbps"] == man["peak_bw_gbps"]
     assert r["floor_ms"] == pytest.approx(man["weight_bytes_per_step"] / (man["peak_bw_gbps"] * 1e9) * 1e3)
-    assert r["fraction_of_ceiling"] == pytest.approx(r["floor_ms"] / b.steps["mean_ms"])
+    assert r["fraction_of_ceiling"] == pytest.approx(r["floor_ms"] / man["unprofiled_step_ms"])
     assert r["gemm_achieved_bw_gbps"] == pytest.approx(
         man["weight_bytes_per_step"] / (b.kernel_ms_per_step["gemm"] * 1e-3) / 1e9)
 

@@ -28,7 +28,7 @@ def test_schema_and_deltas_are_the_breakdowns_numbers(pair):
     base, new = pair
     d = diff(base, new).to_dict()
     assert list(d) == ["schema", "base", "new", "delta"]
-    assert d["schema"] == "tracekit.diff/1"
+    assert d["schema"] == "tracekit.diff/2"
     assert d["base"] == base.to_dict() and d["new"] == new.to_dict()
     for k, c in d["delta"]["per_step_ms"].items():
         b, n = base.per_step_ms[k], new.per_step_ms[k]
@@ -36,11 +36,11 @@ def test_schema_and_deltas_are_the_breakdowns_numbers(pair):
         assert c["abs"] == pytest.approx(n - b, abs=1e-9)
         assert c["rel"] == (pytest.approx((n - b) / b) if b else None)
     m = d["delta"]["steps"]["mean_ms"]
-    assert m["base"] == pytest.approx(2.963, abs=5e-4) and m["new"] == pytest.approx(10.367, abs=5e-4)
+    assert m["base"] == pytest.approx(2.991, abs=5e-4) and m["new"] == pytest.approx(10.367, abs=5e-4)
     spread = d["delta"]["steps"]["spread_ms"]
     assert spread["base"] == pytest.approx(base.steps["p90_ms"] - base.steps["p10_ms"])
     assert spread["new"] == pytest.approx(0.0)
-    assert d["delta"]["steps"]["count"] == {"base": 98, "new": 1, "abs": -97, "rel": pytest.approx(-97 / 98)}
+    assert d["delta"]["steps"]["count"] == {"base": 97, "new": 1, "abs": -96, "rel": pytest.approx(-96 / 97)}
     # gemm moves most in absolute terms (0.292 → 5.782 ms).
     assert d["delta"]["largest_change"] == "gemm"
     # The SGLang trace replays CUDA graphs, the nsys-ai one is eager: the cuda_graphs lever flips.
@@ -54,7 +54,7 @@ def test_schema_and_deltas_are_the_breakdowns_numbers(pair):
 
 def test_headline_names_the_largest_change(pair):
     d = diff(*pair).to_dict()
-    assert headline(d) == "step 3.0 → 10.4 ms (+250%): gemm +5.5 ms"
+    assert headline(d) == "step 3.0 → 10.4 ms (+247%): gemm +5.5 ms"
 
 
 def test_self_diff_is_zero_and_within_noise(pair):
@@ -78,9 +78,9 @@ def test_markdown_is_stable_escaped_and_collapsible(pair):
     assert r1.exit_code == 0, r1.output
     assert r1.output == r2.output
     lines = r1.output.splitlines()
-    assert lines[0] == "### tracekit diff: step 3.0 → 10.4 ms (+250%): gemm +5.5 ms"
-    assert "| **step mean** | 2.963 | 10.367 | +7.403 | +250% |" in lines
-    assert "| step p90 | 9.782 | 10.367 | +0.585 | +6% |" in lines
+    assert lines[0] == "### tracekit diff: step 3.0 → 10.4 ms (+247%): gemm +5.5 ms"
+    assert "| **step mean** | 2.991 | 10.367 | +7.376 | +247% |" in lines
+    assert "| step p90 | 9.786 | 10.367 | +0.581 | +6% |" in lines
     assert "<details><summary>details</summary>" in lines and "</details>" in lines
     # Names and paths are escaped (markdown metacharacters, HTML).
     assert "nsysai\\_mfu\\_2gpu" in r1.output
@@ -103,7 +103,7 @@ def test_json_and_table_cli(pair):
     r = runner.invoke(cli, ["diff", str(MFU), str(shared(SGLANG)), "--format", "json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    assert d["schema"] == "tracekit.diff/1"
+    assert d["schema"] == "tracekit.diff/2"
     assert d["delta"]["per_step_ms"]["gemm"]["abs"] == pytest.approx(5.49, abs=0.01)
     r = runner.invoke(cli, ["diff", str(MFU), str(MFU)])
     assert r.exit_code == 0, r.output
@@ -117,7 +117,7 @@ def test_options_apply_to_both_sides():
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["base"]["steps"]["pattern"] == d["new"]["steps"]["pattern"] == "^saxpy$"
-    assert d["base"]["steps"]["count"] == 5
+    assert d["base"]["steps"]["count"] == 4
 
 
 def test_unusable_input_is_one_line_exit_2(tmp_path):

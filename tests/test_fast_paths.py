@@ -24,7 +24,8 @@ from polars.testing import assert_frame_equal
 import tracekit
 import tracekit.lookup as lookup
 import tracekit.readers.nsys as nsys
-from tracekit.analyses.breakdown import _merge_by_start, _window_of, step_table
+from tracekit.analyses.attribution import _merge_by_start, _window_of
+from tracekit.analyses.breakdown import step_table
 from tracekit.steps import find_steps
 from tracekit.intervals import cumulative_union_lengths
 from tracekit.trace import WORK_KINDS
@@ -122,7 +123,7 @@ STEP_TRACES = [p for p in SAMPLES]
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
 def test_tiled_unions_equal_grouped_sorted_unions(path):
     t = tracekit.load(path, kernel_dims=False)
-    _, acts, *_ = step_table(t)
+    acts = step_table(t).activities
     n = acts["prio"].max() + 1
     # (by clipped start: ties at a period boundary are zero-length rows of the step before, which add nothing)
     in_order = acts.sort("start", maintain_order=True)
@@ -205,20 +206,24 @@ def test_window_search_equals_asof_join(path):
 @pytest.mark.parametrize("path", STEP_TRACES[:6], ids=[p.parent.name for p in STEP_TRACES[:6]])
 def test_threaded_stages_equal_sequential(path, monkeypatch):
     """The breakdown's independent stages on two threads (big traces) give what they give one after the other."""
+    import tracekit.analyses.attribution as at
     import tracekit.analyses.breakdown as bd
+    import tracekit.analyses.partition as pa
 
     t = tracekit.load(path, kernel_dims=False)
-    monkeypatch.setattr(bd, "_THREADS_FROM_ROWS", 10**12)
+    for m in (at, pa):
+        monkeypatch.setattr(m, "THREADS_FROM_ROWS", 10**12)
     seq = bd.breakdown(t)
-    monkeypatch.setattr(bd, "_THREADS_FROM_ROWS", 0)
+    for m in (at, pa):
+        monkeypatch.setattr(m, "THREADS_FROM_ROWS", 0)
     threads: set[int] = set()
-    orig = bd.activities
+    orig = at.activities
 
     def spy(*a, **k):
         threads.add(__import__("threading").get_ident())
         return orig(*a, **k)
 
-    monkeypatch.setattr(bd, "activities", spy)
+    monkeypatch.setattr(at, "activities", spy)
     par = bd.breakdown(t)
     if (__import__("os").cpu_count() or 1) > 1:
         assert threads and __import__("threading").get_ident() not in threads  # it did run on a worker thread

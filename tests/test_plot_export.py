@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from tracekit.analyses.breakdown import PER_STEP_KEYS
+from tracekit.categories import STEP_CATEGORIES as PER_STEP_KEYS
 from tracekit.cli import cli
 from tracekit.export import TRACKS, perfetto_trace
 from tracekit.plotcmd import analyse
@@ -103,20 +103,23 @@ def _events(path):
 
 
 def _sql_counts(path, step_regex_name):
-    """Independently of tracekit: NVTX step ranges named exactly ``step_regex_name`` and the kernels/memops
-    whose runtime launch (same process: correlation ids repeat across processes; a launch may have two
-    runtime rows) lies inside one on the same thread, straight from the nsys tables."""
+    """Independently of tracekit: NVTX step ranges named exactly ``step_regex_name`` but the last (the last of
+    >= 3 steps has no following step: excluded) and the kernels/memops whose runtime launch (same process:
+    correlation ids repeat across processes; a launch may have two runtime rows) lies inside one on the same
+    thread, straight from the nsys tables."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     text = "coalesce(n.text, (select value from StringIds s where s.id = n.textId))"
-    steps = con.execute(f"select count(*) from NVTX_EVENTS n where n.eventType = 59 and {text} = ?",
-                        (step_regex_name,)).fetchone()[0]
+    last = con.execute(f"select max(n.start) from NVTX_EVENTS n where n.eventType = 59 and {text} = ?",
+                       (step_regex_name,)).fetchone()[0]
+    steps = con.execute(f"select count(*) from NVTX_EVENTS n where n.eventType = 59 and {text} = ? "
+                        f"and n.start < {last}", (step_regex_name,)).fetchone()[0]
     work = 0
     for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
         work += con.execute(
             f"select count(*) from {table} k where exists (select 1 from CUPTI_ACTIVITY_KIND_RUNTIME r "
             f"join NVTX_EVENTS n on n.globalTid = r.globalTid and r.start >= n.start and r.start <= n.end "
             f"where r.correlationId = k.correlationId and (r.globalTid >> 24) = (k.globalPid >> 24) "
-            f"and n.eventType = 59 and {text} = ?)",
+            f"and n.eventType = 59 and {text} = ? and n.start < {last})",
             (step_regex_name,)).fetchone()[0]
     return steps, work
 
@@ -129,11 +132,11 @@ def test_perfetto_tracks_and_counts_match_the_trace(tmp_path):
     assert sorted(names.values()) == sorted(TRACKS)
     assert [e["args"]["name"] for e in d["traceEvents"] if e["name"] == "process_name"] == ["tracekit"]
     steps, work = _sql_counts(SAXPY, "saxpy")
-    assert (steps, work) == (5, 5)
+    assert (steps, work) == (4, 4)
     assert counts["steps"] == steps
     cats = ["drafting", "gemm", "attention", "other", "communication", "memory", "unattributed"]
     assert sum(counts.get(c, 0) for c in cats) == work
-    assert counts["other"] == 5  # saxpy is elementwise
+    assert counts["other"] == 4  # saxpy is elementwise
     assert all(e["dur"] >= 0 for e in x)
     step_ev = [e for e in x if names[e["tid"]] == "steps"]
     b = tracekit.breakdown(tracekit.load(SAXPY), step_range="^saxpy$")
@@ -150,7 +153,7 @@ def test_perfetto_gap_events_sum_to_the_json(mfu, tmp_path):
     for key in ("launch_gaps", "idle"):
         total_us = sum(e["dur"] for e in x if e["tid"] == tid[key])
         assert total_us / 1e3 / n == pytest.approx(b.per_step_ms[key], rel=1e-9)
-    assert sum(1 for e in x if e["tid"] == tid["steps"]) == n == 98
+    assert sum(1 for e in x if e["tid"] == tid["steps"]) == n == 97
     assert sum(1 for e in x if e["tid"] not in (tid["steps"], tid["launch_gaps"], tid["idle"])) == acts.height
 
 
@@ -165,13 +168,15 @@ def test_perfetto_sample_counts():
     text = "coalesce(n.text, (select value from StringIds s where s.id = n.textId))"
     steps = con.execute(f"select count(*) from NVTX_EVENTS n where n.eventType = 59 and {text} like 'decode_step %'"
                         ).fetchone()[0]
+    last = con.execute(f"select max(n.start) from NVTX_EVENTS n where n.eventType = 59 and {text} like 'decode_step %'"
+                       ).fetchone()[0]
     work = sum(con.execute(
         f"select count(*) from {table} k where exists (select 1 from CUPTI_ACTIVITY_KIND_RUNTIME r "
         f"join NVTX_EVENTS n on n.globalTid = r.globalTid and r.start >= n.start and r.start <= n.end "
         f"where r.correlationId = k.correlationId and (r.globalTid >> 24) = (k.globalPid >> 24) "
-        f"and n.eventType = 59 and {text} like 'decode_step %')").fetchone()[0]
+        f"and n.eventType = 59 and {text} like 'decode_step %' and n.start < {last})").fetchone()[0]
         for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"))
     tid = {t: i + 1 for i, t in enumerate(TRACKS)}
     assert steps == 16
-    assert sum(1 for e in x if e["tid"] == tid["steps"]) == steps
+    assert sum(1 for e in x if e["tid"] == tid["steps"]) == steps - 1  # the last step has no following step
     assert sum(1 for e in x if e["tid"] not in (tid["steps"], tid["launch_gaps"], tid["idle"])) == work

@@ -66,7 +66,7 @@ def _parts(b, acts: pl.DataFrame):
     meta += [{"ph": "M", "pid": PID, "tid": i + 1, "name": "thread_sort_index", "args": {"sort_index": i}}
              for i, t in enumerate(TRACKS)]
     split = b.per_step.select("step", *[pl.col(k).round(6) for k in b.per_step.columns
-                                        if k not in ("step", "start_ns", "end_ns")])
+                                        if k not in ("step", "start_ns", "end_ns", "phase")])
     step_ev = (ev.filter(pl.col("track") == "steps").join(split, on="step", how="left")
                .select(*cols, args=pl.struct(pl.exclude([*cols, "step", "track"]))))
     other = ev.filter(pl.col("track") != "steps").select(cols)

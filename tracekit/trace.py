@@ -55,6 +55,7 @@ MEMOPS: dict[str, tuple[pl.DataType, str]] = {
     "copy_kind": (pl.String, "HtoD, DtoH, DtoD, PtoP, HtoH, ... (memset: null)"),
     "bytes": (pl.Int64, "bytes moved or set"),
     "name": (pl.String, "display name, e.g. '[CUDA memcpy Device-to-Host]'"),
+    "pageable": (pl.Boolean, "memcpy from or to pageable host memory (the call blocks the host); null if unknown"),
 }
 
 LAUNCHES: dict[str, tuple[pl.DataType, str]] = {

@@ -1,65 +1,76 @@
-"""Per-decode-step breakdown: where every nanosecond of a step's GPU period goes.
+"""Per-decode-step breakdown: where every nanosecond of a step's period goes, and which lever is worth pulling.
 
-Definitions (../shared/spec/CONTRACT.md, `tracekit.breakdown/1`):
+One pipeline of typed, immutable values (../shared/spec/CONTRACT.md, ``tracekit.breakdown/2``)::
 
-* GPU work (kernels, memcpy/memset, whole-graph executions) belongs to the step, and to
-  a draft range, open on the launching thread when its launch API call was made;
-  graph-replayed kernels carry their graph launch's correlation, so they follow it.
-* A step's period runs from its first GPU activity's start to the next step's first;
-  the last ends at the later of its last activity's end and its range's end.
-* ``per_step_ms`` partitions the period exactly: each instant goes to the first active
-  category of drafting > gemm > attention > other > communication > memory >
-  unattributed; the GPU-idle rest is ``launch_gaps`` (between the step's first and
-  last activity) and ``idle`` (after its last activity).
+    attribute(trace)  -> Attribution   which step / draft phase each GPU activity belongs to, and what it is
+    partition(...)    -> StepTable     each analysed step's period split exactly, its gaps by cause
+    time_base(...)    -> TimeBase      the step every saving is stated against (unprofiled when known)
+    roofline(...)                      the bytes a step reads, the floor and the tok/s ceiling
+    advise(facts)     -> Advice        every lever's predicted step, saving and verdict
+    headline(...)     -> str           the one-line summary
 
-Computed with cumulative unions: exclusive(c) = |U(categories <= c)| - |U(categories < c)|,
-each union a sorted sweep (``tracekit.intervals``). No Python loop touches events.
+:func:`breakdown` runs them and returns a :class:`Breakdown`, whose ``to_dict()`` is the contract JSON.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.categories import COMPUTE_CATEGORIES, KERNEL_CATEGORIES, PRIORITY, STEP_CATEGORIES
-from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
-from tracekit.intervals import cumulative_union_lengths
-from tracekit.parallel import in_threads
-from tracekit.steps import Steps, find_steps, range_patterns, select_ranges
-from tracekit.trace import WORK_KINDS, Trace
+from tracekit.analyses.advice import (ALL_LEVERS, DEFAULT_REPLAY_GAP_US, GRAPHED_SHARE, Advice, StepFacts, advise,
+                                      pct)
+from tracekit.analyses.attribution import (DEFAULT_DRAFT_RANGE, Attribution, attribute, devices_with_activity,
+                                           pick_device)
+from tracekit.analyses.partition import StepTable, partition
+from tracekit.analyses.timebase import TimeBase, host_bound, time_base
+from tracekit.categories import (BUSY_CATEGORIES, COMPUTE_CATEGORIES, GAP_CAUSES, KERNEL_CATEGORIES, PRIORITY,
+                                 STEP_CATEGORIES)
+from tracekit.trace import Trace
 
-SCHEMA = "tracekit.breakdown/1"
-# Partition priority (first active wins). "unattributed" is GPU-busy time of unknown category.
-PRIORITY = list(PRIORITY)
-KERNEL_CATEGORIES = list(KERNEL_CATEGORIES)
-PER_STEP_KEYS = list(STEP_CATEGORIES)
-COMPUTE_CATEGORIES = list(COMPUTE_CATEGORIES)
-DEFAULT_DRAFT_RANGE = r"(?i)\bdraft"
-# Rows (kernels + launches) from which independent stages of a breakdown run on two threads.
-_THREADS_FROM_ROWS = 1_000_000
-# Breakdown.activities["kind"]
-KIND_ENUM = pl.Enum(["kernel", "memop", "graph_exec"])
-CATEGORY_ENUM = pl.Enum(PRIORITY)  # Breakdown.activities["category"]
+SCHEMA = "tracekit.breakdown/2"
+LEVER_NAMES = {"cuda_graphs": "CUDA graphs", "communication": "a free all-reduce", "drafting": "no drafting",
+               "host_stalls": "no host stalls"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Breakdown:
-    """The result of :func:`breakdown`; ``to_dict()`` is the contract JSON."""
+    """The result of :func:`breakdown`; ``to_dict()`` is the contract JSON (``tracekit.breakdown/2``).
+
+    Besides the contract's blocks: ``per_step`` (one row per analysed step: the CSV output and the plots),
+    ``top_kernels`` (name, category, count, total_ms, mean_us, per_step_ms), ``activities`` (the attributed GPU
+    activity of the analysed steps, serialised per stream and clipped to each step's period; ``start0`` is the
+    recorded start) and ``facts`` (what the advice was computed from).
+    """
 
     source: dict
     gpu: dict
     steps: dict
+    time_base: TimeBase
     per_step_ms: dict
+    gaps: dict
     kernel_ms_per_step: dict
     roofline: dict
-    advice: dict
-    warnings: list[str]
-    per_step: pl.DataFrame  # one row per analysed step (csv output, plots)
-    top_kernels: pl.DataFrame  # name, category, count, total_ms, mean_us, per_step_ms
-    extras: dict = field(default_factory=dict)  # facts the advice used (graph share, gaps, counts)
-    activities: pl.DataFrame | None = None  # attributed GPU activity of the analysed steps (plots, export), in
-    # order of the unclipped start; start/end clipped to the step's period
+    advice: Advice
+    headline: str
+    warnings: tuple[str, ...]
+    per_step: pl.DataFrame
+    top_kernels: pl.DataFrame
+    activities: pl.DataFrame | None
+    facts: StepFacts
+    rank: int | None = None
+    manifest: dict | None = None  # extension: what the capture measured without a profiler
+
+    @property
+    def ranked_levers(self) -> tuple[str, ...]:
+        """The levers worth pulling, largest saving first."""
+        return self.advice.ranked
+
+    @property
+    def display_levers(self) -> tuple[str, ...]:
+        """Every lever in display order: the ranked ones first, then the rest, memory bandwidth last."""
+        rest = [k for k in ALL_LEVERS if k not in self.advice.ranked and k != "memory_bandwidth"]
+        return (*self.advice.ranked, *rest, "memory_bandwidth")
 
     def to_dict(self) -> dict:
         out = {
@@ -67,200 +78,18 @@ class Breakdown:
             "source": self.source,
             "gpu": self.gpu,
             "steps": self.steps,
+            "time_base": self.time_base.to_dict(),
             "per_step_ms": self.per_step_ms,
+            "gaps": self.gaps,
             "kernel_ms_per_step": self.kernel_ms_per_step,
             "roofline": self.roofline,
-            "advice": self.advice,
-            "warnings": self.warnings,
+            "advice": self.advice.to_dict(),
+            "headline": self.headline,
+            "warnings": list(self.warnings),
         }
-        if self.extras.get("manifest"):
-            out["manifest"] = self.extras["manifest"]  # extension: what the capture measured without a profiler
+        if self.manifest:
+            out["manifest"] = self.manifest
         return out
-
-
-def devices_with_activity(trace: Trace) -> list[int]:
-    """GPUs with any kernel, memory operation or graph execution, busiest first."""
-    acts = pl.concat([
-        trace.kernels.select("device", dur=pl.col("end") - pl.col("start")),
-        trace.memops.select("device", dur=pl.col("end") - pl.col("start")),
-        trace.graph_execs.select("device", dur=pl.col("end") - pl.col("start")),
-    ])
-    return acts.group_by("device").agg(pl.col("dur").sum()).sort(["dur", "device"], descending=[True, False])[
-        "device"].to_list()
-
-
-def pick_device(trace: Trace, device: int | None) -> int:
-    acts = pl.concat([
-        trace.kernels.select("device", dur=pl.col("end") - pl.col("start")),
-        trace.memops.select("device", dur=pl.col("end") - pl.col("start")),
-        trace.graph_execs.select("device", dur=pl.col("end") - pl.col("start")),
-    ])
-    devices = acts.group_by("device").agg(pl.col("dur").sum()).sort(["dur", "device"], descending=[True, False])
-    if device is None:
-        return int(devices["device"][0])
-    if device not in devices["device"].to_list():
-        have = ", ".join(str(d) for d in sorted(devices["device"].to_list()))
-        raise TracekitError(f"--device {device}: no GPU activity on that device; devices with activity: {have}")
-    return device
-
-
-def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None = None
-               ) -> tuple[pl.DataFrame, int, pl.DataFrame]:
-    """All GPU activity on ``device`` in start order (kernels, copies and graph executions), with its
-    name-based category and its launch.
-
-    Returns ``(acts, n_bad, work)``: ``work`` is the trace's launches (in start order) and ``acts["launch"]``
-    the row of ``work`` (a kernel, graph, memcpy or memset call) that issued each activity
-    (null where none was recorded); ``graphed`` says that launch was a graph launch. ``n_bad``
-    activities with end before start are dropped. Columns are kept to what the analyses read: at ten
-    million rows every extra column costs a copy per step below.
-    """
-    from tracekit.classify import load_rules, name_table
-    from tracekit.lookup import row_lookup
-
-    k = _on_device(trace.kernels, device)
-    m = _on_device(trace.memops, device)
-    g = _on_device(trace.graph_execs, device).with_columns(
-        name=pl.format("<CUDA graph {}>", pl.col("graph_id")))
-    # The launches as they are (a filtered copy would cost half a GB at ten million): calls that put no work on
-    # a GPU are simply not valid matches.
-    if work is None:
-        work = trace.launches if trace.launches["start"].is_sorted() else trace.launches.sort("start")
-
-    def launch_rows() -> list[pl.Series]:
-        # (pid, correlation) -> launch row without hashing (see tracekit.lookup): the hash join it replaces was
-        # the slowest step of a breakdown. Part by part: the kernels alone are in key order.
-        is_work = work["kind"].is_in(list(WORK_KINDS))
-        keys = work.select("pid", "correlation")
-        return [row_lookup(f.select("pid", "correlation"), keys, valid=is_work) for f in (k, m, g)]
-
-    def named() -> list[pl.DataFrame]:
-        pos, names = name_table(k["name"], load_rules(rules) if rules is not None else None)
-        prio = {c: i for i, c in enumerate(PRIORITY)}
-        names = names.with_columns(prio=pl.col("category").replace_strict(prio, default=len(PRIORITY) - 1,
-                                                                           return_dtype=pl.Int32))
-        # Low-cardinality text as enums (a few bytes a row, not a string each): ten million kernels' names,
-        # kinds and categories as strings would cost ~1 GB. Compare them with strings as usual.
-        name_enum = pl.Enum(pl.concat([names["name"], m["name"], g["name"]]).drop_nulls().unique(maintain_order=True))
-        cols = ("start", "end", "pid", "correlation", "stream")
-        return [
-            k.select(*cols).with_columns(
-                name=names["name"].cast(name_enum).gather(pos), kind=pl.lit("kernel", KIND_ENUM),
-                category=names["category"].cast(CATEGORY_ENUM).gather(pos).fill_null("other"),
-                prio=names["prio"].gather(pos).fill_null(prio["other"])),
-            m.select(*cols, name=pl.col("name").cast(name_enum)).with_columns(
-                kind=pl.lit("memop", KIND_ENUM), category=pl.lit("memory", CATEGORY_ENUM),
-                prio=pl.lit(prio["memory"], pl.Int32)),
-            g.select(*cols, name=pl.col("name").cast(name_enum)).with_columns(
-                kind=pl.lit("graph_exec", KIND_ENUM), category=pl.lit("unattributed", CATEGORY_ENUM),
-                prio=pl.lit(prio["unattributed"], pl.Int32)),
-        ]
-
-    # independent: side by side (for big traces)
-    rows, frames = in_threads(launch_rows, named, threads=k.height + work.height >= _THREADS_FROM_ROWS)
-    k, m, g = [f.with_columns(launch=r) for f, r in zip(frames, rows)]
-    parts = [f for f in (k, m, g) if f.height] or [k]
-    bad = sum(f.select((pl.col("end") < pl.col("start")).sum()).item() for f in parts)
-    if bad:
-        parts = [f.filter(pl.col("end") >= pl.col("start")) for f in parts]
-    # One frame in start order, made once: the kernels (in order already) and the few copies and graph
-    # executions merged into them (ties: kernels first). It is one copy of the kernels' columns, which is
-    # needed anyway: the readers' frames come in many chunks (SQLite engines deliver batches), and a frame
-    # whose columns are chunked differently (every gathered column is one chunk) is copied whole by polars
-    # at its next filter or group-by. In start order, the unions need no reordering (step_table).
-    acts = _merge_by_start(parts)
-    is_graph = work["kind"] == "graph"
-    # (no graph launch in the trace: no gather of ten million booleans; null where no launch was found)
-    graphed = is_graph.gather(acts["launch"]) if is_graph.any() else pl.when(pl.col("launch").is_not_null()).then(False)
-    acts = acts.with_columns(graphed=graphed, dur=pl.col("end") - pl.col("start"))
-    return acts, bad, work
-
-
-def _on_device(df: pl.DataFrame, device: int) -> pl.DataFrame:
-    """The rows of ``df`` on ``device``; ``df`` itself when all are (a filter copies every column even when it
-    keeps every row: ten million kernels, ~0.7 GB)."""
-    d = df["device"]
-    if d.null_count() == 0 and d.len() and d.min() == d.max() == device:
-        return df
-    return df.filter(pl.col("device") == device)
-
-
-def _merge_by_start(frames: list[pl.DataFrame], key: str = "start") -> pl.DataFrame:
-    """Concatenate frames of one schema (the first frame's; the others are cast to it) into ``key`` order
-    (stable; on equal keys the largest frame's rows come first), one chunk per column.
-
-    A linear merge, not a sort: the largest frame (one device's kernels) is sorted already and the few
-    others (copies, graph executions) are placed into it by binary search; every column is then one gather
-    by the merged order, straight from the frames as they are (a reader's frame comes in many chunks: no
-    copy into one chunk first, as polars' ``merge_sorted`` would make; 10M kernels: 0.5 s against 1-1.6 s).
-    """
-    schema = dict(frames[0].schema)
-    full = [f if f[key].is_sorted() else f.sort(key, maintain_order=True) for f in frames if f.height]
-    full = [f if dict(f.schema) == schema else f.cast(schema) for f in full]
-    if len(full) <= 1:
-        return (full[0] if full else frames[0]).rechunk()
-    big = max(full, key=lambda f: f.height)
-    small = pl.concat([f for f in full if f is not big]).sort(key, maintain_order=True)
-    n, m = big.height, small.height
-    # Output row of each small row: after the big rows that start at or before it (ties: big rows first).
-    at = big[key].search_sorted(small[key], side="right").cast(pl.UInt32) + pl.int_range(0, m, dtype=pl.UInt32,
-                                                                                        eager=True)
-    mark = pl.lit(pl.repeat(0, n + m, dtype=pl.UInt32, eager=True).scatter(at, 1))
-    before = mark.cum_sum()  # small rows at or before each output row
-    order = pl.when(mark == 1).then(n + before - 1).otherwise(pl.int_range(0, n + m, dtype=pl.UInt32) - before)
-    return pl.concat([big, small], rechunk=False).select(pl.all().gather(pl.select(order).to_series()))
-
-
-def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> pl.Series:
-    """For each launch (a frame in ``start`` order), the ``col`` id of the window open on its (pid[, tid]) at
-    its start, else null. One backward as-of join on already sorted launches."""
-    if windows.height == 0 or launches.height == 0:
-        return pl.repeat(None, launches.height, dtype=pl.Int64, eager=True).alias(col)
-    w = windows.select(*by, ws="start", we="end", wid=col).sort("ws")
-    groups = w.select(by).unique()
-    if groups.height == 1 and bool((w["ws"].diff().slice(1) > 0).all()):
-        # One thread (or process) holds every window, the usual case: a binary search per launch, no join.
-        # Row 0 of the lookup is "no window yet": index = number of window starts at or before the launch.
-        ends = pl.concat([pl.Series([None], dtype=w["we"].dtype), w["we"]])
-        ids = pl.concat([pl.Series([None], dtype=w["wid"].dtype), w["wid"]])
-        i = w["ws"].search_sorted(launches["start"], side="right")
-        end = pl.lit(ends).gather(pl.col("i"))
-        inside = end.is_null() | (pl.col("start") <= end)
-        if not all(launches[c].null_count() == 0 and launches[c].min() == launches[c].max() == groups[c][0]
-                   for c in by):
-            inside = inside & pl.all_horizontal(pl.col(c) == groups[c][0] for c in by)
-        return launches.select(*by, "start", i=i).select(
-            pl.when(inside).then(pl.lit(ids).gather(pl.col("i"))).alias(col))[col]
-    out = launches.select(*by, "start").join_asof(w, left_on="start", right_on="ws", by=by, strategy="backward",
-                                                  check_sortedness=False)
-    return out.select(pl.when(pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))).then(pl.col("wid"))
-                      .alias(col))[col]
-
-
-def _lost_graph_steps(trace: Trace, windows: pl.DataFrame, by: list[str]) -> pl.Series:
-    """Ids of the step windows that hold a graph launch with no GPU activity recorded on any device."""
-    graphs = trace.launches.filter(pl.col("kind") == "graph")
-    if graphs.height == 0 or trace.graph_execs.height:
-        return pl.Series("step", [], dtype=pl.Int64)
-    recorded = pl.concat([trace.kernels.select("pid", "correlation"), trace.memops.select("pid", "correlation")])
-    lost = graphs.join(recorded.unique(), on=["pid", "correlation"], how="anti")
-    if lost.height == 0:
-        return pl.Series("step", [], dtype=pl.Int64)
-    return _window_of(lost.sort("start"), windows, by, "step").drop_nulls().unique()
-
-
-def _draft_windows(trace: Trace, draft_range: str | None) -> pl.DataFrame:
-    """Disjoint draft windows per thread (nested draft ranges merged into their outermost)."""
-    if not draft_range:
-        return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64,
-                                    "draft": pl.Int64})
-    from tracekit.intervals import merge
-
-    rng = select_ranges(trace.ranges, draft_range).filter(pl.col("end").is_not_null())
-    if rng.height == 0:
-        return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64,
-                                    "draft": pl.Int64})
-    return merge(rng, ["pid", "tid"]).collect().with_row_index("draft").with_columns(pl.col("draft").cast(pl.Int64))
 
 
 def _quantiles(values: pl.Series) -> dict:
@@ -273,222 +102,214 @@ def _quantiles(values: pl.Series) -> dict:
     }
 
 
+def _first(*values):
+    return next((v for v in values if v is not None), None)
+
+
 def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
-               device: int | None = None, rules=None):
-    """Everything per step: (per_step frame, attributed activities, Steps, device, warnings)."""
-    if not trace.has_gpu_activity:
-        raise NoGpuActivity(f"{trace.meta.path}: the trace holds no GPU activity (no kernels or memory operations)")
-    warnings: list[str] = []
-    dev = pick_device(trace, device)
-    work = trace.launches if trace.launches["start"].is_sorted() else trace.launches.sort("start")
+               device: int | None = None, rules=None, phase: str = "decode") -> StepTable:
+    """Attribution then partition: the per-step table of ``trace`` (see ``tracekit.analyses.partition``)."""
+    attr = attribute(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules)
+    return partition(attr, trace, phase=phase, phases=_phases(trace, attr))
 
-    def windows_side():
-        """The step and draft windows, and the one open on each launch's thread (needs no activity)."""
-        steps = find_steps(trace, step_range=step_range, device=dev)
-        if steps is None or steps.windows.height == 0:
-            return steps, None, None, None
-        dw = _draft_windows(trace, draft_range)
-        draft_of = _window_of(work, dw, ["pid", "tid"], "draft") if dw.height else None
-        return steps, _window_of(work, steps.windows, ["pid", "tid"], "step"), dw, draft_of
 
-    # The activities and the launches' windows are independent: computed side by side (two threads).
-    big = trace.kernels.height + trace.launches.height >= _THREADS_FROM_ROWS
-    (acts, n_bad, _), (steps, step_of, dw, draft_of) = in_threads(lambda: activities(trace, dev, rules, work=work),
-                                                                 windows_side, threads=big)
-    if n_bad:
-        warnings.append(f"{n_bad} GPU activities with end before start were ignored")
-    if steps is None or steps.windows.height == 0:
-        cands = range_patterns(trace.ranges, top=5)
-        hint = ", ".join(f"{r!r} ({c})" for r, c in zip(cands["regex"], cands["count"])) or "none"
-        what = f"no range matches --step-range {step_range!r}" if step_range else "no decode steps found"
-        raise NoSteps(f"{trace.meta.path}: {what}; pass --step-range REGEX (range patterns in this trace: {hint})")
-    warnings.extend(steps.warnings)
-    windows = steps.windows
-    # Attribution is per launch (launches are few and already in time order); activities follow their launch.
-    launch = acts["launch"]
-    acts = acts.with_columns(step=step_of.gather(launch))
-    n_work = launch.is_not_null().sum()
-    n_in = acts["step"].is_not_null().sum()
-    step_by = ["pid", "tid"]
-    if n_work and n_in < 0.5 * n_work and steps.marker != "inferred":
-        # Step ranges on another thread than the launches (e.g. a scheduler thread): attribute by process.
-        alt = _window_of(work, windows, ["pid"], "step").gather(launch)
-        if alt.is_not_null().sum() > n_in:
-            acts = acts.with_columns(step=alt)
-            step_by = ["pid"]
-            warnings.append("step ranges are not on the launching threads: GPU work attributed to the step open "
-                            "in the same process instead")
-    if dw.height:
-        acts = acts.with_columns(draft=draft_of.gather(launch)).drop("launch")
-        drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
-        acts = acts.with_columns(
-            category=pl.when(drafted).then(pl.lit("drafting", CATEGORY_ENUM)).otherwise(pl.col("category")),
-            prio=pl.when(drafted).then(pl.lit(PRIORITY.index("drafting"), pl.Int32)).otherwise(pl.col("prio")),
-        )
+def _phases(trace: Trace, attr: Attribution) -> pl.DataFrame | None:
+    """Each step's phase where the trace or its manifest says (our captures are decode loops)."""
+    man = trace.manifest or {}
+    if man.get("workload"):
+        return attr.steps.windows.select("step", phase=pl.lit("decode"))
+    return None
+
+
+def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofline: dict, phase: str,
+             busy_ms: float, upper_bounds: bool) -> str:
+    """One line: the step and its time base, where most of the traced step goes, the top lever, the ceiling."""
+    if tb.unprofiled_step_ms is not None:
+        parts = [f"step {tb.reference_step_ms:.3f} ms unprofiled ({tb.unprofiled_source}; traced "
+                 f"{tb.traced_step_ms:.3f} ms)"]
+    elif upper_bounds:
+        parts = [f"traced step {tb.traced_step_ms:.3f} ms, no unprofiled time: savings are upper bounds (the real "
+                 f"step lies between {busy_ms:.3f} ms of GPU work and {tb.traced_step_ms:.3f} ms)"]
     else:
-        acts = acts.with_columns(draft=pl.lit(None, pl.Int64)).drop("launch")
-    del launch, step_of, draft_of  # (launch-sized: freed before the per-step work)
-    graph_mode = trace.meta.graph_trace_mode == "graph" and bool((acts["kind"] == "graph_exec").any())
-    if graph_mode:
-        compute = pl.col("category").is_in(COMPUTE_CATEGORIES)
-        acts = acts.with_columns(
-            category=pl.when(compute).then(pl.lit("unattributed", CATEGORY_ENUM)).otherwise(pl.col("category")),
-            prio=pl.when(compute).then(pl.lit(PRIORITY.index("unattributed"), pl.Int32)).otherwise(pl.col("prio")))
-
-    in_steps = acts if acts["step"].null_count() == 0 else acts.filter(pl.col("step").is_not_null())
-    if in_steps["step"].is_sorted():  # (activities in start order, steps one after the other: the usual case)
-        in_steps = in_steps.with_columns(pl.col("step").set_sorted())  # group-bys then work on slices, no hashing
-    # Per step: the span of its activities (which decides its period), then, side by side with the unions below,
-    # every per-step sum (kernel time per category, graph-replayed share, launch counts), of unclipped durations;
-    # the clipped span follows from the unclipped one.
-    per = in_steps.group_by("step").agg(first=pl.col("start").min(), last=pl.col("end").max(), n_acts=pl.len(),
-                                        n_kernels=(pl.col("kind") == "kernel").sum())
-
-    def step_sums():
-        not_memop = pl.col("kind") != "memop"
-        graphed = pl.col("graphed").fill_null(False)
-        return in_steps.group_by("step").agg(
-            *[pl.col("dur").filter(pl.col("prio") == PRIORITY.index(c)).sum().alias(f"k_{c}")
-              for c in KERNEL_CATEGORIES + ["unattributed"]],
-            k_graphed=pl.col("dur").filter(graphed & not_memop).sum(),
-            k_all=pl.col("dur").filter(not_memop).sum(),
-            n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
-            n_launched=pl.col("correlation").filter(~graphed).n_unique(),
-        )
-
-    allw = windows.join(per, on="step", how="left")
-    cut = allw.filter(pl.col("end").is_null())
-    empty_steps = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_null())
-    # Graph launches whose replayed work was never recorded (Kineto activity-buffer overflow): the step's GPU
-    # time cannot be known, so the step is excluded rather than reported as idle.
-    lost = _lost_graph_steps(trace, windows, step_by)
-    lost_steps = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_not_null()
-                             & pl.col("step").is_in(lost.implode()))
-    good = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_not_null()
-                       & ~pl.col("step").is_in(lost.implode())).sort("first")
-    excluded = cut.height + empty_steps.height + lost_steps.height
-    if lost_steps.height:
-        warnings.append(f"{lost_steps.height} step(s) launched CUDA graphs whose kernels were not recorded "
-                        "(profiler activity buffer overflow?): excluded, their GPU time cannot be known")
-    if empty_steps.height:
-        warnings.append(f"{empty_steps.height} step range(s) launched no GPU work on device {dev}: excluded")
-    if cut.height:
-        warnings.append(f"{cut.height} step range(s) cut off by the capture window: excluded")
-    if good.height == 0 and lost_steps.height:
-        raise NoSteps(f"{trace.meta.path}: every step launched CUDA graphs whose kernels were not recorded (the "
-                      "profiler's activity buffer likely overflowed); profile fewer steps or enlarge the buffer")
-    if good.height == 0:
-        raise NoSteps(f"{trace.meta.path}: {windows.height} step range(s) found but none launched GPU work on "
-                      f"device {dev}; try --device or --step-range")
-    good = good.with_columns(
-        p_start=pl.col("first"),
-        p_end=pl.col("first").shift(-1).fill_null(pl.max_horizontal("last", "end")),
-    )
-
-    def clipped_unions():
-        # Each activity's step period, by step id (window ids are row numbers): two gathers, no join.
-        slots = pl.Series([None], dtype=pl.Int64).extend_constant(None, windows.height - 1)
-        step_idx = in_steps["step"].cast(pl.UInt32)
-        p_start = slots.clone().scatter(good["step"], good["p_start"]).gather(step_idx)
-        p_end = slots.clone().scatter(good["step"], good["p_end"]).gather(step_idx)
-        acts_g = in_steps.with_columns(start=pl.col("start").clip(p_start, p_end),
-                                       end=pl.col("end").clip(p_start, p_end))
-        if p_start.null_count():  # activities of excluded steps
-            acts_g = acts_g.filter(p_start.is_not_null())
-        del p_start, p_end, step_idx
-        # The unions want each step's activities in start order: they are (activities() merged them into start
-        # order). Ordered by the unclipped start, clipping keeps that order within each step (one pair of
-        # bounds), and the clipped periods tile the timeline (a late activity of a step becomes zero-length at
-        # its period's end): what tiled= needs.
-        narrow = acts_g.select("step", "start", "end", "prio")
-        return acts_g, cumulative_union_lengths(narrow, "step", "prio", len(PRIORITY), presorted=True, tiled=True)
-
-    (acts_g, unions), sums = in_threads(clipped_unions, step_sums, threads=big)
-    table = good.select("step", "p_start", "p_end", "n_kernels", period=pl.col("p_end") - pl.col("p_start"))
-    table = table.join(unions, on="step", how="left")
-    cum_cols = [f"u{i}" for i in range(len(PRIORITY))]
-    prev = pl.lit(0, pl.Int64)
-    for i, cat in enumerate(PRIORITY):
-        table = table.with_columns(pl.col(f"u{i}").fill_null(0))
-        table = table.with_columns((pl.col(f"u{i}") - prev).alias(f"x_{cat}"))
-        prev = pl.col(f"u{i}")
-    # The clipped span of each step's activities: the first starts at the period's start; the last end, clipped.
-    span = good.select("step", a_first="first", a_last=pl.col("last").clip(pl.col("p_start"), pl.col("p_end")))
-    sums = sums.join(span, on="step", how="inner")
-    table = table.join(sums, on="step", how="left").with_columns(
-        x_launch_gaps=(pl.col("a_last") - pl.col("a_first")) - pl.col(f"u{len(PRIORITY) - 1}"),
-        x_idle=pl.col("period") - (pl.col("a_last") - pl.col("a_first")),
-    )
-    # Wall time of the draft phases on the GPU timeline: first to last activity of each draft range
-    # (gaps between its kernels included), summed per step.
-    drafts = acts_g.filter(pl.col("draft").is_not_null())
-    if drafts.height:
-        dspan = (drafts.group_by("step", "draft").agg(span=pl.col("end").max() - pl.col("start").min())
-                 .group_by("step").agg(draft_span=pl.col("span").sum()))
-        table = table.join(dspan, on="step", how="left")
-    else:
-        table = table.with_columns(draft_span=pl.lit(None, pl.Int64))
-    table = table.with_columns(pl.col("draft_span").fill_null(0))
-    table = table.drop(cum_cols + ["a_first", "a_last"]).sort("p_start")
-    table = table.join(windows.select("step", "pid", "tid", w_start="start", w_end="end"), on="step", how="left")
-    return table, acts_g, steps, dev, warnings, excluded, graph_mode
+        parts = [f"step {tb.traced_step_ms:.3f} ms (traced; no unprofiled time)"]
+    shares = {k: v for k, v in per_step_ms.items() if v and k not in ("launch_gaps", "idle")}
+    shares.update({k: v for k, v in gaps.items() if k in GAP_CAUSES and v})
+    if tb.traced_step_ms and shares:
+        top = sorted(shares, key=lambda k: -shares[k])[:2]
+        parts.append(", ".join(f"{k.replace('_', ' ')} {pct(shares[k] / tb.traced_step_ms)}" for k in top)
+                     + " of the traced step")
+    if phase in ("prefill", "mixed"):
+        parts.append(f"{phase} steps: no decode advice")
+    elif advice.ranked:
+        k = advice.ranked[0]
+        lever = advice[k]
+        bound = " at most" if upper_bounds else ""
+        parts.append(f"{LEVER_NAMES[k]} →{bound} ≈{lever.predicted_step_ms:.3f} ms (−{lever.max_saving_ms:.3f} ms)")
+    if roofline.get("fraction_of_ceiling") is not None and roofline.get("ceiling_tokens_per_s") is not None:
+        parts.append(f"{pct(roofline['fraction_of_ceiling'])} of the {roofline['ceiling_tokens_per_s']:,.0f} tok/s "
+                     "bandwidth ceiling")
+    return "; ".join(parts)
 
 
 def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
               device: int | None = None, rules=None, weight_bytes: int | None = None, peak_bw: float | None = None,
               accept_len: float | None = None, tokens_per_step: float | None = None,
-              device_profile: dict | None = None) -> Breakdown:
-    """Per-step breakdown of ``trace`` (see the module docstring for the definitions)."""
-    table, acts, steps, dev, warnings, excluded, graph_mode = step_table(
-        trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules)
+              device_profile: dict | None = None, measured_step_ms: float | None = None,
+              measured_tok_s: float | None = None, phase: str = "decode") -> Breakdown:
+    """Per-step breakdown of ``trace`` (see the module docstring and ``docs/definitions.md``)."""
+    from tracekit.analyses.communication import collective_bandwidth, collective_overheads
+    from tracekit.analyses.roofline import roofline
+    from tracekit.gpus import lookup, resolve_peak_bw
+
+    st = step_table(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules, phase=phase)
+    attr, table, acts = st.attribution, st.table, st.activities
+    warnings = list(trace.meta.warnings) + list(st.warnings)
+    man, man_warning = _manifest(trace, attr)
+    if man_warning:
+        warnings.append(man_warning)
     n = table.height
-    stats = {"count": n, "excluded": excluded, "marker": steps.marker, "pattern": steps.pattern,
-             **_quantiles(table["period"])}
+    steps = {"count": n, "excluded": st.excluded, "marker": attr.steps.marker, "pattern": attr.steps.pattern,
+             **_quantiles(table["period"]), "phase": st.phase, "excluded_reasons": st.excluded_reasons}
     mean = lambda col: float(table[col].cast(pl.Float64).mean()) / 1e6  # noqa: E731
-    per_step_ms = {k: mean(f"x_{k}") for k in PER_STEP_KEYS}
+    per_step_ms = {k: mean(f"x_{k}") for k in STEP_CATEGORIES}
     kernel_ms = {k: mean(f"k_{k}") for k in KERNEL_CATEGORIES}
-    if graph_mode:
+    gaps = {k: mean(f"g_{k}") for k in GAP_CAUSES}
+    if attr.graph_mode:
         for k in COMPUTE_CATEGORIES:
             per_step_ms[k] = None
             kernel_ms[k] = None
-    total_ns = acts.filter(pl.col("kind") != "graph_exec")
-    top = (total_ns.group_by("name", "category").agg(count=pl.len(), total=pl.col("dur").sum())
+    gaps["largest"] = list(st.largest)
+    top = (acts.filter(pl.col("kind") != "graph_exec").group_by("name", "category")
+           .agg(count=pl.len(), total=pl.col("dur").sum())
            .with_columns(pl.col("name", "category").cast(pl.String))  # (enums sort by code, not by text)
            .with_columns(total_ms=pl.col("total") / 1e6, mean_us=pl.col("total") / pl.col("count") / 1e3,
                          per_step_ms=pl.col("total") / 1e6 / n)
            .drop("total").sort(["total_ms", "name"], descending=[True, False]))
     per_step = table.select(
         "step", start_ns="p_start", end_ns="p_end", period_ms=pl.col("period") / 1e6,
-        **{k: pl.col(f"x_{k}") / 1e6 for k in PER_STEP_KEYS},
-        n_kernels="n_kernels",
-    )
-    if graph_mode:
+        **{k: pl.col(f"x_{k}") / 1e6 for k in STEP_CATEGORIES},
+        **{k: pl.col(f"g_{k}") / 1e6 for k in GAP_CAUSES},
+        n_kernels="n_kernels", phase="phase")
+    if attr.graph_mode:
         per_step = per_step.with_columns(*[pl.lit(None, pl.Float64).alias(k) for k in COMPUTE_CATEGORIES])
-    graph_share = float(table["k_graphed"].sum() / table["k_all"].sum()) if table["k_all"].sum() else 0.0
-    extras = {
-        "graph_kernel_share": graph_share,
-        "kernels_per_step": float(table["n_kernels"].mean()),
-        "launched_per_step": float(table["n_launched"].fill_null(0).mean()),
-        "graph_launches_per_step": float(table["n_graph_launches"].fill_null(0).mean()),
-        "busy_ms": sum(v for k, v in per_step_ms.items() if k not in ("launch_gaps", "idle") and v is not None),
-        "graph_mode": graph_mode,
-        "rank": trace.meta.rank,
-        "draft_phase_ms": float(table["draft_span"].mean()) / 1e6,
-        "step_windows": table.select("step", "pid", "tid", start="w_start", end="w_end"),
-    }
+    k_all = table["k_all"].sum()
+    graph_share = float(table["k_graphed"].sum() / k_all) if k_all else 0.0
+    busy_ms = sum(v for k, v in per_step_ms.items() if k in BUSY_CATEGORIES and v is not None)
+    if attr.graph_mode:
+        busy_ms = sum(mean(f"x_{k}") for k in PRIORITY)
+
+    # ---- GPU and peak bandwidth
     gpu_name, trace_bw = None, None
-    g = trace.gpus.filter(pl.col("device") == dev)
+    g = trace.gpus.filter(pl.col("device") == attr.device)
     if g.height:
         gpu_name, trace_bw = g["name"][0], g["peak_bw_gbps"][0]
-    from tracekit.analyses.advice import advise
+    bw, bw_src = resolve_peak_bw(peak_bw, man.get("peak_bw_gbps"), trace_bw, gpu_name or man.get("gpu_name"))
+    if bw is None:
+        warnings.append("peak memory bandwidth unknown (GPU not in the trace or the table): pass --peak-bw GBPS")
+    gpu = {"device": attr.device, "name": gpu_name, "peak_bw_gbps": bw, "peak_bw_source": bw_src}
 
-    result = Breakdown(
-        source={"path": trace.meta.path, "format": trace.meta.format, "producer_version": trace.meta.producer_version,
-                "graph_trace_mode": trace.meta.graph_trace_mode},
-        gpu={"device": dev, "name": gpu_name, "peak_bw_gbps": None, "peak_bw_source": None},
-        steps=stats, per_step_ms=per_step_ms, kernel_ms_per_step=kernel_ms, roofline={}, advice={},
-        warnings=list(trace.meta.warnings) + warnings, per_step=per_step, top_kernels=top, extras=extras,
-        activities=acts,
-    )
-    return advise(result, trace, trace_bw=trace_bw, weight_bytes=weight_bytes, peak_bw=peak_bw,
-                  accept_len=accept_len, tokens_per_step=tokens_per_step, device_profile=device_profile)
+    # ---- time base
+    spec = man.get("spec") or {}
+    acc = _first(accept_len, spec.get("accept_len"))
+    batch = _first(tokens_per_step, man.get("tokens_per_step"), 1)
+    tokens = (acc if acc else 1) * batch
+    traced = steps["mean_ms"]
+    tb = time_base(traced, measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s, tokens_per_step=tokens,
+                   manifest_ms=man.get("unprofiled_step_ms"))
+    upper = tb.unprofiled_step_ms is None and host_bound(per_step_ms, traced)
+    if tb.profiler_inflation is not None and tb.profiler_inflation > 1.2:
+        warnings.append(f"the traced steps ({traced:.3f} ms) are {tb.profiler_inflation:.1f}x the unprofiled step "
+                        f"({tb.unprofiled_step_ms:.3f} ms, {tb.unprofiled_source}): every saving is stated against the "
+                        "unprofiled step; shares of the traced step include the profiler's own overhead")
+
+    # ---- roofline
+    if weight_bytes is not None:
+        wb, wb_src = int(weight_bytes), "flag"
+    elif man.get("weight_bytes_per_step") is not None:
+        wb, wb_src = int(man["weight_bytes_per_step"]), "manifest"
+    else:
+        wb, wb_src = _weight_bytes_from_trace(trace, table, n)
+    if wb is None:
+        warnings.append("weight bytes per step unknown: pass --model PATH or --weight-bytes N (or capture with "
+                        "tracekit capture, whose manifest records them)")
+    r = roofline(wb, bw, tb.reference_step_ms, tokens, kernel_ms.get("gemm")).to_dict()
+    roof = {"weight_bytes_per_step": r["weight_bytes_per_step"], "weight_bytes_source": wb_src if wb else None,
+            "kv_bytes_per_step": None, "kv_bytes_source": None, "draft_bytes_per_step": None,
+            "bytes_per_step": r["weight_bytes_per_step"], "tp": int(man.get("tp") or 1),
+            **{k: v for k, v in r.items() if k != "weight_bytes_per_step"}, "attention_achieved_bw_gbps": None}
+
+    # ---- advice
+    gap = DEFAULT_REPLAY_GAP_US
+    if device_profile and isinstance(device_profile.get("graph_replay_gap_us"), (int, float)) \
+            and device_profile["graph_replay_gap_us"] > 0:
+        gap = float(device_profile["graph_replay_gap_us"])
+    spec_gpu = lookup(gpu_name or man.get("gpu_name"))
+    link = (f"{spec_gpu.link_bw_gbps:,.0f} GB/s per direction over {spec_gpu.link}"
+            if spec_gpu and spec_gpu.link_bw_gbps else None)
+    between = [x for x in st.largest if x["cause"] == "between_steps"]
+    facts = StepFacts(
+        traced_ms=traced, reference_ms=tb.reference_step_ms, reference_source=tb.unprofiled_source,
+        upper_bounds=upper, per_step_ms=per_step_ms, kernel_ms=kernel_ms,
+        gaps={k: gaps[k] for k in GAP_CAUSES}, busy_ms=busy_ms, graph_kernel_share=graph_share,
+        launched_per_step=float(table["n_launched"].fill_null(0).mean()),
+        graph_launches_per_step=float(table["n_graph_launches"].fill_null(0).mean()),
+        kernels_per_step=float(table["n_kernels"].mean()),
+        draft_phase_ms=float(table["draft_span"].mean()) / 1e6, draft_detection=attr.draft_detection,
+        phase=st.phase, replay_gap_us=gap, accept_len=acc, tokens_per_step=float(batch),
+        floor_ms=roof["floor_ms"], gemm_achieved_bw_gbps=roof["gemm_achieved_bw_gbps"], peak_bw_gbps=bw,
+        kv_bytes_per_step=roof["kv_bytes_per_step"],
+        comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
+        comm_bandwidth=collective_bandwidth(acts, trace.collectives), link=link,
+        longest_between=between[0] if between else None)
+    advice = advise(facts)
+    if st.phase == "unknown":
+        warnings.append("the steps' phase (decode or prefill) could not be told from the trace: decode advice is "
+                        "given, check that these are decode steps")
+    head = headline(tb, per_step_ms, gaps, advice, roof, st.phase, busy_ms, upper)
+    source = {"path": trace.meta.path, "format": trace.meta.format, "producer_version": trace.meta.producer_version,
+              "graph_trace_mode": trace.meta.graph_trace_mode}
+    manifest = {k: man.get(k) for k in ("workload", "mode", "unprofiled_step_ms", "tp")} if man else None
+    return Breakdown(source=source, gpu=gpu, steps=steps, time_base=tb, per_step_ms=per_step_ms, gaps=gaps,
+                     kernel_ms_per_step=kernel_ms, roofline=roof, advice=advice, headline=head,
+                     warnings=tuple(warnings), per_step=per_step, top_kernels=top, activities=acts, facts=facts,
+                     rank=trace.meta.rank, manifest=manifest)
+
+
+def _manifest(trace: Trace, attr: Attribution) -> tuple[dict, str | None]:
+    """The manifest beside the trace, when it applies to it (contract): one without ``trace_files`` applies only
+    when its ``steps`` equals the number of step windows found."""
+    man = trace.manifest or {}
+    if not man or man.get("trace_files"):
+        return man, None
+    n = attr.steps.windows.height
+    if man.get("steps") is not None and man["steps"] != n:
+        return {}, (f"manifest.json beside the trace ignored: it describes {man['steps']} profiled steps, the trace "
+                    f"holds {n} step windows (a manifest of another capture?)")
+    return man, None
+
+
+def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int):
+    """Weight bytes from the trace itself: recorded op shapes (Kineto) or SGLang layer-wise NVTX text."""
+    from tracekit.analyses.roofline import weight_bytes_from_nvtx, weight_bytes_from_shapes
+
+    if trace.ops.height and trace.ops["input_dims"].is_not_null().any():
+        # Only the ops of the analysed steps (warm-up or prefill ops would inflate the bytes).
+        w = table.select("step", "pid", "tid", ws="w_start", we="w_end").sort("ws")
+        ops = (trace.ops.sort("start")
+               .join_asof(w, left_on="start", right_on="ws", by=["pid", "tid"], strategy="backward",
+                          check_sortedness=False)
+               .filter(pl.col("step").is_not_null() & (pl.col("start") <= pl.col("we")))
+               .drop("ws", "we"))
+        if ops.height:
+            wb, _detail = weight_bytes_from_shapes(ops, n_steps=n_steps)
+            if wb:
+                return int(wb), "shapes"
+    if trace.ranges.height:
+        wb = weight_bytes_from_nvtx(trace.ranges["name"])
+        if wb:
+            return int(wb), "nvtx"
+    return None, None
+
+
+__all__ = ["Breakdown", "breakdown", "step_table", "headline", "devices_with_activity", "pick_device", "SCHEMA",
+           "DEFAULT_DRAFT_RANGE"]

@@ -1,9 +1,9 @@
-"""Two breakdowns side by side: what changed between a base and a new run (schema ``tracekit.diff/1``).
+"""Two breakdowns side by side: what changed between a base and a new run (schema ``tracekit.diff/2``).
 
 ``diff(base, new)`` takes two :class:`~tracekit.analyses.breakdown.Breakdown` results and
 returns a :class:`Diff` whose ``to_dict()`` is the contract JSON::
 
-    {"schema": "tracekit.diff/1", "base": <breakdown>, "new": <breakdown>, "delta": {...}}
+    {"schema": "tracekit.diff/2", "base": <breakdown/2>, "new": <breakdown/2>, "delta": {...}}
 
 ``delta`` holds, for every number compared, ``{"base", "new", "abs", "rel"}`` where
 ``abs = new - base`` (ms unless the key says otherwise) and ``rel = abs / base``
@@ -13,7 +13,9 @@ returns a :class:`Diff` whose ``to_dict()`` is the contract JSON::
   step-to-step noise of each side) and ``count``; plus ``within_noise``: true when the
   mean moved by less than the larger of the two p10–p90 half-spreads, i.e. the change
   may be noise.
-* ``per_step_ms`` and ``kernel_ms_per_step``: every key of the breakdown's blocks.
+* ``time_base``: ``reference_step_ms``, ``unprofiled_step_ms`` and ``traced_step_ms`` (each side's own
+  unprofiled step: its flag, else its manifest); savings and step changes a user acts on are these.
+* ``per_step_ms``, ``gaps`` (by cause) and ``kernel_ms_per_step``: every key of the breakdown's blocks.
 * ``roofline``: ``floor_ms``, ``fraction_of_ceiling``, ``ceiling_tokens_per_s``,
   ``gemm_achieved_bw_gbps``.
 * ``largest_change``: the ``per_step_ms`` key with the largest absolute change (ties: the
@@ -31,10 +33,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA = "tracekit.diff/1"
+from tracekit.categories import GAP_CAUSES, LEVERS
+
+SCHEMA = "tracekit.diff/2"
 STEP_KEYS = ["mean_ms", "median_ms", "p10_ms", "p90_ms"]
 ROOFLINE_KEYS = ["floor_ms", "fraction_of_ceiling", "ceiling_tokens_per_s", "gemm_achieved_bw_gbps"]
-LEVERS = ["cuda_graphs", "communication", "drafting", "memory_bandwidth"]
 
 
 def change(base, new) -> dict:
@@ -87,6 +90,9 @@ def diff(base, new) -> Diff:
     kernel = {k: change(b["kernel_ms_per_step"].get(k), n["kernel_ms_per_step"].get(k))
               for k in dict.fromkeys([*b["kernel_ms_per_step"], *n["kernel_ms_per_step"]])}
     roof = {k: change(b["roofline"].get(k), n["roofline"].get(k)) for k in ROOFLINE_KEYS}
+    tb = {k: change(b["time_base"].get(k), n["time_base"].get(k))
+          for k in ("reference_step_ms", "unprofiled_step_ms", "traced_step_ms")}
+    gaps = {k: change(b["gaps"].get(k), n["gaps"].get(k)) for k in GAP_CAUSES}
 
     largest = None
     for k, v in per_step.items():
@@ -123,6 +129,9 @@ def diff(base, new) -> Diff:
     if steps["within_noise"]:
         warnings.append("the mean step moved by less than half the p10–p90 spread: the change may be noise")
 
-    delta = {"steps": steps, "per_step_ms": per_step, "kernel_ms_per_step": kernel, "roofline": roof,
+    if (b["time_base"]["unprofiled_step_ms"] is None) != (n["time_base"]["unprofiled_step_ms"] is None):
+        warnings.append("only one side has an unprofiled step time: its reference step is unprofiled, the other's "
+                        "is traced (pass --base-measured-step-ms / --new-measured-step-ms)")
+    delta = {"steps": steps, "time_base": tb, "per_step_ms": per_step, "gaps": gaps, "kernel_ms_per_step": kernel, "roofline": roof,
              "largest_change": largest, "advice_changed": changed, "warnings": warnings}
     return Diff(base=base, new=new, delta=delta)

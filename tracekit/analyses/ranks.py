@@ -52,7 +52,7 @@ def cross_rank(results, labels=None) -> dict:
     for i, b in enumerate(results):
         d = b.to_dict()
         ps, st = d["per_step_ms"], d["steps"]
-        rank = b.extras.get("rank")
+        rank = b.rank
         label = labels[i] if labels else str(i if rank is None else rank)
         table.append([label, d["source"]["path"], d["gpu"]["device"], st["count"], st["mean_ms"], st["p90_ms"],
                       *[ps[k] for k in STEP_CATEGORIES if k != UNATTRIBUTED], d["kernel_ms_per_step"]["communication"], wt[i][0], wt[i][1]])

@@ -312,11 +312,15 @@ def _memops(db: _Db) -> pl.DataFrame:
         cols = set(db.columns(table))
         pid = _PID.format(c="globalPid") if "globalPid" in cols else "0"
         kind = "copyKind" if "copyKind" in cols else "0"
+        # srcKind/dstKind 0 = pageable host memory (ENUM_CUDA_MEM_KIND)
+        pageable = ("(srcKind = 0 OR dstKind = 0)" if {"srcKind", "dstKind"} <= cols else "NULL")
         sql = (f"SELECT start, end, deviceId, streamId, correlationId, {pid}, "
-               f"{'bytes' if 'bytes' in cols else 'NULL'}, {kind} FROM {table}")
+               f"{'bytes' if 'bytes' in cols else 'NULL'}, {kind}, {pageable} FROM {table}")
         df = db.frame(sql, {"start": pl.Int64, "end": pl.Int64, "device": pl.Int64, "stream": pl.Int64,
-                            "correlation": pl.Int64, "pid": pl.Int64, "bytes": pl.Int64, "ck": pl.Int64}, table)
+                            "correlation": pl.Int64, "pid": pl.Int64, "bytes": pl.Int64, "ck": pl.Int64,
+                            "pageable": pl.Int64}, table)
         df = df.with_columns(
+            pageable=pl.col("pageable").cast(pl.Boolean),
             kind=pl.lit("memcpy"),
             copy_kind=pl.col("ck").replace_strict(_COPY_KINDS, default="Unknown", return_dtype=pl.String),
             name=pl.format("[CUDA memcpy {}]", pl.col("ck").replace_strict(_COPY_LABELS, default="Unknown",

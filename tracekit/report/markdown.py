@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import io
 
-from tracekit.categories import KERNEL_CATEGORIES, STEP_CATEGORIES
+from tracekit.categories import GAP_CAUSES, KERNEL_CATEGORIES, STEP_CATEGORIES
 from tracekit.report.safe import md, plain
 
 SPLIT_ORDER = list(STEP_CATEGORIES)
@@ -20,7 +20,7 @@ def _f(x, nd=3):
 
 
 def split_rows(b):
-    """(category, ms/step, % of step, kernel ms/step) rows in display order (from the JSON numbers)."""
+    """(category, ms/step, % of the traced step, kernel ms/step) rows in display order (from the JSON numbers)."""
     d = b.to_dict()
     mean = d["steps"]["mean_ms"]
     rows = []
@@ -30,6 +30,13 @@ def split_rows(b):
         pct = None if ms is None or not mean else 100 * ms / mean
         rows.append((k, ms, pct, kms))
     return rows
+
+
+def gap_rows(b):
+    """(cause, ms/step, % of the traced step) rows of ``gaps`` in display order."""
+    d = b.to_dict()
+    mean = d["steps"]["mean_ms"]
+    return [(k, d["gaps"][k], None if not mean else 100 * d["gaps"][k] / mean) for k in GAP_CAUSES]
 
 
 def biggest_category(b):
@@ -47,46 +54,46 @@ def _pct(x: float) -> str:
 
 
 def headline(b) -> str:
-    """One line: step time, where most of it goes, the top lever, the bandwidth ceiling."""
-    d = b.to_dict()
-    mean = d["steps"]["mean_ms"]
-    ps = {k: v for k, v in d["per_step_ms"].items() if v is not None}
-    parts = [f"step {mean:.3f} ms"]
-    if mean and ps:
-        top = sorted(ps, key=lambda k: -ps[k])[:2]
-        parts.append(", ".join(f"{k.replace('_', ' ')} {_pct(ps[k] / mean)}" for k in top if ps[k] > 0))
-    ranked = b.extras.get("ranked") or []
-    if ranked:
-        lever = d["advice"][ranked[0]]
-        name = {"cuda_graphs": "CUDA graphs", "communication": "a free all-reduce", "drafting": "no drafting"}[ranked[0]]
-        parts.append(f"{name} → ≈{lever['predicted_step_ms']:.3f} ms")
-    roof = d["roofline"]
-    if roof.get("fraction_of_ceiling") is not None:
-        parts.append(f"{_pct(roof['fraction_of_ceiling'])} of the {roof['ceiling_tokens_per_s']:,.0f} tok/s "
-                     "bandwidth ceiling")
-    return "; ".join(p for p in parts if p)
+    """The analysis' one-line summary (computed there, never here)."""
+    return b.headline
 
 
 def verdict_lines(b) -> list[str]:
-    """Verdicts ranked by the time they would save; memory-bandwidth context last."""
-    adv = b.advice
-    ranked = b.extras.get("ranked", [])
-    lines = [adv[k]["verdict"] for k in ranked]
-    lines += [adv[k]["verdict"] for k in ("cuda_graphs", "communication", "drafting") if k not in ranked]
-    lines.append(adv["memory_bandwidth"]["verdict"])
-    return lines
+    """Verdicts ranked by the time they would save; the rest after; memory-bandwidth context last."""
+    adv = b.to_dict()["advice"]
+    return [adv[k]["verdict"] for k in b.display_levers if k in adv]
+
+
+def time_base_line(d: dict) -> str:
+    """What every saving is stated against, for a PR reader."""
+    tb = d["time_base"]
+    if tb["unprofiled_step_ms"] is not None:
+        return (f"unprofiled step {tb['unprofiled_step_ms']:.3f} ms ({tb['unprofiled_source']}); traced "
+                f"{tb['traced_step_ms']:.3f} ms ({tb['profiler_inflation']:.2f}x): savings are against the unprofiled "
+                "step")
+    return (f"no unprofiled time: savings are upper bounds on the traced {tb['traced_step_ms']:.3f} ms step (pass "
+            "--measured-step-ms or --measured-tok-s)")
+
+
+def gap_where(g: dict) -> str:
+    before = g.get("before")
+    what = f"{before['kind']} {md(before['name'], 80)}" if before else "—"
+    return f"| {g['step']} | {g['at_ms']:.3f} | {g['ms']:.3f} | {g['cause'].replace('_', ' ')} | {g['where']} | {what} |"
 
 
 def breakdown_md(b) -> str:
     d = b.to_dict()
     st, roof, gpu = d["steps"], d["roofline"], d["gpu"]
-    out = [f"### tracekit: {headline(b)}", ""]
+    out = [f"### tracekit: {md(headline(b), 1000)}", "", f"*{md(time_base_line(d), 500)}*", ""]
     for line in verdict_lines(b):
-        out.append(f"- {line}")
-    out += ["", "| category | ms / step | % of step | kernel ms / step |", "|---|---:|---:|---:|"]
+        out.append(f"- {md(line, 1000)}")
+    out += ["", "| category | ms / step | % of traced step | kernel ms / step |", "|---|---:|---:|---:|"]
     for name, ms, pct, kms in split_rows(b):
         out.append(f"| {name} | {_f(ms)} | {'—' if pct is None else f'{pct:.1f}%'} | {_f(kms)} |")
-    out.append(f"| **step** | **{_f(st['mean_ms'])}** | 100.0% | |")
+    out.append(f"| **traced step** | **{_f(st['mean_ms'])}** | 100.0% | |")
+    out += ["", "| gaps by cause | ms / step | % of traced step |", "|---|---:|---:|"]
+    for name, ms, pct in gap_rows(b):
+        out.append(f"| {name.replace('_', ' ')} | {_f(ms)} | {'—' if pct is None else f'{pct:.1f}%'} |")
     out += ["", "<details><summary>details</summary>", ""]
     out.append(f"- trace: {md(d['source']['path'], 200)} ({d['source']['format']}, "
                f"{md(d['source']['producer_version'] or 'unknown version')}, graph trace mode "
@@ -94,14 +101,20 @@ def breakdown_md(b) -> str:
     out.append(f"- GPU {gpu['device']}: {md(gpu['name'] or 'unknown')}, peak {_f(gpu['peak_bw_gbps'], 0)} GB/s "
                f"({gpu['peak_bw_source'] or 'unknown'})")
     pattern = f", pattern {md(st['pattern'])}" if st["pattern"] else ""
-    out.append(f"- steps: {st['count']} analysed, {st['excluded']} excluded (marker {st['marker']}{pattern}); "
-               f"mean {_f(st['mean_ms'])} ms, median {_f(st['median_ms'])}, p10 {_f(st['p10_ms'])}, "
-               f"p90 {_f(st['p90_ms'])}")
+    why = "; ".join(f"{k}: {v}" for k, v in st["excluded_reasons"].items())
+    out.append(f"- steps: {st['count']} analysed ({st['phase']}), {st['excluded']} excluded"
+               f"{f' ({md(why)})' if why else ''} (marker {st['marker']}{pattern}); traced mean {_f(st['mean_ms'])} ms, "
+               f"median {_f(st['median_ms'])}, p10 {_f(st['p10_ms'])}, p90 {_f(st['p90_ms'])}")
     if roof.get("weight_bytes_per_step") is not None:
-        out.append(f"- roofline: {roof['weight_bytes_per_step']:,} weight bytes/step ({roof['weight_bytes_source']}); "
-                   f"floor {_f(roof['floor_ms'])} ms; ceiling {_f(roof['ceiling_tokens_per_s'], 1)} tok/s; "
-                   f"fraction of ceiling {_f(roof['fraction_of_ceiling'], 3)}; gemm achieved "
-                   f"{_f(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
+        out.append(f"- roofline: {roof['weight_bytes_per_step']:,} weight bytes/step per GPU "
+                   f"({roof['weight_bytes_source']}); floor {_f(roof['floor_ms'])} ms; ceiling "
+                   f"{_f(roof['ceiling_tokens_per_s'], 1)} tok/s; fraction of ceiling {_f(roof['fraction_of_ceiling'], 3)}"
+                   f"; gemm achieved {_f(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
+    largest = d["gaps"]["largest"]
+    if largest:
+        out += ["", "| largest gaps: step | at ms | ms | cause | before | host was in |",
+                "|---:|---:|---:|---|---|---|"]
+        out += [gap_where(g) for g in largest]
     top = b.top_kernels.head(10)
     if top.height:
         n = max(1, st["count"])
@@ -118,7 +131,7 @@ def breakdown_md(b) -> str:
 
 def breakdown_csv(b) -> str:
     buf = io.StringIO()
-    cols = ["step", "start_ns", "end_ns", "period_ms", *SPLIT_ORDER, "n_kernels"]
+    cols = ["step", "start_ns", "end_ns", "period_ms", *SPLIT_ORDER, *GAP_CAUSES, "n_kernels", "phase"]
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
     for row in b.per_step.select(cols).iter_rows():

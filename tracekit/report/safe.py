@@ -31,7 +31,7 @@ def md(s: object, limit: int = 120) -> str:
     return "".join(p if p.startswith("&") and p.endswith(";") else _MD_META.sub(r"\\\1", p) for p in parts)
 
 
-def rich_text(s: object, limit: int = 300):
+def rich_text(s: object, limit: int = 300, style: str = ""):
     from rich.text import Text
 
-    return Text(plain(s, limit))
+    return Text(plain(s, limit), style=style)

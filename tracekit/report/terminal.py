@@ -96,27 +96,42 @@ def render_kernels(result: dict, console: Console) -> None:
 
 
 def render_breakdown(b, console: Console) -> None:
-    from tracekit.report.markdown import _pct, biggest_category, headline, split_rows, verdict_lines
+    from tracekit.report.markdown import (_pct, biggest_category, gap_rows, headline, split_rows, time_base_line,
+                                          verdict_lines)
 
     d = b.to_dict()
     st, gpu, roof = d["steps"], d["gpu"], d["roofline"]
     console.print(Text.assemble(("tracekit breakdown ", "bold"), rich_text(d["source"]["path"])))
-    console.print(Text(headline(b), style="bold"))
+    console.print(rich_text(headline(b), 1000, style="bold"))
+    console.print(rich_text(time_base_line(d), 500, style="italic"))
     console.print(Text.assemble(
         f"GPU {gpu['device']}: ", rich_text(gpu['name'] or 'unknown'), f"  peak {_f(gpu['peak_bw_gbps'], 0)} GB/s "
         f"({gpu['peak_bw_source'] or 'unknown'})   steps {st['count']} ({st['marker']}",
-        rich_text(', ' + repr(st['pattern']) if st['pattern'] else ''), f"), excluded {st['excluded']}"))
-    console.print(f"step ms: mean {_f(st['mean_ms'])}  median {_f(st['median_ms'])}  p10 {_f(st['p10_ms'])}  "
+        rich_text(', ' + repr(st['pattern']) if st['pattern'] else ''), f"), excluded {st['excluded']}", rich_text(
+            " (" + "; ".join(f"{k}: {v}" for k, v in st["excluded_reasons"].items()) + ")" if st["excluded"] else "")))
+    console.print(f"traced step ms: mean {_f(st['mean_ms'])}  median {_f(st['median_ms'])}  p10 {_f(st['p10_ms'])}  "
                   f"p90 {_f(st['p90_ms'])}")
-    t = Table(title="where a step goes (exclusive, per step)", title_justify="left")
+    t = Table(title="where a traced step goes (exclusive, per step)", title_justify="left")
     t.add_column("category")
     t.add_column("ms / step", justify="right")
-    t.add_column("% of step", justify="right")
+    t.add_column("% of traced", justify="right")
     t.add_column("kernel ms / step", justify="right")
     for name, ms, pct, kms in split_rows(b):
         t.add_row(Text(name, style=CAT_STYLE.get(name, "")), _f(ms), "—" if pct is None else f"{pct:.1f}%", _f(kms))
-    t.add_row(Text("step", style="bold"), _f(st["mean_ms"]), "100.0%", "")
+    t.add_row(Text("traced step", style="bold"), _f(st["mean_ms"]), "100.0%", "")
     console.print(t)
+    t = Table(title="gaps by cause", title_justify="left")
+    t.add_column("cause")
+    t.add_column("ms / step", justify="right")
+    t.add_column("% of traced", justify="right")
+    for name, ms, pct in gap_rows(b):
+        t.add_row(name.replace("_", " "), _f(ms), "—" if pct is None else f"{pct:.1f}%")
+    console.print(t)
+    for g in d["gaps"]["largest"][:3]:
+        before = g.get("before")
+        console.print(Text(f"  gap of {g['ms']:.3f} ms at {g['at_ms']:.3f} ms into step {g['step']} "
+                           f"({g['cause'].replace('_', ' ')}, {g['where']}); the host was in ")
+                      + (rich_text(f"{before['kind']} {before['name']}", 120) if before else Text("nothing recorded")))
     top = b.top_kernels
     if top.height:
         biggest = biggest_category(b)

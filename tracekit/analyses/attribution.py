@@ -1,0 +1,334 @@
+"""Attribution: which GPU activity belongs to which decode step (and draft phase), and what it is.
+
+The first half of a breakdown (the second is ``tracekit.analyses.partition``):
+
+* every GPU activity on the analysed device (kernels, memcpy/memset, whole-graph executions) in start
+  order, with its name-based category (``tracekit.classify``) and the host launch call that issued it;
+* the step (and draft) window open on the launching thread when that call was made (nsys projection
+  semantics); kernels replayed from a CUDA graph carry their graph launch's correlation, so they follow it;
+* drafting found from draft ranges, else by structure or speculative kernels (``advice.drafting.detection``).
+
+Nothing here is a time split yet; :class:`Attribution` is a typed, immutable value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracekit.categories import COMPUTE_CATEGORIES, PRIORITY, UNATTRIBUTED
+from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
+from tracekit.parallel import in_threads
+from tracekit.steps import Steps, find_steps, range_patterns, select_ranges
+from tracekit.trace import WORK_KINDS, Trace
+
+DEFAULT_DRAFT_RANGE = r"(?i)\bdraft"
+# Rows (kernels + launches) from which independent stages of a breakdown run on two threads.
+THREADS_FROM_ROWS = 1_000_000
+# Attribution.activities["kind"] / ["category"]
+KIND_ENUM = pl.Enum(["kernel", "memop", "graph_exec"])
+CATEGORY_ENUM = pl.Enum(list(PRIORITY))
+_PRIO = {c: i for i, c in enumerate(PRIORITY)}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """GPU activity of one device, attributed to steps and draft phases.
+
+    ``activities``: one row per GPU activity on ``device`` in start order, columns ``start``, ``end`` (ns,
+    as recorded), ``pid``, ``correlation``, ``stream``, ``name`` (enum), ``kind`` (kernel | memop |
+    graph_exec), ``category`` (enum, after drafting), ``prio`` (its index in ``PRIORITY``), ``launch`` (row of
+    ``launches`` that issued it, null if unknown), ``graphed`` (that launch was a graph launch), ``dur``,
+    ``step`` (window id, null outside steps) and ``draft`` (draft window id, null outside drafting).
+    ``launches`` is the trace's host calls in start order. ``step_by`` says how steps were matched to launches:
+    by thread (``("pid", "tid")``, the definition) or, when the step ranges live on another thread, by process.
+    """
+
+    device: int
+    steps: Steps
+    activities: pl.DataFrame
+    launches: pl.DataFrame
+    step_by: tuple[str, ...]
+    draft_detection: str  # "ranges" | "structure" | "kernels" | "not_detected"
+    graph_mode: bool  # whole-graph capture: compute categories cannot be known
+    lost_steps: tuple[int, ...]  # windows whose graph launches' work was never recorded
+    n_bad: int  # activities dropped because they end before they start
+    warnings: tuple[str, ...]
+
+
+def devices_with_activity(trace: Trace) -> list[int]:
+    """GPUs with any kernel, memory operation or graph execution, busiest first."""
+    acts = pl.concat([
+        trace.kernels.select("device", dur=pl.col("end") - pl.col("start")),
+        trace.memops.select("device", dur=pl.col("end") - pl.col("start")),
+        trace.graph_execs.select("device", dur=pl.col("end") - pl.col("start")),
+    ])
+    return acts.group_by("device").agg(pl.col("dur").sum()).sort(["dur", "device"], descending=[True, False])[
+        "device"].to_list()
+
+
+
+
+def pick_device(trace: Trace, device: int | None) -> int:
+    acts = pl.concat([
+        trace.kernels.select("device", dur=pl.col("end") - pl.col("start")),
+        trace.memops.select("device", dur=pl.col("end") - pl.col("start")),
+        trace.graph_execs.select("device", dur=pl.col("end") - pl.col("start")),
+    ])
+    devices = acts.group_by("device").agg(pl.col("dur").sum()).sort(["dur", "device"], descending=[True, False])
+    if device is None:
+        return int(devices["device"][0])
+    if device not in devices["device"].to_list():
+        have = ", ".join(str(d) for d in sorted(devices["device"].to_list()))
+        raise TracekitError(f"--device {device}: no GPU activity on that device; devices with activity: {have}")
+    return device
+
+
+
+
+def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None = None
+               ) -> tuple[pl.DataFrame, int, pl.DataFrame]:
+    """All GPU activity on ``device`` in start order (kernels, copies and graph executions), with its
+    name-based category and its launch.
+
+    Returns ``(acts, n_bad, work)``: ``work`` is the trace's launches (in start order) and ``acts["launch"]``
+    the row of ``work`` (a kernel, graph, memcpy or memset call) that issued each activity
+    (null where none was recorded); ``graphed`` says that launch was a graph launch. ``n_bad``
+    activities with end before start are dropped. Columns are kept to what the analyses read: at ten
+    million rows every extra column costs a copy per step below.
+    """
+    from tracekit.classify import load_rules, name_table
+    from tracekit.lookup import row_lookup
+
+    k = _on_device(trace.kernels, device)
+    m = _on_device(trace.memops, device)
+    g = _on_device(trace.graph_execs, device).with_columns(
+        name=pl.format("<CUDA graph {}>", pl.col("graph_id")))
+    # The launches as they are (a filtered copy would cost half a GB at ten million): calls that put no work on
+    # a GPU are simply not valid matches.
+    if work is None:
+        work = trace.launches if trace.launches["start"].is_sorted() else trace.launches.sort("start")
+
+    def launch_rows() -> list[pl.Series]:
+        # (pid, correlation) -> launch row without hashing (see tracekit.lookup): the hash join it replaces was
+        # the slowest step of a breakdown. Part by part: the kernels alone are in key order.
+        is_work = work["kind"].is_in(list(WORK_KINDS))
+        keys = work.select("pid", "correlation")
+        return [row_lookup(f.select("pid", "correlation"), keys, valid=is_work) for f in (k, m, g)]
+
+    def named() -> list[pl.DataFrame]:
+        pos, names = name_table(k["name"], load_rules(rules) if rules is not None else None)
+        prio = _PRIO
+        names = names.with_columns(prio=pl.col("category").replace_strict(prio, default=len(PRIORITY) - 1,
+                                                                           return_dtype=pl.Int32))
+        # Low-cardinality text as enums (a few bytes a row, not a string each): ten million kernels' names,
+        # kinds and categories as strings would cost ~1 GB. Compare them with strings as usual.
+        name_enum = pl.Enum(pl.concat([names["name"], m["name"], g["name"]]).drop_nulls().unique(maintain_order=True))
+        cols = ("start", "end", "pid", "correlation", "stream")
+        return [
+            k.select(*cols).with_columns(
+                name=names["name"].cast(name_enum).gather(pos), kind=pl.lit("kernel", KIND_ENUM),
+                category=names["category"].cast(CATEGORY_ENUM).gather(pos).fill_null("other"),
+                prio=names["prio"].gather(pos).fill_null(prio["other"])),
+            m.select(*cols, name=pl.col("name").cast(name_enum)).with_columns(
+                kind=pl.lit("memop", KIND_ENUM), category=pl.lit("memory", CATEGORY_ENUM),
+                prio=pl.lit(prio["memory"], pl.Int32)),
+            g.select(*cols, name=pl.col("name").cast(name_enum)).with_columns(
+                kind=pl.lit("graph_exec", KIND_ENUM), category=pl.lit("unattributed", CATEGORY_ENUM),
+                prio=pl.lit(prio["unattributed"], pl.Int32)),
+        ]
+
+    # independent: side by side (for big traces)
+    rows, frames = in_threads(launch_rows, named, threads=k.height + work.height >= THREADS_FROM_ROWS)
+    k, m, g = [f.with_columns(launch=r) for f, r in zip(frames, rows)]
+    parts = [f for f in (k, m, g) if f.height] or [k]
+    bad = sum(f.select((pl.col("end") < pl.col("start")).sum()).item() for f in parts)
+    if bad:
+        parts = [f.filter(pl.col("end") >= pl.col("start")) for f in parts]
+    # One frame in start order, made once: the kernels (in order already) and the few copies and graph
+    # executions merged into them (ties: kernels first). It is one copy of the kernels' columns, which is
+    # needed anyway: the readers' frames come in many chunks (SQLite engines deliver batches), and a frame
+    # whose columns are chunked differently (every gathered column is one chunk) is copied whole by polars
+    # at its next filter or group-by. In start order, the unions need no reordering (step_table).
+    acts = _merge_by_start(parts)
+    is_graph = work["kind"] == "graph"
+    # (no graph launch in the trace: no gather of ten million booleans; null where no launch was found)
+    graphed = is_graph.gather(acts["launch"]) if is_graph.any() else pl.when(pl.col("launch").is_not_null()).then(False)
+    acts = acts.with_columns(graphed=graphed, dur=pl.col("end") - pl.col("start"))
+    return acts, bad, work
+
+
+
+
+def _on_device(df: pl.DataFrame, device: int) -> pl.DataFrame:
+    """The rows of ``df`` on ``device``; ``df`` itself when all are (a filter copies every column even when it
+    keeps every row: ten million kernels, ~0.7 GB)."""
+    d = df["device"]
+    if d.null_count() == 0 and d.len() and d.min() == d.max() == device:
+        return df
+    return df.filter(pl.col("device") == device)
+
+
+
+
+def _merge_by_start(frames: list[pl.DataFrame], key: str = "start") -> pl.DataFrame:
+    """Concatenate frames of one schema (the first frame's; the others are cast to it) into ``key`` order
+    (stable; on equal keys the largest frame's rows come first), one chunk per column.
+
+    A linear merge, not a sort: the largest frame (one device's kernels) is sorted already and the few
+    others (copies, graph executions) are placed into it by binary search; every column is then one gather
+    by the merged order, straight from the frames as they are (a reader's frame comes in many chunks: no
+    copy into one chunk first, as polars' ``merge_sorted`` would make; 10M kernels: 0.5 s against 1-1.6 s).
+    """
+    schema = dict(frames[0].schema)
+    full = [f if f[key].is_sorted() else f.sort(key, maintain_order=True) for f in frames if f.height]
+    full = [f if dict(f.schema) == schema else f.cast(schema) for f in full]
+    if len(full) <= 1:
+        return (full[0] if full else frames[0]).rechunk()
+    big = max(full, key=lambda f: f.height)
+    small = pl.concat([f for f in full if f is not big]).sort(key, maintain_order=True)
+    n, m = big.height, small.height
+    # Output row of each small row: after the big rows that start at or before it (ties: big rows first).
+    at = big[key].search_sorted(small[key], side="right").cast(pl.UInt32) + pl.int_range(0, m, dtype=pl.UInt32,
+                                                                                        eager=True)
+    mark = pl.lit(pl.repeat(0, n + m, dtype=pl.UInt32, eager=True).scatter(at, 1))
+    before = mark.cum_sum()  # small rows at or before each output row
+    order = pl.when(mark == 1).then(n + before - 1).otherwise(pl.int_range(0, n + m, dtype=pl.UInt32) - before)
+    return pl.concat([big, small], rechunk=False).select(pl.all().gather(pl.select(order).to_series()))
+
+
+
+
+def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> pl.Series:
+    """For each launch (a frame in ``start`` order), the ``col`` id of the window open on its (pid[, tid]) at
+    its start, else null. One backward as-of join on already sorted launches."""
+    if windows.height == 0 or launches.height == 0:
+        return pl.repeat(None, launches.height, dtype=pl.Int64, eager=True).alias(col)
+    w = windows.select(*by, ws="start", we="end", wid=col).sort("ws")
+    groups = w.select(by).unique()
+    if groups.height == 1 and bool((w["ws"].diff().slice(1) > 0).all()):
+        # One thread (or process) holds every window, the usual case: a binary search per launch, no join.
+        # Row 0 of the lookup is "no window yet": index = number of window starts at or before the launch.
+        ends = pl.concat([pl.Series([None], dtype=w["we"].dtype), w["we"]])
+        ids = pl.concat([pl.Series([None], dtype=w["wid"].dtype), w["wid"]])
+        i = w["ws"].search_sorted(launches["start"], side="right")
+        end = pl.lit(ends).gather(pl.col("i"))
+        inside = end.is_null() | (pl.col("start") <= end)
+        if not all(launches[c].null_count() == 0 and launches[c].min() == launches[c].max() == groups[c][0]
+                   for c in by):
+            inside = inside & pl.all_horizontal(pl.col(c) == groups[c][0] for c in by)
+        return launches.select(*by, "start", i=i).select(
+            pl.when(inside).then(pl.lit(ids).gather(pl.col("i"))).alias(col))[col]
+    out = launches.select(*by, "start").join_asof(w, left_on="start", right_on="ws", by=by, strategy="backward",
+                                                  check_sortedness=False)
+    return out.select(pl.when(pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))).then(pl.col("wid"))
+                      .alias(col))[col]
+
+
+
+
+def _lost_graph_steps(trace: Trace, windows: pl.DataFrame, by: list[str]) -> pl.Series:
+    """Ids of the step windows that hold a graph launch with no GPU activity recorded on any device."""
+    graphs = trace.launches.filter(pl.col("kind") == "graph")
+    if graphs.height == 0 or trace.graph_execs.height:
+        return pl.Series("step", [], dtype=pl.Int64)
+    recorded = pl.concat([trace.kernels.select("pid", "correlation"), trace.memops.select("pid", "correlation")])
+    lost = graphs.join(recorded.unique(), on=["pid", "correlation"], how="anti")
+    if lost.height == 0:
+        return pl.Series("step", [], dtype=pl.Int64)
+    return _window_of(lost.sort("start"), windows, by, "step").drop_nulls().unique()
+
+
+
+
+def _draft_windows(trace: Trace, draft_range: str | None) -> pl.DataFrame:
+    """Disjoint draft windows per thread (nested draft ranges merged into their outermost)."""
+    if not draft_range:
+        return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64,
+                                    "draft": pl.Int64})
+    from tracekit.intervals import merge
+
+    rng = select_ranges(trace.ranges, draft_range).filter(pl.col("end").is_not_null())
+    if rng.height == 0:
+        return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64,
+                                    "draft": pl.Int64})
+    return merge(rng, ["pid", "tid"]).collect().with_row_index("draft").with_columns(pl.col("draft").cast(pl.Int64))
+
+
+
+
+def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
+              device: int | None = None, rules=None) -> Attribution:
+    """Attribute every GPU activity of ``device`` (default: the busiest GPU) to its step and draft phase.
+
+    Raises :class:`~tracekit.errors.NoGpuActivity` or :class:`~tracekit.errors.NoSteps` (user errors)."""
+    if not trace.has_gpu_activity:
+        raise NoGpuActivity(f"{trace.meta.path}: the trace holds no GPU activity (no kernels or memory operations)")
+    warnings: list[str] = []
+    dev = pick_device(trace, device)
+    work = trace.launches if trace.launches["start"].is_sorted() else trace.launches.sort("start")
+
+    def windows_side():
+        """The step and draft windows, and the one open on each launch's thread (needs no activity)."""
+        steps = find_steps(trace, step_range=step_range, device=dev)
+        if steps is None or steps.windows.height == 0:
+            return steps, None, None, None
+        dw = _draft_windows(trace, draft_range)
+        draft_of = _window_of(work, dw, ["pid", "tid"], "draft") if dw.height else None
+        return steps, _window_of(work, steps.windows, ["pid", "tid"], "step"), dw, draft_of
+
+    # The activities and the launches' windows are independent: computed side by side (two threads).
+    big = trace.kernels.height + trace.launches.height >= THREADS_FROM_ROWS
+    (acts, n_bad, _), (steps, step_of, dw, draft_of) = in_threads(lambda: activities(trace, dev, rules, work=work),
+                                                                 windows_side, threads=big)
+    if n_bad:
+        warnings.append(f"{n_bad} GPU activities with end before start were ignored")
+    if steps is None or steps.windows.height == 0:
+        cands = range_patterns(trace.ranges, top=5)
+        hint = ", ".join(f"{r!r} ({c})" for r, c in zip(cands["regex"], cands["count"])) or "none"
+        what = f"no range matches --step-range {step_range!r}" if step_range else "no decode steps found"
+        raise NoSteps(f"{trace.meta.path}: {what}; pass --step-range REGEX (range patterns in this trace: {hint})")
+    warnings.extend(steps.warnings)
+    # Attribution is per launch (launches are few and already in time order); activities follow their launch.
+    launch = acts["launch"]
+    acts = acts.with_columns(step=step_of.gather(launch))
+    n_work = launch.is_not_null().sum()
+    n_in = acts["step"].is_not_null().sum()
+    step_by: tuple[str, ...] = ("pid", "tid")
+    if n_work and n_in < 0.5 * n_work and steps.marker != "inferred":
+        # Step ranges on another thread than the launches (e.g. a scheduler thread): attribute by process.
+        alt = _window_of(work, steps.windows, ["pid"], "step").gather(launch)
+        if alt.is_not_null().sum() > n_in:
+            acts = acts.with_columns(step=alt)
+            step_by = ("pid",)
+            warnings.append("step ranges are not on the launching threads: GPU work attributed to the step open "
+                            "in the same process instead")
+    drafted = None
+    if dw.height:
+        acts = acts.with_columns(draft=draft_of.gather(launch))
+        drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
+    else:
+        acts = acts.with_columns(draft=pl.lit(None, pl.Int64))
+    if drafted is not None and bool(acts.select(drafted.any()).item()):
+        detection = "ranges"
+    elif bool((acts["category"] == "drafting").any()):
+        detection = "kernels"
+    else:
+        detection = "not_detected"
+    if drafted is not None:
+        acts = acts.with_columns(
+            category=pl.when(drafted).then(pl.lit("drafting", CATEGORY_ENUM)).otherwise(pl.col("category")),
+            prio=pl.when(drafted).then(pl.lit(_PRIO["drafting"], pl.Int32)).otherwise(pl.col("prio")),
+        )
+    del launch, step_of, draft_of  # (launch-sized: freed before the per-step work)
+    graph_mode = trace.meta.graph_trace_mode == "graph" and bool((acts["kind"] == "graph_exec").any())
+    if graph_mode:
+        compute = pl.col("category").is_in(list(COMPUTE_CATEGORIES))
+        acts = acts.with_columns(
+            category=pl.when(compute).then(pl.lit(UNATTRIBUTED, CATEGORY_ENUM)).otherwise(pl.col("category")),
+            prio=pl.when(compute).then(pl.lit(_PRIO[UNATTRIBUTED], pl.Int32)).otherwise(pl.col("prio")))
+    lost = _lost_graph_steps(trace, steps.windows, list(step_by))
+    return Attribution(device=dev, steps=steps, activities=acts, launches=work, step_by=step_by,
+                       draft_detection=detection, graph_mode=graph_mode,
+                       lost_steps=tuple(int(s) for s in lost.to_list()), n_bad=n_bad, warnings=tuple(warnings))

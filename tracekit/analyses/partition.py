@@ -1,0 +1,322 @@
+"""Partition: each analysed step's period, split exactly into categories and its gaps by cause.
+
+The second half of a breakdown (the first is ``tracekit.analyses.attribution``). Definitions
+(../shared/spec/CONTRACT.md, ``tracekit.breakdown/2``):
+
+* A step's period runs from its first GPU activity's start to the next step's first; the last step ends at
+  the later of its last activity's end and its range's end.
+* Steps are excluded, with a reason, when they are cut by the capture window, launched no GPU work, are the
+  last of >= 3 steps (no following step, so no trailing host time), are a warm-up or transition step (their
+  kernel sequence differs from the steady one), or are not of the selected phase.
+* Activities of one stream are serialised: each starts at the later of its own start and the previous
+  activity's end on that stream (a programmatic-dependent-launch kernel starts early but waits for its
+  predecessor), so same-stream overlap is neither a gap nor hidden communication.
+* ``per_step_ms`` partitions the period exactly: each instant goes to the first active category of
+  ``PRIORITY``; the GPU-idle rest is ``launch_gaps`` (between the step's first and last activity) and
+  ``idle`` (after its last activity); ``tracekit.analyses.gaps`` splits both by cause.
+
+Computed with cumulative unions: exclusive(c) = |U(categories <= c)| - |U(categories < c)|, each union a
+sorted sweep (``tracekit.intervals``). No Python loop touches events.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracekit.analyses.attribution import THREADS_FROM_ROWS, Attribution
+from tracekit.analyses.gaps import LARGEST, name_gaps, stall_segments, stalled_part
+from tracekit.categories import KERNEL_CATEGORIES, PRIORITY, UNATTRIBUTED
+from tracekit.errors import NoSteps
+from tracekit.intervals import cumulative_union_lengths
+from tracekit.parallel import in_threads
+from tracekit.trace import Trace
+
+LAST_STEP = "last step (no following step)"
+WARMUP = "warm-up/transition"
+NO_WORK = "no GPU work"
+CUT = "cut by capture window"
+PHASE = "phase"
+_PRIO = {c: i for i, c in enumerate(PRIORITY)}
+
+
+@dataclass(frozen=True)
+class StepTable:
+    """The partition of the analysed steps of one device.
+
+    ``table``: one row per analysed step, in time order: ``step`` (window id), ``p_start``/``p_end``/``period``
+    (ns), ``x_<category>`` for every busy category and ``x_launch_gaps``/``x_idle`` (the exact partition, ns),
+    ``g_launch_overhead``/``g_host_stalls``/``g_graph_bubbles``/``g_between_steps`` (the gaps by cause, ns),
+    ``k_<category>`` (plain kernel time per category, unclipped durations), ``k_graphed``/``k_all`` (kernel
+    time replayed from graphs / all), ``n_kernels``, ``n_launched`` (work launched one by one),
+    ``n_graph_launches``, ``draft_span`` (wall time of the draft phases on the GPU timeline), ``phase``, and the
+    step window's ``pid``, ``tid``, ``w_start``, ``w_end``.
+
+    ``activities``: the attributed activities of the analysed steps (``Attribution.activities``' columns),
+    ``start``/``end`` serialised per stream and clipped to the step's period, ``start0`` the recorded start.
+    ``largest``: the longest single gaps (contract ``gaps.largest``, plus ``cause``).
+    """
+
+    attribution: Attribution
+    table: pl.DataFrame
+    activities: pl.DataFrame
+    largest: tuple[dict, ...]
+    excluded_reasons: dict[str, int]
+    phase: str
+    warnings: tuple[str, ...]
+
+    @property
+    def device(self) -> int:
+        return self.attribution.device
+
+    @property
+    def count(self) -> int:
+        return self.table.height
+
+    @property
+    def excluded(self) -> int:
+        return sum(self.excluded_reasons.values())
+
+
+def _per_step_slots(n: int, steps: pl.Series, values: pl.Series, at: pl.Series) -> pl.Series:
+    """``values`` (one per ``steps`` id) looked up for each id in ``at``: a scatter then a gather, no join."""
+    slots = pl.Series([None], dtype=values.dtype).extend_constant(None, max(n - 1, 0))
+    return slots.scatter(steps, values).gather(at.cast(pl.UInt32))
+
+
+def serialise(acts: pl.DataFrame) -> pl.DataFrame:
+    """Each activity starts at the later of its start and the previous activity's end on its stream (rows in
+    start order); an activity wholly inside its predecessor becomes zero-length there.
+
+    >>> a = pl.DataFrame({"stream": [7, 7, 8], "start": [0, 5, 6], "end": [10, 12, 9]})
+    >>> serialise(a).rows()
+    [(7, 0, 10), (7, 10, 12), (8, 6, 9)]
+    """
+    prev = pl.col("end").cum_max().shift(1)
+    if acts["stream"].n_unique() > 1:
+        prev = prev.over("stream")
+    start = pl.max_horizontal("start", prev.fill_null(pl.col("start")))
+    return acts.with_columns(start=start).with_columns(end=pl.max_horizontal("end", "start"))
+
+
+def periods(attr: Attribution, in_steps: pl.DataFrame, path: str = "trace"
+            ) -> tuple[pl.DataFrame, Counter, list[str]]:
+    """Every step window with GPU work and its period (``p_start``, ``p_end``), in time order; the reasons the
+    other windows are excluded."""
+    windows = attr.steps.windows
+    per = in_steps.group_by("step").agg(
+        first=pl.col("start").min(), last=pl.col("end").max(), n_acts=pl.len(),
+        n_kernels=(pl.col("kind") == "kernel").sum(), first_launch=pl.col("launch").first(),
+        first_graphed=pl.col("graphed").first())
+    allw = windows.join(per, on="step", how="left")
+    reasons: Counter = Counter()
+    warnings: list[str] = []
+    cut = allw.filter(pl.col("end").is_null())
+    empty = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_null())
+    lost = pl.Series("s", list(attr.lost_steps), dtype=pl.Int64)
+    lost_steps = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_not_null()
+                             & pl.col("step").is_in(lost.implode()))
+    good = allw.filter(pl.col("end").is_not_null() & pl.col("first").is_not_null()
+                       & ~pl.col("step").is_in(lost.implode())).sort("first")
+    if cut.height:
+        reasons[CUT] += cut.height
+        warnings.append(f"{cut.height} step range(s) cut off by the capture window: excluded")
+    if empty.height:
+        reasons[NO_WORK] += empty.height
+        warnings.append(f"{empty.height} step range(s) launched no GPU work on device {attr.device}: excluded")
+    if lost_steps.height:
+        reasons[NO_WORK] += lost_steps.height
+        warnings.append(f"{lost_steps.height} step(s) launched CUDA graphs whose kernels were not recorded "
+                        "(profiler activity buffer overflow?): excluded, their GPU time cannot be known")
+    if good.height == 0 and lost_steps.height:
+        raise NoSteps(f"{path}: every step launched CUDA graphs whose kernels were not recorded (the profiler's activity "
+                      "buffer likely overflowed); profile fewer steps or enlarge the buffer")
+    if good.height == 0:
+        raise NoSteps(f"{path}: {windows.height} step range(s) found but none launched GPU work on device "
+                      f"{attr.device}; try --device or --step-range")
+    good = good.with_columns(p_start=pl.col("first"),
+                             p_end=pl.col("first").shift(-1).fill_null(pl.max_horizontal("last", "end")))
+    return good, reasons, warnings
+
+
+def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None = None,
+              phases: pl.DataFrame | None = None, phase: str = "decode") -> StepTable:
+    """The partition of ``attr``'s steps.
+
+    ``exclude``: optional frame ``step``, ``reason`` (e.g. warm-up/transition steps found from their kernel
+    sequences); ``phases``: optional frame ``step``, ``phase`` (decode | prefill | mixed | unknown); ``phase``:
+    which phase to analyse (``all`` = every step). Raises :class:`~tracekit.errors.NoSteps` when nothing is
+    left to analyse, saying why.
+    """
+    acts = attr.activities
+    in_steps = acts if acts["step"].null_count() == 0 else acts.filter(pl.col("step").is_not_null())
+    if in_steps["step"].is_sorted():  # (activities in start order, steps one after the other: the usual case)
+        in_steps = in_steps.with_columns(pl.col("step").set_sorted())  # group-bys then work on slices
+    good, reasons, warnings = periods(attr, in_steps, trace.meta.path)
+
+    # ---- exclusions among the steps with GPU work (their periods stay as computed above)
+    good = good.with_columns(reason=pl.lit(None, pl.String))
+    if good.height >= 3:
+        good = good.with_columns(reason=pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit(LAST_STEP))
+                                 .otherwise(pl.col("reason")))
+    if exclude is not None and exclude.height:
+        good = good.join(exclude.select("step", r2="reason"), on="step", how="left").with_columns(
+            reason=pl.coalesce("reason", "r2")).drop("r2")
+    if phases is not None and phases.height:
+        good = good.join(phases.select("step", "phase"), on="step", how="left").with_columns(
+            pl.col("phase").fill_null("unknown"))
+    else:
+        good = good.with_columns(phase=pl.lit("unknown"))
+    if phase != "all":
+        other = (pl.col("phase") != phase) & (pl.col("phase") != "unknown")
+        good = good.with_columns(reason=pl.when(pl.col("reason").is_null() & other).then(pl.lit(PHASE))
+                                 .otherwise(pl.col("reason")))
+    for r, c in good.filter(pl.col("reason").is_not_null()).group_by("reason").len().iter_rows():
+        reasons[r] += c
+    analysed = good.filter(pl.col("reason").is_null())
+    if analysed.height == 0:
+        why = ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items()))
+        hint = " (pass --phase all to analyse them)" if reasons.get(PHASE) else ""
+        raise NoSteps(f"{trace.meta.path}: no step left to analyse on device {attr.device} ({why}){hint}")
+    if reasons.get(LAST_STEP):
+        warnings.append("the last step has no following step (no trailing host time): excluded")
+    if reasons.get(WARMUP):
+        warnings.append(f"{reasons[WARMUP]} warm-up/transition step(s) (kernel sequence unlike the steady one): "
+                        "excluded")
+    if reasons.get(PHASE):
+        warnings.append(f"{reasons[PHASE]} step(s) of another phase than {phase}: excluded (--phase selects)")
+    phase_of = analysed["phase"].unique().to_list()
+    step_phase = phase_of[0] if len(phase_of) == 1 else ("mixed" if "unknown" not in phase_of else "unknown")
+
+    # ---- the analysed steps' activities: serialised per stream, clipped to their step's period
+    keep = analysed["step"].implode()
+    a = in_steps if in_steps["step"].is_in(keep).all() else in_steps.filter(pl.col("step").is_in(keep))
+    a = serialise(a.with_columns(start0="start"))
+    n_windows = attr.steps.windows.height
+    p_start = _per_step_slots(n_windows, analysed["step"], analysed["p_start"], a["step"])
+    p_end = _per_step_slots(n_windows, analysed["step"], analysed["p_end"], a["step"])
+    a = a.with_columns(start=pl.col("start").clip(p_start, p_end), end=pl.col("end").clip(p_start, p_end),
+                       _ps=p_start)
+    del p_start, p_end
+    # Rows grouped by step, each in start order: true already in the usual case (one launching thread);
+    # serialisation over several streams or a late activity of a step (clipped to its period's end) needs a sort.
+    if not (a["step"].is_sorted() and a["start"].is_sorted()):
+        a = a.sort(["_ps", "start"], maintain_order=True)
+    big = a.height + trace.launches.height >= THREADS_FROM_ROWS
+
+    def unions():
+        return cumulative_union_lengths(a.select("step", "start", "end", "prio"), "step", "prio", len(PRIORITY),
+                                        presorted=True, tiled=True)
+
+    def sums():
+        not_memop = pl.col("kind") != "memop"
+        graphed = pl.col("graphed").fill_null(False)
+        return a.group_by("step").agg(
+            *[pl.col("dur").filter(pl.col("prio") == _PRIO[c]).sum().alias(f"k_{c}")
+              for c in (*KERNEL_CATEGORIES, UNATTRIBUTED)],
+            k_graphed=pl.col("dur").filter(graphed & not_memop).sum(),
+            k_all=pl.col("dur").filter(not_memop).sum(),
+            n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
+            n_launched=pl.col("correlation").filter(~graphed).n_unique(),
+            a_last=pl.col("end").max(),
+        )
+
+    def holes():
+        return _holes(a, analysed, trace, attr.launches)
+
+    u, s, (hole_sums, largest_holes) = in_threads(unions, sums, holes, threads=big)
+    table = analysed.select("step", "p_start", "p_end", "n_kernels", "phase", "first_launch", "first_graphed",
+                            period=pl.col("p_end") - pl.col("p_start")).join(u, on="step", how="left")
+    prev = pl.lit(0, pl.Int64)
+    for i, cat in enumerate(PRIORITY):
+        table = table.with_columns(pl.col(f"u{i}").fill_null(0)).with_columns((pl.col(f"u{i}") - prev).alias(f"x_{cat}"))
+        prev = pl.col(f"u{i}")
+    busy = f"u{len(PRIORITY) - 1}"
+    table = table.join(s, on="step", how="left").with_columns(
+        x_launch_gaps=(pl.col("a_last") - pl.col("p_start")) - pl.col(busy),
+        x_idle=pl.col("p_end") - pl.col("a_last"))
+    table = table.join(hole_sums, on="step", how="left").with_columns(
+        pl.col("g_host_stalls", "g_graph_bubbles").fill_null(0))
+    table = table.with_columns(
+        g_launch_overhead=(pl.col("x_launch_gaps") - pl.col("g_host_stalls") - pl.col("g_graph_bubbles"))
+        .clip(lower_bound=0),
+        g_between_steps=pl.col("x_idle"))
+    # Wall time of the draft phases on the GPU timeline: first to last activity of each draft range
+    # (gaps between its kernels included), summed per step.
+    drafts = a.filter(pl.col("draft").is_not_null())
+    if drafts.height:
+        dspan = (drafts.group_by("step", "draft").agg(span=pl.col("end").max() - pl.col("start").min())
+                 .group_by("step").agg(draft_span=pl.col("span").sum()))
+        table = table.join(dspan, on="step", how="left")
+    else:
+        table = table.with_columns(draft_span=pl.lit(None, pl.Int64))
+    table = table.with_columns(pl.col("draft_span").fill_null(0))
+    table = table.drop([f"u{i}" for i in range(len(PRIORITY))]).sort("p_start")
+    table = table.join(attr.steps.windows.select("step", "pid", "tid", w_start="start", w_end="end"), on="step",
+                       how="left")
+    # The idle after each analysed step ends with the first launch of the next step with GPU work.
+    nxt = good.select("step", next_launch=pl.col("first_launch").shift(-1),
+                      next_graphed=pl.col("first_graphed").shift(-1))
+    skip = attr.steps.windows.select("pid", "tid", "start") if attr.steps.marker != "inferred" else None
+    largest = _largest(largest_holes, table.join(nxt, on="step", how="left"), trace, attr.launches, skip)
+    return StepTable(attribution=attr, table=table, activities=a.drop("_ps"), largest=tuple(largest),
+                     excluded_reasons=dict(sorted(reasons.items())), phase=step_phase,
+                     warnings=attr.warnings + tuple(warnings))
+
+
+def _holes(a: pl.DataFrame, analysed: pl.DataFrame, trace: Trace, launches: pl.DataFrame
+           ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The gaps between a step's first and last activity (``a`` grouped by step, each in start order):
+    per-step sums of host stalls and graph bubbles, and the longest single gaps."""
+    first = pl.col("step") != pl.col("step").shift(1)
+    runmax = pl.col("end").cum_max()  # (periods tile the timeline: a running maximum across steps is right)
+    f = a.select("step", "start", "end", "launch", "graphed", "_ps").with_row_index("_r").with_columns(
+        h0=pl.when(first.fill_null(True)).then(pl.col("_ps")).otherwise(runmax.shift(1)),
+        holder=pl.when(pl.col("end") >= runmax).then(pl.col("_r")).forward_fill())
+    f = f.with_columns(prev_holder=pl.col("holder").shift(1), first=first.fill_null(True))
+    g = f.filter(pl.col("start") > pl.col("h0")).select(
+        "step", "h0", h1="start", launch="launch", graphed=pl.col("graphed").fill_null(False),
+        prev_row=pl.when(~pl.col("first")).then(pl.col("prev_holder")))
+    prev_launch = a["launch"].gather(g["prev_row"].fill_null(0))
+    g = g.with_columns(bubble=pl.col("graphed") & pl.col("launch").is_not_null() & g["prev_row"].is_not_null()
+                       & (pl.col("launch") == prev_launch))
+    eager = g.filter(~pl.col("bubble"))
+    segments = stall_segments(trace, launches)
+    stall = stalled_part(eager.select("h0", "h1", "launch"), launches, segments)
+    eager = eager.with_columns(stall=stall)
+    g = pl.concat([eager, g.filter(pl.col("bubble")).with_columns(stall=pl.lit(0, pl.Int64))],
+                  how="vertical_relaxed")
+    sums = g.group_by("step").agg(
+        g_host_stalls=pl.col("stall").sum(),
+        g_graph_bubbles=(pl.col("h1") - pl.col("h0")).filter(pl.col("bubble")).sum())
+    top = g.with_columns(ms=pl.col("h1") - pl.col("h0")).sort("ms", descending=True).head(LARGEST)
+    return sums, top
+
+
+def _largest(holes: pl.DataFrame, table: pl.DataFrame, trace: Trace, launches: pl.DataFrame,
+             skip: pl.DataFrame | None = None) -> list[dict]:
+    """gaps.largest: the longest single gaps, in-step or between steps, named by what the host was doing."""
+    idle = table.filter(pl.col("x_idle") > 0).select(
+        "step", h0=pl.col("p_end") - pl.col("x_idle"), h1="p_end", launch="next_launch",
+        graphed=pl.col("next_graphed").fill_null(False), bubble=pl.lit(False), stall=pl.lit(0, pl.Int64),
+        ms=pl.col("x_idle"), cause=pl.lit("between_steps"))
+    h = holes.with_columns(cause=pl.when(pl.col("bubble")).then(pl.lit("graph_bubbles"))
+                           .when(2 * pl.col("stall") >= pl.col("ms")).then(pl.lit("host_stalls"))
+                           .otherwise(pl.lit("launch_overhead")))
+    cols = ["step", "h0", "h1", "launch", "graphed", "ms", "cause"]
+    top = (pl.concat([h.select(cols), idle.select(cols)], how="vertical_relaxed")
+           .sort(["ms", "step"], descending=[True, False]).head(LARGEST))
+    if top.height == 0:
+        return []
+    top = top.join(table.select("step", "p_start"), on="step", how="left")
+    call = launches.select("pid", "tid")[top["launch"].fill_null(0)]
+    top = top.hstack(call).with_columns(pid=pl.when(pl.col("launch").is_not_null()).then(pl.col("pid")))
+    names = name_gaps(top.select("h0", "h1", "pid", "tid", "launch"), trace, launches, skip=skip)
+    return [{"step": int(r["step"]), "at_ms": (r["h0"] - r["p_start"]) / 1e6, "ms": r["ms"] / 1e6,
+             "where": "graph" if r["graphed"] else "eager", "cause": r["cause"], "before": n}
+            for r, n in zip(top.iter_rows(named=True), names)]
+
+
+__all__ = ["StepTable", "partition", "serialise", "periods", "LAST_STEP", "WARMUP", "NO_WORK", "CUT", "PHASE"]
