@@ -299,6 +299,6 @@ def test_ceiling_from_model_config(tmp_path):
     kv = 32 * 2 * 8 * 128 * 2 * 8192 * 4
     assert d["bytes_per_step_per_gpu"] == weights + kv
     assert d["bytes_breakdown"] == {"weights": weights, "draft": 0, "kv": kv}
-    assert d["model"]["total"] == 8_030_261_248
-    assert d["inputs"]["weight_bytes_source"] == "model-config"
+    assert d["model"]["params"]["total"] == 8_030_261_248
+    assert d["inputs"]["weight_bytes_source"] == "model" and d["inputs"]["kv_bytes_source"] == "model"
     assert d["ceiling_tokens_per_s"] == pytest.approx(4 * 4800e9 / (weights + kv))

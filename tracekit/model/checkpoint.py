@@ -56,6 +56,13 @@ class Model:
     def summary(self) -> dict:
         """A small JSON-able description (for ``ceiling``'s ``model`` block and reports)."""
         a = self.arch
+        try:
+            from tracekit.model.step import param_counts
+
+            pc = param_counts(a)
+            params = {"total": pc.total, "with_mtp": pc.with_mtp, "active_per_token": pc.active_per_token}
+        except TracekitError:
+            params = None
         return {
             "path": self.path, "source": self.source, "model_type": a.model_type, "layers": a.layers,
             "hidden_size": a.hidden, "vocab_size": a.vocab, "heads": a.heads, "kv_heads": a.kv_heads,
@@ -63,7 +70,7 @@ class Model:
             "moe_layers": len(a.moe_layers), "mtp_layers": a.mtp_layers, "mla": a.mla,
             "layer_kinds": dict(Counter(a.layer_kinds)), "tensors": len(self.tensors),
             "checkpoint_bytes": self.checkpoint_bytes, "dtypes": self.dtypes, "files": len(self.files),
-            "dtype": self.dtype, "notes": list(self.notes), "warnings": list(self.warnings),
+            "dtype": self.dtype, "params": params, "notes": list(self.notes), "warnings": list(self.warnings),
         }
 
 
@@ -89,8 +96,8 @@ def load_model(path: str | Path, *, dtype: str | None = None) -> Model:
     """
     p = Path(path).expanduser()
     if not p.exists():
-        raise TracekitError(f"--model {path}: no such file or directory (give a model directory, a Hugging Face "
-                            "snapshot or a config.json)")
+        raise TracekitError(f"--model {path} does not exist (give a model directory, a Hugging Face snapshot or a "
+                            "config.json)")
     if p.is_file():
         if p.suffix == ".safetensors" or p.name.endswith(".index.json"):
             p = p.parent
