@@ -6,6 +6,8 @@ peak memory bandwidth gives the floor per step and the tok/s ceiling. The arithm
 is ``tracekit.analyses.roofline`` (the same code as breakdown's ``roofline`` block).
 
     tracekit ceiling --gpu "RTX A6000" --params 27e9 --dtype fp8 --tp 2 --accept-len 3.2
+    tracekit ceiling --gpu H200 --model ~/.cache/huggingface/hub/models--Qwen--Qwen3-8B --tp 2 \
+        --batch 8 --context 8192          # weights from the safetensors headers, KV from the config
 
 :func:`ceiling` is the library call; ``ceiling_command`` is the click command (the CLI
 group registers it); ``render_table`` / ``render_markdown`` render a :class:`Ceiling`.
