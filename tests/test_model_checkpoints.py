@@ -355,3 +355,16 @@ def test_hf_cache_snapshot_resolution(tmp_path):
     assert resolve_model("Org/Other", env=env)[0] is None
     assert resolve_model("../../etc", env=env)[0] is None
     assert resolve_model(str(new), env=env)[0] == new
+
+
+def test_header_only_writer_round_trip(tmp_path):
+    """write_header_only: the real header over a sparse hole of the data's size (to ship a checkpoint's structure)."""
+    from tracekit.model.safetensors import write_header_only
+
+    tensors = {"a.weight": ("BF16", [300, 64]), "b.qweight": ("I32", [8, 64]), "c.blocks": ("F4", [10, 7])}
+    data = write_header_only(tmp_path / "s.safetensors", tensors)
+    assert data == 300 * 64 * 2 + 8 * 64 * 4 + 35
+    header, _ = read_header(tmp_path / "s.safetensors")
+    assert {n: (t.dtype, list(t.shape)) for n, t in header.items()} == {n: (d, s) for n, (d, s) in tensors.items()}
+    assert sum(t.nbytes for t in header.values()) == data
+    assert os.path.getsize(tmp_path / "s.safetensors") >= data

@@ -165,7 +165,8 @@ def ceiling(
         raise TracekitError(f"--context must be >= 0, got {context}")
     try:
         wsize = dtype_bytes(dtype or "bf16")
-        kvsize = dtype_bytes(kv_dtype) if kv_dtype else None
+        if kv_dtype:
+            dtype_bytes(kv_dtype)  # validated here; tracekit.model applies it
     except ValueError as e:
         raise TracekitError(str(e)) from e
 

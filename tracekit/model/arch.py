@@ -119,13 +119,6 @@ class Arch:
     quantization: dict | None = None
     warnings: tuple[str, ...] = field(default=())
 
-    def is_moe_layer(self, i: int) -> bool:
-        return i in self.moe_layers_set
-
-    @property
-    def moe_layers_set(self) -> frozenset[int]:
-        return frozenset(self.moe_layers)
-
 
 def text_config(cfg: dict) -> tuple[dict, list[str]]:
     """The language model's config of a multimodal config (``text_config`` / ``llm_config``), else ``cfg``."""
