@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
+from tracekit.analyses.roofline import step_roofline
 from tracekit.ceiling import ceiling, ceiling_command, render_markdown, render_table
 from tracekit.errors import TracekitError
+from tracekit.model import load_model, parse_bytes, step_bytes
 from tracekit.modelconfig import count_params, from_config_file
 
 CONTRACT_KEYS = {"schema", "gpu", "bytes_per_step_per_gpu", "floor_ms", "ceiling_steps_per_s", "tokens_per_step",
@@ -299,6 +302,78 @@ def test_ceiling_from_model_config(tmp_path):
     kv = 32 * 2 * 8 * 128 * 2 * 8192 * 4
     assert d["bytes_per_step_per_gpu"] == weights + kv
     assert d["bytes_breakdown"] == {"weights": weights, "draft": 0, "kv": kv}
-    assert d["model"]["total"] == 8_030_261_248
-    assert d["inputs"]["weight_bytes_source"] == "model-config"
+    assert d["model"]["params"]["total"] == 8_030_261_248
+    assert d["inputs"]["weight_bytes_source"] == "model" and d["inputs"]["kv_bytes_source"] == "model"
     assert d["ceiling_tokens_per_s"] == pytest.approx(4 * 4800e9 / (weights + kv))
+
+
+# --------------------------------------------------------------------------- units and --model (issue 17)
+
+
+CONFIGS = Path(__file__).parent / "data" / "configs"
+
+
+@pytest.mark.parametrize("text,value", [
+    ("27e9", 27_000_000_000), ("27GB", 27_000_000_000), ("27 gb", 27_000_000_000), ("25.1GiB", round(25.1 * 2**30)),
+    ("16.4e9", 16_400_000_000), ("512MiB", 512 * 2**20), ("1.5TB", 1_500_000_000_000), ("2TiB", 2 * 2**40),
+    ("300MB", 300_000_000), ("4096", 4096), ("64kB", 64_000), (8_000_000_000, 8_000_000_000),
+])
+def test_parse_bytes(text, value):
+    assert parse_bytes(text) == value
+
+
+@pytest.mark.parametrize("text,msg", [("27B", "ambiguous"), ("lots", "not a byte amount"), ("-5GB", "not a byte"),
+                                      ("1e999", "too large"), ("5 GHz", "not a byte amount")])
+def test_parse_bytes_refuses(text, msg):
+    with pytest.raises(TracekitError, match=msg):
+        parse_bytes(text)
+
+
+def test_weight_bytes_units_and_tp_through_the_cli():
+    d = run_json("--gpu", "NVIDIA H200", "--weight-bytes", "25.1GiB", "--tp", "2")
+    assert d["bytes_per_step_per_gpu"] == round(round(25.1 * 2**30) / 2)
+    assert d["roofline"]["tp"] == 2 and d["roofline"]["weight_bytes_source"] == "flag"
+    res = run("--gpu", "NVIDIA H200", "--weight-bytes", "27B")
+    assert res.exit_code == 2 and "ambiguous" in res.output
+
+
+def test_ceiling_and_breakdown_agree_per_gpu():
+    """The same model, TP and context give the same per-GPU bytes through ceiling() and through the library calls
+    breakdown makes (step_bytes -> step_roofline)."""
+    model = CONFIGS / "Qwen3-8B.json"
+    c = ceiling(gpu="NVIDIA H200", model=model, tp=2, batch=8, context=8192, measured_tok_s=900)
+    sb = step_bytes(load_model(model), tp=2, batch=8, context=8192)
+    r = step_roofline(weight_bytes_per_step=sb.weight_bytes_per_step, weight_bytes_source=sb.weight_bytes_source,
+                      kv_bytes_per_step=sb.kv_bytes_per_step, kv_bytes_source=sb.kv_bytes_source,
+                      draft_bytes_per_step=sb.draft_bytes_per_step, peak_bw_gbps=4800.0,
+                      reference_step_ms=8 * 1000 / 900, tokens_per_step=8, tp=2)
+    assert c.bytes_per_step_per_gpu == r.bytes_per_step == sb.bytes_per_step
+    assert c.roofline == r.to_dict()
+    # by hand: Qwen3-8B bf16 without the embedding, linears / 2, norms whole; KV 36 layers x 2 x (8/2) heads x 128
+    norms = (36 * (2 * 4096 + 2 * 128) + 4096) * 2
+    assert sb.weight_bytes_per_step == (8_190_735_360 - 151936 * 4096) * 2 / 2 + norms / 2
+    assert sb.kv_bytes_per_step == 8 * 8192 * 36 * 2 * 4 * 128 * 2
+    # --weight-bytes is summed over GPUs in both: ceiling divides by tp, as breakdown will
+    assert ceiling(gpu="NVIDIA H200", weight_bytes=16e9, tp=2).bytes_per_step_per_gpu == 8_000_000_000
+
+
+def test_ceiling_model_directory_with_mtp_and_ep():
+    d = run_json("--gpu", "NVIDIA H200", "--model", str(CONFIGS / "DeepSeek-V3.json"), "--tp", "8", "--ep", "8",
+                 "--batch", "16", "--context", "4096", "--draft-forwards", "2", "--accept-len", "2.4")
+    sb = step_bytes(load_model(CONFIGS / "DeepSeek-V3.json"), tp=8, ep=8, batch=16, context=4096, draft_forwards=2,
+                    verify_tokens=3)
+    assert d["bytes_per_step_per_gpu"] == sb.bytes_per_step
+    assert d["bytes_breakdown"] == {"weights": sb.weight_bytes_per_step - sb.draft_bytes_per_step,
+                                    "draft": sb.draft_bytes_per_step, "kv": sb.kv_bytes_per_step}
+    assert d["roofline"]["draft_bytes_per_step"] == sb.draft_bytes_per_step > 0
+    assert d["model"]["params"]["total"] == pytest.approx(671e9, rel=0.001)
+    assert any("E(1-(1-k/E)^b)" in a for a in d["assumptions"])
+    assert any("MLA" in a for a in d["assumptions"])
+
+
+def test_ceiling_weight_flag_replaces_only_the_weights_term():
+    c = ceiling(gpu="NVIDIA H200", model=CONFIGS / "Llama-3.1-8B.json", weight_bytes=10e9, tp=2, context=1000)
+    assert c.bytes_breakdown == {"weights": 5_000_000_000, "draft": 0, "kv": 1000 * 65536}
+    assert c.inputs["weight_bytes_source"] == "flag" and c.inputs["kv_bytes_source"] == "model"
+    with pytest.raises(TracekitError, match="one of"):
+        ceiling(gpu="NVIDIA H200", model=CONFIGS / "Llama-3.1-8B.json", params=8e9)

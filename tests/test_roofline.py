@@ -348,3 +348,59 @@ def test_nvtx_sglang():
 def test_nvtx_without_params():
     assert weight_bytes_from_nvtx(pl.Series(["decode_step 1", "forward"])) is None
     assert weight_bytes_from_nvtx(pl.Series([], dtype=pl.String)) is None
+
+
+# --------------------------------------------------------------------------- the breakdown/2 roofline block
+
+# The contract's roofline keys (spec/CONTRACT.md, tracekit.breakdown/2), in its order.
+CONTRACT_ROOFLINE_KEYS = [
+    "weight_bytes_per_step", "weight_bytes_source", "kv_bytes_per_step", "kv_bytes_source", "draft_bytes_per_step",
+    "bytes_per_step", "tp", "floor_ms", "ceiling_steps_per_s", "tokens_per_step", "ceiling_tokens_per_s",
+    "fraction_of_ceiling", "gemm_achieved_bw_gbps", "attention_achieved_bw_gbps",
+]
+
+
+def test_step_roofline_keys_are_the_contracts():
+    from tracekit.analyses.roofline import step_roofline
+
+    assert list(step_roofline(weight_bytes_per_step=1e9, peak_bw_gbps=1000).to_dict()) == CONTRACT_ROOFLINE_KEYS
+
+
+def test_step_roofline_weights_kv_draft():
+    from tracekit.analyses.roofline import step_roofline
+
+    # per GPU: 8 GB of weights of which 1 GB is the draft's (x forwards), 2 GB of KV; H200 4800 GB/s
+    r = step_roofline(weight_bytes_per_step=8e9, weight_bytes_source="model", draft_bytes_per_step=1e9,
+                      kv_bytes_per_step=2e9, kv_bytes_source="model", peak_bw_gbps=4800, reference_step_ms=2.5,
+                      tokens_per_step=8, tp=2, gemm_ms=1.75, attention_ms=0.5)
+    assert r.bytes_per_step == 10_000_000_000 and r.tp == 2
+    assert r.floor_ms == pytest.approx(10e9 / 4800e9 * 1e3)
+    assert r.fraction_of_ceiling == pytest.approx(r.floor_ms / 2.5)
+    assert r.ceiling_tokens_per_s == pytest.approx(8 * 1000 / r.floor_ms)
+    assert r.gemm_achieved_bw_gbps == pytest.approx(7e9 / 1.75e-3 / 1e9)      # target weights over gemm time
+    assert r.attention_achieved_bw_gbps == pytest.approx(2e9 / 0.5e-3 / 1e9)  # KV over attention time
+    assert (r.weight_bytes_source, r.kv_bytes_source) == ("model", "model")
+
+
+def test_step_roofline_unknown_kv_and_weights():
+    from tracekit.analyses.roofline import roofline, step_roofline
+
+    r = step_roofline(weight_bytes_per_step=4e9, peak_bw_gbps=4800, reference_step_ms=1.0, tokens_per_step=1,
+                      gemm_ms=0.9, attention_ms=0.1, kv_bytes_source="model")
+    assert r.kv_bytes_per_step is None and r.kv_bytes_source is None and r.attention_achieved_bw_gbps is None
+    assert r.bytes_per_step == 4_000_000_000                      # the floor counts the weights alone
+    old = roofline(4_000_000_000, 4800.0, 1.0, 1.0, 0.9)          # the /1 form: the same numbers
+    assert (old.floor_ms, old.fraction_of_ceiling, old.gemm_achieved_bw_gbps) == (
+        r.floor_ms, r.fraction_of_ceiling, r.gemm_achieved_bw_gbps)
+    none = step_roofline(weight_bytes_per_step=None, kv_bytes_per_step=1e9, peak_bw_gbps=4800)
+    assert none.bytes_per_step is None and none.floor_ms is None and none.kv_bytes_per_step == 1_000_000_000
+    with pytest.raises(ValueError, match="draft bytes"):
+        step_roofline(weight_bytes_per_step=1e9, draft_bytes_per_step=2e9, peak_bw_gbps=1)
+
+
+def test_weight_bytes_flag_is_summed_over_gpus():
+    from tracekit.analyses.roofline import weight_bytes_per_gpu
+
+    assert weight_bytes_per_gpu(27e9, 2) == 13_500_000_000
+    with pytest.raises(ValueError):
+        weight_bytes_per_gpu(1e9, 0)

@@ -6,6 +6,8 @@ peak memory bandwidth gives the floor per step and the tok/s ceiling. The arithm
 is ``tracekit.analyses.roofline`` (the same code as breakdown's ``roofline`` block).
 
     tracekit ceiling --gpu "RTX A6000" --params 27e9 --dtype fp8 --tp 2 --accept-len 3.2
+    tracekit ceiling --gpu H200 --model ~/.cache/huggingface/hub/models--Qwen--Qwen3-8B --tp 2 \
+        --batch 8 --context 8192          # weights from the safetensors headers, KV from the config
 
 :func:`ceiling` is the library call; ``ceiling_command`` is the click command (the CLI
 group registers it); ``render_table`` / ``render_markdown`` render a :class:`Ceiling`.
@@ -22,9 +24,17 @@ from pathlib import Path
 
 import click
 
-from tracekit.analyses.roofline import bytes_per_step, dtype_bytes, roofline, tokens_per_step
+from tracekit.analyses.roofline import (
+    bytes_per_step,
+    dtype_bytes,
+    step_roofline,
+    tokens_per_step,
+    weight_bytes_per_gpu,
+)
 from tracekit.errors import TracekitError
 from tracekit.gpus import list_gpus, lookup, resolve_peak_bw
+from tracekit.model.checkpoint import Model
+from tracekit.model.units import BYTES
 
 SCHEMA = "tracekit.ceiling/1"
 DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8", "int4")
@@ -48,6 +58,8 @@ class Ceiling:
     bytes_breakdown: dict = field(default_factory=dict)
     inputs: dict = field(default_factory=dict)
     model: dict | None = None
+    roofline: dict = field(default_factory=dict)   # the breakdown/2 roofline block of the same bytes
+    step: dict | None = None                       # tracekit.model.StepBytes.to_dict() with --model
 
     @property
     def summary(self) -> str:
@@ -78,6 +90,8 @@ class Ceiling:
             "bytes_breakdown": dict(self.bytes_breakdown),
             "inputs": dict(self.inputs),
             "model": self.model,
+            "roofline": dict(self.roofline),
+            "step": self.step,
         }
 
 
@@ -98,9 +112,11 @@ def ceiling(
     gpu: str | None = None,
     weight_bytes: float | None = None,
     params: float | None = None,
-    dtype: str = "bf16",
+    dtype: str | None = None,
+    model: str | Path | dict | Model | None = None,
     model_config: str | Path | dict | None = None,
     tp: int = 1,
+    ep: int = 1,
     accept_len: float | None = None,
     draft_bytes: float = 0,
     draft_forwards: float = 0,
@@ -108,26 +124,35 @@ def ceiling(
     batch: int = 1,
     kv_bytes_per_token: float | None = None,
     context: int = 0,
-    kv_dtype: str = "bf16",
+    kv_dtype: str | None = None,
     peak_bw: float | None = None,
     measured_tok_s: float | None = None,
 ) -> Ceiling:
-    """The trace-free roofline. Exactly one of ``weight_bytes`` (the whole model's
-    weight bytes read per step, lm_head included, embedding excluded), ``params``
-    (x ``dtype`` bytes) or ``model_config`` (a HF config.json path or dict; counts the
-    parameters a step reads). Raises ``TracekitError`` on unusable input.
+    """The trace-free roofline, bytes per GPU.
+
+    Weights: ``weight_bytes`` (the bytes a step reads summed over all GPUs, lm_head included,
+    embedding excluded; divided by ``tp``), or ``params`` x ``dtype`` (default bf16), or
+    ``model`` (a model directory / HF snapshot / ``config.json`` path, a config dict or a
+    :class:`tracekit.model.Model`: per-tensor bytes, MoE experts read at ``batch``, MTP layers
+    x ``draft_forwards``, the KV cache at ``context``). With ``model`` and ``weight_bytes``
+    the flag replaces only the target's weights term. ``model_config`` is the older name of
+    ``model``. Raises ``TracekitError`` on unusable input.
 
     >>> c = ceiling(gpu="NVIDIA RTX A6000", params=27e9, dtype="fp8", tp=2, accept_len=3.2)
     >>> c.bytes_per_step_per_gpu, round(c.floor_ms, 2), round(c.ceiling_tokens_per_s)
     (13500000000, 17.58, 182)
     """
-    given = [n for n, v in (("--weight-bytes", weight_bytes), ("--params", params),
-                            ("--model-config", model_config)) if v is not None]
-    if len(given) != 1:
-        raise TracekitError("give exactly one of --weight-bytes N, --params N (with --dtype) or --model-config FILE"
-                            + (f" (got {', '.join(given)})" if given else ""))
-    if tp < 1:
-        raise TracekitError(f"--tp must be >= 1, got {tp}")
+    if model is None:
+        model = model_config
+    elif model_config is not None:
+        raise TracekitError("give --model or --model-config, not both")
+    if params is not None and (weight_bytes is not None or model is not None):
+        raise TracekitError("give one of --weight-bytes N, --params N (with --dtype) or --model PATH "
+                            "(--weight-bytes may go with --model: it replaces the weights term)")
+    if weight_bytes is None and params is None and model is None:
+        raise TracekitError("give exactly one of --weight-bytes N, --params N (with --dtype) or --model PATH")
+    if tp < 1 or ep < 1:
+        raise TracekitError(f"--tp and --ep must be >= 1, got --tp {tp} --ep {ep}")
     if batch < 1:
         raise TracekitError(f"--batch must be >= 1, got {batch}")
     if accept_len is not None and not (math.isfinite(accept_len) and accept_len > 0):
@@ -136,9 +161,12 @@ def ceiling(
         raise TracekitError(f"--measured-tok-s must be > 0, got {measured_tok_s}")
     if (draft_bytes or 0) > 0 and not (draft_forwards or 0) > 0:
         raise TracekitError("--draft-bytes needs --draft-forwards K (draft forward passes per step)")
+    if context is None or context < 0:
+        raise TracekitError(f"--context must be >= 0, got {context}")
     try:
-        wsize = dtype_bytes(dtype)
-        kvsize = dtype_bytes(kv_dtype)
+        wsize = dtype_bytes(dtype or "bf16")
+        if kv_dtype:
+            dtype_bytes(kv_dtype)  # validated here; tracekit.model applies it
     except ValueError as e:
         raise TracekitError(str(e)) from e
 
@@ -150,72 +178,86 @@ def ceiling(
         "kernel launch overhead, host gaps and scheduling ignored (CUDA graphs come closest)",
         "activation bytes ignored",
     ]
-    inputs: dict = {"tp": tp, "batch": batch, "accept_len": accept_len, "dtype": None,
+    inputs: dict = {"tp": tp, "ep": ep, "batch": batch, "accept_len": accept_len, "dtype": None,
                     "weight_bytes": None, "weight_bytes_source": None, "params": None,
                     "draft_bytes": draft_bytes or 0, "draft_forwards": draft_forwards or 0,
-                    "draft_sharded": draft_sharded, "kv_bytes_per_token": None, "context": context or 0}
-    model = None
+                    "draft_sharded": draft_sharded, "kv_bytes_per_token": None, "kv_bytes_source": None,
+                    "context": context or 0}
+    summary = None
+    step = None
+    kv_step = None                    # per GPU
+    model_draft = 0                   # per GPU, MTP layers x forwards
+    if model is not None:
+        from tracekit.model import Model as _Model, load_model, model_from_config, step_bytes
+
+        if isinstance(model, _Model):
+            m = model
+        elif isinstance(model, dict):
+            m = model_from_config(model, dtype=dtype)
+        else:
+            m = load_model(model, dtype=dtype)
+        spec_tokens = int(draft_forwards) + 1 if draft_forwards and not draft_bytes else 1
+        sb = step_bytes(m, tp=tp, ep=ep, batch=batch, context=context or None,
+                        draft_forwards=0 if draft_bytes else (draft_forwards or 0), verify_tokens=spec_tokens,
+                        kv_dtype=kv_dtype)
+        step = sb.to_dict()
+        summary = m.summary()
+        model_draft = sb.draft_bytes_per_step
+        if kv_bytes_per_token is None and sb.kv_bytes_per_step is not None:
+            kv_step = sb.kv_bytes_per_step
+            inputs["kv_bytes_source"] = "model"
+        for note in sb.notes + sb.warnings:
+            if not note.startswith("KV cache not counted"):
+                assumptions.append(note)
+        inputs["dtype"] = dtype
+        if weight_bytes is None:
+            wbytes_gpu = float(sb.weight_bytes_per_step - sb.draft_bytes_per_step)
+            inputs.update(weight_bytes=int(round(wbytes_gpu * tp)), weight_bytes_source="model")
     if weight_bytes is not None:
         if not (math.isfinite(weight_bytes) and weight_bytes > 0):
             raise TracekitError(f"--weight-bytes must be > 0, got {weight_bytes}")
-        wbytes = float(weight_bytes)
-        inputs["weight_bytes_source"] = "flag"
+        wbytes_gpu = weight_bytes_per_gpu(weight_bytes, tp)
+        inputs.update(weight_bytes=int(round(weight_bytes)), weight_bytes_source="flag")
+        assumptions.append(f"weights: --weight-bytes {int(weight_bytes):,} summed over GPUs / tp {tp}"
+                           + (" (replaces the model's weights term)" if model is not None else ""))
     elif params is not None:
         if not (math.isfinite(params) and params > 0):
             raise TracekitError(f"--params must be > 0, got {params}")
-        wbytes = float(params) * wsize
-        inputs.update(params=params, dtype=dtype, weight_bytes_source="params")
-        if dtype in ("fp8", "int8", "int4"):
-            assumptions.append(f"{dtype}: quantization scales and zero points ignored; "
-                               "layers kept in higher precision (e.g. lm_head) count as " + dtype)
-    else:
-        from tracekit.modelconfig import count_params, load_config
+        d = dtype or "bf16"
+        wbytes_gpu = weight_bytes_per_gpu(float(params) * wsize, tp)
+        inputs.update(params=params, dtype=d, weight_bytes=int(round(float(params) * wsize)),
+                      weight_bytes_source="params")
+        if d in ("fp8", "int8", "int4"):
+            assumptions.append(f"{d}: quantization scales and zero points ignored; "
+                               "layers kept in higher precision (e.g. lm_head) count as " + d)
 
-        cfg = model_config if isinstance(model_config, dict) else load_config(model_config)
-        mp = count_params(cfg)
-        per_step = mp.params_per_step(batch)
-        wbytes = per_step * wsize
-        inputs.update(params=per_step, dtype=dtype, weight_bytes_source="model-config")
-        model = mp.to_dict()
-        assumptions.append("weights: active non-embedding parameters + lm_head (the embedding table is a gather, "
-                           "not a full read) x " + dtype)
-        if mp.experts and batch > 1:
-            assumptions.append(f"MoE at batch {batch}: experts read = the expected distinct experts under uniform "
-                               f"routing ({mp.experts_per_token} of {mp.experts} per token)")
-        for w in mp.warnings:
-            assumptions.append(w)
-        if kv_bytes_per_token is None and context:
-            kv_bytes_per_token = mp.kv_bytes_per_token(kvsize)
-            assumptions.append(f"KV bytes per token from the config: {mp.kv_elements_per_token:,} elements x {kv_dtype}")
-    inputs["weight_bytes"] = int(round(wbytes))
-
-    kv = float(kv_bytes_per_token or 0)
-    if (kv > 0) != (bool(context) and context > 0):
-        raise TracekitError("KV reads need both --kv-bytes-per-token N and --context L"
-                            + (" (or --model-config with --context)" if model_config is None else ""))
-    if kv > 0:
-        inputs.update(kv_bytes_per_token=int(kv), context=context)
-        assumptions.append(f"KV cache: {int(kv):,} bytes per token x context {context:,} x batch {batch}"
-                           + (f", split over {tp} GPUs" if tp > 1 else "") + " read once per step")
-    else:
-        assumptions.append("KV cache reads not counted (give --kv-bytes-per-token and --context)")
+    if kv_bytes_per_token is not None or (context and model is None):
+        kv = float(kv_bytes_per_token or 0)
+        if (kv > 0) != (bool(context) and context > 0):
+            raise TracekitError("KV reads need both --kv-bytes-per-token N and --context L"
+                                + (" (or --model PATH with --context)" if model is None else ""))
+        if kv > 0:
+            kv_step = bytes_per_step(0, tp=tp, kv_bytes_per_token=kv, context=context, batch=batch)
+            inputs.update(kv_bytes_per_token=int(kv), kv_bytes_source="flag")
+            assumptions.append(f"KV cache: {int(kv):,} bytes per token x context {context:,} x batch {batch}"
+                               + (f", split over {tp} GPUs" if tp > 1 else "") + " read once per step")
+    if kv_step is None:
+        assumptions.append("KV cache reads not counted (give --context with --model, or --kv-bytes-per-token "
+                           "and --context)")
     if draft_bytes:
+        draft_gpu = bytes_per_step(0, tp=tp, draft_bytes=draft_bytes, draft_forwards=draft_forwards,
+                                   draft_sharded=draft_sharded)
         assumptions.append(f"draft model: {int(draft_bytes):,} bytes x {draft_forwards:g} forwards per step"
                            + ((", sharded over tp" if draft_sharded else ", replicated on every GPU") if tp > 1 else ""))
+    elif model_draft:
+        draft_gpu = model_draft
     else:
+        draft_gpu = 0
         assumptions.append("no draft model weights counted")
-
-    try:
-        total = bytes_per_step(wbytes, tp=tp, draft_bytes=draft_bytes or 0, draft_forwards=draft_forwards or 0,
-                               draft_sharded=draft_sharded, kv_bytes_per_token=kv, context=context or 0, batch=batch)
-    except ValueError as e:
-        raise TracekitError(str(e)) from e
-    breakdown = {
-        "weights": bytes_per_step(wbytes, tp=tp),
-        "draft": bytes_per_step(0, tp=tp, draft_bytes=draft_bytes or 0, draft_forwards=draft_forwards or 0,
-                                draft_sharded=draft_sharded),
-        "kv": bytes_per_step(0, tp=tp, kv_bytes_per_token=kv, context=context or 0, batch=batch),
-    }
+    if wbytes_gpu <= 0:
+        raise TracekitError("the model's weights come to 0 bytes per step: check --model")
+    total = int(round(wbytes_gpu)) + int(draft_gpu) + int(kv_step or 0)
+    breakdown = {"weights": int(round(wbytes_gpu)), "draft": int(draft_gpu), "kv": int(kv_step or 0)}
 
     spec = lookup(gpu) if gpu else None
     bw, source = resolve_peak_bw(peak_bw, None, None, gpu)
@@ -232,14 +274,18 @@ def ceiling(
 
     tps = tokens_per_step(accept_len, batch)
     step_ms = tps * 1000.0 / measured_tok_s if measured_tok_s is not None else None
-    r = roofline(total, bw, step_ms, tps, None)
+    r = step_roofline(weight_bytes_per_step=int(round(wbytes_gpu)) + int(draft_gpu), peak_bw_gbps=bw,
+                      reference_step_ms=step_ms, tokens_per_step=tps, tp=tp,
+                      weight_bytes_source=inputs["weight_bytes_source"], kv_bytes_per_step=kv_step,
+                      kv_bytes_source=inputs["kv_bytes_source"], draft_bytes_per_step=int(draft_gpu))
+    assert r.bytes_per_step == total
     assumptions.append(f"tokens per step = {'accept length ' + format(accept_len, 'g') if accept_len else '1 (no speculation)'}"
                        f" x batch {batch}")
     return Ceiling(
         gpu_name=name,
         peak_bw_gbps=bw,
         peak_bw_source=source,
-        bytes_per_step_per_gpu=int(r.weight_bytes_per_step),
+        bytes_per_step_per_gpu=int(r.bytes_per_step),
         floor_ms=r.floor_ms,
         ceiling_steps_per_s=r.ceiling_steps_per_s,
         tokens_per_step=r.tokens_per_step,
@@ -249,7 +295,9 @@ def ceiling(
         assumptions=assumptions,
         bytes_breakdown=breakdown,
         inputs=inputs,
-        model=model,
+        model=summary,
+        roofline=r.to_dict(),
+        step=step,
     )
 
 
@@ -329,24 +377,25 @@ AMOUNT = _Amount()
 
 @click.command("ceiling")
 @click.option("--gpu", metavar="NAME", help="GPU name as a trace or nvidia-smi shows it, e.g. 'RTX A6000', 'NVIDIA H200'.")
-@click.option("--weight-bytes", type=AMOUNT, help="Weight bytes a step reads (whole model, all GPUs): 27e9, 13.5GB.")
+@click.option("--weight-bytes", type=BYTES, help="Weight bytes a step reads, summed over all GPUs: 27e9, 27GB, 25.1GiB.")
 @click.option("--params", type=AMOUNT, help="Parameter count read per step (with --dtype): 27e9, 27B.")
-@click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="Weight dtype for --params / --model-config.")
-@click.option("--model-config", type=click.Path(dir_okay=False), help="Hugging Face config.json: count the parameters a step reads.")
+@click.option("--dtype", type=click.Choice(DTYPES), help="Weight dtype for --params (default bf16) or a bare config.json (default: its own).")
+@click.option("--model", "--model-config", "model", metavar="PATH", help="Model folder / HF snapshot (config.json + safetensors headers) or a config.json.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel GPUs the weights are split over.")
+@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True, help="Expert-parallel GPUs the experts are split over (with --model).")
 @click.option("--accept-len", type=click.FloatRange(min=0, min_open=True), help="Mean tokens accepted per speculative step.")
-@click.option("--draft-bytes", type=AMOUNT, default=0, help="Draft model weight bytes (speculative decoding).")
-@click.option("--draft-forwards", type=click.FloatRange(min=0), default=0, help="Draft forward passes per step.")
+@click.option("--draft-bytes", type=BYTES, default=0, help="Draft model weight bytes (speculative decoding).")
+@click.option("--draft-forwards", type=click.FloatRange(min=0), default=0, help="Draft forward passes per step (a --model's MTP layers when no --draft-bytes).")
 @click.option("--draft-replicated", is_flag=True, help="The draft model is not split over --tp (each GPU reads all of it).")
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences decoded per step.")
-@click.option("--kv-bytes-per-token", type=AMOUNT, help="KV cache bytes per token, whole model (all layers, K and V).")
+@click.option("--kv-bytes-per-token", type=BYTES, help="KV cache bytes per token, whole model (all layers, K and V).")
 @click.option("--context", type=click.IntRange(min=0), default=0, help="Context length whose KV cache each step reads.")
-@click.option("--kv-dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="KV cache dtype (with --model-config).")
+@click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV cache dtype with --model (default: the model's dtype).")
 @click.option("--peak-bw", type=click.FloatRange(min=0, min_open=True), metavar="GBPS", help="Peak memory bandwidth, GB/s; overrides the GPU table.")
 @click.option("--measured-tok-s", type=click.FloatRange(min=0, min_open=True), metavar="X", help="Your measured tokens/s, to compare with the ceiling.")
 @click.option("--format", "fmt", type=click.Choice(["table", "md", "json"]), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write there instead of stdout.")
-def ceiling_command(gpu, weight_bytes, params, dtype, model_config, tp, accept_len, draft_bytes, draft_forwards,
+def ceiling_command(gpu, weight_bytes, params, dtype, model, tp, ep, accept_len, draft_bytes, draft_forwards,
                     draft_replicated, batch, kv_bytes_per_token, context, kv_dtype, peak_bw, measured_tok_s, fmt, output):
     """How fast could decode be? The memory-bandwidth ceiling, without a trace.
 
@@ -354,13 +403,14 @@ def ceiling_command(gpu, weight_bytes, params, dtype, model_config, tp, accept_l
     """
     if not gpu and peak_bw is None:
         raise click.UsageError("give --gpu NAME or --peak-bw GBPS")
-    n = sum(v is not None for v in (weight_bytes, params, model_config))
-    if n != 1:
-        raise click.UsageError("give exactly one of --weight-bytes N, --params N or --model-config FILE")
+    if sum(v is not None for v in (weight_bytes, params, model)) == 0 or (params is not None and (
+            weight_bytes is not None or model is not None)):
+        raise click.UsageError("give exactly one of --weight-bytes N, --params N or --model PATH "
+                               "(--weight-bytes may go with --model)")
     if draft_bytes and not draft_forwards:
         raise click.UsageError("--draft-bytes needs --draft-forwards K (draft forward passes per step)")
-    result = ceiling(gpu=gpu, weight_bytes=weight_bytes, params=params, dtype=dtype, model_config=model_config,
-                     tp=tp, accept_len=accept_len, draft_bytes=draft_bytes, draft_forwards=draft_forwards,
+    result = ceiling(gpu=gpu, weight_bytes=weight_bytes, params=params, dtype=dtype, model=model,
+                     tp=tp, ep=ep, accept_len=accept_len, draft_bytes=draft_bytes, draft_forwards=draft_forwards,
                      draft_sharded=not draft_replicated, batch=batch, kv_bytes_per_token=kv_bytes_per_token,
                      context=context, kv_dtype=kv_dtype, peak_bw=peak_bw, measured_tok_s=measured_tok_s)
     if fmt == "json":

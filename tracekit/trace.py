@@ -159,6 +159,8 @@ class TraceMeta:
     rank: int | None = None
     world_size: int | None = None
     warnings: tuple[str, ...] = ()
+    # The profiled command line as the profiler recorded it (nsys META_DATA_CAPTURE), argv order; untrusted text.
+    command: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

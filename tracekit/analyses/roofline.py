@@ -3,13 +3,20 @@
 One implementation, shared by ``tracekit breakdown`` (its ``roofline`` block) and
 ``tracekit ceiling`` (trace-free). Pure functions: no file access, no printing.
 
-The arithmetic (units: bytes, GB/s = 1e9 B/s, milliseconds)::
+The arithmetic (units: bytes per GPU, GB/s = 1e9 B/s, milliseconds)::
 
-    floor_ms              = bytes / (peak_bw_gbps * 1e9) * 1e3
-    ceiling_steps_per_s   = 1000 / floor_ms
-    ceiling_tokens_per_s  = ceiling_steps_per_s * tokens_per_step
-    fraction_of_ceiling   = floor_ms / step_ms
-    gemm_achieved_bw_gbps = bytes / (gemm_ms * 1e-3) / 1e9
+    bytes_per_step             = weight bytes (draft x forwards included) + KV-cache bytes
+    floor_ms                   = bytes_per_step / (peak_bw_gbps * 1e9) * 1e3
+    ceiling_steps_per_s        = 1000 / floor_ms
+    ceiling_tokens_per_s       = ceiling_steps_per_s * tokens_per_step
+    fraction_of_ceiling        = floor_ms / reference_step_ms
+    gemm_achieved_bw_gbps      = (weight - draft bytes) / (gemm_ms * 1e-3) / 1e9
+    attention_achieved_bw_gbps = KV bytes / (attention_ms * 1e-3) / 1e9
+
+:func:`step_roofline` gives the contract's ``roofline`` block (``tracekit.breakdown/2``);
+:func:`roofline` is its weights-only form (the ``/1`` keys). The per-GPU bytes come from
+``--weight-bytes`` / ``--tp`` (:func:`weight_bytes_per_gpu`), from ``tracekit.model``
+(``--model``: weights, MoE, MTP draft and the KV cache) or from the trace (below).
 
 It also infers the weight bytes a step reads from what a trace records: the input
 shapes of matmul-like torch ops (Kineto ``record_shapes``), or SGLang's layer-wise
@@ -112,9 +119,114 @@ def tokens_per_step(accept_len: float | None = None, batch: float | None = 1) ->
     return float(accept_len if accept_len is not None else 1.0) * float(batch)
 
 
+def weight_bytes_per_gpu(weight_bytes: int | float, tp: int = 1) -> int:
+    """Per-GPU weight bytes from ``--weight-bytes`` (the contract: bytes a step reads summed over
+    all GPUs) and ``--tp``. ``ceiling`` and ``breakdown`` both divide here.
+
+    >>> weight_bytes_per_gpu(16e9, tp=2)
+    8000000000
+    """
+    if tp < 1:
+        raise ValueError("tp must be >= 1")
+    if weight_bytes is None or not math.isfinite(weight_bytes) or weight_bytes < 0:
+        raise ValueError(f"weight bytes must be a non-negative number, got {weight_bytes!r}")
+    return int(round(weight_bytes / tp))
+
+
+@dataclass(frozen=True)
+class RooflineBlock:
+    """The contract's ``roofline`` block of ``tracekit.breakdown/2``; ``to_dict()`` has its keys, in order.
+
+    Every byte figure is per GPU; ``tp`` says by how many GPUs the model's bytes were divided.
+    """
+
+    weight_bytes_per_step: int | None
+    weight_bytes_source: str | None
+    kv_bytes_per_step: int | None
+    kv_bytes_source: str | None
+    draft_bytes_per_step: int | None
+    bytes_per_step: int | None
+    tp: int
+    floor_ms: float | None
+    ceiling_steps_per_s: float | None
+    tokens_per_step: float | None
+    ceiling_tokens_per_s: float | None
+    fraction_of_ceiling: float | None
+    gemm_achieved_bw_gbps: float | None
+    attention_achieved_bw_gbps: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def step_roofline(
+    *,
+    weight_bytes_per_step: int | float | None,
+    peak_bw_gbps: float | None,
+    reference_step_ms: float | None = None,
+    tokens_per_step: float | None = None,
+    tp: int = 1,
+    weight_bytes_source: str | None = None,
+    kv_bytes_per_step: int | float | None = None,
+    kv_bytes_source: str | None = None,
+    draft_bytes_per_step: int | float | None = None,
+    gemm_ms: float | None = None,
+    attention_ms: float | None = None,
+) -> RooflineBlock:
+    """The roofline block from per-GPU byte streams. Pure; never guesses: an input that is None
+    (or not > 0) makes what depends on it None.
+
+    ``weight_bytes_per_step``: per GPU, the draft's weights x forwards included
+    (``draft_bytes_per_step`` says how much of it is the draft's). ``kv_bytes_per_step``: per
+    GPU, the KV cache attention reads; None = unknown (the floor then counts weights only and
+    the caller warns). ``reference_step_ms``: the step time savings are stated against
+    (``time_base.reference_step_ms``; for ``ceiling``, tokens_per_step x 1000 / measured tok/s).
+    ``gemm_ms`` / ``attention_ms``: kernel time per step of those categories::
+
+        bytes_per_step             = weights + KV
+        floor_ms                   = bytes_per_step / peak bandwidth
+        fraction_of_ceiling        = floor_ms / reference_step_ms
+        gemm_achieved_bw_gbps      = (weights - draft) / gemm time   (the draft's GEMMs are `drafting`)
+        attention_achieved_bw_gbps = KV bytes / attention time
+
+    >>> r = step_roofline(weight_bytes_per_step=4e9, kv_bytes_per_step=8e8, peak_bw_gbps=4800,
+    ...                   reference_step_ms=1.25, tokens_per_step=8, attention_ms=0.25)
+    >>> r.bytes_per_step, r.floor_ms, r.fraction_of_ceiling, r.attention_achieved_bw_gbps
+    (4800000000, 1.0, 0.8, 3200.0)
+    """
+    if tp < 1:
+        raise ValueError("tp must be >= 1")
+    w = int(round(weight_bytes_per_step)) if _pos(weight_bytes_per_step) else None
+    kv = int(round(kv_bytes_per_step)) if kv_bytes_per_step is not None and math.isfinite(kv_bytes_per_step) \
+        and kv_bytes_per_step >= 0 else None
+    draft = int(round(draft_bytes_per_step)) if draft_bytes_per_step is not None \
+        and math.isfinite(draft_bytes_per_step) and draft_bytes_per_step >= 0 else None
+    if draft is not None and w is not None and draft > w:
+        raise ValueError(f"draft bytes ({draft}) cannot exceed the weight bytes they are part of ({w})")
+    total = w + (kv or 0) if w is not None else None
+    floor_ms = total / (peak_bw_gbps * 1e9) * 1e3 if total and _pos(peak_bw_gbps) else None
+    steps_s = 1000.0 / floor_ms if floor_ms is not None else None
+    tps = float(tokens_per_step) if _pos(tokens_per_step) else None
+    tok_s = steps_s * tps if steps_s is not None and tps is not None else None
+    frac = floor_ms / reference_step_ms if floor_ms is not None and _pos(reference_step_ms) else None
+    target = w - (draft or 0) if w is not None else None
+    gemm_bw = target / (gemm_ms * 1e-3) / 1e9 if target and _pos(gemm_ms) else None
+    attn_bw = kv / (attention_ms * 1e-3) / 1e9 if kv and _pos(attention_ms) else None
+    return RooflineBlock(
+        weight_bytes_per_step=w, weight_bytes_source=weight_bytes_source if w is not None else None,
+        kv_bytes_per_step=kv, kv_bytes_source=kv_bytes_source if kv is not None else None,
+        draft_bytes_per_step=draft if w is not None else None, bytes_per_step=total, tp=int(tp),
+        floor_ms=floor_ms, ceiling_steps_per_s=steps_s, tokens_per_step=tps, ceiling_tokens_per_s=tok_s,
+        fraction_of_ceiling=frac, gemm_achieved_bw_gbps=gemm_bw, attention_achieved_bw_gbps=attn_bw,
+    )
+
+
 @dataclass(frozen=True)
 class Roofline:
-    """The contract's ``roofline`` keys (``weight_bytes_source`` is the caller's to set)."""
+    """The ``tracekit.breakdown/1`` roofline keys (``weight_bytes_source`` is the caller's to set).
+
+    Kept for the callers of :func:`roofline`; :func:`step_roofline` is the ``/2`` block.
+    """
 
     weight_bytes_per_step: int | None
     floor_ms: float | None
@@ -139,33 +251,27 @@ def roofline(
     tokens_per_step: float | None,
     gemm_ms: float | None,
 ) -> Roofline:
-    """The weight-read floor and what follows from it. Any input None (or not > 0) makes
-    the outputs that depend on it None; it never guesses.
+    """The weight-read floor and what follows from it (weights only; :func:`step_roofline` with
+    no KV and no draft). Any input None (or not > 0) makes the outputs that depend on it None.
 
-    ``step_ms``: the measured mean step time (breakdown's ``steps.mean_ms``; for
-    ``ceiling``, tokens_per_step * 1000 / measured tok/s). ``gemm_ms``: gemm kernel
-    time per step.
+    ``step_ms``: the reference step time (breakdown's; for ``ceiling``, tokens_per_step *
+    1000 / measured tok/s). ``gemm_ms``: gemm kernel time per step.
 
     >>> roofline(4_000_000_000, 4800.0, 1.0, 1.0, 0.9).to_dict()["fraction_of_ceiling"]
     0.8333333333333334
     >>> roofline(None, 4800.0, 1.0, 1.0, 0.9).floor_ms is None
     True
     """
-    b = weight_bytes_per_step if _pos(weight_bytes_per_step) else None
-    floor_ms = b / (peak_bw_gbps * 1e9) * 1e3 if b is not None and _pos(peak_bw_gbps) else None
-    steps_s = 1000.0 / floor_ms if floor_ms is not None else None
-    tps = float(tokens_per_step) if _pos(tokens_per_step) else None
-    tok_s = steps_s * tps if steps_s is not None and tps is not None else None
-    frac = floor_ms / step_ms if floor_ms is not None and _pos(step_ms) else None
-    gemm_bw = b / (gemm_ms * 1e-3) / 1e9 if b is not None and _pos(gemm_ms) else None
+    r = step_roofline(weight_bytes_per_step=weight_bytes_per_step, peak_bw_gbps=peak_bw_gbps,
+                      reference_step_ms=step_ms, tokens_per_step=tokens_per_step, gemm_ms=gemm_ms)
     return Roofline(
-        weight_bytes_per_step=int(b) if b is not None else None,
-        floor_ms=floor_ms,
-        ceiling_steps_per_s=steps_s,
-        tokens_per_step=tps,
-        ceiling_tokens_per_s=tok_s,
-        fraction_of_ceiling=frac,
-        gemm_achieved_bw_gbps=gemm_bw,
+        weight_bytes_per_step=r.weight_bytes_per_step,
+        floor_ms=r.floor_ms,
+        ceiling_steps_per_s=r.ceiling_steps_per_s,
+        tokens_per_step=r.tokens_per_step,
+        ceiling_tokens_per_s=r.ceiling_tokens_per_s,
+        fraction_of_ceiling=r.fraction_of_ceiling,
+        gemm_achieved_bw_gbps=r.gemm_achieved_bw_gbps,
     )
 
 

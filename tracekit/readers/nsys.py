@@ -244,6 +244,19 @@ def _metadata(db: _Db) -> tuple[dict, dict]:
     return export, capture
 
 
+def _command(capture: dict) -> tuple[str, ...] | None:
+    """The launched command line (``PROCESS_<n>:COMMAND`` + ``PROCESS_<n>:ARGUMENT_<i>``, lowest n), or None."""
+    procs = sorted(int(k[8:-8]) for k in capture if k.startswith("PROCESS_") and k.endswith(":COMMAND")
+                   and k[8:-8].isdigit())
+    if not procs:
+        return None
+    p = f"PROCESS_{procs[0]}:"
+    argv = [str(capture[p + "COMMAND"])[:4096]]
+    while len(argv) <= 4096 and f"{p}ARGUMENT_{len(argv) - 1}" in capture:
+        argv.append(str(capture[f"{p}ARGUMENT_{len(argv) - 1}"])[:4096])
+    return tuple(argv)
+
+
 def _kernels_query(db: _Db, dims: bool = True) -> tuple[str, dict[str, pl.DataType], str] | None:
     """(sql, schema, table) of the kernel read, or None when the export has no kernel table."""
     table = next((t for t in _KERNEL_TABLES if db.has(t)), None)
@@ -557,6 +570,7 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
         schema_version=export.get("EXPORT_SCHEMA_VERSION"),
         graph_trace_mode=mode,
         warnings=tuple(warnings),
+        command=_command(capture),
     )
     return Trace(
         kernels=kernels,
