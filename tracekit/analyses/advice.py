@@ -97,6 +97,8 @@ class StepFacts:
     gemm_achieved_bw_gbps: float | None = None
     peak_bw_gbps: float | None = None
     kv_bytes_per_step: int | None = None
+    weight_bytes_per_step: int | None = None
+    attention_achieved_bw_gbps: float | None = None
     comm_overheads: dict | None = None  # staging copies and graph nodes of collectives
     comm_bandwidth: dict | None = None  # achieved bus bandwidth of the collectives with known sizes
     link: str | None = None  # "NVLink 4: 450 GB/s per direction" (the GPU table's link)
@@ -267,24 +269,32 @@ def memory_lever(f: StepFacts) -> Lever:
     ref = f.reference_ms
     frac = floor / ref if ref else 0
     gemm = f.per_step_ms.get("gemm")
-    bw, peak = f.gemm_achieved_bw_gbps, f.peak_bw_gbps
-    kind = "weight-and-KV-read floor" if f.kv_bytes_per_step else "weight-read floor"
+    peak = f.peak_bw_gbps
+    kv = f.kv_bytes_per_step
+    streams = (f"{(f.weight_bytes_per_step or 0) / 1e9:.2f} GB of weights"
+               + (f" and {kv / 1e9:.2f} GB of KV cache" if kv else "") + " per GPU")
+    near = []
+    if f.gemm_achieved_bw_gbps and peak:
+        near.append(f"the gemm kernels read at {pct(f.gemm_achieved_bw_gbps / peak)} of peak")
+    if kv and f.attention_achieved_bw_gbps and peak:
+        near.append(f"attention reads the KV cache at {pct(f.attention_achieved_bw_gbps / peak)} of peak")
+    near_txt = f" ({'; '.join(near)})" if near else ""
     if frac >= MEMORY_BOUND and gemm is not None:
-        bw_txt = f" at {pct(bw / peak)} of peak bandwidth" if bw and peak else ""
-        verdict = (f"{pct(gemm / f.traced_ms if f.traced_ms else 0)} of the traced step reads weights{bw_txt}; "
-                   f"{_base(f)} is at {pct(frac)} of the {kind} ({floor:.3f} ms): memory-bound; CUDA graphs or NCCL "
-                   "changes cannot help much — fewer bytes can (quantization, batching, better acceptance)")
+        main = "weights" if not kv or kv < (f.weight_bytes_per_step or 0) else "the KV cache"
+        verdict = (f"the step reads {streams}; {_base(f)} is at {pct(frac)} of the {floor:.3f} ms floor that "
+                   f"reading them at peak bandwidth takes{near_txt}: memory-bound (mostly {main}); CUDA graphs or NCCL "
+                   "changes cannot help much — fewer bytes can (quantization, a smaller KV cache, batching, better "
+                   "acceptance)")
     else:
-        verdict = (f"{_base(f)} against a {kind} of {floor:.3f} ms ({pct(frac)} of it): {ref - floor:.3f} ms per "
-                   "step are not spent reading memory")
+        verdict = (f"{_base(f)} against a floor of {floor:.3f} ms for reading {streams} ({pct(frac)} of it): "
+                   f"{ref - floor:.3f} ms per step are not spent reading memory")
         rest = sorted(((k, v) for k, v in {**f.gaps, **{k: v for k, v in f.per_step_ms.items()
                                                         if k not in ("gemm", "launch_gaps", "idle")}}.items() if v),
-                      key=lambda kv: -kv[1])[:2]
+                      key=lambda kv_: -kv_[1])[:2]
         if rest:
             verdict += "; the largest other parts of the traced step: " + ", ".join(
                 f"{k.replace('_', ' ')} {v:.3f} ms" for k, v in rest)
-        if gemm and bw and peak:
-            verdict += f" (the gemm kernels themselves read at {pct(bw / peak)} of peak bandwidth)"
+        verdict += near_txt
     return _lever(f, True, floor, verdict)
 
 

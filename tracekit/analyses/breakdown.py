@@ -155,10 +155,10 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
               device: int | None = None, rules=None, weight_bytes: int | None = None, peak_bw: float | None = None,
               accept_len: float | None = None, tokens_per_step: float | None = None,
               device_profile: dict | None = None, measured_step_ms: float | None = None,
-              measured_tok_s: float | None = None, phase: str = "decode") -> Breakdown:
+              measured_tok_s: float | None = None, phase: str = "decode", model: str | None = None,
+              tp: int | None = None, ep: int | None = None, context: int | None = None) -> Breakdown:
     """Per-step breakdown of ``trace`` (see the module docstring and ``docs/definitions.md``)."""
     from tracekit.analyses.communication import collective_bandwidth, collective_overheads
-    from tracekit.analyses.roofline import roofline
     from tracekit.gpus import lookup, resolve_peak_bw
 
     st = step_table(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules, phase=phase)
@@ -223,20 +223,9 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
                         "unprofiled step; shares of the traced step include the profiler's own overhead")
 
     # ---- roofline
-    if weight_bytes is not None:
-        wb, wb_src = int(weight_bytes), "flag"
-    elif man.get("weight_bytes_per_step") is not None:
-        wb, wb_src = int(man["weight_bytes_per_step"]), "manifest"
-    else:
-        wb, wb_src = _weight_bytes_from_trace(trace, table, n)
-    if wb is None:
-        warnings.append("weight bytes per step unknown: pass --model PATH or --weight-bytes N (or capture with "
-                        "tracekit capture, whose manifest records them)")
-    r = roofline(wb, bw, tb.reference_step_ms, tokens, kernel_ms.get("gemm")).to_dict()
-    roof = {"weight_bytes_per_step": r["weight_bytes_per_step"], "weight_bytes_source": wb_src if wb else None,
-            "kv_bytes_per_step": None, "kv_bytes_source": None, "draft_bytes_per_step": None,
-            "bytes_per_step": r["weight_bytes_per_step"], "tp": int(man.get("tp") or 1),
-            **{k: v for k, v in r.items() if k != "weight_bytes_per_step"}, "attention_achieved_bw_gbps": None}
+    roof, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw, tokens, batch, table, n,
+                            weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context)
+    warnings.extend(rwarn)
 
     # ---- advice
     gap = DEFAULT_REPLAY_GAP_US
@@ -257,7 +246,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         draft_phase_ms=float(table["draft_span"].mean()) / 1e6, draft_detection=attr.draft_detection,
         phase=st.phase, replay_gap_us=gap, accept_len=acc, tokens_per_step=float(batch),
         floor_ms=roof["floor_ms"], gemm_achieved_bw_gbps=roof["gemm_achieved_bw_gbps"], peak_bw_gbps=bw,
-        kv_bytes_per_step=roof["kv_bytes_per_step"],
+        kv_bytes_per_step=roof["kv_bytes_per_step"], weight_bytes_per_step=roof["weight_bytes_per_step"],
+        attention_achieved_bw_gbps=roof["attention_achieved_bw_gbps"],
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
         comm_bandwidth=collective_bandwidth(acts, trace.collectives), link=link,
         longest_between=between[0] if between else None)
@@ -273,6 +263,75 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
                      kernel_ms_per_step=kernel_ms, roofline=roof, advice=advice, headline=head,
                      warnings=tuple(warnings), per_step=per_step, top_kernels=top, activities=acts, facts=facts,
                      rank=trace.meta.rank, manifest=manifest)
+
+
+def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw: float | None, tokens: float,
+              batch: float, table: pl.DataFrame, n: int, *, weight_bytes, model, tp, ep, context
+              ) -> tuple[dict, list[str]]:
+    """The roofline block: per-GPU bytes from (first found) --weight-bytes, --model (or the model the trace's
+    recorded command line names, when it is in the local Hugging Face cache), the manifest, the trace's shapes or
+    NVTX; the KV cache from the model and the context; the floor against the reference step."""
+    from tracekit.analyses.roofline import step_roofline, weight_bytes_per_gpu
+
+    warnings: list[str] = []
+    disc = None
+    if model is None and weight_bytes is None and man.get("weight_bytes_per_step") is None and trace.meta.command:
+        from tracekit.model import discover_model
+
+        disc = discover_model(trace.meta.command)
+        if disc.model_path is not None:
+            model = str(disc.model_path)
+            warnings.append(f"model bytes from {disc.note}")
+    # tensor parallelism: flag > manifest > the recorded command line > 1
+    tp_src = "flag" if tp is not None else None
+    if tp is None and man.get("tp"):
+        tp, tp_src = int(man["tp"]), "manifest"
+    if tp is None and disc is not None and disc.args.tp:
+        tp, tp_src = int(disc.args.tp), "command line"
+    tp_known = tp is not None
+    tp = int(tp or 1)
+    ep = int(ep or 1)
+    spec = man.get("spec") or {}
+    draft_forwards = int(spec.get("draft_tokens") or 0)
+    ctx = context if context is not None else man.get("context")
+    kv = kv_src = draft = None
+    wb = wb_src = None
+    if weight_bytes is not None:
+        wb, wb_src = weight_bytes_per_gpu(weight_bytes, tp), "flag"
+    if model is not None:
+        from tracekit.model import load_model, step_bytes
+
+        sb = step_bytes(load_model(model), tp=tp, ep=ep, batch=max(1, int(round(batch))), context=ctx,
+                        draft_forwards=draft_forwards,
+                        verify_tokens=draft_forwards + 1 if draft_forwards else 1)
+        warnings.extend(sb.warnings)
+        draft = sb.draft_bytes_per_step or None
+        if wb is None:
+            wb, wb_src = sb.weight_bytes_per_step, "model"
+        else:  # the flag replaces only the target's weights; the MTP draft still comes from the model
+            wb += sb.draft_bytes_per_step
+        kv, kv_src = sb.kv_bytes_per_step, (sb.kv_bytes_source if sb.kv_bytes_per_step is not None else None)
+        if kv is None:
+            warnings.append("KV-cache bytes unknown: pass --context N (tokens of KV cache each sequence reads per "
+                            "step); the floor counts the weights only")
+    if wb is None and man.get("weight_bytes_per_step") is not None:
+        wb, wb_src = int(man["weight_bytes_per_step"]), "manifest"
+    if kv is None and man.get("kv_bytes_per_step") is not None:
+        kv, kv_src = int(man["kv_bytes_per_step"]), "manifest"
+    if wb is None:
+        wb, wb_src = _weight_bytes_from_trace(trace, table, n)
+    if wb is None:
+        warnings.append("weight bytes per step unknown: pass --model PATH or --weight-bytes N (or capture with "
+                        "tracekit capture, whose manifest records them)")
+    elif wb_src in ("flag", "model") and not tp_known:
+        warnings.append("tensor parallelism unknown: the model's bytes are not divided (--tp 1 assumed; pass --tp N)")
+    r = step_roofline(weight_bytes_per_step=wb, peak_bw_gbps=bw, reference_step_ms=reference_ms,
+                      tokens_per_step=tokens, tp=tp, weight_bytes_source=wb_src if wb else None,
+                      kv_bytes_per_step=kv, kv_bytes_source=kv_src, draft_bytes_per_step=draft,
+                      gemm_ms=kernel_ms.get("gemm"), attention_ms=kernel_ms.get("attention")).to_dict()
+    if tp_src:
+        r["tp_source"] = tp_src  # extension: where tp came from
+    return r, warnings
 
 
 def _manifest(trace: Trace, attr: Attribution) -> tuple[dict, str | None]:
