@@ -93,7 +93,7 @@ OPS: dict[str, tuple[pl.DataType, str]] = {
     "end": (pl.Int64, "CPU end, ns"),
     "pid": (pl.Int64, "host process"),
     "tid": (pl.Int64, "host thread"),
-    "name": (pl.String, "framework op, e.g. aten::linear (only matmul-like ops are kept)"),
+    "name": (pl.String, "framework op, e.g. aten::linear (only matmul-like and all-reduce ops are kept)"),
     "input_dims": (pl.String, "JSON list of input shapes (Kineto 'Input Dims'), null if not recorded"),
     "input_types": (pl.String, "JSON list of input dtypes (Kineto 'Input type'), null if not recorded"),
 }
@@ -107,6 +107,7 @@ COLLECTIVES: dict[str, tuple[pl.DataType, str]] = {
     "out_nelems": (pl.Int64, "output elements"),
     "group_size": (pl.Int32, "ranks in the process group"),
     "dtype": (pl.String, "element type, e.g. BFloat16, Float"),
+    "pg_name": (pl.String, "process group (communicator) name where recorded (Kineto 'Process Group Name'), else null"),
 }
 
 GPUS: dict[str, tuple[pl.DataType, str]] = {
