@@ -44,6 +44,8 @@ COLUMNS = ["rank", "path", "device", "steps", "mean_ms", "p90_ms",
 MAX_ORDER_SHIFT = 8  # collectives a rank's capture may start early or late against the first rank's
 CLOCK_TOLERANCE_NS = 5_000  # matched collective ends of one host's GPUs agree within this (median)
 MATCH_TOLERANCE_NS = 5_000  # spread (median absolute deviation) of end differences of a right match
+VALID_TOLERANCE_NS = 20_000  # beyond this spread the ends do not line up: no trustworthy match
+MIN_SHIFT_MATCHES = 4  # an order offset is judged from at least this many matched collectives
 
 
 @dataclass
@@ -173,12 +175,15 @@ def _align_order(df: pl.DataFrame, warnings: list[str], labels: list[str]) -> pl
             .with_columns(seq_ref=pl.col("seq") + pl.col("shift"))
             .join(ref.rename({"seq": "seq_ref"}), on=["key", "seq_ref"], how="inner")
             .group_by("rank", "key", "shift").agg(m=pl.len(), spread=_mad(pl.col("end") - pl.col("ref_end"))))
-    best = (cand.filter(pl.col("m") >= 0.5 * pl.col("m").max().over("rank", "key"))
+    best = (cand.filter((pl.col("m") >= 0.5 * pl.col("m").max().over("rank", "key"))
+                        & (pl.col("m") >= MIN_SHIFT_MATCHES))
             .sort("rank", "key", "spread", pl.col("shift").abs()).group_by("rank", "key", maintain_order=True).first())
     moved = best.filter(pl.col("shift") != 0)
     for r in moved.head(5).iter_rows(named=True):  # (a few lines of warning, not a loop over events)
-        warnings.append(f"rank {labels[r['rank']]}: its capture is {abs(r['shift'])} collective(s) "
-                        f"{'behind' if r['shift'] > 0 else 'ahead of'} the first rank's on {r['key'][3:][:60]}; "
+        key = r["key"]
+        what = f"process group {key[3:]!r}" if key.startswith("pg:") else key[2:].rsplit("#", 1)[0][:60]
+        warnings.append(f"rank {labels[r['rank']]}: its capture starts {abs(r['shift'])} collective(s) "
+                        f"{'later' if r['shift'] > 0 else 'earlier'} than that of rank {labels[0]} on {what}; "
                         "matched by order after that offset")
     return (df.join(best.select("rank", "key", "shift"), on=["rank", "key"], how="left")
             .with_columns(seq=pl.col("seq") + pl.col("shift").fill_null(0)).drop("shift"))
@@ -222,7 +227,19 @@ def cross_rank(results, labels=None) -> CrossRank:
         out.verdict = _verdict(out, labels, None)
         return out
     df = _align_order(df, warnings, labels)
+    # a right match has collective ends that line up on every rank; otherwise the files are not one capture
+    # (or too few collectives were recorded to match them): no wait or transfer rather than wrong ones
     ref = df.filter(pl.col("rank") == 0).select("key", "seq", ref_end="end")
+    spread = (df.join(ref, on=["key", "seq"], how="inner").filter(pl.col("rank") != 0).group_by("rank")
+              .agg(s=_mad(pl.col("end") - pl.col("ref_end"))))
+    if spread.height and (spread["s"].max() or 0) > VALID_TOLERANCE_NS:
+        worst = spread.sort("s", descending=True).row(0, named=True)
+        warnings.append(f"the ends of matched collectives do not line up (rank {labels[worst['rank']]}: they spread "
+                        f"{worst['s'] / 1e6:.3f} ms around rank {labels[0]}): the files are not one capture, or record "
+                        "too few collectives to match; wait, transfer and skew are left out")
+        out.collectives = _single_rows(sums[0])
+        out.verdict = _verdict(out, labels, None)
+        return out
     off = (df.join(ref, on=["key", "seq"], how="inner").group_by("rank")
            .agg(offset=(pl.col("end") - pl.col("ref_end")).median()).sort("rank"))
     offsets = dict(zip(off["rank"].to_list(), off["offset"].to_list()))
@@ -232,8 +249,8 @@ def cross_rank(results, labels=None) -> CrossRank:
         df = df.with_columns(start=pl.col("start") - shift, end=pl.col("end") - shift,
                              arrival=pl.col("arrival") - shift)
         worst = max(offsets, key=lambda r: abs(offsets[r] or 0))
-        warnings.append(f"the ranks' clocks differ (rank {labels[worst]}: {offsets[worst] / 1e6:+.3f} ms against rank "
-                        f"{labels[0]}, from the median difference of matched collective ends): aligned on collective "
+        warnings.append(f"clocks differ between the files (rank {labels[worst]}: {offsets[worst] / 1e6:+.3f} ms against "
+                        f"rank {labels[0]}, the median difference of matched collective ends): aligned on collective "
                         "ends")
     groups = (df.group_by("key", "seq").agg(
         n=pl.len(), in_steps=pl.col("step").is_not_null().all(), last=pl.col("arrival").max(),
@@ -248,6 +265,7 @@ def cross_rank(results, labels=None) -> CrossRank:
                         "matched on every rank (different collective counts per communicator, or steps analysed on "
                         "some ranks only): left out of wait and transfer")
     if counted.height == 0:
+        out.collectives = _single_rows(sums[0])
         out.verdict = _verdict(out, labels, None)
         return out
     n_steps = counted["ref_step"].n_unique()
@@ -270,6 +288,16 @@ def cross_rank(results, labels=None) -> CrossRank:
         out.faster_allreduce_saving_ms = min(exposed[pace], out.transfer_ms)
     out.verdict = _verdict(out, labels, pace)
     return out
+
+
+def _single_rows(s: CommSummary) -> list[dict]:
+    """The first rank's own collectives table (kernel times, waiting included) where ranks cannot be matched."""
+    from tracekit.analyses.collectives import collective_table
+
+    rows = collective_table(s)
+    for r in rows:
+        r.update(transfer_ms=None, skew_ms=None, ms_per_step_is="kernel time of rank 0 alone (waiting included)")
+    return rows
 
 
 def _cross_rows(m: pl.DataFrame, n_steps: int, n_ranks: int, pace: CommSummary) -> list[dict]:
