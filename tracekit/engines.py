@@ -29,6 +29,7 @@ from pathlib import Path
 from tracekit.errors import TracekitError
 
 ENGINES = ("process", "dask")
+CONNECT_TIMEOUT = "10s"  # how long to try reaching a given Dask scheduler
 
 
 def parse_engine(spec: str | None) -> tuple[str, str | None]:
@@ -78,7 +79,7 @@ def _dask_map(fn, files: list[Path], opts: dict, address: str | None, workers: i
                                env={"POLARS_MAX_THREADS": str(threads), "TRACEKIT_PROGRESS": "0"})
     try:
         try:
-            client = Client(cluster if cluster is not None else address, timeout="20s")
+            client = Client(cluster if cluster is not None else address, timeout=CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as e:
             raise TracekitError(f"--engine dask={address}: cannot reach the Dask scheduler ({' '.join(str(e).split())}"
                                 "); start one with `dask scheduler`, or leave the address out for a local cluster")

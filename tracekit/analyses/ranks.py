@@ -242,8 +242,11 @@ def cross_rank(results, labels=None) -> CrossRank:
         return out
     off = (df.join(ref, on=["key", "seq"], how="inner").group_by("rank")
            .agg(offset=(pl.col("end") - pl.col("ref_end")).median()).sort("rank"))
-    offsets = dict(zip(off["rank"].to_list(), off["offset"].to_list()))
-    if any(abs(v or 0) > CLOCK_TOLERANCE_NS for v in offsets.values()):
+    # only ranks whose clock differs are moved (ranks on rank 0's host share its clock: their small median end
+    # differences are how the collective ends, not a clock offset)
+    offsets = {r: (v if abs(v or 0) > CLOCK_TOLERANCE_NS else 0.0)
+               for r, v in zip(off["rank"].to_list(), off["offset"].to_list())}
+    if any(offsets.values()):
         out.clock_offset_ms_by_rank = [(offsets.get(i) or 0.0) / 1e6 for i in range(n_ranks)]
         shift = pl.col("rank").replace_strict(offsets, default=0, return_dtype=pl.Float64).round(0).cast(pl.Int64)
         df = df.with_columns(start=pl.col("start") - shift, end=pl.col("end") - shift,
