@@ -98,6 +98,19 @@ OPS: dict[str, tuple[pl.DataType, str]] = {
     "input_types": (pl.String, "JSON list of input dtypes (Kineto 'Input type'), null if not recorded"),
 }
 
+# Framework ops that launch an all-reduce: their input shapes give the message size of custom / symmetric-memory
+# all-reduce kernels, which carry no NCCL args (readers keep them in Trace.ops; tracekit.analyses.collectives reads them).
+# vllm::all_reduce + symm_mem::multimem_all_reduce_ in trace:TraceLens/tests/traces/b200/eager_trace.json.gz; the
+# others as vLLM, SGLang, sgl-kernel and PyTorch (symm_mem, _c10d_functional) register them.
+COMM_OPS = (
+    "vllm::all_reduce", "vllm::outplace_all_reduce", "vllm::inplace_all_reduce", "_C_custom_ar::all_reduce",
+    "symm_mem::multimem_all_reduce_", "symm_mem::multimem_one_shot_all_reduce",
+    "symm_mem::multimem_one_shot_all_reduce_out", "symm_mem::one_shot_all_reduce", "symm_mem::one_shot_all_reduce_out",
+    "symm_mem::two_shot_all_reduce_", "symm_mem::two_shot_all_reduce_out", "sglang::inplace_all_reduce",
+    "sglang::outplace_all_reduce", "sgl_kernel::all_reduce", "sgl_kernel::all_reduce_reg",
+    "sgl_kernel::all_reduce_unreg", "_c10d_functional::all_reduce", "_c10d_functional::all_reduce_",
+)
+
 COLLECTIVES: dict[str, tuple[pl.DataType, str]] = {
     "start": (pl.Int64, "GPU start of the collective's kernel, ns (joins kernels on pid, correlation, start)"),
     "pid": (pl.Int64, "host process"),

@@ -12,7 +12,7 @@ ranks. Definitions (../shared/spec/CONTRACT.md):
   reduce-scatter): ``max(In msg nelems, Out msg nelems) x dtype size`` from Kineto NCCL kernel args; for
   kernels without them (custom / multimem / symmetric-memory all-reduces) the input shape of the framework op
   that launched the kernel (``vllm::all_reduce``, ``symm_mem::multimem_all_reduce_``...,
-  ``tracekit.readers.kineto.COMM_OPS``): the largest tensor argument's elements x its dtype size. Kernels
+  ``tracekit.trace.COMM_OPS``): the largest tensor argument's elements x its dtype size. Kernels
   replayed from a CUDA graph have no launching op: their size is unknown (null).
 * **algorithm bandwidth** = bytes / time; **bus bandwidth** (NCCL's convention, nccl-tests
   ``doc/PERFORMANCE.md``) = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather, reduce-scatter and
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from tracekit.trace import Trace
+from tracekit.trace import COMM_OPS, Trace
 
 # Per-step hardware latency of a ring collective, us (NCCL src/graph/tuning.cc hwLat, ring / LL protocol).
 HOP_LATENCY_US = {"nvlink": 0.6, "pcie": 1.0}
@@ -251,8 +251,6 @@ def _step_of(comm: pl.DataFrame, acts: pl.DataFrame | None) -> pl.DataFrame:
 
 def _op_bytes(comm: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     """``comm`` with ``op_bytes``: the size of the all-reduce op that launched each (eager) kernel."""
-    from tracekit.readers.kineto import COMM_OPS
-
     ops = trace.ops.filter(pl.col("name").is_in(list(COMM_OPS)) & pl.col("input_dims").is_not_null())
     none = comm.with_columns(op_bytes=pl.lit(None, pl.Int64))
     if ops.height == 0 or trace.launches.height == 0:

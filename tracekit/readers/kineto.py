@@ -60,7 +60,7 @@ from msgspec import Raw, Struct, field
 
 from tracekit.errors import TracekitError
 from tracekit.readers.common import api_kind, nesting_depth, strip_api_version
-from tracekit.trace import COLLECTIVES, GPUS, GRAPH_EXECS, KERNELS, LAUNCHES, MEMOPS, OPS, RANGES, Trace, TraceMeta, conform, empty
+from tracekit.trace import COLLECTIVES, COMM_OPS, GPUS, GRAPH_EXECS, KERNELS, LAUNCHES, MEMOPS, OPS, RANGES, Trace, TraceMeta, conform, empty
 
 __all__ = ["read_kineto", "MATMUL_OPS", "COMM_OPS"]
 
@@ -83,19 +83,6 @@ MATMUL_OPS = (
     "aten::_weight_int4pack_mm",
     "aten::_weight_int8pack_mm",
     "aten::_mixed_dtypes_linear",
-)
-
-# Framework ops that launch an all-reduce: their input shapes give the message size of custom / symmetric-memory
-# all-reduce kernels, which carry no NCCL args (kept in Trace.ops; tracekit.analyses.collectives reads them).
-# vllm::all_reduce + symm_mem::multimem_all_reduce_ in trace:TraceLens/tests/traces/b200/eager_trace.json.gz; the
-# others as vLLM, SGLang, sgl-kernel and PyTorch (symm_mem, _c10d_functional) register them.
-COMM_OPS = (
-    "vllm::all_reduce", "vllm::outplace_all_reduce", "vllm::inplace_all_reduce", "_C_custom_ar::all_reduce",
-    "symm_mem::multimem_all_reduce_", "symm_mem::multimem_one_shot_all_reduce",
-    "symm_mem::multimem_one_shot_all_reduce_out", "symm_mem::one_shot_all_reduce", "symm_mem::one_shot_all_reduce_out",
-    "symm_mem::two_shot_all_reduce_", "symm_mem::two_shot_all_reduce_out", "sglang::inplace_all_reduce",
-    "sglang::outplace_all_reduce", "sgl_kernel::all_reduce", "sgl_kernel::all_reduce_reg",
-    "sgl_kernel::all_reduce_unreg", "_c10d_functional::all_reduce", "_c10d_functional::all_reduce_",
 )
 
 # Longest plausible single event: anything longer is a corrupt record, not a measurement.
