@@ -168,7 +168,8 @@ def test_b200_multimem_all_reduce_has_its_own_row_with_bandwidth():
     ks = [e for e in ev if e.get("cat") == "kernel" and "multimem_all_reduce_kernel" in e["name"]]
     sizes = []
     for k in ks:
-        dims, types = ops[k["args"]["External id"]]["args"]["Input Dims"][0], ops[k["args"]["External id"]]["args"]["Input type"][0]
+        op = ops[k["args"]["External id"]]["args"]
+        dims, types = op["Input Dims"][0], op["Input type"][0]
         assert types == "c10::BFloat16"
         n = 1
         for d in dims:
@@ -277,7 +278,8 @@ def test_dask_engine_gives_the_process_pool_results():
 def test_dask_engine_at_a_scheduler_address():
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
-        files = [DATA / "kineto" / "hta_rocm_mi250.json.gz", DATA / "kineto" / "tracelens_rocm_vllm_decode_graph.json.gz"]
+        files = [DATA / "kineto" / "hta_rocm_mi250.json.gz",
+                 DATA / "kineto" / "tracelens_rocm_vllm_decode_graph.json.gz"]
         got = map_files(analyse_rank, files, OPTS, engine=f"dask={cluster.scheduler_address}")
         assert [r.breakdown["source"]["path"] for r in got] == [str(f) for f in files]  # in the order given
         # a user error on a worker is a one-line TracekitError here

@@ -99,7 +99,8 @@ OPS: dict[str, tuple[pl.DataType, str]] = {
 }
 
 # Framework ops that launch an all-reduce: their input shapes give the message size of custom / symmetric-memory
-# all-reduce kernels, which carry no NCCL args (readers keep them in Trace.ops; tracekit.analyses.collectives reads them).
+# all-reduce kernels, which carry no NCCL args (readers keep them in Trace.ops; tracekit.analyses.collectives
+# reads them).
 # vllm::all_reduce + symm_mem::multimem_all_reduce_ in trace:TraceLens/tests/traces/b200/eager_trace.json.gz; the
 # others as vLLM, SGLang, sgl-kernel and PyTorch (symm_mem, _c10d_functional) register them.
 COMM_OPS = (

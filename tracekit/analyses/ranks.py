@@ -13,7 +13,8 @@ Definitions (../shared/spec/CONTRACT.md, ``cross_rank``):
   order is found from the collective *ends* (which the ranks share: a collective ends once the last rank's data
   is in): the order offset, within ±8, whose end differences spread least.
 * **Clocks.** Files whose matched collective ends differ by more than 5 µs (median) come from clocks that
-  differ (GPUs of one host share the host's clock: the four GB300 files agree within 0.2 µs); each such
+  differ (never the devices of one report; GPUs of one host share the host's clock: the four GB300 files agree
+  within 0.2 µs); each such
   rank's times are shifted by that median, and ``clock_offset_ms_by_rank`` says by how much (null when no
   rank needed it).
 * **Arrival** at a collective = its kernel's start on that rank, after the activity before it on its stream
@@ -21,8 +22,8 @@ Definitions (../shared/spec/CONTRACT.md, ``cross_rank``):
   not arrived). A rank's **wait** = from its arrival to the last rank's arrival; the **transfer** = the
   collective's duration on the last-arriving rank (arrival to end). Per rank, its communication kernel time ≈
   its wait + the transfer.
-* Per-step figures are means over the analysed steps whose collectives all ranks have (the first rank's
-  steps); ``skew_ms`` = mean per step of the largest wait (the most-waiting rank's total wait in the step).
+* Per-step figures are means over the first rank's analysed steps, of the collectives inside analysed steps of
+  every rank; ``skew_ms`` = mean per step of the largest wait (the most-waiting rank's total wait in the step).
 * ``pacing_rank`` = the rank that arrives last at the most collectives (ties: the one that waits least);
   ``slowest_rank`` = the rank with the longest mean step.
 * What a faster all-reduce could still save on the pacing rank = the smaller of its exposed communication and
@@ -244,7 +245,8 @@ def cross_rank(results, labels=None) -> CrossRank:
            .agg(offset=(pl.col("end") - pl.col("ref_end")).median()).sort("rank"))
     # only ranks whose clock differs are moved (ranks on rank 0's host share its clock: their small median end
     # differences are how the collective ends, not a clock offset)
-    offsets = {r: (v if abs(v or 0) > CLOCK_TOLERANCE_NS else 0.0)
+    one_file = len({s.path for s in sums}) == 1  # devices of one report: one clock by construction
+    offsets = {r: (v if abs(v or 0) > CLOCK_TOLERANCE_NS and not one_file else 0.0)
                for r, v in zip(off["rank"].to_list(), off["offset"].to_list())}
     if any(offsets.values()):
         out.clock_offset_ms_by_rank = [(offsets.get(i) or 0.0) / 1e6 for i in range(n_ranks)]
@@ -252,8 +254,8 @@ def cross_rank(results, labels=None) -> CrossRank:
         df = df.with_columns(start=pl.col("start") - shift, end=pl.col("end") - shift,
                              arrival=pl.col("arrival") - shift)
         worst = max(offsets, key=lambda r: abs(offsets[r] or 0))
-        warnings.append(f"clocks differ between the files (rank {labels[worst]}: {offsets[worst] / 1e6:+.3f} ms against "
-                        f"rank {labels[0]}, the median difference of matched collective ends): aligned on collective "
+        warnings.append(f"clocks differ between the files (rank {labels[worst]}: {offsets[worst] / 1e6:+.3f} ms "
+                        f"against rank {labels[0]}, the median difference of matched collective ends): aligned on collective "
                         "ends")
     groups = (df.group_by("key", "seq").agg(
         n=pl.len(), in_steps=pl.col("step").is_not_null().all(), last=pl.col("arrival").max(),
@@ -271,9 +273,10 @@ def cross_rank(results, labels=None) -> CrossRank:
         out.collectives = _single_rows(sums[0])
         out.verdict = _verdict(out, labels, None)
         return out
-    n_steps = counted["ref_step"].n_unique()
-    m = m.join(counted.select("key", "seq", "last", "transfer", "ref_step"), on=["key", "seq"], how="left").with_columns(
-        wait=pl.col("last") - pl.col("arrival"), is_last=pl.col("arrival") == pl.col("last"))
+    # means over the first rank's analysed steps (steps without a collective count as 0)
+    n_steps = max(sums[0].steps, counted["ref_step"].n_unique(), 1)
+    m = m.join(counted.select("key", "seq", "last", "transfer", "ref_step"), on=["key", "seq"], how="left")
+    m = m.with_columns(wait=pl.col("last") - pl.col("arrival"), is_last=pl.col("arrival") == pl.col("last"))
     per_rank = (m.group_by("rank").agg(wait=pl.col("wait").sum(), lasts=pl.col("is_last").sum(), n=pl.len())
                 .sort("rank"))
     waits = [w / 1e6 / n_steps for w in per_rank["wait"].to_list()]
@@ -341,8 +344,8 @@ def _verdict(cr: CrossRank, labels: list[str], pace: int | None) -> str:
     most = max(range(n), key=lambda i: waits[i] or 0)
     save = cr.faster_allreduce_saving_ms
     step_p = steps[pace]
-    txt = (f"rank {p} sets the pace: it arrives last at {100 * share:.0f}% of the {cr.matched_per_step:.0f} collectives "
-           f"per step, and the others wait for it — skew {cr.skew_ms:.3f} ms per step (rank {labels[most]} waits "
+    txt = (f"rank {p} sets the pace: it arrives last at {100 * share:.0f}% of the {cr.matched_per_step:.3g} "
+           f"collective(s) per step, and the others wait for it — skew {cr.skew_ms:.3f} ms per step (rank {labels[most]} waits "
            f"{waits[most]:.3f} ms) against {cr.transfer_ms:.3f} ms of transfer")
     worst = max(cr.collectives, key=lambda r: r.get("skew_ms") or 0, default=None)
     if worst and cr.skew_ms and (worst.get("skew_ms") or 0) > 0.5 * cr.skew_ms and len(cr.collectives) > 1:
@@ -352,7 +355,8 @@ def _verdict(cr: CrossRank, labels: list[str], pace: int | None) -> str:
         txt += (f"; a faster all-reduce could save at most {save:.3f} ms per step on rank {p} "
                 f"({100 * save / step_p if step_p else 0:.0f}% of its {step_p:.3f} ms step)")
     else:
-        txt += f"; a faster all-reduce could save at most the transfer on rank {p} (its exposed communication is unknown)"
+        txt += (f"; a faster all-reduce could save at most the transfer on rank {p} (its exposed communication "
+                "is unknown)")
     txt += "; the skew goes only by evening out work or launch times across ranks"
     top = cr.collectives[0] if cr.collectives else None
     if top and top["latency_bound"]:

@@ -156,7 +156,8 @@ def render_ranks(report: dict, console) -> None:
     console.print(t)
     if cr.get("collectives"):
         first = cr["collectives"][0]
-        link = f"; link {_f(first.get('link_gbps'), 0)} GB/s {first.get('link') or ''}" if first.get("link_gbps") else ""
+        link = (f"; link {_f(first.get('link_gbps'), 0)} GB/s {first.get('link') or ''}"
+                if first.get("link_gbps") else "")
         c = Table(title=f"collectives (ms per step; bandwidths GB/s from the transfer{link})", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
         cols = [(h, k) for h, k in _COLL_COLS if k != "link_gbps"]
