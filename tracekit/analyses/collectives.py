@@ -63,10 +63,11 @@ _ALL_REDUCE_SUBS = ("custom_ar", "fused_ar_norm", "symm_mem", "mscclpp", "pcie_i
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv", "other")
 
 # CommSummary.kernels columns
+# (text as Categorical: a few distinct kernel names repeated per call; what a worker ships stays ~100 KB a rank)
 SUMMARY_SCHEMA = {
-    "start": pl.Int64, "end": pl.Int64, "arrival": pl.Int64, "stream": pl.Int64, "name": pl.String,
-    "impl": pl.String, "kind": pl.String, "step": pl.Int64, "group": pl.String, "group_size": pl.Int32,
-    "bytes": pl.Int64,
+    "start": pl.Int64, "end": pl.Int64, "arrival": pl.Int64, "stream": pl.Int64, "name": pl.Categorical,
+    "impl": pl.Categorical, "kind": pl.Categorical, "step": pl.Int64, "group": pl.Categorical,
+    "group_size": pl.Int32, "bytes": pl.Int64,
 }
 
 
@@ -319,7 +320,8 @@ def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
                                  op_bytes=pl.lit(None, pl.Int64)).sort("start")
         warnings.append("no trace given: collective sizes and communicators unknown")
     else:
-        comm = pl.DataFrame(schema={**SUMMARY_SCHEMA, "collective": pl.String, "pg_name": pl.String,
+        text = {k: (pl.String if v == pl.Categorical else v) for k, v in SUMMARY_SCHEMA.items()}
+        comm = pl.DataFrame(schema={**text, "collective": pl.String, "pg_name": pl.String,
                                     "nccl_bytes": pl.Int64, "op_bytes": pl.Int64, "pid": pl.Int64,
                                     "correlation": pl.Int64})
     kind = kind_of(pl.coalesce(pl.col("collective"), pl.col("name")), pl.col("impl"))
@@ -333,7 +335,7 @@ def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
         group=pl.col("pg_name"),
         group_size=pl.col("group_size").cast(pl.Int32).fill_null(
             pl.when(pl.col("kind") == "all_reduce").then(pl.lit(tp, pl.Int32))),
-        bytes=pl.coalesce("nccl_bytes", "op_bytes").cast(pl.Int64)).sort("start")
+        bytes=pl.coalesce("nccl_bytes", "op_bytes").cast(pl.Int64)).sort("start").cast(SUMMARY_SCHEMA)
     in_steps = kernels.filter(pl.col("step").is_not_null())
     serial = float((in_steps["end"] - in_steps["arrival"]).clip(0).sum() or 0) / 1e6 / n_steps
     link, link_gbps = link_of(b.gpu.get("name"))
@@ -391,7 +393,8 @@ def collective_table(s: CommSummary) -> list[dict]:
     waiting for the other ranks, so bandwidths here are lower bounds; the cross-rank table
     (:func:`tracekit.analyses.ranks.cross_rank`) computes them from the transfer alone.
     """
-    calls = s.kernels.filter(pl.col("step").is_not_null()).with_columns(dur=pl.col("end") - pl.col("start"))
+    calls = s.kernels.filter(pl.col("step").is_not_null()).with_columns(
+        pl.col("name", "impl", "kind", "group").cast(pl.String), dur=pl.col("end") - pl.col("start"))
     if calls.height == 0:
         return []
     n_steps = max(1, s.steps)

@@ -143,7 +143,8 @@ def _order(results: list[RankResult], labels) -> tuple[list[RankResult], list[in
 
 def _long(summaries: list[CommSummary]) -> pl.DataFrame:
     """Every rank's communication kernels, one frame, with the matching ``key`` and ``seq`` (order per key)."""
-    frames = [s.kernels.with_columns(rank=pl.lit(i, pl.Int32)) for i, s in enumerate(summaries)]  # per rank
+    frames = [s.kernels.with_columns(pl.col("name", "impl", "kind", "group").cast(pl.String), rank=pl.lit(i, pl.Int32))
+              for i, s in enumerate(summaries)]  # per rank, not per event
     df = pl.concat(frames, how="vertical_relaxed")
     if df.height == 0:
         return df.with_columns(key=pl.lit(None, pl.String), seq=pl.lit(None, pl.Int64))
