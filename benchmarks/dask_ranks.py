@@ -9,8 +9,9 @@ rank, the cross-rank figures are trivial (no skew) and only the times mean anyth
     python benchmarks/dask_ranks.py --copies 256 --out benchmarks/results/dask_ranks.json
 
 For each engine: wall time of ``map_files(analyse_rank, files)`` (what ``tracekit breakdown DIR --engine ...``
-runs before it builds the cross-rank table), the time of ``cross_rank`` over all results, and the bytes that came
-back (the pickled per-rank results: the breakdown dict and one row per communication kernel).
+runs before it builds the cross-rank table), the median wall and CPU time of one file's task where it ran, the
+time of ``cross_rank`` over all results, and the bytes that came back (the pickled per-rank results: the
+breakdown dict and one row per communication kernel).
 """
 
 from __future__ import annotations
@@ -48,19 +49,32 @@ def replicate(src: Path, n: int, out: Path) -> list[Path]:
     return files
 
 
+def timed_rank(path, opts):
+    """analyse_rank, with the wall and CPU seconds it took where it ran (the task's own time, on the worker)."""
+    from tracekit.analyses.ranks import analyse_rank
+
+    w, c = time.perf_counter(), time.process_time()
+    r = analyse_rank(path, opts)
+    return r, time.perf_counter() - w, time.process_time() - c
+
+
 def run(engine: str, files: list[Path], workers: int | None) -> dict:
-    from tracekit.analyses.ranks import analyse_rank, cross_rank
+    from statistics import median
+
+    from tracekit.analyses.ranks import cross_rank
     from tracekit.engines import map_files
 
     t0 = time.perf_counter()
-    results = map_files(analyse_rank, files, {}, engine=engine, workers=workers)
+    out = map_files(timed_rank, files, {}, engine=engine, workers=workers)
     t1 = time.perf_counter()
+    results = [r for r, _, _ in out]
     cr = cross_rank(results)
     t2 = time.perf_counter()
     shipped = sum(len(pickle.dumps(r)) for r in results)
     return {"engine": engine, "files": len(files), "map_s": round(t1 - t0, 2), "cross_rank_s": round(t2 - t1, 2),
-            "files_per_s": round(len(files) / (t1 - t0), 2), "shipped_bytes_per_rank": shipped // len(results),
-            "pacing_rank": cr.pacing_rank, "skew_ms": cr.skew_ms}
+            "files_per_s": round(len(files) / (t1 - t0), 2), "task_wall_s_median": round(median(w for _, w, _ in out), 3),
+            "task_cpu_s_median": round(median(c for _, _, c in out), 3),
+            "shipped_bytes_per_rank": shipped // len(results), "pacing_rank": cr.pacing_rank, "skew_ms": cr.skew_ms}
 
 
 def main(argv=None) -> None:
@@ -70,6 +84,7 @@ def main(argv=None) -> None:
     p.add_argument("--dir", type=Path, default=Path("/tmp/tracekit-bench/ranks-replicated"))
     p.add_argument("--engines", default="process,dask", help="comma-separated: process, dask, dask=ADDRESS")
     p.add_argument("--workers", type=int, default=None, help="processes / local Dask workers (default: one per core)")
+    p.add_argument("--repeat", type=int, default=1, help="rounds, each engine once per round")
     p.add_argument("--out", type=Path, default=None, help="write the rows as JSON there")
     a = p.parse_args(argv)
     if not a.source.exists():
@@ -88,10 +103,11 @@ def main(argv=None) -> None:
     except ImportError:
         pass
     rows = []
-    for engine in a.engines.split(","):
-        row = run(engine.strip(), files, a.workers)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+    for rnd in range(a.repeat):  # interleaved: each engine once per round (a noisy VM slows whole spells)
+        for engine in a.engines.split(","):
+            row = {"round": rnd, **run(engine.strip(), files, a.workers)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     doc = {"source": str(a.source), "replicated": True, "copies": a.copies,
            "source_bytes": a.source.stat().st_size, "machine": machine, "rows": rows,
            "date": time.strftime("%Y-%m-%d")}
