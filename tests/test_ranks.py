@@ -14,8 +14,8 @@ import pytest
 
 import tracekit
 from conftest import DATA, shared
-from tracekit.analyses.collectives import (collective_table, comm_summary, hidden_communication, is_latency_bound,
-                                           tp_from_trace)
+from tracekit.analyses.collectives import (collective_table, collectives_verdict, comm_summary, hidden_communication,
+                                           is_latency_bound, tp_from_trace)
 from tracekit.analyses.kernels import kernel_summary
 from tracekit.analyses.ranks import CrossRank, analyse_rank, cross_rank, rank_result
 from tracekit.engines import map_files, parse_engine
@@ -119,6 +119,8 @@ def test_gb300_cross_rank_object_and_headline(gb300):
     assert kinds[("all_reduce", "fused_ar_norm")]["count_per_step"] == 95
     # the bs16 decode all-reduce is latency-bound (size unknown in graph replays: judged from the call time)
     assert kinds[("all_reduce", "fused_ar_norm")]["latency_bound"]
+    v = collectives_verdict(d["collectives"], across_ranks=True)
+    assert "is latency-bound" in v and "already a one-shot/custom kernel" in v and "bus bandwidth is not" in v
     json.dumps(d)  # plain JSON
 
 
@@ -180,6 +182,9 @@ def test_b200_multimem_all_reduce_has_its_own_row_with_bandwidth():
     assert mm["busbw_gbps"] == pytest.approx(algbw * 2 * 7 / 8, rel=1e-3)
     assert mm["bytes"] == sorted(sizes)[len(sizes) // 2]  # median message: 888 x 2880 tokens x hidden, BF16
     assert mm["ms_per_step"] == pytest.approx(sum(k["dur"] for k in ks) / 1e3, rel=1e-6)  # one (prefill) step
+    # the single-rank verdict (what advice.communication quotes) is about this row, not the all-gather
+    v = collectives_verdict(rows)
+    assert v.startswith("the all-reduce (symm_mem) of 5.1 MB reaches 318.4 GB/s bus bandwidth") and "lower bound" in v
     # the NCCL all-gather keeps its own row (it was the one quoted before: 16.0 GB/s of a 22 us all-gather)
     ag = next(r for r in rows if r["kind"] == "all_gather")
     assert ag["count"] == 1 and ag["busbw_gbps"] == pytest.approx(16.03, abs=0.01) and ag["latency_bound"]

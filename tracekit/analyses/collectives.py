@@ -161,17 +161,20 @@ class CommSummary:
 
 
 def _serialised(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` (start, end, stream, ...) sorted by stream and start, with ``arrival`` = the later of its start and
-    the latest end of the activities before it on its stream."""
+    """``frame`` (start, end, stream, ...) in start order, with ``arrival`` = the later of its start and the latest end
+    of the activities before it on its stream (a running maximum per stream: no sort when already in start order)."""
+    if not frame["start"].is_sorted():
+        frame = frame.sort("start", maintain_order=True)
     prev = pl.col("end").cum_max().shift(1).over("stream")
-    return frame.sort("stream", "start").with_columns(
-        arrival=pl.max_horizontal("start", prev.fill_null(pl.col("start"))))
+    return frame.with_columns(arrival=pl.max_horizontal("start", prev.fill_null(pl.col("start"))))
 
 
 def _is_comm(names: pl.Series, rules=None) -> tuple[pl.Series, pl.Series]:
     """(is communication, rule sub) per name, by the kernel rules (distinct names matched once)."""
     from tracekit.classify import load_rules, name_table
 
+    if isinstance(names.dtype, pl.Enum):
+        names = names.cast(pl.Categorical)  # (codes, not ten million strings)
     pos, table = name_table(names, load_rules(rules) if rules is not None else None)
     return (table["category"].gather(pos).fill_null("other") == "communication"), table["sub"].gather(pos)
 
@@ -190,7 +193,7 @@ def hidden_communication(acts: pl.DataFrame | None) -> float:
     comm_rows = (pl.col("category") == "communication") & (pl.col("kind") == "kernel")
     if not acts.select(comm_rows.any()).item():
         return 0.0
-    a = _serialised(acts.select("start", "end", "stream", "kind", pl.col("category").cast(pl.String)))
+    a = _serialised(acts.select("start", "end", "stream", "kind", "category"))
     a = a.with_columns(start=pl.col("arrival")).filter(pl.col("end") > pl.col("start"))
     comm = a.filter(comm_rows)
     compute = a.filter(pl.col("category").is_in(["gemm", "attention", "other", "drafting"]))
@@ -279,6 +282,43 @@ def _op_bytes(comm: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     return pl.concat([j, rest]).sort("start")
 
 
+def _on_device(df: pl.DataFrame, dev: int) -> pl.DataFrame:
+    d = df["device"]
+    if d.null_count() == 0 and d.len() and d.min() == d.max() == dev:
+        return df  # (a filter that keeps every row would still copy every column)
+    return df.filter(pl.col("device") == dev)
+
+
+def _comm_kernels(trace: Trace, dev: int, rules=None) -> pl.DataFrame:
+    """The communication kernels of ``dev`` (start order), with ``arrival`` (serialised on their stream) and
+    ``impl``. Only narrow columns of the streams that carry communication are touched: ten million kernels cost
+    one merge and one running maximum, not a copy of the kernel table."""
+    k = _on_device(trace.kernels, dev)
+    is_comm, _ = _is_comm(k["name"], rules)
+    if not is_comm.any():
+        return pl.DataFrame(schema={"start": pl.Int64, "end": pl.Int64, "stream": pl.Int64, "pid": pl.Int64,
+                                    "correlation": pl.Int64, "name": pl.String, "impl": pl.String,
+                                    "arrival": pl.Int64})
+    rows = pl.int_range(0, k.height, dtype=pl.UInt32, eager=True).filter(is_comm)
+    streams = k["stream"].gather(rows).unique().implode()
+    on_k = k.select("start", "end", "stream", comm=is_comm, row=pl.int_range(0, pl.len(), dtype=pl.UInt32))
+    on_k = on_k.filter(pl.col("stream").is_in(streams))
+    m = _on_device(trace.memops, dev).select("start", "end", "stream", comm=pl.lit(False),
+                                             row=pl.lit(None, pl.UInt32))
+    m = m.filter(pl.col("stream").is_in(streams))
+    if not on_k["start"].is_sorted():
+        on_k = on_k.sort("start")
+    on = on_k.merge_sorted(m.sort("start"), key="start") if m.height else on_k
+    # in start order, so a running maximum over each stream's rows is the end of everything before on that stream
+    prev = pl.col("end").cum_max().shift(1).over("stream")
+    arrival = on.select("row", "comm", arrival=pl.max_horizontal("start", prev.fill_null(pl.col("start")))).filter(
+        "comm")
+    comm = k[arrival["row"]].select("start", "end", "stream", "pid", "correlation",
+                                    name=pl.col("name").cast(pl.String)).with_columns(arrival=arrival["arrival"])
+    _, sub = _is_comm(comm["name"], rules)
+    return comm.with_columns(impl=sub).sort("start")
+
+
 def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
     """The communication of one analysed rank (a :class:`~tracekit.analyses.breakdown.Breakdown`), with sizes and
     communicators when its ``trace`` is given (the Breakdown alone carries only the analysed steps' kernels)."""
@@ -288,18 +328,7 @@ def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
     n_steps = max(1, b.steps["count"])
     tp, tp_ev = tp_from_trace(trace) if trace is not None else (None, "no trace given")
     if trace is not None:
-        k = trace.kernels.filter(pl.col("device") == dev)
-        memops = trace.memops.filter(pl.col("device") == dev).select("start", "end", "stream")
-        is_comm, sub = _is_comm(k["name"], rules)
-        k = k.with_columns(impl=sub, comm=is_comm)
-        streams = k.filter("comm")["stream"].unique()
-        # serialise on the streams that carry communication (every activity of those streams counts)
-        on = pl.concat([k.filter(pl.col("stream").is_in(streams.implode())).select(
-            "start", "end", "stream", "pid", "correlation", pl.col("name").cast(pl.String), "impl", "comm"),
-            memops.filter(pl.col("stream").is_in(streams.implode())).with_columns(
-                pid=pl.lit(None, pl.Int64), correlation=pl.lit(None, pl.Int64), name=pl.lit(None, pl.String),
-                impl=pl.lit(None, pl.String), comm=pl.lit(False))], how="vertical_relaxed")
-        comm = _serialised(on).filter("comm").drop("comm").sort("start")
+        comm = _comm_kernels(trace, dev, rules)
         comm = _step_of(comm, acts)
         coll = trace.collectives.with_columns(
             dsize=pl.col("dtype").str.to_lowercase().replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64))
@@ -308,14 +337,15 @@ def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
                          on=["pid", "correlation", "start"], how="left")
         comm = _op_bytes(comm, trace)
     elif acts is not None:
-        a = acts.filter(pl.col("kind") == "kernel")
-        is_comm, sub = _is_comm(a["name"].cast(pl.String), rules)
-        a = a.with_columns(impl=sub).filter(is_comm)
         # a breakdown's activities are those of the analysed steps only, their ends clipped to the step period
-        comm = _serialised(acts.select("start", "end", "stream", "pid", "correlation", "kind",
-                                       name=pl.col("name").cast(pl.String))).join(
-            a.select("pid", "correlation", "start", "impl", "step"), on=["pid", "correlation", "start"], how="inner")
-        comm = comm.with_columns(collective=pl.lit(None, pl.String), group_size=pl.lit(None, pl.Int32),
+        is_comm, _ = _is_comm(acts["name"], rules)
+        narrow = acts.select("start", "end", "stream", comm=is_comm & (pl.col("kind") == "kernel"),
+                             row=pl.int_range(0, pl.len(), dtype=pl.UInt32))
+        arr = _serialised(narrow).filter("comm")
+        comm = acts[arr["row"]].select("start", "end", "stream", "pid", "correlation", "step",
+                                       name=pl.col("name").cast(pl.String)).with_columns(arrival=arr["arrival"])
+        _, sub = _is_comm(comm["name"], rules)
+        comm = comm.with_columns(impl=sub, collective=pl.lit(None, pl.String), group_size=pl.lit(None, pl.Int32),
                                  pg_name=pl.lit(None, pl.String), nccl_bytes=pl.lit(None, pl.Int64),
                                  op_bytes=pl.lit(None, pl.Int64)).sort("start")
         warnings.append("no trace given: collective sizes and communicators unknown")
@@ -401,24 +431,33 @@ def collective_table(s: CommSummary) -> list[dict]:
     return row_dicts(_rows(calls, n_steps, "dur"), n_steps, s.link, s.link_gbps)
 
 
-def collectives_verdict(rows: list[dict]) -> str | None:
-    """One sentence on the largest collective: bandwidth against the link, or latency-bound."""
+def collectives_verdict(rows: list[dict], *, across_ranks: bool = False) -> str | None:
+    """One sentence on the largest collective: bandwidth against the link, or latency-bound. ``rows`` from
+    :func:`collective_table` (one rank: its kernel times include waiting, so the bandwidth is a lower bound) or
+    from the cross-rank table (``across_ranks``: bandwidth from the transfer)."""
     if not rows:
         return None
     r = rows[0]
     what = f"{r['kind'].replace('_', '-')} ({r['implementation']})"
     size = f" of {_bytes(r['bytes'])}" if r["bytes"] else ""
     if r["latency_bound"]:
-        lat = f"≈{r['latency_us']:.1f} µs of latency per call" if r["latency_us"] else "its latency"
         fix = ("it is already a one-shot/custom kernel: fewer (fused) calls or overlapping them with compute help"
                if r["implementation"] != "nccl" else "a one-shot / custom all-reduce or fewer, fused calls help")
-        return (f"the {what}{size} is latency-bound ({r['count_per_step']:.0f} calls per step, {lat} against "
-                f"{'its size' if r['latency_bound_basis'] == 'bytes' else 'a call time'} that the link moves "
-                f"faster): {fix}; bus bandwidth is not the measure here")
+        if r["latency_bound_basis"] == "bytes":
+            move_us = r["bytes"] * (bus_factor(r["kind"], r["group_size"]) or 1.0) / (r["link_gbps"] * 1e3)
+            why = (f"the link moves its bytes in {move_us:.2f} µs against ≈{r['latency_us']:.1f} µs of latency "
+                   "per call")
+        else:
+            why = (f"each call takes {r['call_us']:.1f} µs, within twice the ≈{r['latency_us']:.1f} µs latency of a "
+                   f"{r['group_size']}-rank ring")
+        return (f"the {what}{size} is latency-bound ({why}; {r['count_per_step']:.0f} calls per step): {fix}; "
+                "bus bandwidth is not the measure here")
     if r["busbw_gbps"] is not None and r["link_gbps"]:
         return (f"the {what}{size} reaches {r['busbw_gbps']:,.1f} GB/s bus bandwidth against "
                 f"{r['link_gbps']:,.0f} GB/s per direction over {r['link']} "
-                f"({100 * r['busbw_gbps'] / r['link_gbps']:.0f}% of the link)")
+                f"({100 * r['busbw_gbps'] / r['link_gbps']:.0f}% of the link"
+                + ("" if across_ranks else "; its kernel time includes waiting for the other ranks: a lower bound")
+                + ")")
     return None
 
 
