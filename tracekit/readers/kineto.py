@@ -193,7 +193,8 @@ def _grouped(events: list, codes_of: dict) -> dict[str, list]:
 
     ``codes_of`` caches category -> group code across chunks (categories are few). Legacy traces
     file record_function ranges under 'Operator'; ProfilerStep#N is the one we can tell apart
-    from ops, so it joins the annotations. Only matmul-like (weight shapes) and all-reduce ops (message sizes) are kept.
+    from ops, so it joins the annotations. Only matmul-like (weight shapes) and all-reduce ops
+    (message sizes) are kept.
     """
     codes = list(map(codes_of.get, map(_GET_CAT, events), repeat(-1)))
     present = set(codes)
