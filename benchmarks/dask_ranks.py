@@ -1,68 +1,119 @@
-"""Prototype: thousands of rank files, the per-file stage on Dask (not a home-made scheduler).
+"""Many rank files: the per-file stage on a Dask cluster against the local process pool (tracekit/engines.py).
 
-The per-file stage is exactly what `tracekit breakdown DIR` runs in its process pool
-(`tracekit.cli.run_breakdown(path, opts)` -> a `Breakdown`); only the small per-rank dicts
-travel back, and the cross-rank table is built locally by `tracekit.analyses.ranks`. Point
-`--scheduler` at a cluster (`dask scheduler` + `dask worker` on each node, or
-dask-jobqueue/dask-kubernetes) and the same script fans out over it; traces are read where
-the workers can see them (shared filesystem or object store), never shipped whole.
+The inputs are REPLICATED: N copies (hard links, else copies) of one real rank file, by default rank 0 of the
+GB300 TP4 SGLang capture in ../shared/external_traces. Every copy is analysed in full; since they are the same
+rank, the cross-rank figures are trivial (no skew) and only the times mean anything.
 
-    pip install "dask[distributed]"            # not a tracekit dependency
-    python benchmarks/dask_ranks.py /tmp/tracekit-bench/ranks_4x1M            # local cluster
-    python benchmarks/dask_ranks.py DIR --scheduler tcp://head:8786 --format json
+    python benchmarks/dask_ranks.py --copies 256                        # both engines, a local cluster
+    python benchmarks/dask_ranks.py --copies 256 --engines dask=tcp://head:8786 --dir /shared/ranks256
+    python benchmarks/dask_ranks.py --copies 256 --out benchmarks/results/dask_ranks.json
+
+For each engine: wall time of ``map_files(analyse_rank, files)`` (what ``tracekit breakdown DIR --engine ...``
+runs before it builds the cross-rank table), the median wall and CPU time of one file's task where it ran, the
+time of ``cross_rank`` over all results, and the bytes that came back (the pickled per-rank results: the
+breakdown dict and one row per communication kernel).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import pickle
+import platform
+import shutil
 import sys
 import time
 from pathlib import Path
 
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEFAULT_SOURCE = (REPO.parent / "shared" / "external_traces" / "lora_perf_lora_profile" / "runs"
+                  / "Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913" / "current_base_lora" / "profile"
+                  / "base" / "bs16-TP-0.trace.json.gz")
 
-def per_file(path: str, opts: dict) -> dict:
-    from tracekit.cli import run_breakdown
 
-    b = run_breakdown(Path(path), opts)
-    # The Breakdown itself (with its per-step frame) stays on the worker: send back the contract dict.
-    return b.to_dict() | {"_extras_rank": b.extras.get("rank")}
+def replicate(src: Path, n: int, out: Path) -> list[Path]:
+    """``out/rank-00000.<suffixes>`` ... : n hard links to (or copies of) ``src``."""
+    out.mkdir(parents=True, exist_ok=True)
+    suffix = "".join(src.suffixes[-2:]) if src.name.endswith(".json.gz") else src.suffix
+    files = []
+    for i in range(n):
+        f = out / f"rank-{i:05d}{suffix}"
+        if not f.exists():
+            try:
+                os.link(src, f)
+            except OSError:
+                shutil.copyfile(src, f)
+        files.append(f)
+    return files
+
+
+def timed_rank(path, opts):
+    """analyse_rank, with the wall and CPU seconds it took where it ran (the task's own time, on the worker)."""
+    from tracekit.analyses.ranks import analyse_rank
+
+    w, c = time.perf_counter(), time.process_time()
+    r = analyse_rank(path, opts)
+    return r, time.perf_counter() - w, time.process_time() - c
+
+
+def run(engine: str, files: list[Path], workers: int | None) -> dict:
+    from statistics import median
+
+    from tracekit.analyses.ranks import cross_rank
+    from tracekit.engines import map_files
+
+    t0 = time.perf_counter()
+    out = map_files(timed_rank, files, {}, engine=engine, workers=workers)
+    t1 = time.perf_counter()
+    results = [r for r, _, _ in out]
+    cr = cross_rank(results)
+    t2 = time.perf_counter()
+    shipped = sum(len(pickle.dumps(r)) for r in results)
+    return {"engine": engine, "files": len(files), "map_s": round(t1 - t0, 2), "cross_rank_s": round(t2 - t1, 2),
+            "files_per_s": round(len(files) / (t1 - t0), 2), "task_wall_s_median": round(median(w for _, w, _ in out), 3),
+            "task_cpu_s_median": round(median(c for _, _, c in out), 3),
+            "shipped_bytes_per_rank": shipped // len(results), "pacing_rank": cr.pacing_rank, "skew_ms": cr.skew_ms}
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("traces", type=Path, nargs="+")
-    p.add_argument("--scheduler", default=None, help="address of a Dask scheduler (default: a local cluster)")
-    p.add_argument("--workers", type=int, default=None)
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the real rank file to replicate")
+    p.add_argument("--copies", type=int, default=256)
+    p.add_argument("--dir", type=Path, default=Path("/tmp/tracekit-bench/ranks-replicated"))
+    p.add_argument("--engines", default="process,dask", help="comma-separated: process, dask, dask=ADDRESS")
+    p.add_argument("--workers", type=int, default=None, help="processes / local Dask workers (default: one per core)")
+    p.add_argument("--repeat", type=int, default=1, help="rounds, each engine once per round")
+    p.add_argument("--out", type=Path, default=None, help="write the rows as JSON there")
     a = p.parse_args(argv)
-    from dask.distributed import Client, LocalCluster, as_completed
+    if not a.source.exists():
+        sys.exit(f"{a.source}: not found (pass --source RANK_FILE)")
+    files = replicate(a.source, a.copies, a.dir / f"{a.copies}x-{a.source.name.split('.')[0]}")
+    import polars
 
-    from tracekit.cli import expand_traces
+    import tracekit
 
-    files = [str(f) for f in expand_traces(a.traces)]
-    opts = dict(device=None, step_range=None, draft_range=r"(?i)\bdraft", weight_bytes=None, peak_bw=None,
-                accept_len=None, tokens_per_step=None, rules=None, device_profile=None)
-    t0 = time.perf_counter()
-    cluster = None if a.scheduler else LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True)
-    with Client(a.scheduler or cluster) as client:
-        futures = client.map(per_file, files, opts=opts, pure=False)
-        results = {}
-        for fut, res in as_completed(futures, with_results=True):
-            results[res["source"]["path"]] = res
-    if cluster is not None:
-        cluster.close()
-    ranks = [results[f] for f in files]
-    table = [[r["_extras_rank"] if r["_extras_rank"] is not None else i, r["source"]["path"], r["steps"]["count"],
-              r["steps"]["mean_ms"], r["per_step_ms"]["communication"]] for i, r in enumerate(ranks)]
-    out = {"files": len(files), "seconds": round(time.perf_counter() - t0, 2), "table": table}
-    if a.format == "json":
-        json.dump(out, sys.stdout)
-        print()
-    else:
-        print(f"{len(files)} rank files in {out['seconds']} s")
-        for row in table:
-            print("  rank {} {} steps={} mean_ms={:.3f} comm_ms={}".format(*row))
+    machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+               "tracekit": tracekit.__version__, "polars": polars.__version__}
+    try:
+        import distributed
+
+        machine["distributed"] = distributed.__version__
+    except ImportError:
+        pass
+    rows = []
+    for rnd in range(a.repeat):  # interleaved: each engine once per round (a noisy VM slows whole spells)
+        for engine in a.engines.split(","):
+            row = {"round": rnd, **run(engine.strip(), files, a.workers)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    doc = {"source": str(a.source), "replicated": True, "copies": a.copies,
+           "source_bytes": a.source.stat().st_size, "machine": machine, "rows": rows,
+           "date": time.strftime("%Y-%m-%d")}
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -25,18 +25,32 @@ def _init_worker(threads: int) -> None:
     os.environ["TRACEKIT_PROGRESS"] = "0"
 
 
-def map_files(fn, files: list[Path], opts: dict, workers: int | None = None):
-    """``[fn(f, opts) for f in files]`` in worker processes; the first user error is raised."""
+def map_files(fn, files: list[Path], opts: dict, workers: int | None = None, on_done=None):
+    """``[fn(f, opts) for f in files]`` in worker processes; the first user error is raised.
+
+    ``on_done()`` is called as each file finishes (in the order they finish), e.g. to advance a progress bar.
+    Several engines (this process pool, a Dask cluster) behind one call: :func:`tracekit.engines.map_files`.
+    """
     workers = workers or min(len(files), os.cpu_count() or 1)
     jobs = [(fn, f, opts) for f in files]
     if workers <= 1 or len(files) == 1:
-        results = [_call(j) for j in jobs]
+        results = []
+        for j in jobs:
+            results.append(_call(j))
+            if on_done is not None:
+                on_done()
     else:
+        from concurrent.futures import as_completed
+
         threads = max(1, (os.cpu_count() or 1) // workers)
         # spawn, not fork: forking a process whose polars thread pool is running can deadlock
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=_init_worker, initargs=(threads,)) as ex:
-            results = list(ex.map(_call, jobs))
+            futures = [ex.submit(_call, j) for j in jobs]
+            for _ in as_completed(futures):
+                if on_done is not None:
+                    on_done()
+            results = [f.result() for f in futures]
     out = []
     for (res, err) in results:
         if err is not None:

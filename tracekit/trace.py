@@ -94,10 +94,24 @@ OPS: dict[str, tuple[pl.DataType, str]] = {
     "end": (pl.Int64, "CPU end, ns"),
     "pid": (pl.Int64, "host process"),
     "tid": (pl.Int64, "host thread"),
-    "name": (pl.String, "framework op, e.g. aten::linear (only matmul-like ops are kept)"),
+    "name": (pl.String, "framework op, e.g. aten::linear (only matmul-like and all-reduce ops are kept)"),
     "input_dims": (pl.String, "JSON list of input shapes (Kineto 'Input Dims'), null if not recorded"),
     "input_types": (pl.String, "JSON list of input dtypes (Kineto 'Input type'), null if not recorded"),
 }
+
+# Framework ops that launch an all-reduce: their input shapes give the message size of custom / symmetric-memory
+# all-reduce kernels, which carry no NCCL args (readers keep them in Trace.ops; tracekit.analyses.collectives
+# reads them).
+# vllm::all_reduce + symm_mem::multimem_all_reduce_ in trace:TraceLens/tests/traces/b200/eager_trace.json.gz; the
+# others as vLLM, SGLang, sgl-kernel and PyTorch (symm_mem, _c10d_functional) register them.
+COMM_OPS = (
+    "vllm::all_reduce", "vllm::outplace_all_reduce", "vllm::inplace_all_reduce", "_C_custom_ar::all_reduce",
+    "symm_mem::multimem_all_reduce_", "symm_mem::multimem_one_shot_all_reduce",
+    "symm_mem::multimem_one_shot_all_reduce_out", "symm_mem::one_shot_all_reduce", "symm_mem::one_shot_all_reduce_out",
+    "symm_mem::two_shot_all_reduce_", "symm_mem::two_shot_all_reduce_out", "sglang::inplace_all_reduce",
+    "sglang::outplace_all_reduce", "sgl_kernel::all_reduce", "sgl_kernel::all_reduce_reg",
+    "sgl_kernel::all_reduce_unreg", "_c10d_functional::all_reduce", "_c10d_functional::all_reduce_",
+)
 
 COLLECTIVES: dict[str, tuple[pl.DataType, str]] = {
     "start": (pl.Int64, "GPU start of the collective's kernel, ns (joins kernels on pid, correlation, start)"),
@@ -108,6 +122,7 @@ COLLECTIVES: dict[str, tuple[pl.DataType, str]] = {
     "out_nelems": (pl.Int64, "output elements"),
     "group_size": (pl.Int32, "ranks in the process group"),
     "dtype": (pl.String, "element type, e.g. BFloat16, Float"),
+    "pg_name": (pl.String, "process group (communicator) name where recorded (Kineto 'Process Group Name'), else null"),
 }
 
 GPUS: dict[str, tuple[pl.DataType, str]] = {

@@ -1,69 +1,369 @@
-"""Several ranks analysed together: the per-rank breakdowns plus a cross-rank table.
+"""Several ranks analysed together: the per-rank breakdowns plus one cross-rank verdict (the contract's
+``cross_rank`` object).
 
-A collective's kernel on each rank lasts from that rank's arrival to the end of the
-transfer, which ends at about the same time everywhere; so for the i-th collective of the
-step, the shortest duration across ranks is the transfer (the last rank to arrive did not
-wait) and each rank's excess over it is waiting for the slowest rank (skew). Collectives are
-matched by their order on each rank (tensor parallelism issues them in the same order).
+Each rank is analysed on its own (in a process pool or on a Dask cluster, :mod:`tracekit.engines`); what
+travels back is a :class:`RankResult`: the rank's breakdown as a dict and its :class:`CommSummary` (one row per
+communication kernel). :func:`cross_rank` then matches the ranks' collectives and splits their time.
+
+Definitions (../shared/spec/CONTRACT.md, ``cross_rank``):
+
+* **Matching.** Collectives are matched across ranks by their order per communicator: the Kineto NCCL args'
+  process group where recorded, else the kernel (its name, and which of the rank's streams carries it) — never
+  by timestamps. When a rank's capture starts or ends a few collectives off the others', the offset in the
+  order is found from the collective *ends* (which the ranks share: a collective ends once the last rank's data
+  is in): the order offset, within ±8, whose end differences spread least.
+* **Clocks.** Files whose matched collective ends differ by more than 5 µs (median) come from clocks that
+  differ (never the devices of one report; GPUs of one host share the host's clock: the four GB300 files agree
+  within 0.2 µs); each such
+  rank's times are shifted by that median, and ``clock_offset_ms_by_rank`` says by how much (null when no
+  rank needed it).
+* **Arrival** at a collective = its kernel's start on that rank, after the activity before it on its stream
+  has ended (the contract serialises each stream: a programmatic-dependent-launch kernel that starts early has
+  not arrived). A rank's **wait** = from its arrival to the last rank's arrival; the **transfer** = the
+  collective's duration on the last-arriving rank (arrival to end). Per rank, its communication kernel time ≈
+  its wait + the transfer.
+* Per-step figures are means over the first rank's analysed steps, of the collectives inside analysed steps of
+  every rank; ``skew_ms`` = mean per step of the largest wait (the most-waiting rank's total wait in the step).
+* ``pacing_rank`` = the rank that arrives last at the most collectives (ties: the one that waits least);
+  ``slowest_rank`` = the rank with the longest mean step.
+* What a faster all-reduce could still save on the pacing rank = the smaller of its exposed communication and
+  the transfer: the others' waits are the pacing rank's lateness, which no all-reduce removes.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
+
 import polars as pl
 
+from tracekit.analyses.collectives import CommSummary, _rows, comm_summary, row_dicts
 from tracekit.categories import STEP_CATEGORIES, UNATTRIBUTED
 
 COLUMNS = ["rank", "path", "device", "steps", "mean_ms", "p90_ms",
            *[k for k in STEP_CATEGORIES if k != UNATTRIBUTED], "comm_kernel_ms", "comm_transfer_ms", "comm_wait_ms"]
+MAX_ORDER_SHIFT = 8  # collectives a rank's capture may start early or late against the first rank's
+CLOCK_TOLERANCE_NS = 5_000  # matched collective ends of one host's GPUs agree within this (median)
+MATCH_TOLERANCE_NS = 5_000  # spread (median absolute deviation) of end differences of a right match
+VALID_TOLERANCE_NS = 20_000  # beyond this spread the ends do not line up: no trustworthy match
+MIN_SHIFT_MATCHES = 4  # an order offset is judged from at least this many matched collectives
 
 
-def _comm_durations(b) -> pl.Series | None:
-    acts = b.activities
-    if acts is None:
-        return None
-    comm = acts.filter((pl.col("category") == "communication") & (pl.col("kind") == "kernel")).sort("start")
-    return comm["dur"]
+@dataclass
+class RankResult:
+    """What the per-file stage sends back: the rank's breakdown (contract dict) and its communication."""
+
+    breakdown: dict
+    comm: CommSummary
+
+    def to_dict(self) -> dict:
+        return self.breakdown
 
 
-def wait_and_transfer(results) -> tuple[list[tuple[float | None, float | None]], list[str]]:
-    """Per rank: (transfer ms per step, wait ms per step), by matching collectives in order across ranks."""
-    durs = [_comm_durations(b) for b in results]
-    warnings = []
-    if len(results) < 2 or any(d is None or d.len() == 0 for d in durs):
-        return [(None, None)] * len(results), warnings
-    m = min(d.len() for d in durs)
-    if len({d.len() for d in durs}) > 1:
-        warnings.append(f"ranks have different numbers of communication kernels ({', '.join(str(d.len()) for d in durs)}"
-                        f"): wait/transfer matched on the first {m} of each")
-    mat = pl.DataFrame({f"r{i}": d.head(m) for i, d in enumerate(durs)})
-    transfer = mat.min_horizontal()
-    out = []
-    for i, b in enumerate(results):
-        n = max(1, b.steps["count"])
-        t = float(transfer.sum()) / 1e6 / n
-        w = float((mat[f"r{i}"] - transfer).sum()) / 1e6 / n
-        out.append((t, w))
-    return out, warnings
+def rank_result(b, trace=None, *, rules=None) -> RankResult:
+    """A :class:`RankResult` from a Breakdown (and its trace, for sizes and communicators)."""
+    return RankResult(b.to_dict(), comm_summary(b, trace, rules=rules))
 
 
-def cross_rank(results, labels=None) -> dict:
-    wt, warnings = wait_and_transfer(results)
-    table = []
-    for i, b in enumerate(results):
-        d = b.to_dict()
-        ps, st = d["per_step_ms"], d["steps"]
-        rank = b.rank
-        label = labels[i] if labels else str(i if rank is None else rank)
-        table.append([label, d["source"]["path"], d["gpu"]["device"], st["count"], st["mean_ms"], st["p90_ms"],
-                      *[ps[k] for k in STEP_CATEGORIES if k != UNATTRIBUTED], d["kernel_ms_per_step"]["communication"], wt[i][0], wt[i][1]])
-    waits = [w for _, w in wt if w is not None]
-    if waits and max(waits) > 0:
-        worst = max(range(len(wt)), key=lambda i: wt[i][1] or 0)
-        warnings.append(f"communication per step is {wt[0][0]:.3f} ms of transfer; ranks wait {min(waits):.3f}–"
-                        f"{max(waits):.3f} ms for the slowest (rank {table[worst][0]} waits most): skew between ranks, "
-                        "not the transfer, is what a faster all-reduce cannot fix")
-    return {"schema": "tracekit.breakdown/1", "ranks": [b.to_dict() for b in results], "columns": COLUMNS,
-            "table": table, "warnings": warnings}
+def analyse_rank(path, opts: dict) -> RankResult:
+    """The per-file stage: load ``path``, break it down with ``opts`` (tracekit.breakdown's keyword arguments),
+    summarise its communication. Module-level, so process pools and Dask workers can call it by reference."""
+    import tracekit
+
+    trace = tracekit.load(Path(path), kernel_dims=False)
+    return rank_result(tracekit.breakdown(trace, **opts), trace, rules=opts.get("rules"))
+
+
+@dataclass
+class CrossRank:
+    """The contract's ``cross_rank`` object (``to_dict()``); lists are in rank order (``rank_ids``)."""
+
+    ranks: int
+    slowest_rank: int | None
+    pacing_rank: int | None
+    step_ms_by_rank: list[float]
+    skew_ms: float | None
+    wait_ms_by_rank: list[float | None]
+    transfer_ms: float | None
+    exposed_communication_ms_by_rank: list[float | None]
+    clock_offset_ms_by_rank: list[float] | None
+    collectives: list[dict]
+    verdict: str
+    # extensions
+    rank_ids: list[int] = field(default_factory=list)
+    last_arrival_share_by_rank: list[float] | None = None
+    comm_kernel_ms_by_rank: list[float] = field(default_factory=list)
+    hidden_communication_ms_by_rank: list[float] = field(default_factory=list)
+    matched_per_step: float | None = None
+    steps: int | None = None
+    communicator_size: int | None = None
+    communicator_evidence: str | None = None
+    faster_allreduce_saving_ms: float | None = None
+    warnings: list[str] = field(default_factory=list)
+    # not serialised: what the multi-rank report shows beside it
+    rank_dicts: list[dict] = field(default_factory=list, repr=False)
+    labels: list[str] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict:
+        keys = ("ranks", "slowest_rank", "pacing_rank", "step_ms_by_rank", "skew_ms", "wait_ms_by_rank",
+                "transfer_ms", "exposed_communication_ms_by_rank", "clock_offset_ms_by_rank", "collectives",
+                "verdict", "rank_ids", "last_arrival_share_by_rank", "comm_kernel_ms_by_rank",
+                "hidden_communication_ms_by_rank", "matched_per_step", "steps", "communicator_size",
+                "communicator_evidence", "faster_allreduce_saving_ms", "warnings")
+        return {k: getattr(self, k) for k in keys}
+
+    def report(self) -> dict:
+        """The multi-file result: every rank's breakdown, the per-rank table and the ``cross_rank`` object."""
+        wait = self.wait_ms_by_rank
+        table = []
+        for i, d in enumerate(self.rank_dicts):
+            ps, st = d["per_step_ms"], d["steps"]
+            table.append([self.labels[i], d["source"]["path"], d["gpu"]["device"], st["count"], st["mean_ms"],
+                          st["p90_ms"], *[ps[k] for k in STEP_CATEGORIES if k != UNATTRIBUTED],
+                          d["kernel_ms_per_step"]["communication"], self.transfer_ms, wait[i]])
+        schema = self.rank_dicts[0]["schema"] if self.rank_dicts else "tracekit.breakdown/1"
+        return {"schema": schema, "ranks": self.rank_dicts, "columns": COLUMNS, "table": table,
+                "cross_rank": self.to_dict(), "headline": self.verdict, "warnings": list(self.warnings)}
+
+
+def _as_result(r) -> RankResult:
+    if isinstance(r, RankResult):
+        return r
+    return rank_result(r)  # a Breakdown without its trace: sizes and communicators unknown
+
+
+def _order(results: list[RankResult], labels) -> tuple[list[RankResult], list[int], list[str]]:
+    """Results in rank order (by the traces' rank where every file records a distinct one, else as given)."""
+    ids = [r.comm.rank for r in results]
+    if all(i is not None for i in ids) and len(set(ids)) == len(ids) and labels is None:
+        order = sorted(range(len(results)), key=lambda i: ids[i])
+        return [results[i] for i in order], [ids[i] for i in order], [str(ids[i]) for i in order]
+    return results, list(range(len(results))), list(labels) if labels else [str(i) for i in range(len(results))]
+
+
+def _long(summaries: list[CommSummary]) -> pl.DataFrame:
+    """Every rank's communication kernels, one frame, with the matching ``key`` and ``seq`` (order per key)."""
+    frames = [s.kernels.with_columns(pl.col("name", "impl", "kind", "group").cast(pl.String), rank=pl.lit(i, pl.Int32))
+              for i, s in enumerate(summaries)]  # per rank, not per event
+    df = pl.concat(frames, how="vertical_relaxed")
+    if df.height == 0:
+        return df.with_columns(key=pl.lit(None, pl.String), seq=pl.lit(None, pl.Int64))
+    # streams carrying a kernel, numbered by their first such kernel (stream ids differ between ranks)
+    so = (df.group_by("rank", "name", "stream").agg(first=pl.col("start").min())
+          .with_columns(so=pl.col("first").rank("ordinal").over("rank", "name").cast(pl.Int64) - 1))
+    df = df.join(so.select("rank", "name", "stream", "so"), on=["rank", "name", "stream"], how="left")
+    key = (pl.when(pl.col("group").is_not_null()).then(pl.lit("pg:") + pl.col("group"))
+           .otherwise(pl.lit("k:") + pl.col("name") + pl.lit("#") + pl.col("so").cast(pl.String)))
+    return (df.with_columns(key=key).sort("rank", "key", "start")
+            .with_columns(seq=pl.int_range(pl.len(), dtype=pl.Int64).over("rank", "key")).drop("so"))
+
+
+def _mad(e: pl.Expr) -> pl.Expr:
+    return (e - e.median()).abs().median()
+
+
+def _align_order(df: pl.DataFrame, warnings: list[str], labels: list[str]) -> pl.DataFrame:
+    """Shift each (rank, key)'s ``seq`` onto the first rank's numbering where its capture starts off it."""
+    ref = df.filter(pl.col("rank") == 0).select("key", "seq", ref_end="end")
+    stat = (df.join(ref, on=["key", "seq"], how="left")
+            .group_by("rank", "key").agg(n=pl.len(), spread=_mad(pl.col("end") - pl.col("ref_end")))
+            .join(ref.group_by("key").agg(n_ref=pl.len()), on="key", how="left"))
+    bad = stat.filter((pl.col("rank") != 0) & ((pl.col("n") != pl.col("n_ref")) | pl.col("spread").is_null()
+                                                | (pl.col("spread") > MATCH_TOLERANCE_NS)))
+    if bad.height == 0:
+        return df
+    shifts = pl.DataFrame({"shift": list(range(-MAX_ORDER_SHIFT, MAX_ORDER_SHIFT + 1))}, schema={"shift": pl.Int64})
+    cand = (df.join(bad.select("rank", "key"), on=["rank", "key"], how="semi").join(shifts, how="cross")
+            .with_columns(seq_ref=pl.col("seq") + pl.col("shift"))
+            .join(ref.rename({"seq": "seq_ref"}), on=["key", "seq_ref"], how="inner")
+            .group_by("rank", "key", "shift").agg(m=pl.len(), spread=_mad(pl.col("end") - pl.col("ref_end"))))
+    best = (cand.filter((pl.col("m") >= 0.5 * pl.col("m").max().over("rank", "key"))
+                        & (pl.col("m") >= MIN_SHIFT_MATCHES))
+            .sort("rank", "key", "spread", pl.col("shift").abs()).group_by("rank", "key", maintain_order=True).first())
+    moved = best.filter(pl.col("shift") != 0)
+    for r in moved.head(5).iter_rows(named=True):  # (a few lines of warning, not a loop over events)
+        key = r["key"]
+        what = f"process group {key[3:]!r}" if key.startswith("pg:") else key[2:].rsplit("#", 1)[0][:60]
+        warnings.append(f"rank {labels[r['rank']]}: its capture starts {abs(r['shift'])} collective(s) "
+                        f"{'later' if r['shift'] > 0 else 'earlier'} than that of rank {labels[0]} on {what}; "
+                        "matched by order after that offset")
+    return (df.join(best.select("rank", "key", "shift"), on=["rank", "key"], how="left")
+            .with_columns(seq=pl.col("seq") + pl.col("shift").fill_null(0)).drop("shift"))
+
+
+def cross_rank(results, labels=None) -> CrossRank:
+    """The cross-rank verdict of several ranks' results (:class:`RankResult`, or Breakdowns: then without sizes)."""
+    res = [_as_result(r) for r in results]
+    res, ids, labels = _order(res, labels)
+    sums = [r.comm for r in res]
+    dicts = [r.breakdown for r in res]
+    n_ranks = len(res)
+    warnings: list[str] = []
+    step_ms = [d["steps"]["mean_ms"] for d in dicts]
+    exposed = [d["per_step_ms"].get("communication") for d in dicts]
+    slowest = max(range(n_ranks), key=lambda i: step_ms[i]) if n_ranks else None
+    tp = next((s.tp for s in sums if s.tp), None)
+    tp_ev = next((s.tp_evidence for s in sums if s.tp), sums[0].tp_evidence if sums else None)
+    out = CrossRank(
+        ranks=n_ranks, slowest_rank=ids[slowest] if slowest is not None else None, pacing_rank=None,
+        step_ms_by_rank=step_ms, skew_ms=None, wait_ms_by_rank=[None] * n_ranks, transfer_ms=None,
+        exposed_communication_ms_by_rank=exposed, clock_offset_ms_by_rank=None, collectives=[], verdict="",
+        rank_ids=ids, comm_kernel_ms_by_rank=[s.serial_ms for s in sums],
+        hidden_communication_ms_by_rank=[s.hidden_ms for s in sums], steps=min((s.steps for s in sums), default=0),
+        communicator_size=tp, communicator_evidence=tp_ev, warnings=warnings, rank_dicts=dicts, labels=labels)
+    for i, s in enumerate(sums):
+        # the contract serialises each stream: exposed communication can then not be below the serialised
+        # communication time that compute on other streams does not hide
+        want = s.serial_ms - s.hidden_ms
+        if exposed[i] is not None and exposed[i] < 0.9 * want - 0.01:
+            warnings.append(f"rank {labels[i]}: exposed communication {exposed[i]:.3f} ms per step is below its "
+                            f"communication kernel time not hidden by other streams ({want:.3f} ms): same-stream "
+                            "overlap (programmatic dependent launch) is being counted as hidden")
+    if len({s.steps for s in sums}) > 1:
+        warnings.append("ranks have different numbers of analysed steps (" + ", ".join(str(s.steps) for s in sums)
+                        + "): only collectives inside analysed steps of every rank are compared")
+    df = _long(sums)
+    if n_ranks < 2 or df.filter(pl.col("step").is_not_null()).height == 0:
+        out.skew_ms, out.transfer_ms = (0.0, 0.0) if df.height == 0 else (None, None)
+        out.wait_ms_by_rank = [0.0 if df.height == 0 else None] * n_ranks
+        out.verdict = _verdict(out, labels, None)
+        return out
+    df = _align_order(df, warnings, labels)
+    # a right match has collective ends that line up on every rank; otherwise the files are not one capture
+    # (or too few collectives were recorded to match them): no wait or transfer rather than wrong ones
+    ref = df.filter(pl.col("rank") == 0).select("key", "seq", ref_end="end")
+    spread = (df.join(ref, on=["key", "seq"], how="inner").filter(pl.col("rank") != 0).group_by("rank")
+              .agg(s=_mad(pl.col("end") - pl.col("ref_end"))))
+    if spread.height and (spread["s"].max() or 0) > VALID_TOLERANCE_NS:
+        worst = spread.sort("s", descending=True).row(0, named=True)
+        warnings.append(f"the ends of matched collectives do not line up (rank {labels[worst['rank']]}: they spread "
+                        f"{worst['s'] / 1e6:.3f} ms around rank {labels[0]}): the files are not one capture, or record "
+                        "too few collectives to match; wait, transfer and skew are left out")
+        out.collectives = _single_rows(sums[0])
+        out.verdict = _verdict(out, labels, None)
+        return out
+    off = (df.join(ref, on=["key", "seq"], how="inner").group_by("rank")
+           .agg(offset=(pl.col("end") - pl.col("ref_end")).median()).sort("rank"))
+    # only ranks whose clock differs are moved (ranks on rank 0's host share its clock: their small median end
+    # differences are how the collective ends, not a clock offset)
+    one_file = len({s.path for s in sums}) == 1  # devices of one report: one clock by construction
+    offsets = {r: (v if abs(v or 0) > CLOCK_TOLERANCE_NS and not one_file else 0.0)
+               for r, v in zip(off["rank"].to_list(), off["offset"].to_list())}
+    if any(offsets.values()):
+        out.clock_offset_ms_by_rank = [(offsets.get(i) or 0.0) / 1e6 for i in range(n_ranks)]
+        shift = pl.col("rank").replace_strict(offsets, default=0, return_dtype=pl.Float64).round(0).cast(pl.Int64)
+        df = df.with_columns(start=pl.col("start") - shift, end=pl.col("end") - shift,
+                             arrival=pl.col("arrival") - shift)
+        worst = max(offsets, key=lambda r: abs(offsets[r] or 0))
+        warnings.append(f"clocks differ between the files (rank {labels[worst]}: {offsets[worst] / 1e6:+.3f} ms "
+                        f"against rank {labels[0]}, the median difference of matched collective ends): aligned on collective "
+                        "ends")
+    groups = (df.group_by("key", "seq").agg(
+        n=pl.len(), in_steps=pl.col("step").is_not_null().all(), last=pl.col("arrival").max(),
+        transfer=(pl.col("end") - pl.col("arrival")).sort_by("arrival").last(),
+        ref_step=pl.col("step").sort_by("rank").first()))
+    full = groups.filter(pl.col("n") == n_ranks)
+    counted = full.filter(pl.col("in_steps"))
+    in_any = df.filter(pl.col("step").is_not_null()).height
+    m = df.join(counted.select("key", "seq"), on=["key", "seq"], how="semi")
+    if in_any > m.height:
+        warnings.append(f"{in_any - m.height} of {in_any} communication kernels in the analysed steps could not be "
+                        "matched on every rank (different collective counts per communicator, or steps analysed on "
+                        "some ranks only): left out of wait and transfer")
+    if counted.height == 0:
+        out.collectives = _single_rows(sums[0])
+        out.verdict = _verdict(out, labels, None)
+        return out
+    # means over the first rank's analysed steps (steps without a collective count as 0)
+    n_steps = max(sums[0].steps, counted["ref_step"].n_unique(), 1)
+    m = m.join(counted.select("key", "seq", "last", "transfer", "ref_step"), on=["key", "seq"], how="left")
+    m = m.with_columns(wait=pl.col("last") - pl.col("arrival"), is_last=pl.col("arrival") == pl.col("last"))
+    per_rank = (m.group_by("rank").agg(wait=pl.col("wait").sum(), lasts=pl.col("is_last").sum(), n=pl.len())
+                .sort("rank"))
+    waits = [w / 1e6 / n_steps for w in per_rank["wait"].to_list()]
+    lasts = per_rank["lasts"].to_list()
+    out.wait_ms_by_rank = waits
+    out.last_arrival_share_by_rank = [c / counted.height for c in lasts]
+    out.transfer_ms = float(counted["transfer"].sum()) / 1e6 / n_steps
+    by_step = m.group_by("ref_step", "rank").agg(w=pl.col("wait").sum()).group_by("ref_step").agg(pl.col("w").max())
+    out.skew_ms = float(by_step["w"].sum()) / 1e6 / n_steps
+    out.matched_per_step = counted.height / n_steps
+    pace = max(range(n_ranks), key=lambda i: (lasts[i], -waits[i]))
+    out.pacing_rank = ids[pace]
+    out.collectives = _cross_rows(m, n_steps, n_ranks, sums[pace])
+    if exposed[pace] is not None:
+        out.faster_allreduce_saving_ms = min(exposed[pace], out.transfer_ms)
+    out.verdict = _verdict(out, labels, pace)
+    return out
+
+
+def _single_rows(s: CommSummary) -> list[dict]:
+    """The first rank's own collectives table (kernel times, waiting included) where ranks cannot be matched."""
+    from tracekit.analyses.collectives import collective_table
+
+    rows = collective_table(s)
+    for r in rows:
+        r.update(transfer_ms=None, skew_ms=None, ms_per_step_is="kernel time of rank 0 alone (waiting included)")
+    return rows
+
+
+def _cross_rows(m: pl.DataFrame, n_steps: int, n_ranks: int, pace: CommSummary) -> list[dict]:
+    """The collectives table across ranks: per (kind, implementation), bandwidth from the transfer (not from
+    kernel times, which include waiting), kernel time as the mean over ranks, and the skew at each."""
+    per_call = m.group_by("key", "seq").agg(
+        kind=pl.col("kind").first(), impl=pl.col("impl").first(), name=pl.col("name").first(),
+        bytes=pl.col("bytes").sort_by("rank").first(), group_size=pl.col("group_size").drop_nulls().first(),
+        transfer=pl.col("transfer").first(), mean_dur=(pl.col("end") - pl.col("start")).mean().round(0).cast(pl.Int64))
+    calls = per_call.with_columns(start=pl.lit(0, pl.Int64), end=pl.col("mean_dur"))
+    rows = _rows(calls, n_steps, "transfer")
+    skew = (m.group_by("kind", "impl", "ref_step", "rank").agg(w=pl.col("wait").sum())
+            .group_by("kind", "impl", "ref_step").agg(pl.col("w").max())
+            .group_by("kind", "impl").agg(skew_ms=pl.col("w").sum() / 1e6 / n_steps))
+    rows = rows.join(skew, on=["kind", "impl"], how="left")
+    dicts = row_dicts(rows, n_steps, pace.link, pace.link_gbps)
+    for d, r in zip(dicts, rows.iter_rows(named=True)):
+        d["transfer_ms"] = r["time_ns"] / 1e6 / n_steps
+        d["skew_ms"] = r["skew_ms"]
+        d["ms_per_step_is"] = f"mean over the {n_ranks} ranks of their kernel time (wait + transfer)"
+    return dicts
+
+
+def _verdict(cr: CrossRank, labels: list[str], pace: int | None) -> str:
+    n = cr.ranks
+    lab = {rid: labels[i] for i, rid in enumerate(cr.rank_ids)}
+    steps = cr.step_ms_by_rank
+    fast, slow = min(steps), max(steps)
+    slow_txt = f"rank {lab[cr.slowest_rank]} has the longest step ({slow:.3f} ms; fastest {fast:.3f} ms)"
+    if pace is None:
+        if cr.transfer_ms is None and cr.skew_ms is None and n > 1:
+            return (f"{n} ranks: {slow_txt}; their collectives could not be matched across ranks, so skew and "
+                    "transfer are unknown (see warnings)")
+        return f"{n} ranks: {slow_txt}; no collectives in the analysed steps, so no rank waits for another"
+    p = lab[cr.pacing_rank]
+    share = cr.last_arrival_share_by_rank[pace]
+    waits = cr.wait_ms_by_rank
+    most = max(range(n), key=lambda i: waits[i] or 0)
+    save = cr.faster_allreduce_saving_ms
+    step_p = steps[pace]
+    txt = (f"rank {p} sets the pace: it arrives last at {100 * share:.0f}% of the {cr.matched_per_step:.3g} "
+           f"collective(s) per step, and the others wait for it — skew {cr.skew_ms:.3f} ms per step (rank {labels[most]} waits "
+           f"{waits[most]:.3f} ms) against {cr.transfer_ms:.3f} ms of transfer")
+    worst = max(cr.collectives, key=lambda r: r.get("skew_ms") or 0, default=None)
+    if worst and cr.skew_ms and (worst.get("skew_ms") or 0) > 0.5 * cr.skew_ms and len(cr.collectives) > 1:
+        txt += (f" (most of the skew at the {worst['count_per_step']:.0f} {worst['kind'].replace('_', '-')} "
+                f"({worst['implementation']}) per step: {worst['skew_ms']:.3f} ms)")
+    if save is not None:
+        txt += (f"; a faster all-reduce could save at most {save:.3f} ms per step on rank {p} "
+                f"({100 * save / step_p if step_p else 0:.0f}% of its {step_p:.3f} ms step)")
+    else:
+        txt += (f"; a faster all-reduce could save at most the transfer on rank {p} (its exposed communication "
+                "is unknown)")
+    txt += "; the skew goes only by evening out work or launch times across ranks"
+    top = cr.collectives[0] if cr.collectives else None
+    if top and top["latency_bound"]:
+        txt += (f". The {top['kind'].replace('_', '-')} ({top['implementation']}) is latency-bound: fewer, fused "
+                "calls help more than bandwidth")
+    return txt
 
 
 INFO_COLUMNS = ["rank", "path", "producer_version", "kernels", "memops", "launches", "ranges"]

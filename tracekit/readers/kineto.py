@@ -60,9 +60,9 @@ from msgspec import Raw, Struct, field
 
 from tracekit.errors import TracekitError
 from tracekit.readers.common import api_kind, nesting_depth, strip_api_version
-from tracekit.trace import COLLECTIVES, GPUS, GRAPH_EXECS, KERNELS, LAUNCHES, MEMOPS, OPS, RANGES, Trace, TraceMeta, conform, empty
+from tracekit.trace import COLLECTIVES, COMM_OPS, GPUS, GRAPH_EXECS, KERNELS, LAUNCHES, MEMOPS, OPS, RANGES, Trace, TraceMeta, conform, empty
 
-__all__ = ["read_kineto", "MATMUL_OPS"]
+__all__ = ["read_kineto", "MATMUL_OPS", "COMM_OPS"]
 
 # Framework ops whose input shapes tell the weight bytes a step reads (kept in Trace.ops).
 MATMUL_OPS = (
@@ -108,6 +108,7 @@ class _Args(Struct, frozen=True, gc=False):
     out_nelems: Any = field(name="Out msg nelems", default=None)
     group_size: Any = field(name="Group size", default=None)
     dtype: Raw = _NULL
+    pg_name: Raw = field(name="Process Group Name", default=_NULL)
 
 
 _NOARGS = _Args()  # shared by every event without args (frozen, so msgspec may reuse it)
@@ -166,7 +167,7 @@ _GROUPS = {
 # Small-integer codes for the groups; 0: not read. 'Operator' (legacy) is ops and ProfilerStep#N ranges.
 _CODES = {g: i for i, g in enumerate(dict.fromkeys(_GROUPS.values()), 1)}
 _LEGACY_OP = len(_CODES) + 1
-_KEEP_OPS = frozenset(MATMUL_OPS) | {None}  # ops without a name are kept too
+_KEEP_OPS = frozenset(MATMUL_OPS) | frozenset(COMM_OPS) | {None}  # ops without a name are kept too
 
 _GET_CAT, _GET_PH, _GET_NAME, _GET_ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter("name"), attrgetter("args")
 
@@ -192,7 +193,8 @@ def _grouped(events: list, codes_of: dict) -> dict[str, list]:
 
     ``codes_of`` caches category -> group code across chunks (categories are few). Legacy traces
     file record_function ranges under 'Operator'; ProfilerStep#N is the one we can tell apart
-    from ops, so it joins the annotations. Only matmul-like ops are kept (for weight shapes).
+    from ops, so it joins the annotations. Only matmul-like (weight shapes) and all-reduce ops
+    (message sizes) are kept.
     """
     codes = list(map(codes_of.get, map(_GET_CAT, events), repeat(-1)))
     present = set(codes)
@@ -572,9 +574,10 @@ _SPECS: dict[str, tuple[dict[str, tuple[str, str]], dict[str, pl.Expr]]] = {
         {**_GPU_T, "grid": ("args.grid", "dims"), "block": ("args.block", "dims"),
          "graph_id": ("args.graph_id", "positive"), "graph_node": ("args.graph_node", "positive"),
          "collective": ("args.coll_name", "text"), "in_nelems": ("args.in_nelems", "int"),
-         "out_nelems": ("args.out_nelems", "int"), "group_size": ("args.group_size", "int"), "dtype": ("args.dtype", "text")},
+         "out_nelems": ("args.out_nelems", "int"), "group_size": ("args.group_size", "int"), "dtype": ("args.dtype", "text"),
+         "pg_name": ("args.pg_name", "text")},
         {**_GPU, **{c: pl.col(c) for c in ("grid", "block", "graph_id", "graph_node", "collective", "in_nelems",
-                                           "out_nelems", "group_size", "dtype")}},
+                                           "out_nelems", "group_size", "dtype", "pg_name")}},
     ),
     "memcpy": ({**_GPU_T, "bytes": ("args.nbytes", "int")}, {**_GPU, "bytes": pl.col("bytes")}),
     "memset": ({**_GPU_T, "bytes": ("args.nbytes", "int")}, {**_GPU, "bytes": pl.col("bytes")}),

@@ -31,21 +31,24 @@ def rounded(x, nd=3):
 
 def _renderers(kind: str):
     """kind -> (markdown, csv or None, terminal) renderers."""
-    from tracekit.report import markdown, terminal
+    from tracekit.report import markdown, ranks, terminal
 
     return {
         "info": (markdown.info_md, None, terminal.render_info),
         "kernels": (markdown.kernels_md, markdown.kernels_csv, terminal.render_kernels),
         "breakdown": (markdown.breakdown_md, markdown.breakdown_csv, terminal.render_breakdown),
-        "ranks": (markdown.ranks_md, markdown.ranks_csv, terminal.render_ranks),
+        "ranks": (ranks.ranks_md, ranks.ranks_csv, ranks.render_ranks),
     }[kind]
 
 
 def render(kind: str, result, fmt: str, console_factory) -> str | None:
     """The one place a renderer is picked. Returns text for json/md/csv; prints tables to the console.
 
-    ``result`` is the analysis' result (a dict, or an object with ``to_dict()`` whose dict JSON prints).
+    ``result`` is the analysis' result (a dict, or an object with ``to_dict()`` whose dict JSON prints; one with
+    ``report()``, such as ``CrossRank``, renders as that whole report).
     """
+    if hasattr(result, "report"):
+        result = result.report()
     if fmt == "json":  # before _renderers: JSON needs neither markdown nor rich
         return to_json(result.to_dict() if hasattr(result, "to_dict") else result)
     md_fn, csv_fn, table_fn = _renderers(kind)

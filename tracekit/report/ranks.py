@@ -1,0 +1,176 @@
+"""Renderers of several ranks analysed together (``CrossRank.report()``): the cross-rank headline first, then
+the per-rank table, then the collectives table. Markdown is made to be pasted into a pull request; every
+name that comes from a trace (kernel names, paths, labels) goes through ``report.safe``.
+
+They render the report dict that ``--format json`` prints, so every format shows the same numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from tracekit.report.safe import md, plain, rich_text
+
+# (header, cross_rank list key or callable over (cross_rank, i), digits)
+_RANK_COLS = (
+    ("step", "step_ms_by_rank", 3),
+    ("exposed", "exposed_communication_ms_by_rank", 3),
+    ("comm k", "comm_kernel_ms_by_rank", 3),
+    ("wait", "wait_ms_by_rank", 3),
+    ("last", "last_arrival_share_by_rank", None),
+    ("hidden", "hidden_communication_ms_by_rank", 3),
+    ("offset", "clock_offset_ms_by_rank", 3),
+)
+_COLL_COLS = (
+    ("kind", "kind"), ("impl", "implementation"), ("n/step", "count_per_step"), ("bytes", "bytes"),
+    ("ms", "ms_per_step"), ("xfer", "transfer_ms"), ("skew", "skew_ms"), ("algbw", "algbw_gbps"),
+    ("busbw", "busbw_gbps"), ("link", "link_gbps"), ("lat-bound", "latency_bound"),
+)
+
+
+def _f(x, nd=3):
+    return "—" if x is None else f"{x:,.{nd}f}"
+
+
+def _bytes(n):
+    if n is None:
+        return "—"
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n} B"
+
+
+def _rank_cells(cr: dict, label: str, i: int) -> list[str]:
+    cells = [label]
+    for _, key, nd in _RANK_COLS:
+        values = cr.get(key)
+        v = values[i] if values else None
+        if nd is None:
+            cells.append("—" if v is None else f"{100 * v:.0f}%")
+        else:
+            cells.append(_f(v, nd))
+    return cells
+
+
+def _coll_cells(row: dict) -> list[str]:
+    out = []
+    for _, key in _COLL_COLS:
+        v = row.get(key)
+        if key == "bytes":
+            out.append(_bytes(v))
+        elif key == "latency_bound":
+            out.append(("yes" + ("*" if row.get("latency_bound_basis") == "time" else "")) if v else "no")
+        elif key in ("kind", "implementation"):
+            out.append("" if v is None else str(v).replace("_", "-") if key == "kind" else str(v))
+        elif key == "count_per_step":
+            out.append(_f(v, 1))
+        elif key.endswith("_gbps"):
+            out.append(_f(v, 1))
+        else:
+            out.append(_f(v))
+    return out
+
+
+def _labels(report: dict) -> list[str]:
+    return [str(row[0]) for row in report["table"]]
+
+
+def ranks_md(report: dict) -> str:
+    cr = report["cross_rank"]
+    labels = _labels(report)
+    out = [f"**{md(cr['verdict'], 2000)}**", ""]
+    heads = ["rank"] + [h for h, _, _ in _RANK_COLS]
+    out += ["| " + " | ".join(heads) + " |", "|---" + "|---:" * (len(heads) - 1) + "|"]
+    for i, label in enumerate(labels):
+        out.append("| " + " | ".join([md(label, 40)] + _rank_cells(cr, label, i)[1:]) + " |")
+    out.append("")
+    out.append(f"ms per step over {cr.get('steps')} step(s). *exposed*: communication no compute hides; *comm k*: "
+               "communication kernel time (serialised on its stream); *wait*: from a rank's arrival at a collective "
+               "to the last rank's; *transfer* (the same on every rank): " + _f(cr.get("transfer_ms")) + " ms; "
+               "*last*: share of collectives the rank reaches last; *hidden*: communication overlapped by compute "
+               "on other streams; *offset*: clock offset aligned on collective ends.")
+    if cr.get("collectives"):
+        out += ["", "Collectives (ms per step; *xfer*, *algbw*, *busbw*: from the transfer on the last-arriving "
+                "rank; bus bandwidth in NCCL's convention; *lat-bound*: latency-bound, * = judged from the call "
+                "time where the size is unknown):",
+                "", "| " + " | ".join(h for h, _ in _COLL_COLS) + " | kernel |",
+                "|---|---" + "|---:" * (len(_COLL_COLS) - 2) + "|---|"]
+        for row in cr["collectives"]:
+            cells = _coll_cells(row)
+            cells[0] = md(cells[0], 40)
+            cells[1] = md(cells[1], 40)
+            out.append("| " + " | ".join(cells) + f" | `{md(row.get('kernel'), 80)}` |")
+    if cr.get("communicator_evidence"):
+        out += ["", f"Communicator size {cr.get('communicator_size') or '—'}: {md(cr['communicator_evidence'], 300)}."]
+    warnings = report.get("warnings") or []
+    if warnings:
+        out.append("")
+        out += [f"- {md(w, 500)}" for w in warnings]
+    out += ["", "<details><summary>files</summary>", ""]
+    out += [f"- rank {md(label, 40)}: `{md(row[1], 300)}`" for label, row in zip(labels, report["table"])]
+    out += ["", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+def ranks_csv(report: dict) -> str:
+    """One row per rank: the per-rank table (``columns``/``table``) plus the cross-rank figures of that rank."""
+    cr = report["cross_rank"]
+    extra = [key for _, key, _ in _RANK_COLS if key not in ("step_ms_by_rank",)]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(list(report["columns"]) + extra)
+    for i, row in enumerate(report["table"]):
+        cells = [_csv_safe(v) if isinstance(v, str) else ("" if v is None else v) for v in row]
+        for key in extra:
+            values = cr.get(key)
+            v = values[i] if values else None
+            cells.append("" if v is None else v)
+        w.writerow(cells)
+    return buf.getvalue()
+
+
+def _csv_safe(v: str) -> str:
+    text = plain(v)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+
+
+def render_ranks(report: dict, console) -> None:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    cr = report["cross_rank"]
+    labels = _labels(report)
+    console.print(Text(plain(cr["verdict"], 2000), style="bold"))
+    console.print()
+    t = Table(title=f"per rank (ms per step over {cr.get('steps')} steps; transfer {_f(cr.get('transfer_ms'))} ms on "
+                    "every rank)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    t.add_column("rank", no_wrap=True)
+    for head, _, _ in _RANK_COLS:
+        t.add_column(head, justify="right", no_wrap=True)
+    for i, label in enumerate(labels):
+        cells = _rank_cells(cr, label, i)
+        t.add_row(rich_text(label, 40), *cells[1:])
+    console.print(t)
+    if cr.get("collectives"):
+        first = cr["collectives"][0]
+        link = (f"; link {_f(first.get('link_gbps'), 0)} GB/s {first.get('link') or ''}"
+                if first.get("link_gbps") else "")
+        c = Table(title=f"collectives (ms per step; bandwidths GB/s from the transfer{link})", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+        cols = [(h, k) for h, k in _COLL_COLS if k != "link_gbps"]
+        for i, (head, _) in enumerate(cols):
+            c.add_column(head, justify="left" if i < 2 else "right", no_wrap=i >= 2, overflow="fold")
+        for row in cr["collectives"]:
+            cells = [cell for cell, (_, k) in zip(_coll_cells(row), _COLL_COLS) if k != "link_gbps"]
+            c.add_row(rich_text(cells[0], 40), rich_text(cells[1], 40), *cells[2:])
+        console.print(c)
+    if cr.get("communicator_evidence"):
+        console.print(Text(f"communicator size {cr.get('communicator_size') or '—'}: ")
+                      + rich_text(cr["communicator_evidence"], 300))
+    for label, row in zip(labels, report["table"]):
+        console.print(Text(f"rank {plain(label, 40)}: ") + rich_text(row[1]))
+    for w in report.get("warnings") or []:
+        console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
