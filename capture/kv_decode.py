@@ -155,6 +155,7 @@ def main(argv=None) -> int:
         "gemm_probe": gemm,
         "unprofiled": timing,
         "profiled": prof,
+        "markers": {"step": "decode_step <i>"} if markers.enabled() else None,
         "nvtx_backend": markers.nvtx_backend_name() if markers.enabled() else None,
     }
     _common.write_facts(args, facts)

@@ -9,7 +9,11 @@ The workload scripts live in the top-level ``capture/`` folder, shipped in the w
 package ``tracekit.workloads``; each is run as a separate Python process so that nsys sees
 the whole process and its ``cudaProfilerStart/Stop`` capture range. The script reports its
 facts (weight bytes, unprofiled step time, versions, ...) through a small JSON file which
-this driver merges into the manifest.
+this driver merges into the manifest, with ``trace_files`` (name, size, sha256 of the first MiB of every trace
+file written), so that the manifest applies to its own trace only (``tracekit.manifest``). Before anything
+runs, the workload's Python is checked for what the workload imports (one-line error, exit 2, no folder left).
+Workloads: ``WORKLOADS`` below (``spec``/``serve``/``kv`` are the engine-shaped plain-torch loops of
+``capture/llama_torch.py``).
 """
 
 from __future__ import annotations
