@@ -231,8 +231,8 @@ def main(argv=None) -> int:
         write_variant(state, cj, args.out, variant, shard_bytes, counts)
         sr = counts["step_read"]
         print(f"{variant}: {len(state)} tensors, {counts['total_bytes']:,} bytes; a step reads target "
-              f"{sr['target_bytes']:,} + draft {sr['draft_bytes_per_forward']:,} x {forwards} = {sr['bytes_per_step']:,}",
-              flush=True)
+              f"{sr['target_bytes']:,} + draft {sr['draft_bytes_per_forward']:,} x {forwards} "
+              f"= {sr['bytes_per_step']:,}", flush=True)
     return 0
 
 
