@@ -43,6 +43,13 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--facts-out", default=None, help="JSON file the driver reads (manifest facts)")
     p.add_argument("--trace-out", default=None, help="torch profiler: output .json.gz")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-markers", action="store_true",
+                   help="no step/draft/verify ranges at all (NVTX or record_function): a user's server trace")
+
+
+def apply_marker_flag(args) -> None:
+    """``--no-markers``: every marker range becomes a no-op (call right after parse_args)."""
+    markers.set_enabled(not getattr(args, "no_markers", False))
 
 
 def versions(framework: str | None = None) -> dict:

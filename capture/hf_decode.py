@@ -181,6 +181,7 @@ def main(argv=None) -> int:
     p.add_argument("--lm-head", choices=["vocab-parallel", "replicated"], default="vocab-parallel",
                    help="with --tp: lm_head rows sharded + all-gather of the logits, or a full copy per GPU")
     args = p.parse_args(argv)
+    _common.apply_marker_flag(args)
 
     import torch
     import transformers

@@ -9,6 +9,10 @@ carry the names tracekit looks for:
 * ``draft``  -- the speculative draft forwards of a step,
 * ``verify`` -- the target model's verify forward of a step.
 
+``set_enabled(False)`` (the workloads' ``--no-markers``) turns every range into a no-op: the
+trace then looks like a user's own server trace, with no step, draft or verify ranges at all
+(neither NVTX nor ``record_function``).
+
 NVTX comes from the ``nvtx`` package when it is installed, else from
 ``torch.cuda.nvtx`` (always present in torch builds with CUDA, a no-op without a GPU).
 Nothing here needs a GPU: on a CPU-only torch the NVTX half is skipped.
@@ -48,6 +52,17 @@ def _nvtx_backend():
 
 _BACKEND = None
 _BACKEND_RESOLVED = False
+_ENABLED = True
+
+
+def set_enabled(on: bool) -> None:
+    """Turn every marker range on (default) or off (``--no-markers``)."""
+    global _ENABLED
+    _ENABLED = bool(on)
+
+
+def enabled() -> bool:
+    return _ENABLED
 
 
 def nvtx_backend_name() -> str | None:
@@ -65,7 +80,10 @@ def _backend():
 
 @contextlib.contextmanager
 def range_(name: str) -> Iterator[None]:
-    """One named range in both NVTX and the torch profiler."""
+    """One named range in both NVTX and the torch profiler (nothing when markers are off)."""
+    if not _ENABLED:
+        yield
+        return
     backend = _backend()
     try:
         import torch
@@ -98,5 +116,5 @@ def verify():
     return range_(VERIFY)
 
 
-__all__ = ["step", "draft", "verify", "range_", "step_name", "nvtx_backend_name",
+__all__ = ["step", "draft", "verify", "range_", "step_name", "nvtx_backend_name", "set_enabled", "enabled",
            "STEP_PREFIX", "DRAFT", "VERIFY"]

@@ -1,12 +1,12 @@
 """Graph-replay gap per kernel from a node-traced nsys SQLite export; optionally stored in a
 device profile JSON as ``graph_replay_gap_us`` (what ``tracekit breakdown --device-profile`` reads).
 
-    python capture/replay_gap.py sample_traces/synthetic-graph/trace.sqlite [--update device_profile.json]
+    python capture/replay_gap.py sample_traces/synthetic-graph/trace.sqlite.gz [--update device_profile.json]
 
 The gap is the mean time from one graph-replayed kernel's end to the next one's start, over
 consecutive pairs that are both graph nodes and less than 50 µs apart (so the host gaps between
 steps are left out). It is measured under nsys ``--cuda-graph-trace=node``, whose per-node
-tracing may add to it. Standard library only.
+tracing may add to it. A ``.sqlite.gz`` is decompressed into a temporary file first. Standard library only.
 """
 
 from __future__ import annotations
@@ -19,6 +19,19 @@ import sys
 
 
 def replay_gaps_ns(sqlite_path: str, max_gap_ns: int = 50_000) -> list[int]:
+    if str(sqlite_path).endswith(".gz"):
+        import gzip
+        import os
+        import shutil
+        import tempfile
+
+        fd, tmp = tempfile.mkstemp(suffix=".sqlite")
+        try:
+            with os.fdopen(fd, "wb") as dst, gzip.open(sqlite_path, "rb") as src:
+                shutil.copyfileobj(src, dst)
+            return replay_gaps_ns(tmp, max_gap_ns)
+        finally:
+            os.unlink(tmp)
     db = sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True)
     try:
         rows = db.execute(

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Make every sample trace of sample_traces/ with `tracekit capture`, on one GPU host.
+# Make the sample traces of 2026-12-02 (sample_traces/: hf-*, synthetic-*) with `tracekit capture`, on one GPU host.
+# (Their exports were committed gzipped afterwards, as trace.sqlite.gz; the engine-shaped captures of
+# 2026-12-03 are capture/run_session.sh.)
 #
 #   bash capture/run_h200.sh [RESULTS_DIR]          # all captures (~6 min on an H200; we ran it in 3 parts)
 #   SMOKE=1 bash capture/run_h200.sh [RESULTS_DIR]  # tiny models, 2 steps: checks the APIs (~1-2 min)

@@ -108,6 +108,7 @@ def main(argv=None) -> int:
     p.add_argument("--device-profile-out", default=None)
     p.add_argument("--spec", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    _common.apply_marker_flag(args)
     args.allreduce, args.tp = tp_choice(args.allreduce, args.tp)
     if args.spec:
         raise SystemExit("synthetic: --spec is not supported (use --workload hf)")

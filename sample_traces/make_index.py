@@ -1,6 +1,9 @@
 """Regenerate sample_traces/index.json from the manifests beside each trace.
 
     python sample_traces/make_index.py
+
+Each entry's ``path`` is the committed trace file: ``trace.sqlite`` (kept plain for hf-small-eager only),
+``trace.sqlite.gz`` (every other nsys export, gzipped; tracekit reads it as is) or ``trace.json.gz``.
 """
 
 from __future__ import annotations
@@ -9,6 +12,31 @@ import json
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+TRACE_NAMES = ("trace.sqlite", "trace.sqlite.gz", "trace.json.gz")
+
+
+def trace_path(d: Path) -> Path:
+    for name in TRACE_NAMES:
+        if (d / name).is_file():
+            return d / name
+    raise SystemExit(f"{d}: no trace file ({', '.join(TRACE_NAMES)})")
+
+
+def extras(man: dict) -> dict:
+    """Workload-specific facts the tests and docs use (None where a workload has none)."""
+    serve = man.get("serve") or {}
+    stall = serve.get("injected_stall") or {}
+    return {
+        "tokens_per_step": man.get("tokens_per_step"),
+        "markers": man.get("markers", "legacy") is not None,
+        "context": man.get("context"),
+        "kv_bytes_per_step": man.get("kv_bytes_per_step"),
+        "unprofiled_plain_step_ms": man.get("unprofiled_plain_step_ms"),
+        "unprofiled_draft_phase_ms": man.get("unprofiled_draft_phase_ms"),
+        "draft_forwards_per_step": (man.get("draft_model") or {}).get("forwards_per_step"),
+        "injected_stall_range": stall.get("range_name"),
+        "injected_stall_ms": stall.get("target_ms"),
+    }
 
 
 def main() -> None:
@@ -16,7 +44,7 @@ def main() -> None:
     for m in sorted(HERE.glob("*/manifest.json")):
         man = json.loads(m.read_text())
         d = m.parent
-        trace = d / ("trace.sqlite" if man["profiler"] == "nsys" else "trace.json.gz")
+        trace = trace_path(d)
         index[d.name] = {
             "path": str(trace.relative_to(HERE.parent)),
             "manifest": str(m.relative_to(HERE.parent)),
@@ -37,6 +65,7 @@ def main() -> None:
             "allreduce_message_bytes": man.get("allreduce_message_bytes"),
             "nsys_stats_kern_sum": (str((d / "nsys_stats_kern_sum.csv").relative_to(HERE.parent))
                                     if (d / "nsys_stats_kern_sum.csv").exists() else None),
+            **extras(man),
         }
     out = {"schema": "tracekit.sample_index/1", "device_profile": "sample_traces/device_profile.json",
            "traces": index}

@@ -25,3 +25,33 @@ def sample(rel: str) -> Path:
     if not p.exists():
         pytest.skip(f"sample trace {rel} not captured yet")
     return p
+
+
+def sample_trace(name: str) -> Path:
+    """The committed trace file of sample ``name``: trace.sqlite, trace.sqlite.gz or trace.json.gz."""
+    for f in ("trace.sqlite", "trace.sqlite.gz", "trace.json.gz"):
+        if (SAMPLES / name / f).is_file():
+            return SAMPLES / name / f
+    pytest.skip(f"sample trace {name} not captured yet")
+
+
+def sample_sqlite(name: str) -> Path:
+    """A plain SQLite file of sample ``name`` for raw SQL (sqlite3 cannot read a .sqlite.gz): the committed
+    trace.sqlite, or its .sqlite.gz decompressed once into a temp folder (never beside the sample)."""
+    import gzip
+    import hashlib
+    import shutil
+    import tempfile
+
+    p = sample_trace(name)
+    if p.name.endswith(".sqlite"):
+        return p
+    key = hashlib.sha256(f"{p.resolve()}|{p.stat().st_size}|{p.stat().st_mtime_ns}".encode()).hexdigest()[:12]
+    out = Path(tempfile.gettempdir()) / "tracekit-test-samples" / f"{name}-{key}.sqlite"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f"{out.name}.{__import__('os').getpid()}.tmp")
+        with gzip.open(p, "rb") as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        tmp.replace(out)
+    return out

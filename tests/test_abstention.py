@@ -40,8 +40,8 @@ def _error(args) -> str:
 # ───────────────────── whole-graph nsys capture ─────────────────────
 
 def test_whole_graph_capture_abstains_from_categories(tmp_path):
-    src = sample("hf-small-graph-wholegraph/trace.sqlite")
-    p = tmp_path / "trace.sqlite"
+    src = sample("hf-small-graph-wholegraph/trace.sqlite.gz")
+    p = tmp_path / "trace.sqlite.gz"
     shutil.copyfile(src, p)  # no manifest beside it: the trace alone must say it
     b = _json(["breakdown", "--format", "json", p])
     assert_breakdown_sane(b)

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 import tracekit
-from conftest import SAMPLES, sample
+from conftest import SAMPLES, sample, sample_sqlite, sample_trace
 
 NSYS_SAMPLES = ["hf-small-eager", "hf-small-graph", "hf-small-spec", "hf-small-spec-graph", "hf-large-eager",
                 "hf-large-graph", "hf-large-spec", "synthetic-eager", "synthetic-graph", "synthetic-symm-eager"]
@@ -57,9 +57,8 @@ def kernel_sum_ms(path, where):
 def results():
     out = {}
     for name in NSYS_SAMPLES:
-        p = SAMPLES / name / "trace.sqlite"
-        if p.exists():
-            out[name] = tracekit.breakdown(tracekit.load(p))
+        if (SAMPLES / name / "manifest.json").exists():
+            out[name] = tracekit.breakdown(tracekit.load(sample_trace(name)))
     if not out:
         pytest.skip("sample traces not captured")
     return out
@@ -76,7 +75,7 @@ def test_partition_sums_to_step_time(results, name):
 @pytest.mark.parametrize("name", NSYS_SAMPLES)
 def test_step_count_equals_step_ranges(results, name):
     b = results.get(name) or pytest.skip(f"{name} absent")
-    path = SAMPLES / name / "trace.sqlite"
+    path = sample_sqlite(name)
     n = sql(path, """SELECT count(*) FROM NVTX_EVENTS n WHERE eventType = 59 AND
                      COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId)) LIKE 'decode_step %'""")[0]
     assert n == index()[name]["steps"]  # what the capture recorded
@@ -88,7 +87,7 @@ def test_step_count_equals_step_ranges(results, name):
 @pytest.mark.parametrize("name", NSYS_SAMPLES)
 def test_gemm_time_equals_sql_sum(results, name):
     b = results.get(name) or pytest.skip(f"{name} absent")
-    path = SAMPLES / name / "trace.sqlite"
+    path = sample_sqlite(name)
     in_draft = IN_RANGE.format(pattern="draft")
     want = kernel_sum_ms(path, f"{GEMM_LIKE} AND {IN_ANALYSED_STEP} AND NOT {in_draft}") / b.steps["count"]
     assert b.kernel_ms_per_step["gemm"] == pytest.approx(want, rel=1e-9)
@@ -98,7 +97,7 @@ def test_gemm_time_equals_sql_sum(results, name):
 def test_drafting_is_nonzero_exactly_in_the_speculative_trace(results):
     for name, b in results.items():
         if "spec" in name:
-            path = SAMPLES / name / "trace.sqlite"
+            path = sample_sqlite(name)
             in_draft = IN_RANGE.format(pattern="draft") + " AND " + IN_ANALYSED_STEP
             memops = sum(sql(path, f"""SELECT coalesce(sum(m.end - m.start), 0) FROM {t} m
                         JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId
@@ -119,7 +118,7 @@ def test_drafting_is_nonzero_exactly_in_the_speculative_trace(results):
 @pytest.mark.parametrize("name", ["hf-small-eager", "hf-small-graph"])
 def test_kernel_totals_match_nsys_stats(name):
     """`nsys stats --report cuda_gpu_kern_sum`, run on the H200 machine on the same export."""
-    path = sample(f"{name}/trace.sqlite")
+    path = sample_trace(name)
     stats = sample(f"{name}/nsys_stats_kern_sum.csv")
     from tracekit.analyses.kernels import kernel_summary
 

@@ -20,7 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit.capture as cap
+from conftest import sample_sqlite, sample_trace
 from tracekit.errors import TracekitError
+from tracekit.manifest import manifest_matches
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
@@ -30,7 +32,15 @@ HAVE_TRANSFORMERS = HAVE_TORCH and importlib.util.find_spec("transformers") is n
 
 CONTRACT_KEYS = ["schema", "workload", "profiler", "mode", "steps", "gpu_name", "peak_bw_gbps",
                  "weight_bytes_per_step", "dtype", "tp", "spec", "tokens_per_step", "unprofiled_step_ms",
-                 "versions", "command"]
+                 "versions", "command", "trace_files"]
+REAL_MISSING_MODULES = cap.missing_modules
+
+
+@pytest.fixture(autouse=True)
+def _workload_python_has_everything(monkeypatch):
+    """The driver checks that the workload's Python can import torch (+ framework) before it runs; the
+    fake nsys / torchrun here stand in for that Python (tests of the check itself use REAL_MISSING_MODULES)."""
+    monkeypatch.setattr(cap, "missing_modules", lambda python, modules: [])
 
 
 def runner():
@@ -171,6 +181,12 @@ def test_capture_with_fake_nsys_writes_manifest(tmp_path):
     assert (out / "trace.sqlite").is_file() and (out / "trace.nsys-rep").is_file()
     assert not (out / cap.FACTS_FILE).exists()
     m = json.loads((out / "manifest.json").read_text())
+    # every trace file the capture wrote, identified by name, size and the sha256 of its first MiB
+    assert [e["name"] for e in m["trace_files"]] == ["trace.sqlite", "trace.nsys-rep"]
+    import hashlib
+    for e in m["trace_files"]:
+        data = (out / e["name"]).read_bytes()
+        assert e["bytes"] == len(data) and e["sha256_first_mib"] == hashlib.sha256(data[:1 << 20]).hexdigest()
     assert list(m)[:len(CONTRACT_KEYS)] == CONTRACT_KEYS
     assert m["schema"] == "tracekit.manifest/1" and m["profiler"] == "nsys" and m["mode"] == "graph"
     assert m["versions"] == {"torch": "2.11.0", "cuda": "13.0", "nsys": "2025.3.1.0-fake",
@@ -229,17 +245,24 @@ def test_sample_manifest_has_every_contract_key(mp):
     for k in CONTRACT_KEYS:
         assert k in m, k
     assert m["schema"] == "tracekit.manifest/1"
-    assert m["profiler"] in ("nsys", "torch") and m["workload"] in ("hf", "synthetic", "sglang")
+    assert m["profiler"] in ("nsys", "torch") and m["workload"] in ("hf", "synthetic", "sglang", "spec", "serve", "kv")
     assert isinstance(m["steps"], int) and m["steps"] > 0
     assert m["gpu_name"] == "NVIDIA H200" and m["peak_bw_gbps"] == 4800.0
     assert isinstance(m["weight_bytes_per_step"], int) and m["weight_bytes_per_step"] > 0
     assert isinstance(m["unprofiled_step_ms"], float) and 0 < m["unprofiled_step_ms"] < 1000
-    assert m["tp"] == 1 and m["tokens_per_step"] == 1 and m["dtype"] == "bfloat16"
+    assert m["tp"] == 1 and m["dtype"] == "bfloat16"
+    assert m["tokens_per_step"] == (m["batch"] if m["workload"] == "kv" else 1)
     assert set(m["versions"]) == {"torch", "cuda", "nsys", "framework"}
     assert (m["versions"]["nsys"] is not None) == (m["profiler"] == "nsys")
     assert m["command"][:2] == ["tracekit", "capture"] and all(isinstance(c, str) for c in m["command"])
-    trace = mp.parent / ("trace.sqlite" if m["profiler"] == "nsys" else "trace.json.gz")
-    assert trace.is_file()
+    trace = sample_trace(mp.parent.name)
+    assert trace.name == {"nsys": "trace.sqlite.gz" if mp.parent.name != "hf-small-eager" else "trace.sqlite",
+                          "torch": "trace.json.gz"}[m["profiler"]]
+    # the manifest names its trace (name, size, sha256 of the first MiB): it applies to that file only
+    assert manifest_matches(m, trace, None) == (True, None)
+    if trace.name.endswith(".sqlite.gz"):        # and to the plain export a user gunzips it to
+        assert [e["name"] for e in m["trace_files"]][:2] == ["trace.sqlite.gz", "trace.sqlite"]
+        assert manifest_matches(m, sample_sqlite(mp.parent.name), None)[0] is False   # other name (cache copy)
     if m["spec"] is not None:
         assert set(m["spec"]) == {"draft_tokens", "accept_len"}
         draft = m["draft_model"]
@@ -256,18 +279,26 @@ def test_sample_sqlite_markers_and_modes():
         m = json.loads(mp.read_text())
         if m["profiler"] != "nsys":
             continue
-        db = sqlite3.connect(f"file:{mp.parent / 'trace.sqlite'}?mode=ro", uri=True)
-        names = [r[0] for r in db.execute(
-            "select coalesce(e.text, s.value) from NVTX_EVENTS e left join StringIds s on s.id = e.textId")]
-        steps = [n for n in names if n and n.startswith("decode_step ")]
-        assert len(steps) == m["steps"], mp
+        db = sqlite3.connect(f"file:{sample_sqlite(mp.parent.name)}?mode=ro", uri=True)
         tables = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
+        names = [r[0] for r in db.execute(
+            "select coalesce(e.text, s.value) from NVTX_EVENTS e left join StringIds s on s.id = e.textId")] \
+            if "NVTX_EVENTS" in tables else []
+        steps = [n for n in names if n and n.startswith("decode_step ")]
+        if m.get("markers", "legacy") is None:     # --no-markers: none of ours (CUB's own ranges may remain)
+            assert not steps and not {"draft", "verify", "draft_extend", "scheduler", "grammar_mask"} & set(names)
+            db.close()
+            continue
+        assert len(steps) == m["steps"], mp
         if m.get("nsys_graph_trace") == "graph":
             assert "CUPTI_ACTIVITY_KIND_KERNEL" not in tables and "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables
         else:
             assert "CUPTI_ACTIVITY_KIND_KERNEL" in tables
         if m["spec"]:
             assert names.count("draft") == m["steps"] and names.count("verify") == m["steps"]
+            assert names.count("draft_extend") == (m["steps"] if m["workload"] == "spec" else 0)
+        if m["workload"] == "serve":
+            assert names.count("scheduler") == names.count("grammar_mask") == m["steps"]
         db.close()
 
 
@@ -290,10 +321,11 @@ def test_sample_index_matches_manifests():
 
 def test_replay_gap_from_graph_traces():
     rg = _load_workload("replay_gap")
-    gaps = rg.replay_gaps_ns(str(SAMPLES / "synthetic-graph" / "trace.sqlite"))
+    gaps = rg.replay_gaps_ns(str(sample_trace("synthetic-graph")))          # a .sqlite.gz, read as is
+    assert gaps == rg.replay_gaps_ns(str(sample_sqlite("synthetic-graph")))
     assert len(gaps) > 1000 and 100 < sum(gaps) / len(gaps) < 5000     # ns: sub-microsecond node gaps
-    assert rg.replay_gaps_ns(str(SAMPLES / "hf-small-graph-wholegraph" / "trace.sqlite")) == []
-    assert rg.replay_gaps_ns(str(SAMPLES / "synthetic-eager" / "trace.sqlite")) == []   # no graph nodes
+    assert rg.replay_gaps_ns(str(sample_trace("hf-small-graph-wholegraph"))) == []
+    assert rg.replay_gaps_ns(str(sample_trace("synthetic-eager"))) == []   # no graph nodes
     dp = json.loads((SAMPLES / "device_profile.json").read_text())
     assert dp["graph_replay_gap_us"] == pytest.approx(sum(gaps) / len(gaps) / 1e3)
 
@@ -543,7 +575,7 @@ def test_tp_samples_world_size_one():
         assert m["allreduce"] == t["allreduce"] == t["allreduce_requested"]
         hidden = (m.get("model") or m.get("synthetic"))["hidden"]
         assert m["allreduce_message_bytes"] == hidden * 2          # one bf16 token row
-        db = sqlite3.connect(f"file:{mp.parent / 'trace.sqlite'}?mode=ro", uri=True)
+        db = sqlite3.connect(f"file:{sample_sqlite(mp.parent.name)}?mode=ro", uri=True)
         names = [r[0] for r in db.execute("select s.value from CUPTI_ACTIVITY_KIND_KERNEL k "
                                           "join StringIds s on s.id = k.shortName")]
         db.close()
@@ -570,3 +602,190 @@ def test_hf_tiny_tp2_on_cpu_matches_single_process(tmp_path):
     assert m["weight_bytes_per_step"] * 2 - ref["weight_bytes_per_step"] == 5 * 256 * 4
     assert m["tensor_parallel"]["allreduce_per_step"] == 4 and m["allreduce_message_bytes"] == 256 * 4
     assert (tmp_path / "tp2" / "trace.rank1.json.gz").is_file()
+
+
+# ---------------------------------------------------------------- issue 19: the workload's Python is checked first
+
+def _python_without_torch(tmp_path: Path) -> Path:
+    """An interpreter that cannot import torch (no site-packages): the same Python, started with -S -I."""
+    return _exe(tmp_path / "bare_python", f'exec "{sys.executable}" -I -S "$@"\n')
+
+
+def test_missing_torch_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(cap, "missing_modules", REAL_MISSING_MODULES)
+    bare = _python_without_torch(tmp_path)
+    assert REAL_MISSING_MODULES(str(bare), ("torch", "json")) == ["torch"]
+    out = tmp_path / "o"
+    with pytest.raises(TracekitError, match=r"needs torch, which .*bare_python cannot import"):
+        cap.capture(workload="spec", profiler="torch", out=out, steps=2, python=str(bare))
+    assert not out.exists()
+    # the command: exit 2, one line, no traceback, no output folder
+    monkeypatch.setattr(cap.sys, "executable", str(bare))
+    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "torch", "--out", str(out)])
+    line = _one_error_line(r)
+    assert "needs torch and transformers" in line and "pip install torch" in line
+    assert not out.exists()
+
+
+def test_failed_capture_removes_the_folder_it_created(tmp_path):
+    nsys = _fake_nsys(tmp_path, profile_rc=3)
+    out = tmp_path / "fresh"
+    r = runner().invoke(cap.capture_command, ["--workload", "spec", "--profiler", "nsys", "--out", str(out),
+                                              "--nsys", str(_exe(tmp_path / "nsys0", "exit 3\n"))])
+    assert "nsys profile failed" in _one_error_line(r) and not out.exists()
+    keep = tmp_path / "mine"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("x")
+    r = runner().invoke(cap.capture_command, ["--workload", "spec", "--profiler", "nsys", "--out", str(keep),
+                                              "--nsys", str(nsys)])
+    assert r.exit_code == 2 and (keep / "notes.txt").is_file()      # a folder the user had is left alone
+
+
+# ---------------------------------------------------------------- manifest matching (contract) and .sqlite.gz
+
+def _copy_sample(name, dst: Path, files=("manifest.json",)):
+    import shutil
+
+    dst.mkdir(parents=True, exist_ok=True)
+    src = sample_trace(name)
+    shutil.copyfile(src, dst / src.name)
+    for f in files:
+        shutil.copyfile(SAMPLES / name / f, dst / f)
+    return dst / src.name
+
+
+def _warnings(trace):
+    return list(trace.meta.warnings)
+
+
+def test_manifest_applies_only_to_its_own_trace(tmp_path):
+    import tracekit
+
+    # its own trace: applied (a .sqlite.gz read as is, through the cache dir)
+    p = _copy_sample("synthetic-graph", tmp_path / "a")
+    t = tracekit.load(p)
+    assert t.manifest is not None and t.manifest["applied_by"] == "trace_files"
+    assert t.manifest["unprofiled_step_ms"] == json.loads((SAMPLES / "synthetic-graph/manifest.json").read_text())[
+        "unprofiled_step_ms"]
+    # the user gunzips it: the plain export is listed too, and matches
+    import gzip
+    import shutil
+
+    plain = tmp_path / "a" / "trace.sqlite"
+    with gzip.open(p, "rb") as src, open(plain, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    p.unlink()
+    assert tracekit.load(plain).manifest["applied_by"] == "trace_files"
+    # another capture's trace beside this manifest: ignored, with the reason
+    other = tmp_path / "b"
+    other.mkdir()
+    shutil.copyfile(sample_trace("synthetic-eager"), other / "trace.sqlite.gz")
+    shutil.copyfile(SAMPLES / "synthetic-graph" / "manifest.json", other / "manifest.json")
+    t = tracekit.load(other / "trace.sqlite.gz")
+    assert t.manifest is None
+    assert any("describes another trace.sqlite.gz" in w and "ignored" in w for w in _warnings(t))
+    # a renamed trace: not listed, ignored
+    (other / "trace.sqlite.gz").rename(other / "run2.sqlite.gz")
+    t = tracekit.load(other / "run2.sqlite.gz")
+    assert t.manifest is None and any("lists other trace files" in w for w in _warnings(t))
+
+
+def test_legacy_manifest_rule(tmp_path):
+    import tracekit
+    from tracekit.manifest import manifest_applies_legacy
+
+    p = _copy_sample("hf-small-graph-torch", tmp_path / "k")
+    mp = tmp_path / "k" / "manifest.json"
+    m = json.loads(mp.read_text())
+    del m["trace_files"]
+    mp.write_text(json.dumps(m))
+    t = tracekit.load(p)                     # profiler torch == a Kineto trace: applies, steps still to check
+    assert t.manifest["applied_by"] == "legacy"
+    assert manifest_applies_legacy(t.manifest, m["steps"]) and not manifest_applies_legacy(t.manifest, m["steps"] + 1)
+    m["profiler"] = "nsys"
+    mp.write_text(json.dumps(m))
+    t = tracekit.load(p)
+    assert t.manifest is None and any("is for a nsys capture" in w for w in _warnings(t))
+    assert manifest_applies_legacy(None, 16) is False
+    assert manifest_applies_legacy({"applied_by": "trace_files", "steps": 3}, 16) is True
+    m["trace_files"] = [{"name": "trace.json.gz", "bytes": "many"}]     # malformed: the whole manifest ignored
+    mp.write_text(json.dumps(m))
+    t = tracekit.load(p)
+    assert t.manifest is None and any("malformed trace_files" in w for w in _warnings(t))
+
+
+def test_sqlite_gz_reads_like_the_export_and_writes_only_to_the_cache(tmp_path, monkeypatch):
+    import hashlib
+
+    import tracekit
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TRACEKIT_CACHE", str(cache))
+    p = _copy_sample("synthetic-graph", tmp_path / "in", files=())
+    before = hashlib.sha256(p.read_bytes()).hexdigest(), sorted(x.name for x in p.parent.iterdir())
+    gz = tracekit.load(p)
+    plain = tracekit.load(sample_sqlite("synthetic-graph"))
+    assert gz.meta.format == "nsys-sqlite" and gz.meta.path == str(p)
+    assert gz.kernels.height == plain.kernels.height > 0 and gz.kernels.equals(plain.kernels)
+    assert (hashlib.sha256(p.read_bytes()).hexdigest(), sorted(x.name for x in p.parent.iterdir())) == before
+    made = sorted(cache.iterdir())
+    assert len(made) == 1 and made[0].suffix == ".sqlite"
+    tracekit.load(p)                                       # unchanged file: decompressed once
+    assert sorted(cache.iterdir()) == made
+    # a damaged gzip: one clear error
+    bad = tmp_path / "bad" / "trace.sqlite.gz"
+    bad.parent.mkdir()
+    bad.write_bytes(p.read_bytes()[:50_000])
+    with pytest.raises(TracekitError, match="damaged gzip"):
+        tracekit.load(bad)
+    assert not list(bad.parent.glob("*.tmp")) and len(list(cache.glob("*.tmp"))) == 0
+
+
+def test_gzip_capture_export_lists_both_names(tmp_path):
+    import gzip
+
+    nsys = _fake_nsys(tmp_path)
+    out = tmp_path / "run"
+    cap.capture(workload="spec", profiler="nsys", out=out, steps=3, nsys=str(nsys))
+    plain = (out / "trace.sqlite").read_bytes()
+    m = cap.gzip_capture_export(out)
+    assert not (out / "trace.sqlite").exists() and gzip.decompress((out / "trace.sqlite.gz").read_bytes()) == plain
+    names = [e["name"] for e in m["trace_files"]]
+    assert names == ["trace.sqlite.gz", "trace.sqlite", "trace.nsys-rep"]
+    assert m["trace_files"][1]["bytes"] == len(plain)
+    assert json.loads((out / "manifest.json").read_text())["trace_files"] == m["trace_files"]
+
+
+# ---------------------------------------------------------------- the engine-shaped workloads on the CPU (need torch)
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="needs torch (the GPU-host side); CI has none")
+@pytest.mark.parametrize("workload,extra", [
+    ("spec", ("--size", "tiny", "--batch", "2")),
+    ("serve", ("--size", "tiny", "--stall-ms", "0.3")),
+    ("kv", ("--size", "tiny", "--batch", "2", "--context", "128")),
+])
+def test_engine_workloads_tiny_torch_capture_on_cpu(tmp_path, workload, extra, monkeypatch):
+    import gzip
+
+    monkeypatch.setattr(cap, "missing_modules", REAL_MISSING_MODULES)
+    out = tmp_path / workload
+    m = cap.capture(workload=workload, profiler="torch", out=out, steps=2, mode="eager",
+                    extra=(*extra, "--device", "cpu", "--timed-steps", "3", "--warmup", "1"))
+    assert m["workload"] == workload and m["unprofiled_step_ms"] > 0 and m["trace_files"][0]["name"] == "trace.json.gz"
+    ann = [e["name"] for e in json.load(gzip.open(out / "trace.json.gz"))["traceEvents"]
+           if e.get("cat") == "user_annotation"]
+    assert sorted(a for a in ann if a.startswith("decode_step")) == ["decode_step 3", "decode_step 4"]
+    if workload == "spec":
+        assert ann.count("draft") == ann.count("verify") == ann.count("draft_extend") == 2
+        assert m["tokens_per_step"] == 2 and len(m["accept"]["accepted_drafts_profiled"]) == 2
+    elif workload == "serve":
+        assert ann.count("scheduler") == ann.count("grammar_mask") == 2
+        assert m["serve"]["injected_stall"]["measured_profiled"]["min_ms"] >= 0.3
+    else:
+        assert m["kv_bytes_per_step"] == m["kv_bytes_per_token"] * 128 * 2
+    # --no-markers: no range of ours at all
+    m2 = cap.capture(workload=workload, profiler="torch", out=tmp_path / "nm", steps=2, mode="eager",
+                     extra=(*extra, "--device", "cpu", "--timed-steps", "3", "--warmup", "1", "--no-markers"))
+    ann = [e for e in json.load(gzip.open(tmp_path / "nm" / "trace.json.gz"))["traceEvents"]
+           if e.get("cat") == "user_annotation"]
+    assert ann == [] and m2.get("markers") is None

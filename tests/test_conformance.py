@@ -18,7 +18,7 @@ import pytest
 from _robust import assert_clean, run_cli
 from conftest import DATA, ROOT, SAMPLES
 
-SUFFIXES = (".sqlite", ".json", ".json.gz")
+SUFFIXES = (".sqlite", ".sqlite.gz", ".json", ".json.gz")
 
 
 def _traces():
@@ -27,7 +27,8 @@ def _traces():
         if base.is_dir():
             out += sorted(p for p in base.rglob("*") if p.is_file() and p.name.endswith(SUFFIXES)
                           and p.name not in ("manifest.json", "index.json", "device_profile.json")
-                          and DATA / "configs" not in p.parents)  # model config.json files, not traces
+                          and DATA / "configs" not in p.parents  # model config.json files, not traces
+                          and "h200_checkpoints" not in p.parts)
     return out
 
 

@@ -128,7 +128,7 @@ def test_unusable_input_is_one_line_exit_2(tmp_path):
 
 def test_eager_vs_graph_headline_shows_the_idle_drop():
     eager = sample("hf-small-eager/trace.sqlite")
-    graph = sample("hf-small-graph/trace.sqlite")
+    graph = sample("hf-small-graph/trace.sqlite.gz")
     r = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--format", "json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)

@@ -10,7 +10,7 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT, SAMPLES, sample
+from conftest import ROOT, SAMPLES, sample, sample_trace
 from tracekit.cli import cli
 
 DOC = ROOT / "docs" / "tutorial.md"
@@ -34,7 +34,7 @@ def test_tutorial_command_runs(cmd, monkeypatch):
 
 @pytest.mark.parametrize("name", ["hf-small-eager", "hf-large-eager", "synthetic-eager", "hf-small-spec"])
 def test_ceiling_agrees_with_breakdown_roofline(name):
-    path = sample(f"{name}/trace.sqlite")
+    path = sample_trace(name)
     man = json.loads((SAMPLES / name / "manifest.json").read_text())
     r = CliRunner().invoke(cli, ["breakdown", str(path), "--format", "json"])
     roof = json.loads(r.stdout)["roofline"]

@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIRS = [ROOT / "sample_traces", ROOT.parent / "shared" / "external_traces"]
-SUFFIXES = (".sqlite", ".json", ".json.gz", ".nsys-rep")
+SUFFIXES = (".sqlite", ".sqlite.gz", ".json", ".json.gz", ".nsys-rep")
 COMMANDS = ("info", "kernels", "breakdown")
 TIMEOUT_S = 300
 

@@ -9,7 +9,11 @@ The workload scripts live in the top-level ``capture/`` folder, shipped in the w
 package ``tracekit.workloads``; each is run as a separate Python process so that nsys sees
 the whole process and its ``cudaProfilerStart/Stop`` capture range. The script reports its
 facts (weight bytes, unprofiled step time, versions, ...) through a small JSON file which
-this driver merges into the manifest.
+this driver merges into the manifest, with ``trace_files`` (name, size, sha256 of the first MiB of every trace
+file written), so that the manifest applies to its own trace only (``tracekit.manifest``). Before anything
+runs, the workload's Python is checked for what the workload imports (one-line error, exit 2, no folder left).
+Workloads: ``WORKLOADS`` below (``spec``/``serve``/``kv`` are the engine-shaped plain-torch loops of
+``capture/llama_torch.py``).
 """
 
 from __future__ import annotations
@@ -31,8 +35,14 @@ from tracekit.errors import TracekitError
 MANIFEST_SCHEMA = "tracekit.manifest/1"
 MANIFEST_KEYS = ("schema", "workload", "profiler", "mode", "steps", "gpu_name", "peak_bw_gbps",
                  "weight_bytes_per_step", "dtype", "tp", "spec", "tokens_per_step", "unprofiled_step_ms",
-                 "versions", "command")
-WORKLOADS = {"hf": "hf_decode.py", "synthetic": "synthetic.py", "sglang": "sglang_decode.py"}
+                 "versions", "command", "trace_files")
+# --workload NAME -> its script in capture/. spec / serve / kv: plain-torch engine-shaped loops (llama_torch.py):
+# SGLang-style EAGLE/MTP speculative decoding, a serving loop with host stalls, a KV-cache-heavy batch decode.
+WORKLOADS = {"hf": "hf_decode.py", "synthetic": "synthetic.py", "sglang": "sglang_decode.py",
+             "spec": "spec_decode.py", "serve": "serve_decode.py", "kv": "kv_decode.py"}
+# what each workload's Python must be able to import (checked before anything runs or is written)
+WORKLOAD_MODULES = {"hf": ("torch", "transformers"), "synthetic": ("torch",), "sglang": ("torch", "sglang"),
+                    "spec": ("torch",), "serve": ("torch",), "kv": ("torch",)}
 FACTS_FILE = "workload_facts.json"
 # tensor parallelism (capture/tp.py): workloads launched one process per GPU by torchrun
 TP_WORKLOADS = ("hf", "synthetic")
@@ -201,6 +211,67 @@ def workload_cmd(script: Path, *, profiler: str, steps: int, mode: str | None, s
     return cmd + tp_args(workload or "", tp, allreduce) + list(extra)
 
 
+def missing_modules(python: str, modules) -> list[str]:
+    """The ``modules`` that ``python`` cannot import (found with ``importlib.util.find_spec``: nothing is
+    imported, so this is quick even for torch)."""
+    code = ("import importlib.util, sys\n"
+            "print(','.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))")
+    try:
+        out = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise TracekitError(f"cannot run the workload's Python {python}: {e}")
+    if out.returncode != 0:
+        raise TracekitError(f"the workload's Python {python} failed to start (exit {out.returncode})")
+    return [m for m in out.stdout.strip().split(",") if m]
+
+
+def check_workload_python(workload: str, python: str | None = None) -> None:
+    """One-line error (exit 2) when the workload's Python lacks what the workload imports: before
+    anything runs, so no child traceback and no empty output folder (issue 19)."""
+    py = python or sys.executable
+    missing = missing_modules(py, WORKLOAD_MODULES.get(workload, ("torch",)))
+    if missing:
+        raise TracekitError(
+            f"--workload {workload} needs {' and '.join(missing)}, which {py} cannot import; run tracekit capture "
+            f"on the GPU host with the Python that has {missing[0]} installed (pip install {missing[0]})")
+
+
+def trace_files_of(out: Path, names) -> list[dict]:
+    """The manifest's ``trace_files`` entries for the files ``names`` in ``out`` that exist (a
+    ``.sqlite.gz`` also listed as its plain ``.sqlite``)."""
+    from tracekit.manifest import trace_file_entries
+
+    entries = []
+    for n in names:
+        p = Path(out) / n
+        if p.is_file():
+            entries += trace_file_entries(p)
+    return entries
+
+
+def gzip_capture_export(out: Path, keep_plain: bool = False) -> dict:
+    """Gzip a capture folder's ``trace.sqlite`` into ``trace.sqlite.gz`` (the plain file removed unless
+    ``keep_plain``) and rewrite its manifest's ``trace_files``: the ``.sqlite.gz`` and the plain ``.sqlite``
+    it decompresses to, so the manifest matches either. Returns the manifest."""
+    from tracekit.manifest import gzip_export
+
+    out = Path(out)
+    mp = out / "manifest.json"
+    m = json.loads(mp.read_text())
+    if (out / "trace.sqlite").is_file():
+        gzip_export(out / "trace.sqlite", keep=keep_plain)
+    names = ["trace.sqlite.gz", *(["trace.sqlite"] if keep_plain else []), "trace.nsys-rep"]
+    entries = trace_files_of(out, names)
+    seen, uniq = set(), []
+    for e in entries:           # trace.sqlite appears twice when kept: once from the .gz, once itself
+        if e["name"] not in seen:
+            seen.add(e["name"])
+            uniq.append(e)
+    m["trace_files"] = uniq
+    mp.write_text(json.dumps(m, indent=2) + "\n")
+    return m
+
+
 def merge_rank_facts(per_rank: list[dict]) -> dict:
     """One facts dict from every rank's (rank order): rank 0's, with the slowest rank's median as
     ``unprofiled_step_ms`` (a TP step ends when the last rank does) and ``per_rank`` details."""
@@ -243,6 +314,7 @@ def build_manifest(facts: dict, *, workload: str, profiler: str, mode: str, step
         "unprofiled_step_ms": float(unprofiled) if unprofiled is not None else None,
         "versions": {k: versions[k] for k in ("torch", "cuda", "nsys", "framework")},
         "command": [str(c) for c in command],
+        "trace_files": [],
     }
     for k, v in facts.items():  # extension keys (model, timing details, ...)
         if k not in m:
@@ -271,10 +343,26 @@ def capture(*, workload: str, profiler: str, out: Path, steps: int = 16, mode: s
     writes one report covering every rank, the torch profiler one ``trace.rank<r>.json.gz`` per rank
     (``trace.json.gz`` at tp 1)."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     script = workload_script(workload)
     tp_args(workload, tp, allreduce)   # argument errors before anything runs
+    if profiler not in ("nsys", "torch"):
+        raise TracekitError(f"--profiler {profiler}: use nsys or torch")
     nsys_bin = find_nsys(nsys) if profiler == "nsys" else None
+    check_workload_python(workload, python)
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _capture_into(out, script=script, workload=workload, profiler=profiler, steps=steps, mode=mode,
+                             spec=spec, nsys_bin=nsys_bin, nsys_graph_trace=nsys_graph_trace, peak_bw=peak_bw,
+                             extra=extra, python=python, argv=argv, tp=tp, allreduce=allreduce)
+    except TracekitError:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()                  # nothing left behind by a capture that wrote nothing
+        raise
+
+
+def _capture_into(out: Path, *, script: Path, workload: str, profiler: str, steps: int, mode: str, spec,
+                  nsys_bin, nsys_graph_trace: str, peak_bw, extra, python, argv, tp, allreduce) -> dict:
     wcmd = workload_cmd(script, profiler=profiler, steps=steps, mode=mode, spec=spec, out_dir=out,
                         extra=list(extra), python=python, tp=tp, allreduce=allreduce)
     world = tp if (tp is not None and workload in TP_WORKLOADS) else 1
@@ -323,6 +411,8 @@ def capture(*, workload: str, profiler: str, out: Path, steps: int = 16, mode: s
         manifest["nsys_graph_trace"] = nsys_graph_trace
     if world > 1 and profiler == "torch":
         manifest["rank_traces"] = [t.name for t in traces]
+    names = ["trace.sqlite", "trace.nsys-rep"] if profiler == "nsys" else [t.name for t in traces]
+    manifest["trace_files"] = trace_files_of(out, names)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     for fp in facts_paths:
         fp.unlink()
@@ -371,6 +461,7 @@ def capture_command(ctx, workload, profiler, out, steps, mode, spec, nsys, nsys_
 
 
 __all__ = ["capture", "capture_command", "find_nsys", "nsys_profile_cmd", "nsys_export_cmd", "build_manifest",
+           "check_workload_python", "missing_modules", "trace_files_of", "gzip_capture_export", "WORKLOAD_MODULES",
            "workload_cmd", "workload_script", "launch_prefix", "tp_args", "worker_env", "rank_file",
            "merge_rank_facts", "MANIFEST_KEYS", "MANIFEST_SCHEMA", "ALLREDUCE_CHOICES", "NO_MULTICAST_ENV"]
 

@@ -1,20 +1,100 @@
 """The capture manifest (``manifest.json`` beside a trace, schema ``tracekit.manifest/1``).
 
-Read-only here: ``tracekit capture`` writes it; every analysis command reads it when it
-lies beside the trace. A malformed manifest is ignored with a warning (the trace itself
-is still analysable), never trusted half-way.
+``tracekit capture`` writes it; every analysis command reads it when it lies beside the trace. A
+malformed manifest is ignored with a warning (the trace itself is still analysable), never trusted
+half-way.
+
+A manifest applies to a trace only when it belongs to it (contract, "manifest matching"):
+
+* with ``trace_files`` (``[{"name", "bytes", "sha256_first_mib"}]``, every trace file the capture wrote;
+  a gzipped export is listed twice, as ``trace.sqlite.gz`` and as the plain ``trace.sqlite`` it
+  decompresses to): one entry must match the trace file's name, size and the sha256 of its first MiB;
+* without (an older manifest): its ``profiler`` must match the trace's format (nsys / torch) and its
+  ``steps`` the number of step windows found before exclusion -- the second half needs the step
+  windows, so the step finder calls :func:`manifest_applies_legacy` (``manifest["applied_by"]`` is
+  ``"legacy"`` then).
+
+A manifest that does not match is ignored with a warning saying why, never applied silently.
+Standard library only: ``tracekit capture`` uses the hashing helpers on a GPU host without polars.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
+import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 SCHEMA = "tracekit.manifest/1"
 KEYS = ("schema", "workload", "profiler", "mode", "steps", "gpu_name", "peak_bw_gbps", "weight_bytes_per_step",
         "dtype", "tp", "spec", "tokens_per_step", "unprofiled_step_ms", "versions", "command")
+MIB = 1 << 20
+# the reader's format -> the manifest's "profiler"
+FORMAT_PROFILER = {"nsys-sqlite": "nsys", "kineto-json": "torch"}
 
+
+# ------------------------------------------------------------------------------------------------
+# identifying a trace file (capture writes these entries; matching recomputes them)
+# ------------------------------------------------------------------------------------------------
+
+def sha256_first_mib(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read(MIB)).hexdigest()
+
+
+def trace_file_entry(path, name: str | None = None) -> dict:
+    """``{"name", "bytes", "sha256_first_mib"}`` of one file."""
+    p = Path(path)
+    return {"name": name or p.name, "bytes": p.stat().st_size, "sha256_first_mib": sha256_first_mib(p)}
+
+
+def gunzipped_entry(path) -> dict:
+    """The entry of the plain file a ``X.gz`` decompresses to (name ``X``), computed by streaming it."""
+    p = Path(path)
+    h = hashlib.sha256()
+    size = 0
+    with gzip.open(p, "rb") as f:
+        while True:
+            chunk = f.read(MIB)
+            if not chunk:
+                break
+            if size < MIB:
+                h.update(chunk[:MIB - size])
+            size += len(chunk)
+    return {"name": p.name[:-len(".gz")], "bytes": size, "sha256_first_mib": h.hexdigest()}
+
+
+def trace_file_entries(path) -> list[dict]:
+    """Entries for one trace file as capture lists it: a ``.sqlite.gz`` also as its plain ``.sqlite``
+    (so a user who gunzips it still matches)."""
+    p = Path(path)
+    out = [trace_file_entry(p)]
+    if p.name.endswith(".sqlite.gz"):
+        out.append(gunzipped_entry(p))
+    return out
+
+
+def gzip_export(path, level: int = 9, keep: bool = False) -> Path:
+    """``X.sqlite`` -> ``X.sqlite.gz`` beside it (written to a temporary name, then renamed); the plain
+    file is removed unless ``keep``. Used by capture on its own output folder, never on a user's input."""
+    p = Path(path)
+    out = p.with_name(p.name + ".gz")
+    with tempfile.NamedTemporaryFile(dir=p.parent, prefix=out.name, suffix=".tmp", delete=False) as tmp:
+        with open(p, "rb") as src, gzip.GzipFile(filename=p.name, mode="wb", fileobj=tmp, compresslevel=level,
+                                                 mtime=0) as dst:
+            shutil.copyfileobj(src, dst, MIB)
+    Path(tmp.name).replace(out)
+    if not keep:
+        p.unlink()
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# reading and matching
+# ------------------------------------------------------------------------------------------------
 
 def find_manifest(trace_path: Path) -> Path | None:
     p = Path(trace_path).parent / "manifest.json"
@@ -46,19 +126,69 @@ def read_manifest(path: Path) -> tuple[dict | None, str | None]:
     out["unprofiled_step_ms"] = num(data.get("unprofiled_step_ms"))
     out["tokens_per_step"] = num(data.get("tokens_per_step"))
     out["tp"] = num(data.get("tp"), int)
+    out["steps"] = num(data.get("steps"), int)
     spec = data.get("spec")
     if isinstance(spec, dict):
         out["spec"] = {"draft_tokens": num(spec.get("draft_tokens"), int), "accept_len": num(spec.get("accept_len"))}
     else:
         out["spec"] = None
+    files = data.get("trace_files")
+    if files is not None:
+        ok = isinstance(files, list) and all(
+            isinstance(e, dict) and isinstance(e.get("name"), str) and num(e.get("bytes"), int) is not None
+            and isinstance(e.get("sha256_first_mib"), str) for e in files)
+        if not ok:
+            return None, f"{path}: malformed trace_files, manifest ignored"
     return out, None
 
 
+def manifest_matches(manifest: dict, trace_path, fmt: str | None) -> tuple[bool, str | None]:
+    """(applies, why not). ``trace_path`` is the user's file (for a ``.sqlite.gz``, the gzipped file);
+    ``fmt`` the reader's format (``nsys-sqlite`` / ``kineto-json``), used for older manifests."""
+    p = Path(trace_path)
+    files = manifest.get("trace_files")
+    if files is not None:
+        named = [e for e in files if e.get("name") == p.name]
+        if not named:
+            listed = ", ".join(sorted({str(e.get("name")) for e in files})) or "none"
+            return False, (f"manifest.json beside {p.name} lists other trace files ({listed}): ignored; "
+                           f"pass --measured-step-ms etc. yourself, or keep each capture's manifest with its trace")
+        size = p.stat().st_size
+        sha = sha256_first_mib(p)
+        if any(e.get("bytes") == size and e.get("sha256_first_mib") == sha for e in named):
+            return True, None
+        return False, (f"manifest.json beside {p.name} describes another {p.name} (size or content differs): "
+                       f"ignored; it belongs to a different capture")
+    want = FORMAT_PROFILER.get(fmt or "")
+    prof = manifest.get("profiler")
+    if want is not None and prof == want:
+        return True, None
+    return False, (f"manifest.json beside {p.name} (no trace_files) is for a {prof!s} capture, this is a "
+                   f"{fmt or 'unknown'} trace: ignored")
+
+
+def manifest_applies_legacy(manifest: dict | None, n_windows: int) -> bool:
+    """The steps half of the rule for older manifests (no ``trace_files``): the manifest applies only
+    when its ``steps`` equals the number of step windows found before exclusion. True for a manifest
+    matched by ``trace_files`` (nothing left to check); False for no manifest."""
+    if not manifest:
+        return False
+    if manifest.get("applied_by") != "legacy":
+        return True
+    return manifest.get("steps") is not None and int(manifest["steps"]) == int(n_windows)
+
+
 def attach_manifest(trace, trace_path: Path):
-    """Return ``trace`` with the manifest beside ``trace_path`` attached (if any)."""
+    """Return ``trace`` with the manifest beside ``trace_path`` attached, when it matches that file;
+    otherwise ``trace`` with a warning saying why it was ignored."""
     mp = find_manifest(trace_path)
     if mp is None:
         return trace
     manifest, warning = read_manifest(mp)
-    trace = replace(trace, manifest=manifest)
-    return trace.with_warning(warning) if warning else trace
+    if manifest is None:
+        return trace.with_warning(warning) if warning else trace
+    ok, why = manifest_matches(manifest, trace_path, getattr(trace.meta, "format", None))
+    if not ok:
+        return trace.with_warning(why)
+    manifest["applied_by"] = "trace_files" if manifest.get("trace_files") is not None else "legacy"
+    return replace(trace, manifest=manifest)

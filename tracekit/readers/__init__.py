@@ -8,7 +8,8 @@ from tracekit.errors import TracekitError
 
 
 def detect_format(path: Path) -> str:
-    """'nsys-sqlite' | 'kineto-json' | 'nsys-rep', from the file's first bytes (not its name)."""
+    """'nsys-sqlite' | 'nsys-sqlite-gz' | 'kineto-json' | 'nsys-rep', from the file's first bytes (not its
+    name; a gzip stream is looked into: an SQLite export inside is 'nsys-sqlite-gz')."""
     try:
         with open(path, "rb") as f:
             head = f.read(64)
@@ -19,7 +20,9 @@ def detect_format(path: Path) -> str:
     if head.startswith(b"SQLite format 3\x00"):
         return "nsys-sqlite"
     if head[:2] == b"\x1f\x8b":
-        return "kineto-json"
+        from tracekit.readers.sqlitegz import is_gzipped_sqlite
+
+        return "nsys-sqlite-gz" if is_gzipped_sqlite(path) else "kineto-json"
     if head.lstrip()[:1] in (b"{", b"["):
         return "kineto-json"
     if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
@@ -31,7 +34,7 @@ def detect_format(path: Path) -> str:
 
 
 def load(path, *, kernel_dims: bool = True):
-    """Read one trace file (nsys SQLite export, Kineto JSON/.json.gz, or .nsys-rep via nsys).
+    """Read one trace file (nsys SQLite export or its ``.sqlite.gz``, Kineto JSON/.json.gz, or .nsys-rep via nsys).
 
     ``kernel_dims=False`` lets a reader skip kernel grid/block dimensions (no analysis uses them).
     """
@@ -39,6 +42,13 @@ def load(path, *, kernel_dims: bool = True):
     if not path.exists():
         raise TracekitError(f"{path}: no such file")
     fmt = detect_format(path)
+    user_path = path
+    gzipped_export = fmt == "nsys-sqlite-gz"
+    if gzipped_export:
+        from tracekit.readers.sqlitegz import decompress_to_cache
+
+        path = decompress_to_cache(path)
+        fmt = "nsys-sqlite"
     if fmt == "nsys-rep":
         from tracekit.readers.nsysrep import export_to_cache
 
@@ -48,10 +58,15 @@ def load(path, *, kernel_dims: bool = True):
         from tracekit.readers.nsys import read_nsys
 
         trace = read_nsys(path, kernel_dims=kernel_dims)
+        if gzipped_export:  # the user's file, not the decompressed copy in the cache
+            from dataclasses import replace
+
+            trace = replace(trace, meta=replace(trace.meta, path=str(user_path)))
     else:
         from tracekit.readers.kineto import read_kineto
 
         trace = read_kineto(path, kernel_dims=kernel_dims)
     from tracekit.manifest import attach_manifest
 
-    return attach_manifest(trace, path)
+    # a .sqlite.gz: the manifest beside the USER's file, matched against that file
+    return attach_manifest(trace, user_path if gzipped_export else path)
