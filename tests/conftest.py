@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 SAMPLES = ROOT / "sample_traces"
-SHARED = ROOT.parent / "shared" / "external_traces"
+# ../shared/external_traces beside the checkout; TRACEKIT_SHARED_TRACES points elsewhere (a git worktree has no
+# ../shared of its own).
+SHARED = Path(os.environ.get("TRACEKIT_SHARED_TRACES", ROOT.parent / "shared" / "external_traces"))
 
 
 def shared(rel: str) -> Path:

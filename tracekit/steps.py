@@ -33,6 +33,10 @@ KNOWN_STEP_PATTERNS: list[tuple[str, str]] = [
     (r"_forward_step #", "TensorRT-LLM py_executor"),
     (r"^ProfilerStep#", "torch profiler step"),
 ]
+# With ``every_phase``: SGLang's step ranges of every forward mode (``step[EXTEND ...]``, ``step[MIXED ...]``,
+# ``step[TARGET_VERIFY ...]``, ...), whose phase tracekit.analyses.phase then tells; the other known patterns
+# already cover every phase (vLLM's execute_context_N_generation_M).
+EVERY_PHASE_PATTERNS: dict[str, str] = {r"^step\[DECODE": r"^step\["}
 
 _SPECIAL = set(".^$*+?{}[]\\|()")
 
@@ -150,14 +154,21 @@ def _launching(ranges: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     return r.join(hit, on="_r", how="left").with_columns(pl.col("n_launches").fill_null(0)).drop("_r")
 
 
-def auto_pattern(trace: Trace) -> tuple[str, str] | None:
-    """(pattern, why) of the step ranges, or None when no range pattern looks like steps."""
+def auto_pattern(trace: Trace, every_phase: bool = False) -> tuple[str, str] | None:
+    """(pattern, why) of the step ranges, or None when no range pattern looks like steps.
+
+    With ``every_phase``, a known pattern that has one range-name pattern per forward mode (SGLang) is returned
+    as the regex of all of them (``^step\[``): see :data:`EVERY_PHASE_PATTERNS`.
+    """
     pats = range_patterns(trace.ranges, top=None)
     if pats.height == 0:
         return None
     for rx, why in KNOWN_STEP_PATTERNS:
         hit = pats.filter(pl.col("pattern").str.contains(rx))
         if hit.height:
+            wide = EVERY_PHASE_PATTERNS.get(rx) if every_phase else None
+            if wide is not None and pats.filter(pl.col("pattern").str.contains(wide)).height > 1:
+                return wide, why
             return hit["pattern"][0], why
     # Generic: outermost repeating pattern (>= 3 ranges) whose ranges hold most of the GPU work launches
     # (op-level ranges such as aten::* from emit_nvtx each hold a launch or two, so they never qualify).
@@ -172,18 +183,30 @@ def auto_pattern(trace: Trace) -> tuple[str, str] | None:
     return None
 
 
-def find_steps(trace: Trace, *, step_range: str | None = None, device: int | None = None) -> Steps | None:
-    """Step windows of ``trace`` (None when none can be found)."""
+def find_steps(trace: Trace, *, step_range: str | None = None, device: int | None = None,
+               every_phase: bool = False) -> Steps | None:
+    """Step windows of ``trace`` (None when none can be found).
+
+    ``every_phase``: take the known step ranges of every forward mode (SGLang ``step[EXTEND ...]`` beside
+    ``step[DECODE ...]``), for a caller that tells their phase (``tracekit.analyses.phase``) and excludes the
+    unselected ones with the reason "phase". Off, only SGLang's decode steps are taken (the behaviour before
+    phases existed).
+    """
     warnings: list[str] = []
     if step_range is not None:
         rng = select_ranges(trace.ranges, step_range)
         if rng.height == 0:
             return None
         return Steps(_windows(rng), _marker_kind(trace), step_range, warnings)
-    found = auto_pattern(trace)
+    found = auto_pattern(trace, every_phase=every_phase)
     if found is not None:
         pattern, why = found
-        rng = trace.ranges.filter(name_pattern(pl.col("name").str.slice(0, 200)) == pattern)
+        pats = name_pattern(pl.col("name").str.slice(0, 200))
+        if pattern in EVERY_PHASE_PATTERNS.values():
+            rng = trace.ranges.filter(pats.str.contains(pattern) & (pl.col("domain").is_null()
+                                                                     | (pl.col("domain") != "NCCL")))
+        else:
+            rng = trace.ranges.filter(pats == pattern)
         # Keep the outermost occurrences only (a pattern can nest in itself, e.g. recursion).
         rng = rng.filter(pl.col("depth") == rng["depth"].min()) if rng.height else rng
         return Steps(_windows(rng), _marker_kind(trace), pattern, warnings)
