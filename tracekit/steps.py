@@ -158,7 +158,7 @@ def auto_pattern(trace: Trace, every_phase: bool = False) -> tuple[str, str] | N
     """(pattern, why) of the step ranges, or None when no range pattern looks like steps.
 
     With ``every_phase``, a known pattern that has one range-name pattern per forward mode (SGLang) is returned
-    as the regex of all of them (``^step\[``): see :data:`EVERY_PHASE_PATTERNS`.
+    as the regex of all of them (``^step\\[``): see :data:`EVERY_PHASE_PATTERNS`.
     """
     pats = range_patterns(trace.ranges, top=None)
     if pats.height == 0:
