@@ -227,8 +227,10 @@ _KIND_CODE = {"kernel": 1, "graph": 2, "memcpy": 3, "memset": 4, "sync": 5}
 MAX_PERIOD_SEGMENTS = 64
 # A period is accepted when at least this share of segments equals the segment one period later.
 MIN_AGREEMENT = 0.5
-# The smallest period whose agreement is within this factor of the best one wins (multiples agree as well).
-PERIOD_TOLERANCE = 0.9
+# The smallest period whose agreement is within this much of the best one wins: multiples of the period agree
+# as well, and a longer one can agree better only because it swallows a periodic disturbance (a read every 16
+# steps, the capture's own synchronisations), which does not make it the step.
+PERIOD_SLACK = 0.2
 # Launches before a read that identify it within a period (the first width that tells the reads apart).
 CONTEXT_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -282,32 +284,52 @@ def launch_sequence(trace: Trace, pid: int, tid: int) -> pl.DataFrame:
     The reads of the process's other threads are merged in when this thread has fewer than two of its own
     (a serving engine may read the tokens on a scheduler thread).
     """
+    from tracekit.lookup import row_lookup
+
     base = trace.launches.filter((pl.col("pid") == pid) & pl.col("kind").is_in(list(_SEQ_KINDS)))
-    base = base.select("start", "end", "tid", "correlation", kind=pl.col("kind").cast(pl.String),
-                       api=pl.col("name").cast(pl.String))
-    k = (trace.kernels.filter(pl.col("pid") == pid)
-         .select("correlation", "start", code=pl.col("name").to_physical().cast(pl.Int64))
-         .group_by("correlation").agg(n_k=pl.len(), first_k=pl.col("code").sort_by("start").first(),
-                                      last_k=pl.col("code").sort_by("start").last()))
-    m = (trace.memops.filter(pl.col("pid") == pid)
+    base = base.select("start", "end", "tid", "pid", "correlation", "kind", api=pl.col("name"),
+                       api_code=pl.col("name").to_physical().cast(pl.Int64))
+    # The first kernel of each launch (a keyed lookup, no hash join: ten million kernels), then, for the few
+    # graph launches, their kernel count and last kernel.
+    kernels = trace.kernels
+    first = row_lookup(base.select("pid", "correlation"), kernels.select("pid", "correlation"))
+    codes = kernels["name"].to_physical().cast(pl.Int64)
+    base = base.with_columns(first_k=codes.gather(first) if kernels.height else pl.lit(None, pl.Int64))
+    graphs = base.filter(pl.col("kind") == "graph").select("correlation")
+    if graphs.height:
+        gk = (kernels.filter(pl.col("pid") == pid).join(graphs, on="correlation", how="semi")
+              .select("correlation", "start", code=pl.col("name").to_physical().cast(pl.Int64))
+              .group_by("correlation").agg(n_k=pl.len(), g_first=pl.col("code").sort_by("start").first(),
+                                           last_k=pl.col("code").sort_by("start").last()))
+        base = base.join(gk, on="correlation", how="left", maintain_order="left").with_columns(
+            first_k=pl.coalesce("g_first", "first_k")).drop("g_first")
+    else:
+        base = base.with_columns(n_k=pl.lit(None, pl.UInt32), last_k=pl.lit(None, pl.Int64))
+    copies = base.filter(pl.col("kind") == "memcpy").select("correlation")
+    m = (trace.memops.filter(pl.col("pid") == pid).join(copies, on="correlation", how="semi")
          .group_by("correlation").agg(n_m=pl.len(), copy_kind=pl.col("copy_kind").first()))
-    seq = (base.join(k, on="correlation", how="left").join(m, on="correlation", how="left")
+    seq = (base.drop("pid").join(m, on="correlation", how="left", maintain_order="left")
            .with_columns(dtoh=(pl.col("kind") == "memcpy") & (pl.col("copy_kind") == "DtoH").fill_null(False)))
     seq = seq.with_columns(read=((pl.col("kind") == "sync") & ~pl.col("api").is_in(list(_NOT_READS)))
                            | pl.col("dtoh"))
     own = seq.filter(pl.col("tid") == tid)
     if own["read"].sum() < 2:  # reads on another thread of the process (a scheduler thread, say)
         own = pl.concat([own.filter(~pl.col("read")), seq.filter(pl.col("read"))])
-    own = own.filter((pl.col("tid") == tid) | pl.col("read")).sort("start", maintain_order=True)
-    api_code = pl.col("api").cast(pl.Categorical).to_physical().cast(pl.Int64)
+    own = own.filter((pl.col("tid") == tid) | pl.col("read"))
+    if not own["start"].is_sorted():
+        own = own.sort("start", maintain_order=True)
+    kind_code = pl.lit(0, pl.Int8)
+    for k, c in _KIND_CODE.items():
+        kind_code = pl.when(pl.col("kind") == k).then(pl.lit(c, pl.Int8)).otherwise(kind_code)
     token = pl.struct(
-        kind=pl.col("kind").replace_strict(_KIND_CODE, return_dtype=pl.Int8),
-        a=pl.when(pl.col("kind") == "sync").then(api_code).otherwise(pl.col("first_k")),
+        kind=kind_code,
+        a=pl.when(pl.col("kind") == "sync").then(pl.col("api_code")).otherwise(pl.col("first_k")),
         b=pl.col("last_k"),
         n=pl.col("n_k"), m=pl.col("n_m"),
         c=pl.when(pl.col("kind") == "memcpy").then(pl.col("copy_kind")),
     ).hash(7)
-    return own.select("start", "end", "tid", "correlation", "kind", token=token, read="read", dtoh="dtoh")
+    return own.select("start", "end", "tid", "correlation", pl.col("kind").cast(pl.String), token=token,
+                      read="read", dtoh="dtoh")
 
 
 def _segments(seq: pl.DataFrame) -> pl.DataFrame:
@@ -351,7 +373,7 @@ def _closing(segs: pl.DataFrame, lead_after_read: bool) -> tuple[pl.Series, Peri
     if not scores or max(scores.values()) < MIN_AGREEMENT:
         return None
     best = max(scores.values())
-    p = min(q for q, v in scores.items() if v >= PERIOD_TOLERANCE * best)
+    p = min(q for q, v in scores.items() if v >= max(best - PERIOD_SLACK, MIN_AGREEMENT))
     # Which read of the period closes a step: a device-to-host copy's (the token read), then the one followed
     # by the longest host time (the host's own work between steps: sampling, scheduling).
     inner = inner.with_columns(phase=pl.int_range(pl.len()) % p,
