@@ -36,13 +36,14 @@ def test_schema_and_deltas_are_the_breakdowns_numbers(pair):
         assert c["abs"] == pytest.approx(n - b, abs=1e-9)
         assert c["rel"] == (pytest.approx((n - b) / b) if b else None)
     m = d["delta"]["steps"]["mean_ms"]
-    assert m["base"] == pytest.approx(2.963, abs=5e-4) and m["new"] == pytest.approx(10.367, abs=5e-4)
+    # base: 16 inferred steps of the DiT forward (one 163-launch block per host read; docs/definitions.md)
+    assert m["base"] == pytest.approx(17.524, abs=5e-4) and m["new"] == pytest.approx(10.367, abs=5e-4)
     spread = d["delta"]["steps"]["spread_ms"]
     assert spread["base"] == pytest.approx(base.steps["p90_ms"] - base.steps["p10_ms"])
     assert spread["new"] == pytest.approx(0.0)
-    assert d["delta"]["steps"]["count"] == {"base": 98, "new": 1, "abs": -97, "rel": pytest.approx(-97 / 98)}
-    # gemm moves most in absolute terms (0.292 → 5.782 ms).
-    assert d["delta"]["largest_change"] == "gemm"
+    assert d["delta"]["steps"]["count"] == {"base": 16, "new": 1, "abs": -15, "rel": pytest.approx(-15 / 16)}
+    # attention moves most in absolute terms (7.996 → 2.301 ms).
+    assert d["delta"]["largest_change"] == "attention"
     # The SGLang trace replays CUDA graphs, the nsys-ai one is eager: the cuda_graphs lever flips.
     flips = {a["lever"]: a for a in d["delta"]["advice_changed"]}
     assert flips["cuda_graphs"]["applicable"] == {"base": True, "new": False}
@@ -54,7 +55,7 @@ def test_schema_and_deltas_are_the_breakdowns_numbers(pair):
 
 def test_headline_names_the_largest_change(pair):
     d = diff(*pair).to_dict()
-    assert headline(d) == "step 3.0 → 10.4 ms (+250%): gemm +5.5 ms"
+    assert headline(d) == "step 17.5 → 10.4 ms (−41%): attention −5.7 ms"
 
 
 def test_self_diff_is_zero_and_within_noise(pair):
@@ -78,9 +79,9 @@ def test_markdown_is_stable_escaped_and_collapsible(pair):
     assert r1.exit_code == 0, r1.output
     assert r1.output == r2.output
     lines = r1.output.splitlines()
-    assert lines[0] == "### tracekit diff: step 3.0 → 10.4 ms (+250%): gemm +5.5 ms"
-    assert "| **step mean** | 2.963 | 10.367 | +7.403 | +250% |" in lines
-    assert "| step p90 | 9.782 | 10.367 | +0.585 | +6% |" in lines
+    assert lines[0] == "### tracekit diff: step 17.5 → 10.4 ms (−41%): attention −5.7 ms"
+    assert "| **step mean** | 17.524 | 10.367 | −7.158 | −41% |" in lines
+    assert "| step p90 | 19.715 | 10.367 | −9.349 | −47% |" in lines
     assert "<details><summary>details</summary>" in lines and "</details>" in lines
     # Names and paths are escaped (markdown metacharacters, HTML).
     assert "nsysai\\_mfu\\_2gpu" in r1.output
@@ -104,10 +105,10 @@ def test_json_and_table_cli(pair):
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["schema"] == "tracekit.diff/1"
-    assert d["delta"]["per_step_ms"]["gemm"]["abs"] == pytest.approx(5.49, abs=0.01)
+    assert d["delta"]["per_step_ms"]["gemm"]["abs"] == pytest.approx(4.078, abs=0.01)
     r = runner.invoke(cli, ["diff", str(MFU), str(MFU)])
     assert r.exit_code == 0, r.output
-    assert "step 3.0 → 3.0 ms (±0%)" in r.output
+    assert "step 17.5 → 17.5 ms (±0%)" in r.output
 
 
 def test_options_apply_to_both_sides():
