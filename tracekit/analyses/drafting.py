@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from tracekit.analyses.phase import name_matches
+
 # Kernels that turn logits into tokens. Sampling proper (greedy argmax, FlashInfer/torch sampling) always counts;
 # a generic top-k or max (EAGLE's draft top-k, SGLang's fast_topk) counts only after an lm_head-sized GEMM (below),
 # since MoE routers run a top-k in every layer. Softmax alone is not one (eager attention computes softmax too).
@@ -63,26 +65,36 @@ def forwards(acts: pl.DataFrame) -> pl.DataFrame:
     ``is_forward_piece`` and ``gemm_ns`` (the GEMM time of its forward), ``target`` (its forward is the step's
     target forward), ``n_fwd`` (forwards in its step).
     """
-    name = pl.col("name").cast(pl.String)
-    cat = pl.col("category").cast(pl.String)
-    df = acts.select(
-        pl.col("step").cast(pl.Int64), "start", "dur",
-        strong=(pl.col("kind") == "kernel") & name.str.contains(SAMPLING_KERNELS),
-        topk=(pl.col("kind") == "kernel") & name.str.contains(TOPK_KERNELS) & ~name.str.contains(MOE_ROUTING),
-        gemm=pl.when(cat == "gemm").then(pl.col("dur")).otherwise(0),
-        attn=(cat == "attention"),
-        med=pl.col("dur").filter(cat == "gemm").median().over(pl.col("step").cast(pl.Int64)),
-    ).with_row_index("_row")
-    # the largest GEMM since the step's last attention kernel, at each activity
-    df = df.with_columns(tail=pl.col("gemm").cum_max().over("step", pl.col("attn").cast(pl.Int64).cum_sum().over(
-        "step")))
-    df = df.with_columns(samp=pl.col("strong") | (pl.col("topk") & (pl.col("tail") >= LM_HEAD_RATIO * pl.col("med"))))
-    # piece id within step: a piece ends with its sampling kernel
-    df = df.with_columns(piece=pl.col("samp").cast(pl.Int64).cum_sum().over("step") - pl.col("samp").cast(pl.Int64))
-    pieces = df.group_by("step", "piece").agg(g=pl.col("gemm").sum(), a=pl.col("attn").any(),
-                                              s=pl.col("samp").any())
-    pieces = pieces.with_columns(is_fwd=(pl.col("g") > 0) & pl.col("a") & pl.col("s")).sort("step", "piece")
-    # forward number of each forward piece; glue pieces join the next forward of their step
+    names = acts["name"]
+    strong = name_matches(names, SAMPLING_KERNELS)
+    topk = name_matches(names, TOPK_KERNELS) & ~name_matches(names, MOE_ROUTING)
+    order = None
+    step = acts["step"].cast(pl.Int64)
+    if not step.is_sorted():  # (steps one after the other in start order: the usual case, no sort)
+        order = step.arg_sort(maintain_order=True)
+        acts, strong, topk, step = (x.gather(order) if isinstance(x, pl.Series) else x[order]
+                                    for x in (acts, strong, topk, step))
+    cat = acts["category"].cast(pl.String)
+    kernel = acts["kind"].cast(pl.String) == "kernel"
+    df = pl.DataFrame({"step": step, "dur": acts["dur"], "strong": strong & kernel, "topk": topk & kernel,
+                       "gemm": (cat == "gemm").cast(pl.Int64) * acts["dur"], "attn": cat == "attention"})
+    new_step = pl.col("step") != pl.col("step").shift(1)
+    # The largest GEMM since the last attention kernel of the step, at each row: a running max within groups
+    # (group = attention kernels and step starts, numbered in order) as one cum_max of group * 2^40 + duration.
+    big = 1 << 40
+    df = df.with_columns(g=(pl.col("attn") | new_step.fill_null(True)).cast(pl.Int64).cum_sum())
+    df = df.with_columns(tail=(pl.col("g") * big + pl.col("gemm").clip(0, big - 1)).cum_max() - pl.col("g") * big)
+    med = (df.filter(pl.col("gemm") > 0).group_by("step").agg(med=pl.col("gemm").median()))
+    df = df.join(med, on="step", how="left", maintain_order="left")
+    df = df.with_columns(samp=pl.col("strong") | (pl.col("topk") & (pl.col("tail") >= LM_HEAD_RATIO * pl.col("med"))
+                                                  .fill_null(False)))
+    # pieces, numbered over the whole frame: a piece ends with its sampling kernel or its step
+    df = df.with_columns(piece=(pl.col("samp").shift(1, fill_value=False) | new_step.fill_null(True)).cast(pl.Int64)
+                         .cum_sum() - 1)
+    pieces = df.group_by("piece", maintain_order=True).agg(step=pl.col("step").first(), g=pl.col("gemm").sum(),
+                                                           a=pl.col("attn").any(), s=pl.col("samp").any())
+    pieces = pieces.with_columns(is_fwd=(pl.col("g") > 0) & pl.col("a") & pl.col("s"))
+    # forward number of each forward piece within its step; glue pieces join the next forward of their step
     pieces = pieces.with_columns(fwd_here=pl.when(pl.col("is_fwd")).then(
         pl.col("is_fwd").cast(pl.Int64).cum_sum().over("step") - 1))
     pieces = pieces.with_columns(fwd=pl.col("fwd_here").backward_fill().over("step"))
@@ -91,10 +103,13 @@ def forwards(acts: pl.DataFrame) -> pl.DataFrame:
         target=(pl.col("gemm_ns") == pl.col("gemm_ns").max().over("step"))
         & (pl.col("fwd") == pl.col("fwd").filter(pl.col("gemm_ns") == pl.col("gemm_ns").max()).min().over("step")),
         n_fwd=pl.len().over("step"))
-    out = (df.join(pieces.select("step", "piece", "fwd", is_forward_piece="is_fwd"), on=["step", "piece"], how="left")
-           .join(per_fwd, on=["step", "fwd"], how="left").sort("_row"))
-    return out.select("step", "fwd", "is_forward_piece", "gemm_ns", "target",
-                      pl.col("n_fwd").fill_null(0).cast(pl.Int64))
+    pieces = pieces.join(per_fwd, on=["step", "fwd"], how="left", maintain_order="left")
+    # back to rows: piece ids are 0..n-1 in order, so a gather
+    out = pieces.select("step", "fwd", is_forward_piece="is_fwd", gemm_ns="gemm_ns", target="target",
+                        n_fwd=pl.col("n_fwd").fill_null(0).cast(pl.Int64))[df["piece"]]
+    if order is not None:
+        out = out[order.arg_sort()]
+    return out
 
 
 def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,

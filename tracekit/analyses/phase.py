@@ -51,6 +51,14 @@ TRAINING_KERNELS = (r"(?i)backward|_bwd|bwd_|\bbwd|wgrad|dgrad|multi_tensor_appl
 _ACT_INPUT = {"aten::addmm": 1, "aten::_addmm_activation": 1, "aten::baddbmm": 1, "aten::addbmm": 1,
               "aten::addmv": 1}
 
+def name_matches(names: pl.Series, regex: str) -> pl.Series:
+    """``names`` (kernel names: String, Categorical or Enum) that contain ``regex``, testing each distinct name
+    once (ten million kernels have a few hundred names)."""
+    uniq = names.unique()
+    hit = uniq.filter(uniq.cast(pl.String).str.contains(regex).fill_null(False))
+    return names.is_in(hit.implode()).fill_null(False)
+
+
 PHASE_SCHEMA = {"step": pl.Int64, "phase": pl.String, "source": pl.String, "evidence": pl.String}
 
 
@@ -143,14 +151,13 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
         acts = acts.filter(pl.col("step").is_not_null())
         if "kind" in acts.columns:
             acts = acts.filter(pl.col("kind") == "kernel")
-        acts = acts.select(pl.col("step").cast(pl.Int64), pl.col("name").cast(pl.String), "correlation",
-                           pl.col("graphed").fill_null(False), "dur")
-    acts = acts.with_columns(pl.col("name").cast(pl.String))
+        acts = acts.select(pl.col("step").cast(pl.Int64), "name", "correlation", pl.col("graphed").fill_null(False),
+                           "dur")
     ann = annotation_phases(trace, windows)
     # training: backward/optimizer kernels in the step, else anywhere in the trace
-    bwd = acts.filter(pl.col("name").str.contains(TRAINING_KERNELS))
-    per_bwd = bwd.group_by("step").agg(n=pl.len(), example=pl.col("name").first())
-    trace_bwd = trace.kernels.filter(pl.col("name").cast(pl.String).str.contains(TRAINING_KERNELS))
+    bwd = acts.filter(name_matches(acts["name"], TRAINING_KERNELS))
+    per_bwd = bwd.group_by("step").agg(n=pl.len(), example=pl.col("name").first().cast(pl.String))
+    trace_bwd = trace.kernels.filter(name_matches(trace.kernels["name"], TRAINING_KERNELS))
     # shapes
     shapes = gemm_rows(trace, windows).join(ann.select("step", "bs"), on="step", how="left")
     per_seq = pl.coalesce(pl.col("tokens"), pl.col("rows") // pl.col("bs"))
@@ -163,9 +170,10 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
         .otherwise(pl.format("GEMM inputs of {} rows ({})", pl.col("rows"), pl.col("op"))),
     ).filter(pl.col("phase").is_not_null())
     # graph: the largest single graph replay's share of the step's kernel time
-    by_launch = acts.group_by("step", "correlation", "graphed").agg(t=pl.col("dur").sum())
-    graph = by_launch.group_by("step").agg(
-        share=pl.col("t").filter(pl.col("graphed")).max().fill_null(0) / pl.col("t").sum()).filter(
+    total = acts.group_by("step").agg(all=pl.col("dur").sum())
+    replays = (acts.filter(pl.col("graphed")).group_by("step", "correlation").agg(t=pl.col("dur").sum())
+               .group_by("step").agg(t=pl.col("t").max()))
+    graph = total.join(replays, on="step", how="inner").with_columns(share=pl.col("t") / pl.col("all")).filter(
         pl.col("share") >= GRAPH_DECODE_SHARE).with_columns(
         phase=pl.lit("decode"),
         evidence=pl.format("one CUDA graph replay holds {}% of the kernel time",

@@ -34,14 +34,21 @@ MIN_STEPS_FOR_LAST = 3  # the last of at least this many steps is excluded
 MIN_COMPOSITION_OVERLAP = 0.75  # composition overlap with the steady step below which a step is a transition
 
 
+def _code(df: pl.DataFrame, col: str) -> pl.Expr:
+    """A text column of ``df`` as numbers for hashing: the codes of an Enum/Categorical (one code per text; cheap
+    at ten million rows), else the hash of the text."""
+    if isinstance(df.schema[col], (pl.Enum, pl.Categorical)):
+        return pl.col(col).to_physical().cast(pl.UInt64)
+    return pl.col(col).cast(pl.String).hash(41)
+
+
 def step_signatures(acts: pl.DataFrame) -> pl.DataFrame:
     """Per step of ``acts`` (the attributed activities: step, start, name, kind, graphed, stream): ``step``,
     ``sig`` (UInt64 hash of its sequence: per stream in start order, each activity by name, graph-replayed or
     not, and kind), ``n`` (activities)."""
     df = acts.filter(pl.col("step").is_not_null()).select(
         pl.col("step").cast(pl.Int64), "start", pl.col("stream").fill_null(-1),
-        tok=pl.struct(pl.col("name").cast(pl.String), pl.col("graphed").fill_null(False),
-                      pl.col("kind").cast(pl.String)).hash(23))
+        tok=pl.struct(_code(acts, "name"), pl.col("graphed").fill_null(False), _code(acts, "kind")).hash(23))
     seqs = (df.sort("step", "stream", "start", maintain_order=True)
             .group_by("step", maintain_order=True).agg(toks=pl.struct("stream", "tok").hash(29), n=pl.len()))
     return seqs.select("step", sig=pl.col("toks").hash(31), n=pl.col("n").cast(pl.Int64))
