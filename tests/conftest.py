@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 SAMPLES = ROOT / "sample_traces"
-SHARED = ROOT.parent / "shared" / "external_traces"
+# ../shared/external_traces beside the checkout; TRACEKIT_SHARED_TRACES points elsewhere (a git worktree has no
+# ../shared of its own).
+SHARED = Path(os.environ.get("TRACEKIT_SHARED_TRACES", ROOT.parent / "shared" / "external_traces"))
 
 
 def shared(rel: str) -> Path:
@@ -21,9 +24,9 @@ def shared(rel: str) -> Path:
 
 
 def sample(rel: str) -> Path:
+    """A committed file of sample_traces/ (its absence is a failure, never a skip: the samples ship with the repo)."""
     p = SAMPLES / rel
-    if not p.exists():
-        pytest.skip(f"sample trace {rel} not captured yet")
+    assert p.exists(), f"sample_traces/{rel} does not exist (renamed or gzipped? see sample_traces/README.md)"
     return p
 
 
@@ -32,7 +35,7 @@ def sample_trace(name: str) -> Path:
     for f in ("trace.sqlite", "trace.sqlite.gz", "trace.json.gz"):
         if (SAMPLES / name / f).is_file():
             return SAMPLES / name / f
-    pytest.skip(f"sample trace {name} not captured yet")
+    raise AssertionError(f"sample_traces/{name} has no trace file (see sample_traces/README.md)")
 
 
 def sample_sqlite(name: str) -> Path:

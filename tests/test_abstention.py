@@ -114,15 +114,24 @@ def test_kineto_partly_lost_graph_steps_are_excluded(tmp_path):
 # ───────────────────── no steps ─────────────────────
 
 def test_no_steps_says_so_and_suggests_step_range(tmp_path):
-    for src in (DATA / "nsys" / "nsysai_mock_2026.1.sqlite", SAXPY):
-        p = tmp_path / src.name
-        shutil.copyfile(src, p)
-        msg = _error(["breakdown", "--format", "json", p])
-        assert "no decode steps found" in msg and "--step-range" in msg
+    src = DATA / "nsys" / "nsysai_mock_2026.1.sqlite"  # two kernels, nothing repeats
+    p = tmp_path / src.name
+    shutil.copyfile(src, p)
+    msg = _error(["breakdown", "--format", "json", p])
+    assert "no decode steps found" in msg and "--step-range" in msg
     # the candidates info lists are in the message
-    assert "'^saxpy$'" in _error(["breakdown", SAXPY])
     msg = _error(["breakdown", "--step-range", "^no such range$", SAXPY])
-    assert "no range matches --step-range" in msg and "--step-range" in msg
+    assert "no range matches --step-range" in msg and "--step-range" in msg and "'^saxpy$'" in msg
+
+
+def test_saxpy_loop_steps_are_inferred_from_its_period():
+    """pipit's MPI saxpy (no step-like range names): 5 iterations of two host-to-device copies, the kernel and a
+    device-to-host copy (a host read): 5 inferred steps, the iterations its 5 `saxpy` ranges mark."""
+    b = _json(["breakdown", "--format", "json", SAXPY])
+    ranges = _json(["breakdown", "--format", "json", "--step-range", "^saxpy$", SAXPY])
+    assert b["steps"]["marker"] == "inferred" and ranges["steps"]["count"] + ranges["steps"]["excluded"] == 5
+    assert b["steps"]["count"] + b["steps"]["excluded"] == 5
+    assert b["steps"]["count"] == ranges["steps"]["count"] == 4  # the last has no following step
 
 
 def test_no_gpu_activity_is_exit_2_but_info_is_exit_0(tmp_path):

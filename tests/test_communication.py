@@ -46,8 +46,8 @@ def test_bus_bandwidth_follows_nccl_convention():
                   right_on=["pid", "correlation", "start"])
     by_hand = (j["in_nelems"] * 4 * 2 * (2 - 1) / 2 / (j["dur"] * 1e-9) / 1e9).median()
     assert bw["median_busbw_gbps"] == pytest.approx(by_hand)
-    assert "bus bandwidth" in b.advice["communication"]["verdict"]
-    assert "NVLink" in b.advice["communication"]["verdict"]  # A100 link from the GPU table
+    # HTA's DDP trace is training (backward and optimizer kernels): the split and these figures, no decode advice
+    assert b.steps["phase"] == "prefill" and not b.advice["communication"]["applicable"]
 
 
 def test_several_files_give_the_cross_rank_object():

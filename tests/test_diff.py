@@ -13,7 +13,7 @@ from tracekit.analyses.diff import change, diff
 from tracekit.cli import cli
 from tracekit.diffcmd import diff_md, headline
 
-from conftest import DATA, sample, shared
+from conftest import DATA, sample, sample_trace, shared
 
 MFU = DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite"
 SGLANG = "TraceLens/tests/traces/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz"
@@ -36,13 +36,14 @@ def test_schema_and_deltas_are_the_breakdowns_numbers(pair):
         assert c["abs"] == pytest.approx(n - b, abs=1e-9)
         assert c["rel"] == (pytest.approx((n - b) / b) if b else None)
     m = d["delta"]["steps"]["mean_ms"]
-    assert m["base"] == pytest.approx(2.991, abs=5e-4) and m["new"] == pytest.approx(10.367, abs=5e-4)
+    # base: 16 inferred steps of the DiT forward (one 163-launch block per host read; docs/definitions.md), the last excluded
+    assert m["base"] == pytest.approx(17.369, abs=5e-4) and m["new"] == pytest.approx(10.367, abs=5e-4)
     spread = d["delta"]["steps"]["spread_ms"]
     assert spread["base"] == pytest.approx(base.steps["p90_ms"] - base.steps["p10_ms"])
     assert spread["new"] == pytest.approx(0.0)
-    assert d["delta"]["steps"]["count"] == {"base": 97, "new": 1, "abs": -96, "rel": pytest.approx(-96 / 97)}
-    # gemm moves most in absolute terms (0.292 → 5.782 ms).
-    assert d["delta"]["largest_change"] == "gemm"
+    assert d["delta"]["steps"]["count"] == {"base": 15, "new": 1, "abs": -14, "rel": pytest.approx(-14 / 15)}
+    # attention moves most in absolute terms (7.994 → 2.301 ms).
+    assert d["delta"]["largest_change"] == "attention"
     # The SGLang trace replays CUDA graphs, the nsys-ai one is eager: the cuda_graphs lever flips.
     flips = {a["lever"]: a for a in d["delta"]["advice_changed"]}
     assert flips["cuda_graphs"]["applicable"] == {"base": True, "new": False}
@@ -54,7 +55,7 @@ def test_schema_and_deltas_are_the_breakdowns_numbers(pair):
 
 def test_headline_names_the_largest_change(pair):
     d = diff(*pair).to_dict()
-    assert headline(d) == "step 3.0 → 10.4 ms (+247%): gemm +5.5 ms"
+    assert headline(d) == "step 17.4 → 10.4 ms (−40%): attention −5.7 ms"
 
 
 def test_self_diff_is_zero_and_within_noise(pair):
@@ -78,9 +79,9 @@ def test_markdown_is_stable_escaped_and_collapsible(pair):
     assert r1.exit_code == 0, r1.output
     assert r1.output == r2.output
     lines = r1.output.splitlines()
-    assert lines[0] == "### tracekit diff: step 3.0 → 10.4 ms (+247%): gemm +5.5 ms"
-    assert "| **step mean** | 2.991 | 10.367 | +7.376 | +247% |" in lines
-    assert "| step p90 | 9.786 | 10.367 | +0.581 | +6% |" in lines
+    assert lines[0] == "### tracekit diff: step 17.4 → 10.4 ms (−40%): attention −5.7 ms"
+    assert "| **step mean** | 17.369 | 10.367 | −7.003 | −40% |" in lines
+    assert "| step p90 | 18.977 | 10.367 | −8.610 | −45% |" in lines
     assert "<details><summary>details</summary>" in lines and "</details>" in lines
     # Names and paths are escaped (markdown metacharacters, HTML).
     assert "nsysai\\_mfu\\_2gpu" in r1.output
@@ -104,10 +105,10 @@ def test_json_and_table_cli(pair):
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["schema"] == "tracekit.diff/2"
-    assert d["delta"]["per_step_ms"]["gemm"]["abs"] == pytest.approx(5.49, abs=0.01)
+    assert d["delta"]["per_step_ms"]["gemm"]["abs"] == pytest.approx(4.079, abs=0.01)
     r = runner.invoke(cli, ["diff", str(MFU), str(MFU)])
     assert r.exit_code == 0, r.output
-    assert "step 3.0 → 3.0 ms (±0%)" in r.output
+    assert "step 17.4 → 17.4 ms (±0%)" in r.output
 
 
 def test_options_apply_to_both_sides():
@@ -128,7 +129,7 @@ def test_unusable_input_is_one_line_exit_2(tmp_path):
 
 def test_eager_vs_graph_headline_shows_the_idle_drop():
     eager = sample("hf-small-eager/trace.sqlite")
-    graph = sample("hf-small-graph/trace.sqlite.gz")
+    graph = sample_trace("hf-small-graph")
     r = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--format", "json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 import tracekit
-from conftest import sample, shared
+from conftest import sample_sqlite, sample_trace, shared
 
 LORA = ("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/"
         "current_base_lora/profile/base/bs16-TP-{}.trace.json.gz")
@@ -37,9 +37,8 @@ SELECT sum(CASE WHEN start > prev_end THEN start - prev_end ELSE 0 END), (SELECT
 
 @pytest.mark.parametrize("name", ["hf-small-graph", "hf-large-graph", "synthetic-graph"])
 def test_graph_bubbles_equal_the_gaps_inside_each_replay(name):
-    path = sample(f"{name}/trace.sqlite")
-    b = tracekit.breakdown(tracekit.load(path))
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    b = tracekit.breakdown(tracekit.load(sample_trace(name)))
+    con = sqlite3.connect(f"file:{sample_sqlite(name)}?mode=ro", uri=True)
     total_ns, n_steps = con.execute(BUBBLES_SQL).fetchone()
     con.close()
     assert n_steps == b.steps["count"]
@@ -48,11 +47,11 @@ def test_graph_bubbles_equal_the_gaps_inside_each_replay(name):
     assert b.gaps["launch_overhead"] < 0.01 * b.steps["mean_ms"]
 
 
-@pytest.mark.parametrize("name", ["hf-small-eager/trace.sqlite", "hf-small-graph/trace.sqlite",
-                                  "hf-small-spec/trace.sqlite", "synthetic-symm-eager/trace.sqlite",
-                                  "hf-small-eager-torch/trace.json.gz", "hf-small-graph-torch/trace.json.gz"])
+@pytest.mark.parametrize("name", ["hf-small-eager", "hf-small-graph", "hf-small-spec", "synthetic-symm-eager",
+                                  "hf-small-eager-torch", "hf-small-graph-torch", "serve-small-eager",
+                                  "spec-small-graph"])
 def test_gaps_split_launch_gaps_and_idle_exactly(name):
-    b = tracekit.breakdown(tracekit.load(sample(name)))
+    b = tracekit.breakdown(tracekit.load(sample_trace(name)))
     g, ps = b.gaps, b.per_step_ms
     assert g["between_steps"] == pytest.approx(ps["idle"], rel=1e-9)
     assert g["launch_overhead"] + g["host_stalls"] + g["graph_bubbles"] == pytest.approx(ps["launch_gaps"], rel=0.005)
@@ -66,7 +65,7 @@ def test_gaps_split_launch_gaps_and_idle_exactly(name):
 
 def test_eager_loop_gaps_are_launch_overhead():
     """hf-small-eager issues ~1200 launches one by one under nsys: its in-step gaps are launch overhead, not stalls."""
-    b = tracekit.breakdown(tracekit.load(sample("hf-small-eager/trace.sqlite")))
+    b = tracekit.breakdown(tracekit.load(sample_trace("hf-small-eager")))
     assert b.gaps["launch_overhead"] > 0.9 * b.per_step_ms["launch_gaps"]
     assert b.gaps["graph_bubbles"] == 0
 

@@ -33,6 +33,10 @@ KNOWN_STEP_PATTERNS: list[tuple[str, str]] = [
     (r"_forward_step #", "TensorRT-LLM py_executor"),
     (r"^ProfilerStep#", "torch profiler step"),
 ]
+# With ``every_phase``: SGLang's step ranges of every forward mode (``step[EXTEND ...]``, ``step[MIXED ...]``,
+# ``step[TARGET_VERIFY ...]``, ...), whose phase tracekit.analyses.phase then tells; the other known patterns
+# already cover every phase (vLLM's execute_context_N_generation_M).
+EVERY_PHASE_PATTERNS: dict[str, str] = {r"^step\[DECODE": r"^step\["}
 
 _SPECIAL = set(".^$*+?{}[]\\|()")
 
@@ -101,6 +105,7 @@ class Steps:
     marker: str  # "nvtx" | "annotation" | "inferred"
     pattern: str | None
     warnings: list[str] = field(default_factory=list)
+    period: "Period | None" = None  # inferred steps: the period found (None for ranges)
 
 
 def _regex_match(names: pl.Series, regex: str) -> pl.Series:
@@ -149,14 +154,21 @@ def _launching(ranges: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     return r.join(hit, on="_r", how="left").with_columns(pl.col("n_launches").fill_null(0)).drop("_r")
 
 
-def auto_pattern(trace: Trace) -> tuple[str, str] | None:
-    """(pattern, why) of the step ranges, or None when no range pattern looks like steps."""
+def auto_pattern(trace: Trace, every_phase: bool = False) -> tuple[str, str] | None:
+    """(pattern, why) of the step ranges, or None when no range pattern looks like steps.
+
+    With ``every_phase``, a known pattern that has one range-name pattern per forward mode (SGLang) is returned
+    as the regex of all of them (``^step\\[``): see :data:`EVERY_PHASE_PATTERNS`.
+    """
     pats = range_patterns(trace.ranges, top=None)
     if pats.height == 0:
         return None
     for rx, why in KNOWN_STEP_PATTERNS:
         hit = pats.filter(pl.col("pattern").str.contains(rx))
         if hit.height:
+            wide = EVERY_PHASE_PATTERNS.get(rx) if every_phase else None
+            if wide is not None and pats.filter(pl.col("pattern").str.contains(wide)).height > 1:
+                return wide, why
             return hit["pattern"][0], why
     # Generic: outermost repeating pattern (>= 3 ranges) whose ranges hold most of the GPU work launches
     # (op-level ranges such as aten::* from emit_nvtx each hold a launch or two, so they never qualify).
@@ -171,22 +183,82 @@ def auto_pattern(trace: Trace) -> tuple[str, str] | None:
     return None
 
 
-def find_steps(trace: Trace, *, step_range: str | None = None, device: int | None = None) -> Steps | None:
-    """Step windows of ``trace`` (None when none can be found)."""
+def find_steps(trace: Trace, *, step_range: str | None = None, device: int | None = None,
+               every_phase: bool = False) -> Steps | None:
+    """Step windows of ``trace`` (None when none can be found).
+
+    ``every_phase``: take the known step ranges of every forward mode (SGLang ``step[EXTEND ...]`` beside
+    ``step[DECODE ...]``), for a caller that tells their phase (``tracekit.analyses.phase``) and excludes the
+    unselected ones with the reason "phase". Off, only SGLang's decode steps are taken (the behaviour before
+    phases existed).
+    """
     warnings: list[str] = []
     if step_range is not None:
         rng = select_ranges(trace.ranges, step_range)
         if rng.height == 0:
             return None
         return Steps(_windows(rng), _marker_kind(trace), step_range, warnings)
-    found = auto_pattern(trace)
+    found = auto_pattern(trace, every_phase=every_phase)
     if found is not None:
         pattern, why = found
-        rng = trace.ranges.filter(name_pattern(pl.col("name").str.slice(0, 200)) == pattern)
+        pats = name_pattern(pl.col("name").str.slice(0, 200))
+        if pattern in EVERY_PHASE_PATTERNS.values():
+            rng = trace.ranges.filter(pats.str.contains(pattern) & (pl.col("domain").is_null()
+                                                                     | (pl.col("domain") != "NCCL")))
+        else:
+            rng = trace.ranges.filter(pats == pattern)
         # Keep the outermost occurrences only (a pattern can nest in itself, e.g. recursion).
         rng = rng.filter(pl.col("depth") == rng["depth"].min()) if rng.height else rng
         return Steps(_windows(rng), _marker_kind(trace), pattern, warnings)
     return infer_steps(trace, device=device)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Inference from the launch sequence's own period (no markers). Contract, "Inferred steps": a step is the
+# smallest repeating unit of the launch sequence (kernel names and graph launches) that contains a host read
+# of device data (a synchronisation or a device-to-host copy); a step starts at the first launch after that
+# read. docs/definitions.md ("Inferred steps") explains the method; the numbers below are its knobs.
+
+# Synchronising calls that make the GPU wait, not the host: never a read.
+_NOT_READS = ("cudaStreamWaitEvent", "cuStreamWaitEvent", "hipStreamWaitEvent")
+_SEQ_KINDS = ("kernel", "graph", "memcpy", "memset", "sync")
+_KIND_CODE = {"kernel": 1, "graph": 2, "memcpy": 3, "memset": 4, "sync": 5}
+# Periods tried, in read-delimited segments per step (a step with more host reads than this is not found).
+MAX_PERIOD_SEGMENTS = 64
+# A period is accepted when at least this share of segments equals the segment one period later.
+MIN_AGREEMENT = 0.5
+# The smallest period whose agreement is within this much of the best one wins: multiples of the period agree
+# as well, and a longer one can agree better only because it swallows a periodic disturbance (a read every 16
+# steps, the capture's own synchronisations), which does not make it the step.
+PERIOD_SLACK = 0.2
+# Launches before a read that identify it within a period (the first width that tells the reads apart).
+CONTEXT_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass
+class Period:
+    """What :func:`find_period` found: per step, in the steady state (medians over complete steps)."""
+
+    segments: int  # host-read-delimited segments per step (the period, in segments)
+    launches: float  # work launches (kernels, graph launches, copies, memsets) per step
+    graph_launches: float
+    reads: float  # host reads per step
+    agreement: float  # share of segments equal to the segment one period later
+    complete: int  # complete steps found
+    anchor: str  # which read starts a step, in words
+    # Stretches with a period of their own (prefill steps, then decode steps, say), in time order: each
+    # {"steps", "segments", "launches", "graph_launches", "reads"} (complete steps; medians per step).
+    regimes: list[dict] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """The period in words, for the warning."""
+        parts = []
+        for r in self.regimes or [dict(steps=self.complete, segments=self.segments, launches=self.launches,
+                                       graph_launches=self.graph_launches, reads=self.reads)]:
+            g = f" ({r['graph_launches']:g} graph launches)" if r["graph_launches"] else ""
+            parts.append(f"{r['steps']} complete step{'s' if r['steps'] != 1 else ''} of {r['launches']:g} "
+                         f"launches{g} and {r['reads']:g} host read{'s' if r['reads'] != 1 else ''} each")
+        return "; then ".join(parts)
 
 
 def _main_thread(trace: Trace, device: int | None) -> tuple[int, int] | None:
@@ -197,42 +269,283 @@ def _main_thread(trace: Trace, device: int | None) -> tuple[int, int] | None:
         work = work.join(on_dev, on=["pid", "correlation"], how="semi")
     if work.height == 0:
         return None
-    top = work.group_by("pid", "tid").agg(n=pl.len()).sort("n", descending=True).row(0)
+    top = work.group_by("pid", "tid").agg(n=pl.len()).sort(["n", "pid", "tid"], descending=[True, False, False]).row(0)
     return top[0], top[1]
 
 
+def launch_sequence(trace: Trace, pid: int, tid: int) -> pl.DataFrame:
+    """The launches of one host thread in start order, each with a token saying what it launched.
+
+    Columns: ``start``, ``end`` (host API call, ns), ``correlation``, ``kind`` (kernel | graph | memcpy |
+    memset | sync), ``token`` (UInt64; equal tokens = the same kernel name, the same CUDA graph (its kernel
+    count, first and last kernel, copies), the same copy direction, the same synchronising call), ``read``
+    (a host read of device data: a call that blocks the host on the GPU (``cudaStreamWaitEvent`` does not)
+    or a device-to-host copy), ``dtoh`` (a device-to-host copy), ``tid``. Other API calls are left out.
+    The reads of the process's other threads are merged in when this thread has fewer than two of its own
+    (a serving engine may read the tokens on a scheduler thread).
+    """
+    from tracekit.lookup import row_lookup
+
+    base = trace.launches.filter((pl.col("pid") == pid) & pl.col("kind").is_in(list(_SEQ_KINDS)))
+    base = base.select("start", "end", "tid", "pid", "correlation", "kind", api=pl.col("name"),
+                       api_code=pl.col("name").to_physical().cast(pl.Int64))
+    # The first kernel of each launch (a keyed lookup, no hash join: ten million kernels), then, for the few
+    # graph launches, their kernel count and last kernel.
+    kernels = trace.kernels
+    first = row_lookup(base.select("pid", "correlation"), kernels.select("pid", "correlation"))
+    codes = kernels["name"].to_physical().cast(pl.Int64)
+    base = base.with_columns(first_k=codes.gather(first) if kernels.height else pl.lit(None, pl.Int64))
+    graphs = base.filter(pl.col("kind") == "graph").select("correlation")
+    if graphs.height:
+        gk = (kernels.filter(pl.col("pid") == pid).join(graphs, on="correlation", how="semi")
+              .select("correlation", "start", code=pl.col("name").to_physical().cast(pl.Int64))
+              .group_by("correlation").agg(n_k=pl.len(), g_first=pl.col("code").sort_by("start").first(),
+                                           last_k=pl.col("code").sort_by("start").last()))
+        base = base.join(gk, on="correlation", how="left", maintain_order="left").with_columns(
+            first_k=pl.coalesce("g_first", "first_k")).drop("g_first")
+    else:
+        base = base.with_columns(n_k=pl.lit(None, pl.UInt32), last_k=pl.lit(None, pl.Int64))
+    copies = base.filter(pl.col("kind") == "memcpy").select("correlation")
+    m = (trace.memops.filter(pl.col("pid") == pid).join(copies, on="correlation", how="semi")
+         .group_by("correlation").agg(n_m=pl.len(), copy_kind=pl.col("copy_kind").first()))
+    seq = (base.drop("pid").join(m, on="correlation", how="left", maintain_order="left")
+           .with_columns(dtoh=(pl.col("kind") == "memcpy") & (pl.col("copy_kind") == "DtoH").fill_null(False)))
+    seq = seq.with_columns(read=((pl.col("kind") == "sync") & ~pl.col("api").is_in(list(_NOT_READS)))
+                           | pl.col("dtoh"))
+    own = seq.filter(pl.col("tid") == tid)
+    if own["read"].sum() < 2:  # reads on another thread of the process (a scheduler thread, say)
+        own = pl.concat([own.filter(~pl.col("read")), seq.filter(pl.col("read"))])
+    own = own.filter((pl.col("tid") == tid) | pl.col("read"))
+    if not own["start"].is_sorted():
+        own = own.sort("start", maintain_order=True)
+    kind_code = pl.lit(0, pl.Int8)
+    for k, c in _KIND_CODE.items():
+        kind_code = pl.when(pl.col("kind") == k).then(pl.lit(c, pl.Int8)).otherwise(kind_code)
+    token = pl.struct(
+        kind=kind_code,
+        a=pl.when(pl.col("kind") == "sync").then(pl.col("api_code")).otherwise(pl.col("first_k")),
+        b=pl.col("last_k"),
+        n=pl.col("n_k"), m=pl.col("n_m"),
+        c=pl.when(pl.col("kind") == "memcpy").then(pl.col("copy_kind")),
+    ).hash(7)
+    return own.select("start", "end", "tid", "correlation", pl.col("kind").cast(pl.String), token=token,
+                      read="read", dtoh="dtoh")
+
+
+def _segments(seq: pl.DataFrame) -> pl.DataFrame:
+    """The sequence cut after each run of reads: one row per segment (its work launches, then its reads).
+
+    Columns: seg, first_start (first work launch), read_end (end of its last read; null: no read, the
+    trailing part), n_work, n_graph, n_reads, dtoh, h (hash of its token list, in order), work (its work
+    tokens, in order).
+    """
+    prev_read = pl.col("read").shift(1, fill_value=False)
+    seq = seq.with_columns(seg=(~pl.col("read") & prev_read).cum_sum().cast(pl.Int64))
+    segs = seq.group_by("seg", maintain_order=True).agg(
+        first_start=pl.col("start").filter(~pl.col("read")).first(),
+        read_end=pl.col("end").filter(pl.col("read")).max(),
+        n_work=(~pl.col("read")).sum(),
+        n_graph=(pl.col("kind") == "graph").sum(),
+        n_reads=pl.col("read").sum(),
+        dtoh=pl.col("dtoh").any(),
+        toks=pl.col("token"),
+        work=pl.col("token").filter(~pl.col("read")),
+        rtoks=pl.col("token").filter(pl.col("read")),
+    )
+    return segs.with_columns(h=pl.col("toks").hash(11)).drop("toks")
+
+
+def _agreement(h: pl.Series, p: int) -> float:
+    if h.len() <= p:
+        return 0.0
+    return float((h.slice(0, h.len() - p) == h.slice(p)).mean())
+
+
+def _closing(segs: pl.DataFrame, lead_after_read: bool) -> tuple[pl.Series, Period] | None:
+    """Which segments of ``segs`` (a contiguous run of :func:`_segments` rows) end with the read that closes a
+    step, and the period found; None when the run has no period."""
+    closed = segs.filter(pl.col("read_end").is_not_null() & (pl.col("n_work") > 0))
+    # The first segment may be cut by the capture start: the period is measured on the ones after it.
+    inner = closed.filter(pl.col("seg") > segs["seg"][0]) if closed.height > 2 and not lead_after_read else closed
+    h = inner["h"]
+    m = h.len()
+    scores = {p: _agreement(h, p) for p in range(1, min(MAX_PERIOD_SEGMENTS, m // 2) + 1)}
+    if not scores or max(scores.values()) < MIN_AGREEMENT:
+        return None
+    best = max(scores.values())
+    p = min(q for q, v in scores.items() if v >= max(best - PERIOD_SLACK, MIN_AGREEMENT))
+    # Which read of the period closes a step: a device-to-host copy's (the token read), then the one followed
+    # by the longest host time (the host's own work between steps: sampling, scheduling).
+    inner = inner.with_columns(phase=pl.int_range(pl.len()) % p,
+                               after=pl.col("first_start").shift(-1) - pl.col("read_end"))
+    # Among equally likely reads, the capture's own start breaks the tie: profilers start between steps (SGLang's
+    # /start_profile, cudaProfilerStart before a step), so the read whose first occurrence closes a whole period
+    # of launches from the capture's start is the step's last.
+    period_work = int(inner["n_work"].head(p).sum()) if m >= p else -1
+    head_work = segs.select("seg", head=pl.col("n_work").cum_sum())
+    starts_whole = inner.head(p).join(head_work, on="seg", how="left").select(
+        phase=pl.int_range(pl.len()), whole=pl.col("head") == period_work)
+    by_phase = (inner.group_by("phase").agg(dtoh=pl.col("dtoh").mean(), after=pl.col("after").median())
+                .join(starts_whole, on="phase", how="left")
+                .with_columns(pl.col("after").fill_null(0), pl.col("whole").fill_null(False))
+                .sort(["dtoh", "whole", "after", "phase"], descending=[True, True, True, False]))
+    anchor_phase = int(by_phase["phase"][0])
+    how = ("the device-to-host copy" if float(by_phase["dtoh"][0]) >= 0.5
+           else "the host read followed by the longest host time")
+    # The anchor read is recognised by its context: the launches just before it and the first call of its read
+    # run (a run may end with a stray synchronisation, e.g. the one that stops the capture). The shortest
+    # context that occurs at no other read of the period is used.
+    close = None
+    for w in CONTEXT_WIDTHS:
+        key = pl.concat_list(pl.col("work").list.tail(w), pl.col("rtoks").list.head(1)).hash(13)
+        keyed = inner.select("phase", key=key)
+        anchor_key = keyed.filter(pl.col("phase") == anchor_phase)["key"].mode().sort()[0]
+        if keyed.filter((pl.col("phase") != anchor_phase) & (pl.col("key") == anchor_key)).height <= 0.05 * m:
+            close = segs.select(c=(key == anchor_key) & pl.col("read_end").is_not_null() & (pl.col("n_work") > 0))["c"]
+            break
+    if close is None:  # no context tells the anchor apart: every p-th read from the first anchor-phase one
+        first = int(inner["seg"][anchor_phase])
+        idx = segs.select(i=pl.int_range(pl.len()), seg="seg")
+        first_i = int(idx.filter(pl.col("seg") == first)["i"][0])
+        close = idx.select(c=(pl.col("i") >= first_i) & ((pl.col("i") - first_i) % p == 0))["c"] & \
+            segs["read_end"].is_not_null()
+        how = f"every {p}th host read"
+    per = Period(segments=p, launches=0.0, graph_launches=0.0, reads=0.0, agreement=scores[p], complete=0,
+                 anchor=how)
+    return close, per
+
+
+def _step_ids(close: pl.Series) -> pl.Series:
+    """Step number of each segment: a step ends with a closing segment, the next begins after it."""
+    return close.shift(1, fill_value=False).cum_sum().cast(pl.Int64)
+
+
+def _whole(steps: pl.DataFrame) -> pl.Series:
+    """Complete steps: closed by a closing read, and not the part before the first one (cut by the capture's
+    start) unless that part is made of the same segments as the usual step."""
+    h = steps.select(pl.col("hs").hash(17))["hs"]
+    usual = h.filter(steps["closed"] & (steps["i"] > 0)).mode()
+    lead_same = h.is_in(usual.implode()) & (steps["i"] == 0)
+    return (steps["closed"] & ((steps["i"] > 0) | lead_same)).alias("complete")
+
+
+def find_period(seq: pl.DataFrame) -> tuple[pl.DataFrame, Period] | None:
+    """The steps of a launch sequence (:func:`launch_sequence`) from its period, or None when it has none.
+
+    Returns ``(steps, period)``: ``steps`` has one row per step in time order with ``start`` (its first
+    work launch), ``end`` (the end of the read that closes it; null for a part cut off by the capture),
+    ``complete``, ``n_work``, ``n_graph`` and ``n_reads`` (read runs).
+
+    Method (no Python loop over launches): the sequence is cut after every run of host reads into segments,
+    each hashed from its tokens in order; the period p is the smallest number of segments such that most
+    segments equal the one p later. Of the p reads of a period, the one that closes a step is the
+    device-to-host copy (the token read) when there is one, else the read followed by the longest host time;
+    it is recognised everywhere by the launches just before it (the shortest context that occurs once per
+    period), so a step whose launches vary elsewhere (a speculative step accepting more tokens, a ragged
+    batch) is still cut at the same read. A stretch the period does not explain (another regime: prefill
+    steps before decode steps, say) is searched again for its own period.
+    """
+    if seq.height == 0 or seq["read"].sum() < 2:
+        return None
+    segs = _segments(seq)
+    top = _closing(segs, lead_after_read=False)
+    if top is None:
+        return None
+    close, period = top
+    segs = segs.with_columns(close=close, sub=pl.lit(0, pl.Int64), regime=pl.lit(0, pl.Int64))
+    segs = segs.with_columns(top=_step_ids(segs["close"]))
+    # Stretches the period does not explain: parts not closed by the anchor read, or steps of many periods.
+    spans = segs.group_by("top", maintain_order=True).agg(
+        n=(pl.col("n_work") > 0).sum(), closed=pl.col("close").any())
+    odd = spans.filter((pl.col("n") >= 3) & (~pl.col("closed") | (pl.col("n") >= 2 * period.segments)))
+    for t in odd["top"].to_list():  # a loop over regimes (a handful), not over launches
+        part = segs.filter(pl.col("top") == t)
+        sub = _closing(part, lead_after_read=t > 0)
+        if sub is None:
+            continue
+        sub_close = sub[0] | part["close"]  # the top level's closing read still closes
+        if int(sub_close.sum()) < 2:
+            continue
+        upd = part.select("seg").with_columns(sub2=_step_ids(sub_close), close2=sub_close,
+                                              regime2=pl.lit(int(t) + 1, pl.Int64))
+        segs = (segs.join(upd, on="seg", how="left", maintain_order="left")
+                .with_columns(sub=pl.coalesce("sub2", "sub"), close=pl.coalesce("close2", "close"),
+                              regime=pl.coalesce("regime2", "regime"))
+                .drop("sub2", "close2", "regime2"))
+    segs = segs.with_columns(sid=pl.struct("top", "sub").rank("dense").cast(pl.Int64))
+    steps = segs.group_by("sid", maintain_order=True).agg(
+        start=pl.col("first_start").drop_nulls().first(),
+        end=pl.col("read_end").filter(pl.col("close")).last(),
+        closed=pl.col("close").any(),
+        n_work=pl.col("n_work").sum(), n_graph=pl.col("n_graph").sum(), n_reads=(pl.col("n_reads") > 0).sum(),
+        hs=pl.col("h").filter(pl.col("n_work") > 0), regime=pl.col("regime").first(),
+    ).filter(pl.col("n_work") > 0).with_columns(i=pl.int_range(pl.len()))
+    steps = steps.with_columns(complete=_whole(steps))
+    steps = steps.with_columns(end=pl.when(pl.col("complete")).then(pl.col("end")))
+    good = steps.filter(pl.col("complete"))
+    if good.height < 2:
+        return None
+    period.launches = float(good["n_work"].median())
+    period.graph_launches = float(good["n_graph"].median())
+    period.reads = float(good["n_reads"].median())
+    period.complete = good.height
+    regimes = good.group_by("regime").agg(
+        first=pl.col("start").min(), steps=pl.len(), launches=pl.col("n_work").median(),
+        graph_launches=pl.col("n_graph").median(), reads=pl.col("n_reads").median()).sort("first")
+    if regimes.height > 1:
+        period.regimes = regimes.drop("regime", "first").to_dicts()
+    return steps.select("start", "end", "complete", "n_work", "n_graph", "n_reads"), period
+
+
+def _graph_anchor_steps(trace: Trace, thread: pl.DataFrame, pid: int) -> tuple[pl.Series, str] | None:
+    """Fallback without host reads: one step per replay of the CUDA graph with the most GPU time."""
+    graphs = thread.filter(pl.col("kind") == "graph")
+    if graphs.height < 2:
+        return None
+    k = (trace.kernels.filter(pl.col("pid") == pid).group_by("correlation")
+         .agg(n=pl.len(), t=(pl.col("end") - pl.col("start")).sum()))
+    g = graphs.join(k, on="correlation", how="left").with_columns(pl.col("n").fill_null(0), pl.col("t").fill_null(0))
+    sig = g.group_by("n").agg(total=pl.col("t").sum(), count=pl.len()).sort(["total", "n"], descending=True)
+    if not (sig.height and sig["count"][0] >= 2 and sig["total"][0] > 0):
+        return None
+    starts = g.filter(pl.col("n") == sig["n"][0])["start"].sort()
+    return starts, (f"no host read of device data found: one step per replay of the CUDA graph of {sig['n'][0]} "
+                    f"kernels ({sig['count'][0]} replays)")
+
+
 def infer_steps(trace: Trace, device: int | None = None) -> Steps | None:
-    """Steps from structure: heaviest repeating graph launch, else host synchronisations."""
+    """Steps from the launch sequence's period (see :func:`find_period`); None when there is none.
+
+    The windows are on the thread that launches the most work on ``device``: a complete step runs from its
+    first work launch to the end of the read that closes it; the parts before the first and after the last
+    closing read are windows with a null end (cut by the capture window) unless the first is a whole step.
+    Without any host read the steps are one per replay of the heaviest CUDA graph (a decode step replays the
+    target's graph once), with a warning that says so.
+    """
     main = _main_thread(trace, device)
     if main is None:
         return None
     pid, tid = main
-    thread = trace.launches.filter((pl.col("pid") == pid) & (pl.col("tid") == tid)).sort("start")
-    graphs = thread.filter(pl.col("kind") == "graph")
-    anchors = None
-    how = None
-    if graphs.height >= 2:
-        # Signature of each graph launch = number of kernels it replayed; anchor on the signature with
-        # the most GPU time (the target model's forward).
-        k = (trace.kernels.filter(pl.col("pid") == pid).group_by("correlation")
-             .agg(n=pl.len(), t=(pl.col("end") - pl.col("start")).sum()))
-        g = graphs.join(k, on="correlation", how="left").with_columns(pl.col("n").fill_null(0), pl.col("t").fill_null(0))
-        sig = g.group_by("n").agg(total=pl.col("t").sum(), count=pl.len()).sort("total", descending=True)
-        if sig.height and sig["count"][0] >= 2 and sig["total"][0] > 0:
-            anchors = g.filter(pl.col("n") == sig["n"][0]).select("start")
-            how = f"one step per replay of the CUDA graph of {sig['n'][0]} kernels ({sig['count'][0]} replays)"
-    if anchors is None:
-        syncs = thread.filter(pl.col("kind") == "sync")
-        if syncs.height >= 3:
-            # A step ends at a host synchronisation; the next one starts right after it.
-            anchors = pl.concat([thread.select("start").head(1), syncs.select(pl.col("end").alias("start")).head(-1)])
-            how = f"one step per host synchronisation of the launching thread ({syncs.height} syncs)"
-    if anchors is None or anchors.height < 2:
+    seq = launch_sequence(trace, pid, tid)
+    found = find_period(seq)
+    if found is not None:
+        steps, per = found
+        windows = steps.select("start", "end").with_columns(
+            pid=pl.lit(pid, pl.Int64), tid=pl.lit(tid, pl.Int64), name=pl.lit("inferred step"))
+        msg = (f"no step markers found: steps inferred from the period of the launch sequence ({per.describe()}; "
+               f"a step starts after {per.anchor}); pass --step-range to use a range instead")
+        out = Steps(_windows(windows), "inferred", None, [msg])
+        out.period = per
+        return out
+    thread = seq.filter(pl.col("tid") == tid)
+    fb = _graph_anchor_steps(trace, thread, pid)
+    if fb is None:
         return None
-    starts = anchors["start"].sort()
+    starts, how = fb
     last_end = thread["end"].max()
-    ends = pl.concat([starts.slice(1), pl.Series([last_end], dtype=pl.Int64)])
+    ends = pl.concat([starts.slice(1) - 1, pl.Series([last_end], dtype=pl.Int64)])
     windows = pl.DataFrame({"start": starts, "end": ends}).with_columns(
         pid=pl.lit(pid, pl.Int64), tid=pl.lit(tid, pl.Int64), name=pl.lit("inferred step"))
-    return Steps(_windows(windows), "inferred", None, [f"no step markers found: steps inferred from structure, {how}; "
-                                                        "pass --step-range to use a range instead"])
+    return Steps(_windows(windows), "inferred", None,
+                 [f"no step markers found: steps inferred from structure, {how}; pass --step-range to use a range "
+                  "instead"])

@@ -90,6 +90,7 @@ class StepFacts:
     draft_phase_ms: float  # wall time of the draft phases on the GPU timeline
     draft_detection: str
     phase: str  # decode | prefill | mixed | unknown
+    decode_advice: bool = True  # False: no decode step analysed (the split only)
     replay_gap_us: float = DEFAULT_REPLAY_GAP_US
     accept_len: float | None = None
     tokens_per_step: float = 1.0  # batch
@@ -309,7 +310,7 @@ def not_decode(f: StepFacts) -> Advice:
 def advise(f: StepFacts) -> Advice:
     """Every lever for the measured facts ``f``; ``ranked`` = the applicable levers with a positive saving, largest
     first (memory bandwidth is context, never ranked; a negative drafting saving means speculation pays)."""
-    if f.phase in ("prefill", "mixed"):
+    if not f.decode_advice or f.phase == "prefill":
         return not_decode(f)
     levers = {
         "cuda_graphs": cuda_graphs_lever(f),

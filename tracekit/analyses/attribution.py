@@ -51,6 +51,7 @@ class Attribution:
     launches: pl.DataFrame
     step_by: tuple[str, ...]
     draft_detection: str  # "ranges" | "structure" | "kernels" | "not_detected"
+    phases: pl.DataFrame  # every step window's phase: step, phase, source, evidence (tracekit.analyses.phase)
     graph_mode: bool  # whole-graph capture: compute categories cannot be known
     lost_steps: tuple[int, ...]  # windows whose graph launches' work was never recorded
     n_bad: int  # activities dropped because they end before they start
@@ -259,8 +260,11 @@ def _draft_windows(trace: Trace, draft_range: str | None) -> pl.DataFrame:
 
 
 def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
-              device: int | None = None, rules=None) -> Attribution:
+              device: int | None = None, rules=None, detect_structure: bool = True) -> Attribution:
     """Attribute every GPU activity of ``device`` (default: the busiest GPU) to its step and draft phase.
+
+    Without draft ranges, drafting is found from the steps' structure (``tracekit.analyses.drafting``);
+    ``detect_structure=False`` leaves it to the speculative kernels' names alone.
 
     Raises :class:`~tracekit.errors.NoGpuActivity` or :class:`~tracekit.errors.NoSteps` (user errors)."""
     if not trace.has_gpu_activity:
@@ -271,7 +275,7 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
 
     def windows_side():
         """The step and draft windows, and the one open on each launch's thread (needs no activity)."""
-        steps = find_steps(trace, step_range=step_range, device=dev)
+        steps = find_steps(trace, step_range=step_range, device=dev, every_phase=True)
         if steps is None or steps.windows.height == 0:
             return steps, None, None, None
         dw = _draft_windows(trace, draft_range)
@@ -304,6 +308,10 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
             step_by = ("pid",)
             warnings.append("step ranges are not on the launching threads: GPU work attributed to the step open "
                             "in the same process instead")
+    from tracekit.analyses.drafting import detect_drafting
+    from tracekit.analyses.phase import step_phases
+
+    phases = step_phases(trace, steps.windows, acts)
     drafted = None
     if dw.height:
         acts = acts.with_columns(draft=draft_of.gather(launch))
@@ -312,10 +320,19 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         acts = acts.with_columns(draft=pl.lit(None, pl.Int64))
     if drafted is not None and bool(acts.select(drafted.any()).item()):
         detection = "ranges"
-    elif bool((acts["category"] == "drafting").any()):
-        detection = "kernels"
+    elif not detect_structure:
+        detection = "kernels" if bool((acts["category"] == "drafting").any()) else "not_detected"
     else:
-        detection = "not_detected"
+        # No draft ranges: the draft forwards found from the steps' structure (or the speculative kernels).
+        in_steps = acts.with_row_index("_row").filter(pl.col("step").is_not_null())
+        ids, info = detect_drafting(in_steps.drop("_row"), phases=phases)
+        detection = info.detection
+        if info.warning and detection != "not_detected":
+            warnings.append(info.warning)
+        if ids.null_count() < ids.len():
+            slots = pl.repeat(None, acts.height, dtype=pl.Int64, eager=True)
+            acts = acts.with_columns(draft=slots.scatter(in_steps["_row"], ids))
+            drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
     if drafted is not None:
         acts = acts.with_columns(
             category=pl.when(drafted).then(pl.lit("drafting", CATEGORY_ENUM)).otherwise(pl.col("category")),
@@ -330,5 +347,5 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
             prio=pl.when(compute).then(pl.lit(_PRIO[UNATTRIBUTED], pl.Int32)).otherwise(pl.col("prio")))
     lost = _lost_graph_steps(trace, steps.windows, list(step_by))
     return Attribution(device=dev, steps=steps, activities=acts, launches=work, step_by=step_by,
-                       draft_detection=detection, graph_mode=graph_mode,
+                       draft_detection=detection, phases=phases, graph_mode=graph_mode,
                        lost_steps=tuple(int(s) for s in lost.to_list()), n_bad=n_bad, warnings=tuple(warnings))

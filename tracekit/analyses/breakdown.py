@@ -107,22 +107,16 @@ def _first(*values):
 
 
 def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
-               device: int | None = None, rules=None, phase: str = "decode") -> StepTable:
+               device: int | None = None, rules=None, phase: str = "decode", detect_structure: bool = True
+               ) -> StepTable:
     """Attribution then partition: the per-step table of ``trace`` (see ``tracekit.analyses.partition``)."""
-    attr = attribute(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules)
-    return partition(attr, trace, phase=phase, phases=_phases(trace, attr))
-
-
-def _phases(trace: Trace, attr: Attribution) -> pl.DataFrame | None:
-    """Each step's phase where the trace or its manifest says (our captures are decode loops)."""
-    man = trace.manifest or {}
-    if man.get("workload"):
-        return attr.steps.windows.select("step", phase=pl.lit("decode"))
-    return None
+    attr = attribute(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules,
+                     detect_structure=detect_structure)
+    return partition(attr, trace, phase=phase)
 
 
 def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofline: dict, phase: str,
-             busy_ms: float, upper_bounds: bool) -> str:
+             busy_ms: float, upper_bounds: bool, decode_advice: bool = True) -> str:
     """One line: the step and its time base, where most of the traced step goes, the top lever, the ceiling."""
     if tb.unprofiled_step_ms is not None:
         parts = [f"step {tb.reference_step_ms:.3f} ms unprofiled ({tb.unprofiled_source}; traced "
@@ -138,7 +132,7 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
         top = sorted(shares, key=lambda k: -shares[k])[:2]
         parts.append(", ".join(f"{k.replace('_', ' ')} {pct(shares[k] / tb.traced_step_ms)}" for k in top)
                      + " of the traced step")
-    if phase in ("prefill", "mixed"):
+    if phase == "prefill" or not decode_advice:
         parts.append(f"{phase} steps: no decode advice")
     elif advice.ranked:
         k = advice.ranked[0]
@@ -244,7 +238,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         graph_launches_per_step=float(table["n_graph_launches"].fill_null(0).mean()),
         kernels_per_step=float(table["n_kernels"].mean()),
         draft_phase_ms=float(table["draft_span"].mean()) / 1e6, draft_detection=attr.draft_detection,
-        phase=st.phase, replay_gap_us=gap, accept_len=acc, tokens_per_step=float(batch),
+        phase=st.phase, decode_advice=st.decode_advice, replay_gap_us=gap, accept_len=acc, tokens_per_step=float(batch),
         floor_ms=roof["floor_ms"], gemm_achieved_bw_gbps=roof["gemm_achieved_bw_gbps"], peak_bw_gbps=bw,
         kv_bytes_per_step=roof["kv_bytes_per_step"], weight_bytes_per_step=roof["weight_bytes_per_step"],
         attention_achieved_bw_gbps=roof["attention_achieved_bw_gbps"],
@@ -252,10 +246,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         comm_bandwidth=collective_bandwidth(acts, trace.collectives), link=link,
         longest_between=between[0] if between else None)
     advice = advise(facts)
-    if st.phase == "unknown":
-        warnings.append("the steps' phase (decode or prefill) could not be told from the trace: decode advice is "
-                        "given, check that these are decode steps")
-    head = headline(tb, per_step_ms, gaps, advice, roof, st.phase, busy_ms, upper)
+    head = headline(tb, per_step_ms, gaps, advice, roof, st.phase, busy_ms, upper, st.decode_advice)
     source = {"path": trace.meta.path, "format": trace.meta.format, "producer_version": trace.meta.producer_version,
               "graph_trace_mode": trace.meta.graph_trace_mode}
     manifest = {k: man.get(k) for k in ("workload", "mode", "unprofiled_step_ms", "tp")} if man else None

@@ -56,15 +56,19 @@ class StepTable:
 
     ``activities``: the attributed activities of the analysed steps (``Attribution.activities``' columns),
     ``start``/``end`` serialised per stream and clipped to the step's period, ``start0`` the recorded start.
-    ``largest``: the longest single gaps (contract ``gaps.largest``, plus ``cause``).
+    ``largest``: the longest single gaps (contract ``gaps.largest``, plus ``cause``). ``periods``: every step
+    window with GPU work, analysed or not, in time order: ``step``, ``p_start``, ``p_end``, ``period`` (ns),
+    ``phase`` and ``reason`` (why it is excluded; null = analysed).
     """
 
     attribution: Attribution
     table: pl.DataFrame
+    periods: pl.DataFrame
     activities: pl.DataFrame
     largest: tuple[dict, ...]
     excluded_reasons: dict[str, int]
     phase: str
+    decode_advice: bool  # the analysed steps include decode (or unknown) steps: decode advice applies
     warnings: tuple[str, ...]
 
     @property
@@ -156,23 +160,21 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         in_steps = in_steps.with_columns(pl.col("step").set_sorted())  # group-bys then work on slices
     good, reasons, warnings = periods(attr, in_steps, trace.meta.path)
 
-    # ---- exclusions among the steps with GPU work (their periods stay as computed above)
-    good = good.with_columns(reason=pl.lit(None, pl.String))
-    if good.height >= 3:
-        good = good.with_columns(reason=pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit(LAST_STEP))
-                                 .otherwise(pl.col("reason")))
+    # ---- exclusions among the steps with GPU work (their periods stay as computed above): phase, then the last
+    # step and warm-up/transition steps by their kernel sequences (tracekit.analyses.steady)
+    from tracekit.analyses.phase import select_phase, window_phase
+    from tracekit.analyses.steady import steady_exclusions
+
+    phases = phases if phases is not None else attr.phases
+    sel, phase_warnings = select_phase(phases, wanted=phase)
+    prior = good.select("step").join(sel.select("step", "phase", "reason", "decode_advice"), on="step", how="left",
+                                     maintain_order="left").with_columns(pl.col("phase").fill_null("unknown"))
     if exclude is not None and exclude.height:
-        good = good.join(exclude.select("step", r2="reason"), on="step", how="left").with_columns(
-            reason=pl.coalesce("reason", "r2")).drop("r2")
-    if phases is not None and phases.height:
-        good = good.join(phases.select("step", "phase"), on="step", how="left").with_columns(
-            pl.col("phase").fill_null("unknown"))
-    else:
-        good = good.with_columns(phase=pl.lit("unknown"))
-    if phase != "all":
-        other = (pl.col("phase") != phase) & (pl.col("phase") != "unknown")
-        good = good.with_columns(reason=pl.when(pl.col("reason").is_null() & other).then(pl.lit(PHASE))
-                                 .otherwise(pl.col("reason")))
+        prior = prior.join(exclude.select("step", r2="reason"), on="step", how="left", maintain_order="left"
+                           ).with_columns(reason=pl.coalesce("reason", "r2")).drop("r2")
+    excl = steady_exclusions(in_steps, prior.select("step", "reason"))
+    good = good.join(excl.select("step", "reason"), on="step", how="left", maintain_order="left").join(
+        prior.select("step", "phase"), on="step", how="left", maintain_order="left")
     for r, c in good.filter(pl.col("reason").is_not_null()).group_by("reason").len().iter_rows():
         reasons[r] += c
     analysed = good.filter(pl.col("reason").is_null())
@@ -180,15 +182,14 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         why = ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items()))
         hint = " (pass --phase all to analyse them)" if reasons.get(PHASE) else ""
         raise NoSteps(f"{trace.meta.path}: no step left to analyse on device {attr.device} ({why}){hint}")
+    warnings.extend(phase_warnings)
     if reasons.get(LAST_STEP):
         warnings.append("the last step has no following step (no trailing host time): excluded")
     if reasons.get(WARMUP):
         warnings.append(f"{reasons[WARMUP]} warm-up/transition step(s) (kernel sequence unlike the steady one): "
                         "excluded")
-    if reasons.get(PHASE):
-        warnings.append(f"{reasons[PHASE]} step(s) of another phase than {phase}: excluded (--phase selects)")
-    phase_of = analysed["phase"].unique().to_list()
-    step_phase = phase_of[0] if len(phase_of) == 1 else ("mixed" if "unknown" not in phase_of else "unknown")
+    step_phase = window_phase(analysed["phase"])
+    decode_advice = bool(sel["decode_advice"].any()) if sel.height else True
 
     # ---- the analysed steps' activities: serialised per stream, clipped to their step's period
     keep = analysed["step"].implode()
@@ -261,9 +262,18 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
                       next_graphed=pl.col("first_graphed").shift(-1))
     skip = attr.steps.windows.select("pid", "tid", "start") if attr.steps.marker != "inferred" else None
     largest = _largest(largest_holes, table.join(nxt, on="step", how="left"), trace, attr.launches, skip)
-    return StepTable(attribution=attr, table=table, activities=a.drop("_ps"), largest=tuple(largest),
-                     excluded_reasons=dict(sorted(reasons.items())), phase=step_phase,
+    periods_frame = good.select("step", "p_start", "p_end", period=pl.col("p_end") - pl.col("p_start"),
+                                phase="phase", reason="reason")
+    return StepTable(attribution=attr, table=table, periods=periods_frame, activities=a.drop("_ps"), largest=tuple(largest),
+                     excluded_reasons=_ordered(reasons), phase=step_phase, decode_advice=decode_advice,
                      warnings=attr.warnings + tuple(warnings))
+
+
+def _ordered(reasons: Counter) -> dict[str, int]:
+    """``steps.excluded_reasons`` in the contract's order."""
+    from tracekit.analyses.steady import REASONS
+
+    return {r: int(reasons[r]) for r in (*REASONS, *sorted(set(reasons) - set(REASONS))) if reasons.get(r)}
 
 
 def _holes(a: pl.DataFrame, analysed: pl.DataFrame, trace: Trace, launches: pl.DataFrame

@@ -1,0 +1,110 @@
+"""Steady state: which steps are excluded, and why (contract ``steps.excluded_reasons``).
+
+Reasons, in the order they are decided (a step gets the first that applies):
+
+* ``"no GPU work"`` and ``"cut by capture window"``: decided by the caller (windows without activity on the
+  analysed GPU; windows without an end);
+* ``"phase"``: not selected by ``--phase`` (:func:`tracekit.analyses.phase.select_phase`);
+* ``"last step (no following step)"``: the last step with GPU work, when there are at least 3: its period ends
+  at its own last activity, so it lacks the host time every other step carries to the next one;
+* ``"warm-up/transition"``: a step whose sequence is not the steady one. Decided by sequence, never by duration.
+
+**Signature.** A step's signature is the hash of its GPU activities in order (per stream, in start order; each
+kernel by name, marked graph-replayed or launched; copies by name): two steps with the same signature ran the
+same kernels in the same order. The *steady* signature is the most common one.
+
+**Rule.** A step with the steady signature is steady. A step with another signature is kept when it has the
+steady step's *composition*: its activities counted by (category, graph-replayed or not, kind), compared with the
+median count over the candidate steps (zeros included), overlap at least :data:`MIN_COMPOSITION_OVERLAP`:
+``sum(min(count, median)) / max(sum(count), sum(median))``. So a speculative step that accepted a different number
+of tokens (a few more or fewer bookkeeping kernels), a ragged batch (other GEMM tile kernels, another CUDA graph
+of the same forward) or the first decode step after a prefill stay; a warm-up step (eager work where the steady
+steps replay a graph, one-time autotuning or capture launches), a step that merged two steps, or half a step do
+not. docs/definitions.md ("Steady state") says the same for users.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+REASONS = ("no GPU work", "cut by capture window", "phase", "last step (no following step)", "warm-up/transition")
+LAST_STEP = "last step (no following step)"
+TRANSITION = "warm-up/transition"
+MIN_STEPS_FOR_LAST = 3  # the last of at least this many steps is excluded
+MIN_COMPOSITION_OVERLAP = 0.75  # composition overlap with the steady step below which a step is a transition
+
+
+def _code(df: pl.DataFrame, col: str) -> pl.Expr:
+    """A text column of ``df`` as numbers for hashing: the codes of an Enum/Categorical (one code per text; cheap
+    at ten million rows), else the hash of the text."""
+    if isinstance(df.schema[col], (pl.Enum, pl.Categorical)):
+        return pl.col(col).to_physical().cast(pl.UInt64)
+    return pl.col(col).cast(pl.String).hash(41)
+
+
+def step_signatures(acts: pl.DataFrame) -> pl.DataFrame:
+    """Per step of ``acts`` (the attributed activities: step, start, name, kind, graphed, stream): ``step``,
+    ``sig`` (UInt64 hash of its sequence: per stream in start order, each activity by name, graph-replayed or
+    not, and kind), ``n`` (activities)."""
+    df = acts.filter(pl.col("step").is_not_null()).select(
+        pl.col("step").cast(pl.Int64), "start", pl.col("stream").fill_null(-1),
+        tok=pl.struct(_code(acts, "name"), pl.col("graphed").fill_null(False), _code(acts, "kind")).hash(23))
+    seqs = (df.sort("step", "stream", "start", maintain_order=True)
+            .group_by("step", maintain_order=True).agg(toks=pl.struct("stream", "tok").hash(29), n=pl.len()))
+    return seqs.select("step", sig=pl.col("toks").hash(31), n=pl.col("n").cast(pl.Int64))
+
+
+def composition_overlap(acts: pl.DataFrame, candidates: pl.Series) -> pl.DataFrame:
+    """Per step of ``acts``: ``overlap`` of its composition with the median composition of the ``candidates``
+    steps (see the module docstring)."""
+    comp = acts.filter(pl.col("step").is_not_null()).group_by(
+        pl.col("step").cast(pl.Int64), pl.col("category").cast(pl.String), pl.col("graphed").fill_null(False),
+        pl.col("kind").cast(pl.String)).agg(c=pl.len())
+    comp = comp.with_columns(tok=pl.struct("category", "graphed", "kind").hash(37)).select("step", "tok", "c")
+    cand = comp.filter(pl.col("step").is_in(candidates.implode()))
+    n_c = candidates.len()
+    med = cand.group_by("tok").agg(c=pl.col("c"), k=pl.len()).select(
+        "tok", med=pl.concat_list("c", pl.lit(0, pl.UInt32).repeat_by(n_c - pl.col("k"))).list.median())
+    total_med = float(med["med"].sum())
+    both = comp.join(med, on="tok", how="left").with_columns(pl.col("med").fill_null(0.0))
+    return both.group_by("step").agg(
+        overlap=pl.min_horizontal("c", "med").sum() / pl.max_horizontal(pl.col("c").sum(), pl.lit(total_med)))
+
+
+def steady_exclusions(acts: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """The exclusion reason of every step (null: analysed).
+
+    ``steps``: every step window in time order, columns ``step`` and ``reason`` (the caller's: "no GPU work",
+    "cut by capture window", "phase", or null). ``acts``: the attributed activities (see
+    :func:`step_signatures`; category by name). Returns ``step``, ``reason``, ``sig`` (null without activity),
+    ``overlap`` (composition overlap with the steady step; null where not compared).
+    """
+    sigs = step_signatures(acts)
+    out = steps.select(pl.col("step").cast(pl.Int64), pl.col("reason").cast(pl.String)).with_row_index("_i")
+    out = out.join(sigs, on="step", how="left", maintain_order="left")
+    # last step: the last one with GPU work that the capture did not cut, of at least MIN_STEPS_FOR_LAST
+    worked = out.filter(pl.col("reason").is_null() | (pl.col("reason") == "phase"))
+    if worked.height >= MIN_STEPS_FOR_LAST:
+        last = int(worked["_i"].max())
+        out = out.with_columns(reason=pl.when((pl.col("_i") == last) & pl.col("reason").is_null())
+                               .then(pl.lit(LAST_STEP)).otherwise(pl.col("reason")))
+    cand = out.filter(pl.col("reason").is_null() & pl.col("sig").is_not_null())
+    if cand.height >= 2:
+        steady_sig = cand["sig"].mode().sort()[0]
+        # the last step's sequence is a steady one too: it joins the median composition
+        ref = out.filter((pl.col("reason").is_null() | (pl.col("reason") == LAST_STEP)) & pl.col("sig").is_not_null())
+        ov = composition_overlap(acts, ref["step"])
+        out = out.join(ov, on="step", how="left", maintain_order="left").with_columns(
+            overlap=pl.when(pl.col("reason").is_null()).then(pl.col("overlap")))
+        out = out.with_columns(reason=pl.when(
+            pl.col("reason").is_null() & (pl.col("sig") != steady_sig)
+            & (pl.col("overlap") < MIN_COMPOSITION_OVERLAP)).then(pl.lit(TRANSITION)).otherwise(pl.col("reason")))
+    else:
+        out = out.with_columns(overlap=pl.lit(None, pl.Float64))
+    return out.select("step", "reason", "sig", "overlap")
+
+
+def reason_counts(excl: pl.DataFrame) -> dict[str, int]:
+    """``steps.excluded_reasons``: {reason: count} in the contract's order, reasons with no step left out."""
+    counts = dict(excl.filter(pl.col("reason").is_not_null()).group_by("reason").len().iter_rows())
+    return {r: int(counts[r]) for r in REASONS if counts.get(r)}
