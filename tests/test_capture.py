@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit.capture as cap
+from tracekit.cli.capture import capture_command
 from tracekit.errors import TracekitError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,9 +126,9 @@ def test_cli_nsys_missing_is_one_line_exit_2(tmp_path, monkeypatch):
     monkeypatch.setattr(cap, "NSYS_GLOBS", ())
     monkeypatch.delenv("NSYS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(tmp_path / "o")])
+    r = runner().invoke(capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(tmp_path / "o")])
     assert "nsys not found" in _one_error_line(r)
-    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(tmp_path / "o"),
+    r = runner().invoke(capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(tmp_path / "o"),
                                               "--nsys", str(tmp_path / "nope")])
     assert "--nsys" in _one_error_line(r)
 
@@ -164,7 +165,7 @@ def _fake_nsys(tmp_path: Path, profile_rc: int = 0) -> Path:
 def test_capture_with_fake_nsys_writes_manifest(tmp_path):
     nsys = _fake_nsys(tmp_path)
     out = tmp_path / "run"
-    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(out),
+    r = runner().invoke(capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(out),
                                               "--steps", "3", "--mode", "graph", "--spec", "3", "--nsys", str(nsys),
                                               "--peak-bw", "4800", "--size", "small"])
     assert r.exit_code == 0, r.stderr
@@ -185,7 +186,7 @@ def test_capture_with_fake_nsys_writes_manifest(tmp_path):
 
 def test_capture_nsys_failure_is_one_line(tmp_path):
     nsys = _fake_nsys(tmp_path, profile_rc=3)
-    r = runner().invoke(cap.capture_command, ["--workload", "synthetic", "--profiler", "nsys",
+    r = runner().invoke(capture_command, ["--workload", "synthetic", "--profiler", "nsys",
                                               "--out", str(tmp_path / "o"), "--nsys", str(nsys)])
     assert "nsys profile failed with exit code 3" in _one_error_line(r)
 
@@ -455,7 +456,7 @@ def test_tp_argument_errors():
     with pytest.raises(TracekitError, match=">= 1"):
         cap.launch_prefix(0)
     assert cap.tp_args("synthetic", None, "symm") == ["--allreduce", "symm"]   # the older world-of-one option
-    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "torch", "--out", "o", "--tp", "0"])
+    r = runner().invoke(capture_command, ["--workload", "hf", "--profiler", "torch", "--out", "o", "--tp", "0"])
     assert r.exit_code == 2
 
 

@@ -10,7 +10,9 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from tracekit.ceiling import ceiling, ceiling_command, render_markdown, render_table
+from tracekit.analyses.ceiling import ceiling
+from tracekit.cli.ceiling import ceiling as ceiling_command
+from tracekit.report.ceiling import render_markdown, render_table
 from tracekit.errors import TracekitError
 from tracekit.modelconfig import count_params, from_config_file
 

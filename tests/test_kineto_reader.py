@@ -17,8 +17,9 @@ from tracekit.errors import TracekitError
 from tracekit.readers import kineto
 from tracekit.readers.kineto import read_kineto
 
+from conftest import shared
+
 DATA = Path(__file__).parent / "data" / "kineto"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "external_traces"
 
 WORK_PREFIXES = (
     "cudaLaunch", "cuLaunch", "hipLaunch", "hipExtLaunch", "hipModuleLaunch",
@@ -63,13 +64,6 @@ def _counts(t) -> dict:
     }
 
 
-def _shared(rel: str) -> Path:
-    p = SHARED / rel
-    if not p.exists():
-        pytest.skip(f"{p} not present (non-redistributable or large trace, read in place from ../shared)")
-    return p
-
-
 # file -> (figures also stated in ../shared/external_traces/PROVENANCE.md, expected meta)
 CASES = {
     "hta_nccl_data.json.gz": ({"kernels": 2700, "memops": 1074, "ranges": 42}, {"rank": 0, "world_size": 2, "graph_trace_mode": "none"}),
@@ -96,7 +90,7 @@ def test_counts_match_independent_read(name):
 
 def test_graph_replayed_kernels_join_their_launch():
     # HTA negative_queue rank0 (MIT, 1.3 MB, read in place): 70 cudaGraphLaunch, 135 kernels share their correlation
-    path = _shared("HolisticTraceAnalysis/tests/data/negative_queue_length_values_check/rank0.json.gz")
+    path = shared("HolisticTraceAnalysis/tests/data/negative_queue_length_values_check/rank0.json.gz")
     t = read_kineto(path)
     assert _counts(t) == _oracle(path)
     assert t.meta.graph_trace_mode == "node"
@@ -134,7 +128,7 @@ def test_ns_conversion_on_a_known_event():
 def test_epoch_timestamps_keep_nanoseconds():
     # ts such as 1712195495505543.14 µs cannot be held by a float64 to the ns (ulp 0.25 µs):
     # the oracle reads the exact decimal text
-    path = _shared("HolisticTraceAnalysis/tests/data/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    path = shared("HolisticTraceAnalysis/tests/data/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
     doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
     raw = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"][:200]
     want = {e["args"]["correlation"]: int((Decimal(e["ts"]) * 1000).to_integral_value(ROUND_HALF_UP)) for e in raw}
@@ -317,7 +311,7 @@ def test_truncated_gzip_is_one_line_error(tmp_path):
     ],
 )
 def test_non_redistributable_traces_in_place(rel):
-    path = _shared(rel)
+    path = shared(rel)
     t = read_kineto(path)
     assert _counts(t) == _oracle(path)
     assert not any("no kernels recorded" in w for w in t.meta.warnings)

@@ -9,18 +9,15 @@ from __future__ import annotations
 import csv
 import io
 
-from tracekit.categories import KERNEL_CATEGORIES, STEP_CATEGORIES
+from tracekit.categories import KERNEL_CATEGORIES, LEVERS, STEP_CATEGORIES
+from tracekit.report._fmt import MISSING, num, pct
 from tracekit.report.safe import md, plain
 
 SPLIT_ORDER = list(STEP_CATEGORIES)
 
 
-def _f(x, nd=3):
-    return "—" if x is None else f"{x:,.{nd}f}"
-
-
 def split_rows(b):
-    """(category, ms/step, % of step, kernel ms/step) rows in display order (from the JSON numbers)."""
+    """(category, ms/step, % of the traced step, kernel ms/step) rows in display order (from the JSON numbers)."""
     d = b.to_dict()
     mean = d["steps"]["mean_ms"]
     rows = []
@@ -41,38 +38,46 @@ def biggest_category(b):
     return best
 
 
-def _pct(x: float) -> str:
-    v = 100 * x
-    return f"{v:.1f}%" if abs(v) < 10 else f"{v:.0f}%"
+def ranked_levers(b) -> list[str]:
+    """The applicable levers with a positive saving, largest first, as the analysis ranked them."""
+    ranked = getattr(b, "ranked_levers", None)
+    if ranked is None:  # results of tracekit.breakdown/1
+        ranked = b.extras.get("ranked") or []
+    return list(ranked)
 
 
 def headline(b) -> str:
-    """One line: step time, where most of it goes, the top lever, the bandwidth ceiling."""
+    """One line: step time, where most of it goes, the top lever, the bandwidth ceiling.
+
+    The analysis' own ``headline`` when its JSON has one (renderers print it, never compute it).
+    """
     d = b.to_dict()
+    if d.get("headline"):
+        return d["headline"]
     mean = d["steps"]["mean_ms"]
     ps = {k: v for k, v in d["per_step_ms"].items() if v is not None}
     parts = [f"step {mean:.3f} ms"]
     if mean and ps:
         top = sorted(ps, key=lambda k: -ps[k])[:2]
-        parts.append(", ".join(f"{k.replace('_', ' ')} {_pct(ps[k] / mean)}" for k in top if ps[k] > 0))
-    ranked = b.extras.get("ranked") or []
+        parts.append(", ".join(f"{k.replace('_', ' ')} {pct(ps[k] / mean)}" for k in top if ps[k] > 0))
+    ranked = ranked_levers(b)
     if ranked:
         lever = d["advice"][ranked[0]]
         name = {"cuda_graphs": "CUDA graphs", "communication": "a free all-reduce", "drafting": "no drafting"}[ranked[0]]
         parts.append(f"{name} → ≈{lever['predicted_step_ms']:.3f} ms")
     roof = d["roofline"]
     if roof.get("fraction_of_ceiling") is not None:
-        parts.append(f"{_pct(roof['fraction_of_ceiling'])} of the {roof['ceiling_tokens_per_s']:,.0f} tok/s "
+        parts.append(f"{pct(roof['fraction_of_ceiling'])} of the {roof['ceiling_tokens_per_s']:,.0f} tok/s "
                      "bandwidth ceiling")
     return "; ".join(p for p in parts if p)
 
 
 def verdict_lines(b) -> list[str]:
     """Verdicts ranked by the time they would save; memory-bandwidth context last."""
-    adv = b.advice
-    ranked = b.extras.get("ranked", [])
+    adv = b.to_dict()["advice"]
+    ranked = ranked_levers(b)
     lines = [adv[k]["verdict"] for k in ranked]
-    lines += [adv[k]["verdict"] for k in ("cuda_graphs", "communication", "drafting") if k not in ranked]
+    lines += [adv[k]["verdict"] for k in LEVERS if k not in ranked and k != "memory_bandwidth"]
     lines.append(adv["memory_bandwidth"]["verdict"])
     return lines
 
@@ -84,31 +89,31 @@ def breakdown_md(b) -> str:
     for line in verdict_lines(b):
         out.append(f"- {line}")
     out += ["", "| category | ms / step | % of step | kernel ms / step |", "|---|---:|---:|---:|"]
-    for name, ms, pct, kms in split_rows(b):
-        out.append(f"| {name} | {_f(ms)} | {'—' if pct is None else f'{pct:.1f}%'} | {_f(kms)} |")
-    out.append(f"| **step** | **{_f(st['mean_ms'])}** | 100.0% | |")
+    for name, ms, share, kms in split_rows(b):
+        out.append(f"| {name} | {num(ms)} | {MISSING if share is None else f'{share:.1f}%'} | {num(kms)} |")
+    out.append(f"| **step** | **{num(st['mean_ms'])}** | 100.0% | |")
     out += ["", "<details><summary>details</summary>", ""]
     out.append(f"- trace: {md(d['source']['path'], 200)} ({d['source']['format']}, "
                f"{md(d['source']['producer_version'] or 'unknown version')}, graph trace mode "
                f"{d['source']['graph_trace_mode']})")
-    out.append(f"- GPU {gpu['device']}: {md(gpu['name'] or 'unknown')}, peak {_f(gpu['peak_bw_gbps'], 0)} GB/s "
+    out.append(f"- GPU {gpu['device']}: {md(gpu['name'] or 'unknown')}, peak {num(gpu['peak_bw_gbps'], 0)} GB/s "
                f"({gpu['peak_bw_source'] or 'unknown'})")
     pattern = f", pattern {md(st['pattern'])}" if st["pattern"] else ""
     out.append(f"- steps: {st['count']} analysed, {st['excluded']} excluded (marker {st['marker']}{pattern}); "
-               f"mean {_f(st['mean_ms'])} ms, median {_f(st['median_ms'])}, p10 {_f(st['p10_ms'])}, "
-               f"p90 {_f(st['p90_ms'])}")
+               f"mean {num(st['mean_ms'])} ms, median {num(st['median_ms'])}, p10 {num(st['p10_ms'])}, "
+               f"p90 {num(st['p90_ms'])}")
     if roof.get("weight_bytes_per_step") is not None:
         out.append(f"- roofline: {roof['weight_bytes_per_step']:,} weight bytes/step ({roof['weight_bytes_source']}); "
-                   f"floor {_f(roof['floor_ms'])} ms; ceiling {_f(roof['ceiling_tokens_per_s'], 1)} tok/s; "
-                   f"fraction of ceiling {_f(roof['fraction_of_ceiling'], 3)}; gemm achieved "
-                   f"{_f(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
+                   f"floor {num(roof['floor_ms'])} ms; ceiling {num(roof['ceiling_tokens_per_s'], 1)} tok/s; "
+                   f"fraction of ceiling {num(roof['fraction_of_ceiling'], 3)}; gemm achieved "
+                   f"{num(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
     top = b.top_kernels.head(10)
     if top.height:
         n = max(1, st["count"])
         out += ["", "| top kernels | category | per step | ms / step | mean µs |", "|---|---|---:|---:|---:|"]
         for r in top.iter_rows(named=True):
-            out.append(f"| {md(r['name'], 90)} | {r['category']} | {r['count'] / n:.1f} | {_f(r['per_step_ms'])} | "
-                       f"{_f(r['mean_us'], 1)} |")
+            out.append(f"| {md(r['name'], 90)} | {r['category']} | {r['count'] / n:.1f} | {num(r['per_step_ms'])} | "
+                       f"{num(r['mean_us'], 1)} |")
     if d["warnings"]:
         out += ["", "warnings:"]
         out += [f"- {md(w, 500)}" for w in d["warnings"]]
@@ -134,7 +139,7 @@ def info_md(result: dict) -> str:
            f"{s['format']}, {md(s['producer_version'] or 'unknown version')}, CUDA-graph trace mode "
            f"{s['graph_trace_mode']}", "", "| device | GPU | peak BW (GB/s) |", "|---:|---|---:|"]
     for g in result["gpus"]:
-        out.append(f"| {g['device']} | {md(g['name'] or 'unknown')} | {_f(g['peak_bw_gbps'], 0)} |")
+        out.append(f"| {g['device']} | {md(g['name'] or 'unknown')} | {num(g['peak_bw_gbps'], 0)} |")
     c = result["counts"]
     out += ["", "| " + " | ".join(c) + " |", "|" + "---:|" * len(c), "| " + " | ".join(f"{v:,}" for v in c.values()) + " |"]
     if result["range_names"]:
@@ -152,7 +157,7 @@ def kernels_md(result: dict) -> str:
     out = ["| kernel | category | rule | count | total ms | mean µs | share |", "|---|---|---|---:|---:|---:|---:|"]
     for r in result["kernels"]:
         out.append(f"| {md(r['name'], 100)} | {r['category']} | {r['rule'] or '**no rule**'} | {r['count']:,} | "
-                   f"{_f(r['total_ms'])} | {_f(r['mean_us'], 1)} | {100 * r['share']:.1f}% |")
+                   f"{num(r['total_ms'])} | {num(r['mean_us'], 1)} | {100 * r['share']:.1f}% |")
     if result["warnings"]:
         out += [""] + [f"- warning: {md(w, 500)}" for w in result["warnings"]]
     return "\n".join(out) + "\n"
@@ -179,7 +184,7 @@ def _csv_safe(s: str) -> str:
 def ranks_md(multi: dict) -> str:
     out = ["| " + " | ".join(multi["columns"]) + " |", "|" + "---|" * len(multi["columns"])]
     for row in multi["table"]:
-        out.append("| " + " | ".join(md(v, 80) if isinstance(v, str) else (str(v) if isinstance(v, int) else _f(v))
+        out.append("| " + " | ".join(md(v, 80) if isinstance(v, str) else (str(v) if isinstance(v, int) else num(v))
                                      for v in row) + " |")
     out += [""] + [f"- {md(w, 500)}" for w in multi.get("warnings", [])]
     return "\n".join(out) + "\n"

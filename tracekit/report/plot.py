@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.categories import PRIORITY, STEP_CATEGORIES
+from tracekit.report._fmt import tail
 from tracekit.report.safe import plain
 
 BAR_KEYS = list(STEP_CATEGORIES)
@@ -73,7 +74,8 @@ def plot_data(b, acts: pl.DataFrame) -> PlotData:
         segs.select(start=pl.col("end").max(), end=pl.lit(p_end, pl.Int64), kind=pl.lit("idle")),
     ]).filter(pl.col("end") > pl.col("start")).select(
         start_us=(pl.col("start") - p_start) / 1e3, end_us=(pl.col("end") - p_start) / 1e3, kind="kind")
-    return PlotData(title=Path(b.source["path"]).name, headline=headline(b), bars=bars, step=step,
+    # The folder tells runs apart (every capture names its file trace.sqlite).
+    return PlotData(title=tail(b.source["path"], 2), headline=headline(b), bars=bars, step=step,
                     step_period_ms=(p_end - p_start) / 1e6, timeline=timeline, gaps=gaps, null_categories=nulls)
 
 

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tracekit.report._fmt import MISSING, num, pct
 from tracekit.report.safe import rich_text
 
 CAT_STYLE = {"gemm": "cyan", "attention": "magenta", "communication": "yellow", "drafting": "green",
@@ -13,11 +14,8 @@ CAT_STYLE = {"gemm": "cyan", "attention": "magenta", "communication": "yellow", 
              "idle": "bright_black"}
 
 
-def _f(x, nd=3, unit=""):
-    return "—" if x is None else f"{x:,.{nd}f}{unit}"
-
-
-def _warnings(console: Console, warnings):
+def print_warnings(console: Console, warnings) -> None:
+    """``warning: ...`` lines (untrusted text: shown, never parsed as markup)."""
     for w in warnings:
         console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
 
@@ -39,7 +37,7 @@ def render_info(result: dict, console: Console) -> None:
     t.add_column("name")
     t.add_column("peak BW (GB/s)", justify="right")
     for g in result["gpus"]:
-        t.add_row(str(g["device"]), rich_text(g["name"] or "unknown"), _f(g["peak_bw_gbps"], 0))
+        t.add_row(str(g["device"]), rich_text(g["name"] or "unknown"), num(g["peak_bw_gbps"], 0))
     console.print(t)
     c = result["counts"]
     t = Table(title="counts", title_justify="left")
@@ -55,7 +53,7 @@ def render_info(result: dict, console: Console) -> None:
         for r in result["range_names"]:
             t.add_row(rich_text(r["pattern"]), f"{r['count']:,}", rich_text(r["regex"]))
         console.print(t)
-    _warnings(console, result["warnings"])
+    print_warnings(console, result["warnings"])
 
 
 def _cross_table(result: dict, console: Console) -> None:
@@ -69,7 +67,7 @@ def _cross_table(result: dict, console: Console) -> None:
     idx = [i for i, c in enumerate(result["columns"]) if c not in skip]
     for row in result["table"]:
         t.add_row(*[rich_text(row[i]) if isinstance(row[i], str) else
-                    (f"{row[i]:,}" if isinstance(row[i], int) else _f(row[i])) for i in idx])
+                    (f"{row[i]:,}" if isinstance(row[i], int) else num(row[i])) for i in idx])
     console.print(t)
 
 
@@ -90,32 +88,37 @@ def render_kernels(result: dict, console: Console) -> None:
     for r in result["kernels"]:
         rule = Text("no rule", style="bold red") if r["rule"] is None else Text(r["rule"])
         t.add_row(rich_text(r["name"]), Text(r["category"], style=CAT_STYLE.get(r["category"], "")), rule,
-                  f"{r['count']:,}", _f(r["total_ms"]), _f(r["mean_us"], 1), f"{100 * r['share']:.1f}%")
+                  f"{r['count']:,}", num(r["total_ms"]), num(r["mean_us"], 1), f"{100 * r['share']:.1f}%")
     console.print(t)
-    _warnings(console, result["warnings"])
+    print_warnings(console, result["warnings"])
 
 
 def render_breakdown(b, console: Console) -> None:
-    from tracekit.report.markdown import _pct, biggest_category, headline, split_rows, verdict_lines
+    from tracekit.report.markdown import biggest_category, headline, split_rows, verdict_lines
 
     d = b.to_dict()
     st, gpu, roof = d["steps"], d["gpu"], d["roofline"]
-    console.print(Text.assemble(("tracekit breakdown ", "bold"), rich_text(d["source"]["path"])))
+    src = d["source"]
+    # The headline first (the answer), then what was read; the command line is not echoed.
     console.print(Text(headline(b), style="bold"))
+    console.print(Text.assemble("trace ", rich_text(src["path"]), f" ({src['format']}, ",
+                                rich_text(src["producer_version"] or "unknown version"),
+                                f", graph trace mode {src['graph_trace_mode']})"))
     console.print(Text.assemble(
-        f"GPU {gpu['device']}: ", rich_text(gpu['name'] or 'unknown'), f"  peak {_f(gpu['peak_bw_gbps'], 0)} GB/s "
+        f"GPU {gpu['device']}: ", rich_text(gpu['name'] or 'unknown'), f"  peak {num(gpu['peak_bw_gbps'], 0)} GB/s "
         f"({gpu['peak_bw_source'] or 'unknown'})   steps {st['count']} ({st['marker']}",
         rich_text(', ' + repr(st['pattern']) if st['pattern'] else ''), f"), excluded {st['excluded']}"))
-    console.print(f"step ms: mean {_f(st['mean_ms'])}  median {_f(st['median_ms'])}  p10 {_f(st['p10_ms'])}  "
-                  f"p90 {_f(st['p90_ms'])}")
+    console.print(f"step ms: mean {num(st['mean_ms'])}  median {num(st['median_ms'])}  p10 {num(st['p10_ms'])}  "
+                  f"p90 {num(st['p90_ms'])}")
     t = Table(title="where a step goes (exclusive, per step)", title_justify="left")
     t.add_column("category")
     t.add_column("ms / step", justify="right")
     t.add_column("% of step", justify="right")
     t.add_column("kernel ms / step", justify="right")
-    for name, ms, pct, kms in split_rows(b):
-        t.add_row(Text(name, style=CAT_STYLE.get(name, "")), _f(ms), "—" if pct is None else f"{pct:.1f}%", _f(kms))
-    t.add_row(Text("step", style="bold"), _f(st["mean_ms"]), "100.0%", "")
+    for name, ms, share, kms in split_rows(b):
+        t.add_row(Text(name, style=CAT_STYLE.get(name, "")), num(ms), MISSING if share is None else f"{share:.1f}%",
+                  num(kms))
+    t.add_row(Text("step", style="bold"), num(st["mean_ms"]), "100.0%", "")
     console.print(t)
     top = b.top_kernels
     if top.height:
@@ -128,17 +131,17 @@ def render_breakdown(b, console: Console) -> None:
         t.add_column("mean (µs)", justify="right")
         n = max(1, st["count"])
         for r in rows.iter_rows(named=True):
-            t.add_row(rich_text(r["name"]), f"{r['count'] / n:.1f}", _f(r["per_step_ms"]), _f(r["mean_us"], 1))
+            t.add_row(rich_text(r["name"]), f"{r['count'] / n:.1f}", num(r["per_step_ms"]), num(r["mean_us"], 1))
         console.print(t)
     if roof.get("floor_ms") is not None:
         console.print(f"roofline: {roof['weight_bytes_per_step'] / 1e9:.3f} GB/step ({roof['weight_bytes_source']}) → "
-                      f"floor {_f(roof['floor_ms'])} ms, ceiling {_f(roof['ceiling_tokens_per_s'], 1)} tok/s; "
-                      f"at {_pct(roof['fraction_of_ceiling'])} of it; gemm reads at "
-                      f"{_f(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
+                      f"floor {num(roof['floor_ms'])} ms, ceiling {num(roof['ceiling_tokens_per_s'], 1)} tok/s; "
+                      f"at {pct(roof['fraction_of_ceiling'])} of it; gemm reads at "
+                      f"{num(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
     console.print(Text("verdicts", style="bold"))
     for line in verdict_lines(b):
         console.print(Text("• ") + rich_text(line, 1000))
-    _warnings(console, d["warnings"])
+    print_warnings(console, d["warnings"])
 
 
 _RANK_COLS = [("rank", "rank"), ("steps", "steps"), ("mean_ms", "step"), ("gemm", "gemm"), ("attention", "attn"),
@@ -158,10 +161,9 @@ def render_ranks(multi: dict, console: Console) -> None:
         cells = []
         for col, _ in _RANK_COLS:
             v = row[idx[col]]
-            cells.append(rich_text(v) if isinstance(v, str) else (str(v) if isinstance(v, int) else _f(v)))
+            cells.append(rich_text(v) if isinstance(v, str) else (str(v) if isinstance(v, int) else num(v)))
         t.add_row(*cells)
     console.print(t)
     for row in multi["table"]:
         console.print(Text(f"{row[idx['rank']]}: ") + rich_text(row[idx["path"]]))
-    for w in multi.get("warnings", []):
-        console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
+    print_warnings(console, multi.get("warnings", []))
