@@ -40,8 +40,20 @@ def _quiet_stdout() -> None:
         pass
 
 
+class _PipeClosed(Exception):
+    """stdout's reader went away (``| head``). Not an OSError, so click's own EPIPE handler (exit 1) skips it."""
+
+
 class TracekitGroup(click.Group):
     """A click group whose errors are one line and whose exit codes follow the contract."""
+
+    def invoke(self, ctx):
+        try:
+            rv = super().invoke(ctx)
+            sys.stdout.flush()  # here, so that a pipe closed early is seen now (not at interpreter exit)
+            return rv
+        except BrokenPipeError:
+            raise _PipeClosed from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         argv, debug = _split_debug(list(sys.argv[1:] if args is None else args))
@@ -71,7 +83,7 @@ class TracekitGroup(click.Group):
                 raise
             click.echo(f"tracekit: error: {one_line(e)}", err=True)
             sys.exit(2)
-        except BrokenPipeError:  # `tracekit kernels x | head`: the reader has all it wanted
+        except (_PipeClosed, BrokenPipeError):  # `tracekit kernels x | head`: the reader has all it wanted
             _quiet_stdout()
             sys.exit(0)
         except KeyboardInterrupt:
