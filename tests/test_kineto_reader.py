@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tracekit.errors import TracekitError
-from tracekit.readers import kineto
+from tracekit.readers import kineto, kineto_columns, kineto_stream
 from tracekit.readers.kineto import read_kineto
 
 from conftest import shared
@@ -172,8 +172,8 @@ def test_ranges_depth():
 def test_chunked_decode_equals_whole(monkeypatch):
     path = DATA / "hta_nccl_data.json.gz"
     whole = read_kineto(path)
-    monkeypatch.setattr(kineto, "_CHUNK", 50_000)
-    monkeypatch.setattr(kineto, "_BLOCK", 70_000)
+    monkeypatch.setattr(kineto_stream, "_CHUNK", 50_000)
+    monkeypatch.setattr(kineto_stream, "_BLOCK", 70_000)
     small = read_kineto(path)
     for name in ("kernels", "memops", "launches", "ranges", "ops", "gpus"):
         assert getattr(small, name).equals(getattr(whole, name)), name
@@ -191,8 +191,8 @@ def test_tiny_pieces_equal_whole(tmp_path, monkeypatch, compact):
     p = tmp_path / "t.json"
     p.write_text(json.dumps(doc, separators=(",", ":")) if compact else json.dumps(doc, indent=2))
     whole = read_kineto(p)
-    monkeypatch.setattr(kineto, "_CHUNK", 3_000)
-    monkeypatch.setattr(kineto, "_BATCH", 50)
+    monkeypatch.setattr(kineto_stream, "_CHUNK", 3_000)
+    monkeypatch.setattr(kineto_columns, "_BATCH", 50)
     small = read_kineto(p)
     for name in ("kernels", "memops", "launches", "ranges", "ops", "gpus", "collectives"):
         assert getattr(small, name).equals(getattr(whole, name)), name
