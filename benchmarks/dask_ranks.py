@@ -48,7 +48,7 @@ def main(argv=None) -> None:
     with Client(a.scheduler or cluster) as client:
         futures = client.map(per_file, files, opts=opts, pure=False)
         results = {}
-        for fut, res in as_completed(futures, with_results=True):
+        for _fut, res in as_completed(futures, with_results=True):
             results[res["source"]["path"]] = res
     if cluster is not None:
         cluster.close()

@@ -57,7 +57,7 @@ def timed_interleaved(specs: list[tuple]) -> list[dict]:
         for i, (cmd, label, env, timeout) in enumerate(specs):
             runs[i].append(_timed_once(cmd, label, env, timeout))
     rows = []
-    for (cmd, label, env, timeout), rs in zip(specs, runs):
+    for (_cmd, label, _env, _timeout), rs in zip(specs, runs):
         row = dict(rs[-1])
         walls = sorted(r["wall_s"] for r in rs)
         row["wall_s"] = walls[len(walls) // 2]

@@ -12,7 +12,6 @@ import gzip
 import json
 import re
 import sqlite3
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -367,12 +366,6 @@ def test_shipped_rules_shape_and_order():
     firsts = {f: family.index(f) for f in dict.fromkeys(family)}
     assert list(firsts) == ["M", "C", "S", "L", "O", "A", "G", "P"]
     assert ids.index("O0") < ids.index("A1") < ids.index("G1") < ids.index("O1") < ids.index("P1")
-
-
-def test_mini_toml_reader_matches_tomllib():
-    import tomllib
-    text = (Path(cl.__file__).parent / "data" / "kernels.toml").read_text()
-    assert cl._mini_toml(text) == tomllib.loads(text)
 
 
 # ───────────────────────────── user rules (--rules FILE) ─────────────────────────────

@@ -7,8 +7,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from conftest import DATA, shared
 from tracekit.cli import cli
+
+from conftest import DATA, shared
 
 MFU = str(DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 import tracekit
+
 from factory import SYNTHETIC, make_trace
 
 GEMM = "nvjet_tst_64x8_64x16_4x1_v_bz_TNT"

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 import tracekit
 from tracekit.cli import cli
-from tracekit.runs import PER_STEP_KEYS, history, save_runs
 from tracekit.report.history import history_md
+from tracekit.runs import PER_STEP_KEYS, history, save_runs
 
 from conftest import DATA, shared
 

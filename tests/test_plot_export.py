@@ -22,7 +22,7 @@ MFU = DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite"
 SAXPY = DATA / "nsys" / "pipit_saxpy_2022.2.sqlite"
 
 
-def analyse(path, opts=AnalysisOptions()):
+def analyse(path, opts: AnalysisOptions | None = None):
     """(Breakdown, its attributed activities): what plot and export draw."""
     b = tracekit.breakdown_file(path, opts)
     return b, b.activities

@@ -10,8 +10,9 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT, SAMPLES, sample
 from tracekit.cli import cli
+
+from conftest import ROOT, SAMPLES, sample
 
 DOC = ROOT / "docs" / "tutorial.md"
 

@@ -29,8 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
     from tracekit.analyses.breakdown import Breakdown
-    from tracekit.analyses.diff import Diff
     from tracekit.analyses.ceiling import Ceiling
+    from tracekit.analyses.diff import Diff
     from tracekit.trace import Trace
 
 

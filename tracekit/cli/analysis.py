@@ -88,7 +88,8 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
     if all_devices:
         if len(files) != 1 or opts.device is not None:
             raise TracekitError("--all-devices takes one trace file and no --device")
-        from tracekit.analyses.breakdown import breakdown as run, devices_with_activity
+        from tracekit.analyses.breakdown import breakdown as run
+        from tracekit.analyses.breakdown import devices_with_activity
 
         trace = load(files[0], True)
         devs = devices_with_activity(trace)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.options import BYTES, COUNT, POSITIVE, output_options
 from tracekit.analyses.ceiling import DTYPES
+from tracekit.cli.options import BYTES, COUNT, POSITIVE, output_options
 from tracekit.cli.output import emit
 
 

@@ -58,7 +58,20 @@ from tracekit.readers.common import nesting_depth
 from tracekit.readers.kineto_columns import MATMUL_OPS, Frames
 from tracekit.readers.kineto_header import distributed, gpus_from_header, header_text, merge_into, producer_version
 from tracekit.readers.kineto_stream import Decoded, Doc, iter_chunks
-from tracekit.trace import COLLECTIVES, GPUS, GRAPH_EXECS, KERNELS, LAUNCHES, MEMOPS, OPS, RANGES, Trace, TraceMeta, conform, empty
+from tracekit.trace import (
+    COLLECTIVES,
+    GPUS,
+    GRAPH_EXECS,
+    KERNELS,
+    LAUNCHES,
+    MEMOPS,
+    OPS,
+    RANGES,
+    Trace,
+    TraceMeta,
+    conform,
+    empty,
+)
 
 __all__ = ["read_kineto", "MATMUL_OPS"]
 

@@ -20,7 +20,6 @@ import polars as pl
 from tracekit.readers.common import api_kind, strip_api_version
 from tracekit.readers.kineto_stream import NULL
 
-
 # Framework ops whose input shapes tell the weight bytes a step reads (kept in Trace.ops).
 MATMUL_OPS = (
     "aten::linear",

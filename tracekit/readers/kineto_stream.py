@@ -215,14 +215,14 @@ class _Blocks:
         return b
 
 
-def _whole(st: Decoded, data: bytes) -> "Doc":
+def _whole(st: Decoded, data: bytes) -> Doc:
     doc = _decode_bytes(st, DECODER, data)
     if doc.traceEvents is None:
         raise fail(st.path, "no 'traceEvents' list at the top level, so this is not a Kineto trace")
     return doc
 
 
-def _header(st: Decoded, blocks: _Blocks) -> tuple["Doc", bool, bytes]:
+def _header(st: Decoded, blocks: _Blocks) -> tuple[Doc, bool, bytes]:
     """Read up to ``"traceEvents": [``: (header, whole, rest). ``whole``: the header is the whole
     document (it could not be split there), else ``rest`` is the text read after the ``[``."""
     buf = b""
@@ -308,7 +308,7 @@ def _with_nan_literals(st: Decoded, data: bytes, error: msgspec.DecodeError) -> 
     raise fail(st.path, f"not valid JSON ({one_line(error)})")
 
 
-def iter_chunks(path: Path, st: Decoded) -> Iterator[tuple[list, "Doc | None"]]:
+def iter_chunks(path: Path, st: Decoded) -> Iterator[tuple[list, Doc | None]]:
     """Yield (events, header-or-None) chunk by chunk, never holding the whole document.
 
     The top-level object is cut into: the text before ``"traceEvents": [`` (the header),

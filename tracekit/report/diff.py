@@ -9,7 +9,7 @@ the same text byte for byte. Untrusted text (paths, verdicts quoting names, warn
 from __future__ import annotations
 
 from tracekit.categories import STEP_CATEGORIES
-from tracekit.report._fmt import MISSING, MINUS, num
+from tracekit.report._fmt import MINUS, MISSING, num
 from tracekit.report.safe import md, rich_text
 
 ROW_ORDER = list(STEP_CATEGORIES)
