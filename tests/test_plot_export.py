@@ -58,9 +58,9 @@ def test_figure_bars_have_the_plotted_heights(mfu):
     data = plot_data(b, acts)
     fig = figure(data)
     ax = fig.axes[0]
-    assert [c.get_label() for c in ax.containers] == BAR_KEYS
-    for c, k in zip(ax.containers, BAR_KEYS):
-        heights = [p.get_height() for p in c.patches]
+    assert [c.get_label() for c in ax.collections] == BAR_KEYS
+    for c, k in zip(ax.collections, BAR_KEYS):  # one rectangle per step: (x0, bottom) -> (x0, top) ...
+        heights = [path.vertices[1][1] - path.vertices[0][1] for path in c.get_paths()]
         assert heights == pytest.approx(b.per_step[k].fill_null(0).to_list(), abs=1e-12)
 
 

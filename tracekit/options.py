@@ -22,7 +22,6 @@ tracekit.errors.TracekitError: give --measured-step-ms or --measured-tok-s, not 
 
 from __future__ import annotations
 
-import inspect
 import math
 import re
 from dataclasses import asdict, dataclass, fields
@@ -127,6 +126,8 @@ class AnalysisOptions:
         Options ``fn`` does not take yet are left out while they hold their default; given, they raise
         :class:`TracekitError` (never silently ignored). ``device_profile`` is read here (a JSON file).
         """
+        import inspect
+
         if fn is None:
             from tracekit.analyses.breakdown import breakdown as fn
         accepted = set(inspect.signature(fn).parameters)

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracekit.errors import TracekitError
-from tracekit.gpus import list_gpus, lookup, resolve_peak_bw
 from tracekit.report._fmt import sig as _num
 
 SCHEMA = "tracekit.ceiling/1"
@@ -109,6 +108,7 @@ def ceiling(
     (13500000000, 17.58, 182)
     """
     from tracekit.analyses.roofline import bytes_per_step, dtype_bytes, roofline, tokens_per_step
+    from tracekit.gpus import list_gpus, lookup, resolve_peak_bw
 
     given = [n for n, v in (("--weight-bytes", weight_bytes), ("--params", params),
                             ("--model-config", model_config)) if v is not None]

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from tracekit.cli.options import analysis_options, device_option, output_options, rules_option, trace_arguments
-from tracekit.cli.output import emit, expand_traces, load
+from tracekit.cli.output import beside_renderer_import, emit, expand_traces, load
 from tracekit.errors import TracekitError
 
 
@@ -96,7 +96,7 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
         results = [run(trace, **dataclasses.replace(opts, device=d).breakdown_kwargs(run)) for d in devs]
         labels = [f"gpu{d}" for d in devs]
     elif len(files) == 1:
-        results = [tracekit.breakdown_file(files[0], opts)]
+        results = [beside_renderer_import(lambda: tracekit.breakdown_file(files[0], opts), fmt)]
     else:
         from tracekit.parallel import map_files
 
