@@ -50,6 +50,40 @@ def specs(trace: Path, tmp: Path) -> list[tuple]:
     ]
 
 
+STAGES = r"""
+import io, json, sys, time
+c = time.process_time
+t = {"Python interpreter start": c()}
+import click, tracekit.cli  # noqa
+t["click + tracekit.cli"] = c()
+import polars  # noqa
+t["import polars"] = c()
+import tracekit
+trace = tracekit.load(sys.argv[1], kernel_dims=False)
+t["read the export (nsys reader)"] = c()
+from tracekit.classify import _shipped_rules
+_shipped_rules()
+t["load the kernel rules"] = c()
+b = tracekit.breakdown(trace)
+t["the analysis (first call)"] = c()
+from rich.console import Console
+from tracekit.report import render
+render("breakdown", b, "table", lambda: Console(file=io.StringIO(), width=100))
+t["import rich + render the table"] = c()
+keys = list(t)
+print(json.dumps({k: round(t[k] - (t[keys[i - 1]] if i else 0.0), 3) for i, k in enumerate(keys)}))
+"""
+
+
+def stages(trace: Path, repeat: int) -> dict:
+    """CPU seconds of each stage of a breakdown, in one process (medians of ``repeat`` fresh processes)."""
+    import subprocess
+
+    runs = [json.loads(subprocess.run([sys.executable, "-c", STAGES, str(trace)], capture_output=True, text=True,
+                                      check=True).stdout) for _ in range(repeat)]
+    return {k: sorted(r[k] for r in runs)[len(runs) // 2] for k in runs[0]}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", type=Path, default=TRACE)
@@ -71,7 +105,7 @@ def main(argv=None) -> None:
     out = {"benchmark": "startup", "date": _dt.date.today().isoformat(), "trace": str(a.trace.relative_to(REPO))
            if a.trace.is_relative_to(REPO) else str(a.trace), "trace_bytes": a.trace.stat().st_size,
            "repeat": a.repeat, "cpus": os.cpu_count(), "load_average_1min_after": load,
-           "python": platform.python_version(), "rows": rows}
+           "python": platform.python_version(), "rows": rows, "breakdown_cpu_stages_s": stages(a.trace, a.repeat)}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(out, indent=1) + "\n")
     print(table(out))

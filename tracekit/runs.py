@@ -63,6 +63,15 @@ def git_state() -> dict:
             "git_dirty": None if status is None else int(bool(status))}
 
 
+def _now() -> str:
+    """UTC now, to the second; ``$SOURCE_DATE_EPOCH`` when set (the reproducible-builds convention: the docs'
+    examples are generated with it)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = (_dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc) if epoch and epoch.isdigit()
+            else _dt.datetime.now(_dt.timezone.utc))
+    return when.replace(microsecond=0).isoformat()
+
+
 def run_row(b, *, timestamp: str | None = None, git: dict | None = None) -> dict:
     """The ``runs`` row for one Breakdown."""
     d = b.to_dict()
@@ -72,7 +81,7 @@ def run_row(b, *, timestamp: str | None = None, git: dict | None = None) -> dict
     except OSError:
         size = None
     row = {
-        "timestamp": timestamp or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "timestamp": timestamp or _now(),
         "path": src["path"], "trace_bytes": size, "format": src["format"],
         "producer_version": src["producer_version"], "graph_trace_mode": src["graph_trace_mode"],
         **(git if git is not None else git_state()), "label": os.environ.get("TRACEKIT_RUN_LABEL") or None,
@@ -95,8 +104,8 @@ def run_row(b, *, timestamp: str | None = None, git: dict | None = None) -> dict
 def save_runs(path, results, *, timestamp: str | None = None, git: dict | None = None) -> list[int]:
     """Append one row per Breakdown in ``results`` to ``path``'s ``runs`` table; returns the new ids.
 
-    ``timestamp`` and ``git`` (``git_commit``, ``git_branch``, ``git_dirty``) default to now and the
-    git state of the current directory; give them to record a run reproducibly (the docs do).
+    ``timestamp`` and ``git`` (``git_commit``, ``git_branch``, ``git_dirty``) default to now (or
+    ``$SOURCE_DATE_EPOCH``) and the git state of the current directory; give them to record a run reproducibly.
     """
     import sqlite_utils
 

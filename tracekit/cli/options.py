@@ -72,61 +72,48 @@ def device_option(help_text: str):
     return click.option("--device", type=int, default=None, help=help_text)
 
 
-rules_option = click.option(
-    "--rules", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-    help="Extra kernel-classification rules (TOML), tried before the shipped ones.")
 
-# (AnalysisOptions field, click option) in --help order; the field names are the click parameter names.
-_ANALYSIS = [
-    ("device", device_option("GPU to analyse (default: the busiest).")),
-    ("step_range", click.option(
-        "--step-range", default=None, metavar="REGEX",
-        help="Range names (NVTX / torch annotations) that mark a decode step (Python re.search).")),
-    ("draft_range", click.option(
-        "--draft-range", default=DEFAULT_DRAFT_RANGE, show_default=True, metavar="REGEX",
-        help="Range names whose GPU work is drafting.")),
-    ("phase", click.option(
-        "--phase", type=click.Choice(PHASE_CHOICES), default=None,
-        help="Which steps to analyse by their detected phase [default: decode].")),
-    ("weight_bytes", click.option(
-        "--weight-bytes", type=BYTES, default=None, metavar="N",
-        help="Weight bytes one step reads, summed over all GPUs: 27e9, 27GB, 25.1GiB, 512MiB "
-             "(default: --model, manifest, else the trace).")),
-    ("model", click.option(
-        "--model", type=click.Path(exists=True, path_type=Path), default=None, metavar="PATH",
-        help="Model directory, HF cache snapshot or config.json: weight and KV bytes from its tensors.")),
-    ("tp", click.option(
-        "--tp", type=click.IntRange(min=1), default=None, metavar="N",
-        help="GPUs the weights are split over (default: manifest, else the trace's all-reduce group).")),
-    ("ep", click.option(
-        "--ep", type=click.IntRange(min=1), default=None, metavar="N",
-        help="Expert-parallel GPUs (experts split over EP instead of TP; default 1).")),
-    ("context", click.option(
-        "--context", type=click.IntRange(min=0), default=None, metavar="N",
-        help="Tokens of KV cache each sequence reads per step (default: from the trace where visible).")),
-    ("peak_bw", click.option(
-        "--peak-bw", type=POSITIVE, default=None, metavar="GBPS",
-        help="Peak memory bandwidth in GB/s (default: manifest > trace > GPU table).")),
-    ("accept_len", click.option(
-        "--accept-len", type=POSITIVE, default=None, metavar="X",
-        help="Mean tokens emitted per speculative step per sequence, the bonus token included.")),
-    ("tokens_per_step", click.option(
-        "--tokens-per-step", type=POSITIVE, default=None, metavar="N",
-        help="Tokens a step produces without speculation (batch size; default 1 or the manifest's).")),
-    ("measured_step_ms", click.option(
-        "--measured-step-ms", type=POSITIVE, default=None, metavar="X",
-        help="Step time measured without a profiler (default: the manifest's); savings are stated against it.")),
-    ("measured_tok_s", click.option(
-        "--measured-tok-s", type=POSITIVE, default=None, metavar="X",
-        help="Whole-batch tokens/s measured without a profiler (instead of --measured-step-ms).")),
-    ("rules", rules_option),
-    ("device_profile", click.option(
-        "--device-profile", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-        help="Device profile JSON from `tracekit capture --workload synthetic` (graph replay cost).")),
+_INT_1 = click.IntRange(min=1)
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+# The analysis options in --help order: (AnalysisOptions field, type, metavar, help); the flag is the field's name
+# with dashes, every default None (not given) but --draft-range's.
+_ANALYSIS_TABLE = [
+    ("device", int, None, "GPU to analyse (default: the busiest)."),
+    ("step_range", str, "REGEX", "Range names (NVTX / torch annotations) that mark a decode step (Python re.search)."),
+    ("draft_range", str, "REGEX", "Range names whose GPU work is drafting."),
+    ("phase", click.Choice(PHASE_CHOICES), None, "Which steps to analyse by their detected phase [default: decode]."),
+    ("weight_bytes", BYTES, "N", "Weight bytes one step reads, summed over all GPUs: 27e9, 27GB, 25.1GiB, 512MiB "
+                                 "(default: --model, manifest, else the trace)."),
+    ("model", click.Path(exists=True, path_type=Path), "PATH",
+     "Model directory, HF cache snapshot or config.json: weight and KV bytes from its tensors."),
+    ("tp", _INT_1, "N", "GPUs the weights are split over (default: manifest, else the trace's all-reduce group)."),
+    ("ep", _INT_1, "N", "Expert-parallel GPUs (experts split over EP instead of TP; default 1)."),
+    ("context", click.IntRange(min=0), "N",
+     "Tokens of KV cache each sequence reads per step (default: from the trace where visible)."),
+    ("peak_bw", POSITIVE, "GBPS", "Peak memory bandwidth in GB/s (default: manifest > trace > GPU table)."),
+    ("accept_len", POSITIVE, "X", "Mean tokens emitted per speculative step per sequence, the bonus token included."),
+    ("tokens_per_step", POSITIVE, "N",
+     "Tokens a step produces without speculation (batch size; default 1 or the manifest's)."),
+    ("measured_step_ms", POSITIVE, "X",
+     "Step time measured without a profiler (default: the manifest's); savings are stated against it."),
+    ("measured_tok_s", POSITIVE, "X", "Whole-batch tokens/s measured without a profiler (instead of --measured-step-ms)."),
+    ("rules", _FILE, None, "Extra kernel-classification rules (TOML), tried before the shipped ones."),
+    ("device_profile", _FILE, None,
+     "Device profile JSON from `tracekit capture --workload synthetic` (graph replay cost)."),
 ]
-_ENGINE = ("engine", click.option(
-    "--engine", default=None, metavar="NAME",
-    help="Serving engine that wrote the trace (e.g. sglang, vllm; default: detected)."))
+
+
+def _option(field: str, type_, metavar: str | None, help_text: str):
+    default = DEFAULT_DRAFT_RANGE if field == "draft_range" else None
+    return click.option(f"--{field.replace('_', '-')}", field, type=type_, default=default, metavar=metavar,
+                        show_default=default is not None, help=help_text)
+
+
+_ANALYSIS = [(row[0], _option(*row)) for row in _ANALYSIS_TABLE]
+_ENGINE = ("engine", _option("engine", str, "NAME", "Serving engine that wrote the trace (e.g. sglang, vllm; "
+                                                      "default: detected)."))
+rules_option = dict(_ANALYSIS)["rules"]
 FIELDS = {f.name for f in fields(AnalysisOptions)}
 assert {name for name, _ in _ANALYSIS} | {_ENGINE[0]} == FIELDS, "every AnalysisOptions field has its option"
 

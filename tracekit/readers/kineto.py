@@ -54,24 +54,12 @@ from pathlib import Path
 
 import polars as pl
 
+from tracekit import trace as schema
 from tracekit.readers.common import nesting_depth
 from tracekit.readers.kineto_columns import MATMUL_OPS, Frames
 from tracekit.readers.kineto_header import distributed, gpus_from_header, header_text, merge_into, producer_version
 from tracekit.readers.kineto_stream import Decoded, Doc, iter_chunks
-from tracekit.trace import (
-    COLLECTIVES,
-    GPUS,
-    GRAPH_EXECS,
-    KERNELS,
-    LAUNCHES,
-    MEMOPS,
-    OPS,
-    RANGES,
-    Trace,
-    TraceMeta,
-    conform,
-    empty,
-)
+from tracekit.trace import Trace, TraceMeta, conform, empty
 
 __all__ = ["read_kineto", "MATMUL_OPS"]
 
@@ -97,9 +85,9 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     # --- host API calls -------------------------------------------------------------
     rt = frames.pop("runtime")
     if rt is not None:
-        launches = conform(rt.sort("start"), LAUNCHES)  # name without version suffix, kind: see _names
+        launches = conform(rt.sort("start"), schema.LAUNCHES)  # name without version suffix, kind: see _names
     else:
-        launches = empty(LAUNCHES)
+        launches = empty(schema.LAUNCHES)
     corr_pid = (
         launches.filter(pl.col("correlation").is_not_null())
         .select("correlation", _host_pid="pid")
@@ -121,41 +109,41 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     if k is not None:
         k = host_pid(k)
         collectives = conform(k.filter(pl.col("collective").is_not_null() & (pl.col("collective") != "")),
-                              COLLECTIVES).sort("start")
-        kernels = conform(k, KERNELS).sort("start")
+                              schema.COLLECTIVES).sort("start")
+        kernels = conform(k, schema.KERNELS).sort("start")
     else:
-        kernels, collectives = empty(KERNELS), empty(COLLECTIVES)
+        kernels, collectives = empty(schema.KERNELS), empty(schema.COLLECTIVES)
 
     parts = []
     for kind in ("memcpy", "memset"):
         m = frames.pop(kind)
         if m is not None:
-            parts.append(conform(host_pid(m).with_columns(kind=pl.lit(kind)), MEMOPS))
+            parts.append(conform(host_pid(m).with_columns(kind=pl.lit(kind)), schema.MEMOPS))
     if parts:
         m = pl.concat(parts).with_columns(
             # 'Memcpy DtoH (Device -> Pinned)' -> DtoH; memsets have none
             copy_kind=pl.when(pl.col("kind") == "memcpy").then(pl.col("name").str.extract(r"(?i)memcpy\s+([A-Za-z]+to[A-Za-z]+)"))
         )
-        memops = conform(m, MEMOPS).sort("start")
+        memops = conform(m, schema.MEMOPS).sort("start")
     else:
-        memops = empty(MEMOPS)
+        memops = empty(schema.MEMOPS)
 
     r = frames.pop("annotation")
     if r is not None:
         r = r.sort("pid", "tid", "start")
-        ranges = conform(r.with_columns(depth=nesting_depth(r)), RANGES).sort("start")
+        ranges = conform(r.with_columns(depth=nesting_depth(r)), schema.RANGES).sort("start")
     else:
-        ranges = empty(RANGES)
+        ranges = empty(schema.RANGES)
 
     o = frames.pop("op")
-    ops = conform(o.sort("start"), OPS) if o is not None else empty(OPS)
+    ops = conform(o.sort("start"), schema.OPS) if o is not None else empty(schema.OPS)
     dropped = frames.dropped
     del frames
 
     gpus = gpus_from_header(header.deviceProperties)
     if gpus is None or gpus.height == 0:
         seen = pl.concat([kernels.select("device"), memops.select("device")]).drop_nulls().unique().sort("device")
-        gpus = conform(seen, GPUS)
+        gpus = conform(seen, schema.GPUS)
 
     # --- graphs, warnings, meta ---------------------------------------------------------
     warnings = list(st.warnings)
@@ -197,14 +185,5 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
         world_size=world_size,
         warnings=tuple(warnings),
     )
-    return Trace(
-        kernels=kernels,
-        memops=memops,
-        launches=launches,
-        ranges=ranges,
-        graph_execs=empty(GRAPH_EXECS),
-        ops=ops,
-        gpus=gpus,
-        meta=meta,
-        collectives=collectives,
-    ).validate()
+    return Trace(kernels=kernels, memops=memops, launches=launches, ranges=ranges, ops=ops, gpus=gpus, meta=meta,
+                 graph_execs=empty(schema.GRAPH_EXECS), collectives=collectives).validate()
