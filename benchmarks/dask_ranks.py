@@ -1,7 +1,7 @@
 """Prototype: thousands of rank files, the per-file stage on Dask (not a home-made scheduler).
 
 The per-file stage is exactly what `tracekit breakdown DIR` runs in its process pool
-(`tracekit.cli.run_breakdown(path, opts)` -> a `Breakdown`); only the small per-rank dicts
+(`tracekit.breakdown_file(path, options)` -> a `Breakdown`); only the small per-rank dicts
 travel back, and the cross-rank table is built locally by `tracekit.analyses.ranks`. Point
 `--scheduler` at a cluster (`dask scheduler` + `dask worker` on each node, or
 dask-jobqueue/dask-kubernetes) and the same script fans out over it; traces are read where
@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 
-def per_file(path: str, opts: dict) -> dict:
-    from tracekit.cli import run_breakdown
+def per_file(path: str, opts) -> dict:
+    import tracekit
 
-    b = run_breakdown(Path(path), opts)
+    b = tracekit.breakdown_file(Path(path), opts)
     # The Breakdown itself (with its per-step frame) stays on the worker: send back the contract dict.
     return b.to_dict() | {"_extras_rank": b.extras.get("rank")}
 
@@ -38,11 +38,11 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     from dask.distributed import Client, LocalCluster, as_completed
 
-    from tracekit.cli import expand_traces
+    from tracekit.cli.output import expand_traces
+    from tracekit.options import AnalysisOptions
 
     files = [str(f) for f in expand_traces(a.traces)]
-    opts = dict(device=None, step_range=None, draft_range=r"(?i)\bdraft", weight_bytes=None, peak_bw=None,
-                accept_len=None, tokens_per_step=None, rules=None, device_profile=None)
+    opts = AnalysisOptions()
     t0 = time.perf_counter()
     cluster = None if a.scheduler else LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True)
     with Client(a.scheduler or cluster) as client:

@@ -6,7 +6,7 @@ first, so they add or override), and :func:`classify`, which maps a column of ke
 ``category``, ``sub`` and ``rule``.
 
 Context does not apply here: a kernel launched inside a draft range, or replayed from a draft CUDA
-graph, is relabelled ``drafting`` by the analyses afterwards (reference/kernel_taxonomy.md §3.3).
+graph, is relabelled ``drafting`` by the analyses afterwards (docs/definitions.md, "Attribution").
 Names no rule matches are ``other`` with ``rule`` null, so ``tracekit kernels`` can show the gaps.
 
 >>> import polars as pl

@@ -46,7 +46,7 @@ _AMOUNT = re.compile(r"\s*((?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*([a-z]*)\s*", re
 
 
 def parse_amount(text: str | float | int, kind: AmountKind = "bytes") -> float:
-    """A positive amount with an optional unit suffix.
+    """A non-negative amount with an optional unit suffix (the caller decides whether 0 is allowed).
 
     ``kind="bytes"``: ``27e9``, ``27GB`` / ``27G`` (GB = 1e9), ``25.1GiB`` (GiB = 2**30), also KB, MB,
     TB, KiB, MiB, TiB. ``kind="count"`` (a number of parameters): ``27e9``, ``27B`` (billion), ``8.03G``,

@@ -27,7 +27,7 @@ FORMATS = ("table", "md", "json", "csv")
 
 
 class Amount(click.ParamType):
-    """A positive amount with an optional unit: bytes (``27e9``, ``27GB``, ``25.1GiB``) or a count (``27B``)."""
+    """A non-negative amount with an optional unit: bytes (``27e9``, ``27GB``, ``25.1GiB``) or a count (``27B``)."""
 
     def __init__(self, kind: str = "bytes"):
         self.kind = kind
