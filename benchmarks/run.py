@@ -57,12 +57,14 @@ def timed_interleaved(specs: list[tuple]) -> list[dict]:
         for i, (cmd, label, env, timeout) in enumerate(specs):
             runs[i].append(_timed_once(cmd, label, env, timeout))
     rows = []
-    for (cmd, label, env, timeout), rs in zip(specs, runs):
+    for (_cmd, label, _env, _timeout), rs in zip(specs, runs):
         row = dict(rs[-1])
         walls = sorted(r["wall_s"] for r in rs)
         row["wall_s"] = walls[len(walls) // 2]
         row["walls"] = [r["wall_s"] for r in rs]
         row["rc"] = max(r["rc"] for r in rs)
+        cpus = sorted(r["cpu_s"] for r in rs if r.get("cpu_s") is not None)
+        row["cpu_s"] = cpus[len(cpus) // 2] if cpus else None
         rss = [r["peak_rss_mb"] for r in rs if r["peak_rss_mb"] is not None]
         row["peak_rss_mb"] = max(rss) if rss else None
         if REPEAT > 1:
@@ -84,7 +86,9 @@ def _timed_once(cmd: list[str], label: str, env: dict | None = None, timeout: in
     wall = time.perf_counter() - t0
     text = tfile.read_text() if tfile.exists() else ""
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
-    row = {"label": label, "cmd": " ".join(cmd), "rc": rc, "wall_s": round(wall, 2),
+    cpu = [float(m) for m in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", text)]
+    row = {"label": label, "cmd": " ".join(cmd), "rc": rc, "wall_s": round(wall, 3),
+           "cpu_s": round(sum(cpu), 2) if len(cpu) == 2 else None,
            "peak_rss_mb": round(int(rss.group(1)) / 1024, 1) if rss else None}
     lines = [ln for ln in out.strip().splitlines() if ln.strip()]
     if rc != 0:

@@ -167,7 +167,6 @@ def window_mask(lengths, q: int, window: int, group: int, dtype):
 def decoder_layer(cfg: Config, layer: Layer, x, cos, sin, k_cache, v_cache, bidx, slots, window: int, mask):
     """One layer over ``x [B, Q, H]``; writes K/V at ``slots [B, Q]`` of ``k_cache/v_cache [B, kvh, L, D]``
     and attends over the first ``window`` cached tokens."""
-    import torch
     import torch.nn.functional as F
 
     B, Q, H = x.shape

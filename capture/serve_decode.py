@@ -31,7 +31,8 @@ import sys
 import time
 
 if __package__:
-    from . import _common, llama_torch as lt, markers  # type: ignore
+    from . import _common, markers  # type: ignore
+    from . import llama_torch as lt
 else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _common  # type: ignore

@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 import tracekit
+
 from conftest import SAMPLES, sample, sample_sqlite, sample_trace
 
 NSYS_SAMPLES = ["hf-small-eager", "hf-small-graph", "hf-small-spec", "hf-small-spec-graph", "hf-large-eager",

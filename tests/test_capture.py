@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sqlite3
 import stat
 import subprocess
@@ -20,9 +19,11 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit.capture as cap
-from conftest import sample_sqlite, sample_trace
+from tracekit.cli.capture import capture_command
 from tracekit.errors import TracekitError
 from tracekit.manifest import manifest_matches
+
+from conftest import sample_sqlite, sample_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
@@ -135,9 +136,9 @@ def test_cli_nsys_missing_is_one_line_exit_2(tmp_path, monkeypatch):
     monkeypatch.setattr(cap, "NSYS_GLOBS", ())
     monkeypatch.delenv("NSYS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(tmp_path / "o")])
+    r = runner().invoke(capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(tmp_path / "o")])
     assert "nsys not found" in _one_error_line(r)
-    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(tmp_path / "o"),
+    r = runner().invoke(capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(tmp_path / "o"),
                                               "--nsys", str(tmp_path / "nope")])
     assert "--nsys" in _one_error_line(r)
 
@@ -174,7 +175,7 @@ def _fake_nsys(tmp_path: Path, profile_rc: int = 0) -> Path:
 def test_capture_with_fake_nsys_writes_manifest(tmp_path):
     nsys = _fake_nsys(tmp_path)
     out = tmp_path / "run"
-    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(out),
+    r = runner().invoke(capture_command, ["--workload", "hf", "--profiler", "nsys", "--out", str(out),
                                               "--steps", "3", "--mode", "graph", "--spec", "3", "--nsys", str(nsys),
                                               "--peak-bw", "4800", "--size", "small"])
     assert r.exit_code == 0, r.stderr
@@ -201,7 +202,7 @@ def test_capture_with_fake_nsys_writes_manifest(tmp_path):
 
 def test_capture_nsys_failure_is_one_line(tmp_path):
     nsys = _fake_nsys(tmp_path, profile_rc=3)
-    r = runner().invoke(cap.capture_command, ["--workload", "synthetic", "--profiler", "nsys",
+    r = runner().invoke(capture_command, ["--workload", "synthetic", "--profiler", "nsys",
                                               "--out", str(tmp_path / "o"), "--nsys", str(nsys)])
     assert "nsys profile failed with exit code 3" in _one_error_line(r)
 
@@ -487,7 +488,7 @@ def test_tp_argument_errors():
     with pytest.raises(TracekitError, match=">= 1"):
         cap.launch_prefix(0)
     assert cap.tp_args("synthetic", None, "symm") == ["--allreduce", "symm"]   # the older world-of-one option
-    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "torch", "--out", "o", "--tp", "0"])
+    r = runner().invoke(capture_command, ["--workload", "hf", "--profiler", "torch", "--out", "o", "--tp", "0"])
     assert r.exit_code == 2
 
 
@@ -621,7 +622,7 @@ def test_missing_torch_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     assert not out.exists()
     # the command: exit 2, one line, no traceback, no output folder
     monkeypatch.setattr(cap.sys, "executable", str(bare))
-    r = runner().invoke(cap.capture_command, ["--workload", "hf", "--profiler", "torch", "--out", str(out)])
+    r = runner().invoke(capture_command, ["--workload", "hf", "--profiler", "torch", "--out", str(out)])
     line = _one_error_line(r)
     assert "needs torch and transformers" in line and "pip install torch" in line
     assert not out.exists()
@@ -630,13 +631,13 @@ def test_missing_torch_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
 def test_failed_capture_removes_the_folder_it_created(tmp_path):
     nsys = _fake_nsys(tmp_path, profile_rc=3)
     out = tmp_path / "fresh"
-    r = runner().invoke(cap.capture_command, ["--workload", "spec", "--profiler", "nsys", "--out", str(out),
+    r = runner().invoke(capture_command, ["--workload", "spec", "--profiler", "nsys", "--out", str(out),
                                               "--nsys", str(_exe(tmp_path / "nsys0", "exit 3\n"))])
     assert "nsys profile failed" in _one_error_line(r) and not out.exists()
     keep = tmp_path / "mine"
     keep.mkdir()
     (keep / "notes.txt").write_text("x")
-    r = runner().invoke(cap.capture_command, ["--workload", "spec", "--profiler", "nsys", "--out", str(keep),
+    r = runner().invoke(capture_command, ["--workload", "spec", "--profiler", "nsys", "--out", str(keep),
                                               "--nsys", str(nsys)])
     assert r.exit_code == 2 and (keep / "notes.txt").is_file()      # a folder the user had is left alone
 

@@ -12,7 +12,6 @@ import gzip
 import json
 import re
 import sqlite3
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -21,7 +20,8 @@ from tracekit import classify as cl
 from tracekit.classify import classify, load_rules
 from tracekit.errors import TracekitError
 
-EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "external_traces"
+from conftest import shared, shared_dir
+
 LORA = "lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/current_base_lora/profile/base"
 NVLLM = "nvllm/benchmarks/nvllm/traces/cute_paged_attn/2026-04-13-nsys/rank0.1776116491109655086.pt.trace.json.gz"
 
@@ -368,12 +368,6 @@ def test_shipped_rules_shape_and_order():
     assert ids.index("O0") < ids.index("A1") < ids.index("G1") < ids.index("O1") < ids.index("P1")
 
 
-def test_mini_toml_reader_matches_tomllib():
-    import tomllib
-    text = (Path(cl.__file__).parent / "data" / "kernels.toml").read_text()
-    assert cl._mini_toml(text) == tomllib.loads(text)
-
-
 # ───────────────────────────── user rules (--rules FILE) ─────────────────────────────
 
 
@@ -457,9 +451,7 @@ COMM_NAME = re.compile(
 
 def _kernel_times(rel: str) -> dict[str, float]:
     """name -> summed duration (ns) of the kernel records of one trace."""
-    path = EXTERNAL / rel
-    if not path.exists():
-        pytest.skip(f"external trace {rel} not present under {EXTERNAL}")
+    path = shared(rel)
     out: collections.Counter[str] = collections.Counter()
     if path.suffix == ".sqlite":
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -482,8 +474,7 @@ def _kernel_times(rel: str) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def trace_times():
-    if not EXTERNAL.is_dir():
-        pytest.skip(f"external traces not present at {EXTERNAL}")
+    shared_dir()
     cache: dict[str, dict[str, float]] = {}
 
     def get(rel: str) -> dict[str, float]:

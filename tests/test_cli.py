@@ -7,8 +7,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from conftest import DATA, shared
 from tracekit.cli import cli
+
+from conftest import DATA, shared
 
 MFU = str(DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite")
 
@@ -108,3 +109,83 @@ def test_debug_shows_traceback_for_internal_errors(monkeypatch):
     code, _, err = run("info", MFU)
     assert code == 1 and err.strip().startswith("tracekit: internal error: RuntimeError: boom")
     assert len(err.strip().splitlines()) == 1
+
+
+# ───────────────────────── rough edges (issue 19) ─────────────────────────
+
+def test_debug_after_the_subcommand_is_the_debug_flag(monkeypatch):
+    code, out, err = run("breakdown", MFU, "--format", "json", "--debug")
+    assert code == 0 and json.loads(out)["steps"]["count"] == 15, err  # 16 inferred steps, the last excluded
+    import tracekit.analyses.info as info_mod
+
+    def boom(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(info_mod, "info", boom)
+    r = CliRunner().invoke(cli, ["info", MFU, "--debug"])
+    assert isinstance(r.exception, RuntimeError)  # raised for its traceback, not turned into one line
+    r = CliRunner().invoke(cli, ["info", "/nonexistent/t.sqlite", "--debug"])
+    assert type(r.exception).__name__ == "TracekitError"
+    code, _, err = run("info", "/nonexistent/t.sqlite", "--", "--debug")  # after `--` it is an argument
+    assert code == 2
+
+
+@pytest.mark.parametrize("cmd,fmt", [("breakdown", "table"), ("breakdown", "md"), ("breakdown", "json"),
+                                     ("kernels", "table"), ("info", "md")])
+def test_output_cut_by_a_closed_pipe_exits_0(cmd, fmt):
+    """`tracekit breakdown T | head -1`: the reader closes the pipe; tracekit exits 0, silently."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "tracekit", cmd, MFU, "--format", fmt], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()  # before tracekit writes its first byte
+    err = p.stderr.read()
+    assert p.wait() == 0 and err == b""
+
+
+def test_breakdown_table_starts_with_its_headline_not_the_command_line():
+    code, out, _ = run("breakdown", MFU, "--format", "json")
+    headline_md = run("breakdown", MFU, "--format", "md")[1].splitlines()[0]
+    code, out, _ = run("breakdown", MFU)
+    first = out.splitlines()[0]
+    assert code == 0 and not first.startswith("tracekit")
+    assert headline_md == f"### tracekit: {first.strip()}"
+    assert f"trace {MFU}" in out
+
+
+def test_both_measured_flags_are_exit_2_and_byte_amounts_parse():
+    code, _, err = run("breakdown", MFU, "--measured-step-ms", "20", "--measured-tok-s", "48")
+    assert_one_line_error(code, err, "not both")
+    code, _, err = run("breakdown", MFU, "--weight-bytes", "27B")
+    assert_one_line_error(code, err, "ambiguous")  # bytes or billions? (27GB or 27e9 say which)
+    b = {w: json.loads(run("breakdown", MFU, "--format", "json", "--weight-bytes", w)[1])["roofline"]
+         for w in ("27e9", "27GB", "25.1GiB", "512MiB")}
+    assert b["27e9"]["weight_bytes_per_step"] == b["27GB"]["weight_bytes_per_step"] == 27_000_000_000
+    assert b["25.1GiB"]["weight_bytes_per_step"] == round(25.1 * 2**30)
+    assert b["512MiB"]["weight_bytes_per_step"] == 512 * 2**20 and b["512MiB"]["weight_bytes_source"] == "flag"
+
+
+@pytest.mark.parametrize("rel,name,bw", [
+    ("TraceLens/tests/traces/b200/eager_trace.json.gz", "NVIDIA B200", 8000.0),
+    ("TraceLens/evals/unit_tests_nv/moe/moe_01_many_experts_few_tokens_analysis_output/"
+     "moe_01_many_experts_few_tokens.json.gz", "NVIDIA B300 SXM6 AC", 8000.0),
+])
+def test_info_shows_the_gpu_tables_peak_bandwidth_for_kineto_traces(rel, name, bw):
+    """Kineto records no memory clock: info takes the GPU table's figure, as breakdown does (datasheets:
+    B200 and B300 8 TB/s HBM3e)."""
+    code, out, _ = run("info", str(shared(rel)), "--format", "json")
+    g = json.loads(out)["gpus"][0]
+    assert (g["name"], g["peak_bw_gbps"], g["peak_bw_source"]) == (name, bw, "table")
+    code, out, _ = run("info", str(shared(rel)), "--format", "md")
+    assert f"| {name} | 8,000 |" in out
+
+
+def test_info_peak_bandwidth_for_our_h200_kineto_capture_matches_breakdown():
+    from conftest import sample
+
+    path = str(sample("hf-small-eager-torch/trace.json.gz"))
+    g = json.loads(run("info", path, "--format", "json")[1])["gpus"][0]
+    assert (g["name"], g["peak_bw_gbps"], g["peak_bw_source"]) == ("NVIDIA H200", 4800.0, "table")
+    nsys = json.loads(run("info", str(sample("hf-small-eager/trace.sqlite")), "--format", "json")[1])["gpus"][0]
+    assert nsys["peak_bw_source"] == "trace"  # nsys records the memory clock and bus width

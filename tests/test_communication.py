@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from conftest import DATA, shared
 from tracekit.analyses.communication import collective_bandwidth
-from tracekit.analyses.ranks import cross_rank
 from tracekit.cli import cli
+
+from conftest import DATA, shared
 
 NCCL = DATA / "kineto" / "hta_nccl_data.json.gz"
 MFU = DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite"

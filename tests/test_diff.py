@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import tracekit
 from tracekit.analyses.diff import change, diff
 from tracekit.cli import cli
-from tracekit.diffcmd import diff_md, headline
+from tracekit.report.diff import diff_md, headline
 
 from conftest import DATA, sample, sample_trace, shared
 

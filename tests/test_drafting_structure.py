@@ -18,16 +18,17 @@ import polars as pl
 import pytest
 
 import tracekit
-from conftest import SAMPLES, sample_sqlite, sample_trace, shared
 from tracekit.analyses.breakdown import step_table
+from tracekit.analyses.drafting import NOT_DETECTED_VERDICT, detect_drafting, forwards
+from tracekit.analyses.phase import step_phases
+
+from conftest import SAMPLES, sample_sqlite, sample_trace, shared
 
 
 def _tables(t, **kw):
     """(analysed steps, their activities, the steps) with drafting from ranges or kernel names only."""
     st = step_table(t, detect_structure=False, **kw)
     return st.table, st.activities, st.attribution.steps
-from tracekit.analyses.drafting import NOT_DETECTED_VERDICT, detect_drafting, forwards
-from tracekit.analyses.phase import step_phases
 
 SPEC = ["hf-small-spec", "hf-small-spec-graph", "hf-small-spec-torch", "hf-large-spec"]
 

@@ -11,6 +11,7 @@ import re
 import pytest
 
 import tracekit
+
 from conftest import shared
 
 LORA = ("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/"

@@ -26,8 +26,8 @@ import tracekit.lookup as lookup
 import tracekit.readers.nsys as nsys
 from tracekit.analyses.attribution import _merge_by_start, _window_of
 from tracekit.analyses.breakdown import step_table
-from tracekit.steps import find_steps
 from tracekit.intervals import cumulative_union_lengths
+from tracekit.steps import find_steps
 from tracekit.trace import WORK_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -200,7 +200,7 @@ def test_nsys_plain_corruptions(slim_nsys):
         "header only": b"SQLite format 3\x00",
         "not sqlite": b"\x00" * 4096,
     }
-    for name, data in cases.items():
+    for data in cases.values():
         p = _fresh(slim_nsys)
         p.write_bytes(data)
         for cmd in COMMANDS:

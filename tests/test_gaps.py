@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 import tracekit
+
 from conftest import sample_sqlite, sample_trace, shared
 
 LORA = ("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import sqlite3
 
@@ -12,7 +11,8 @@ from click.testing import CliRunner
 
 import tracekit
 from tracekit.cli import cli
-from tracekit.history import PER_STEP_KEYS, history, history_md, save_runs
+from tracekit.report.history import history_md
+from tracekit.runs import PER_STEP_KEYS, history, save_runs
 
 from conftest import DATA, shared
 

@@ -16,8 +16,9 @@ import polars as pl
 import pytest
 
 import tracekit
-from conftest import SAMPLES, sample_trace, shared
 from tracekit.steps import find_steps, infer_steps
+
+from conftest import SAMPLES, sample_trace, shared
 
 SAMPLE_TRACES = sorted(SAMPLES.glob("*/trace.*"))
 WORK = ["kernel", "graph", "memcpy", "memset"]

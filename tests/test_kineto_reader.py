@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from tracekit.errors import TracekitError
-from tracekit.readers import kineto
+from tracekit.readers import kineto, kineto_columns, kineto_stream
 from tracekit.readers.kineto import read_kineto
 
+from conftest import shared
+
 DATA = Path(__file__).parent / "data" / "kineto"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "external_traces"
 
 WORK_PREFIXES = (
     "cudaLaunch", "cuLaunch", "hipLaunch", "hipExtLaunch", "hipModuleLaunch",
@@ -63,13 +64,6 @@ def _counts(t) -> dict:
     }
 
 
-def _shared(rel: str) -> Path:
-    p = SHARED / rel
-    if not p.exists():
-        pytest.skip(f"{p} not present (non-redistributable or large trace, read in place from ../shared)")
-    return p
-
-
 # file -> (figures also stated in ../shared/external_traces/PROVENANCE.md, expected meta)
 CASES = {
     "hta_nccl_data.json.gz": ({"kernels": 2700, "memops": 1074, "ranges": 42}, {"rank": 0, "world_size": 2, "graph_trace_mode": "none"}),
@@ -96,7 +90,7 @@ def test_counts_match_independent_read(name):
 
 def test_graph_replayed_kernels_join_their_launch():
     # HTA negative_queue rank0 (MIT, 1.3 MB, read in place): 70 cudaGraphLaunch, 135 kernels share their correlation
-    path = _shared("HolisticTraceAnalysis/tests/data/negative_queue_length_values_check/rank0.json.gz")
+    path = shared("HolisticTraceAnalysis/tests/data/negative_queue_length_values_check/rank0.json.gz")
     t = read_kineto(path)
     assert _counts(t) == _oracle(path)
     assert t.meta.graph_trace_mode == "node"
@@ -134,7 +128,7 @@ def test_ns_conversion_on_a_known_event():
 def test_epoch_timestamps_keep_nanoseconds():
     # ts such as 1712195495505543.14 µs cannot be held by a float64 to the ns (ulp 0.25 µs):
     # the oracle reads the exact decimal text
-    path = _shared("HolisticTraceAnalysis/tests/data/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    path = shared("HolisticTraceAnalysis/tests/data/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
     doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
     raw = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"][:200]
     want = {e["args"]["correlation"]: int((Decimal(e["ts"]) * 1000).to_integral_value(ROUND_HALF_UP)) for e in raw}
@@ -178,8 +172,8 @@ def test_ranges_depth():
 def test_chunked_decode_equals_whole(monkeypatch):
     path = DATA / "hta_nccl_data.json.gz"
     whole = read_kineto(path)
-    monkeypatch.setattr(kineto, "_CHUNK", 50_000)
-    monkeypatch.setattr(kineto, "_BLOCK", 70_000)
+    monkeypatch.setattr(kineto_stream, "_CHUNK", 50_000)
+    monkeypatch.setattr(kineto_stream, "_BLOCK", 70_000)
     small = read_kineto(path)
     for name in ("kernels", "memops", "launches", "ranges", "ops", "gpus"):
         assert getattr(small, name).equals(getattr(whole, name)), name
@@ -197,8 +191,8 @@ def test_tiny_pieces_equal_whole(tmp_path, monkeypatch, compact):
     p = tmp_path / "t.json"
     p.write_text(json.dumps(doc, separators=(",", ":")) if compact else json.dumps(doc, indent=2))
     whole = read_kineto(p)
-    monkeypatch.setattr(kineto, "_CHUNK", 3_000)
-    monkeypatch.setattr(kineto, "_BATCH", 50)
+    monkeypatch.setattr(kineto_stream, "_CHUNK", 3_000)
+    monkeypatch.setattr(kineto_columns, "_BATCH", 50)
     small = read_kineto(p)
     for name in ("kernels", "memops", "launches", "ranges", "ops", "gpus", "collectives"):
         assert getattr(small, name).equals(getattr(whole, name)), name
@@ -317,7 +311,7 @@ def test_truncated_gzip_is_one_line_error(tmp_path):
     ],
 )
 def test_non_redistributable_traces_in_place(rel):
-    path = _shared(rel)
+    path = shared(rel)
     t = read_kineto(path)
     assert _counts(t) == _oracle(path)
     assert not any("no kernels recorded" in w for w in t.meta.warnings)

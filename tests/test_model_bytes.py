@@ -8,7 +8,6 @@ import json
 import math
 
 import pytest
-from conftest import DATA, SAMPLES
 
 from tracekit.errors import TracekitError
 from tracekit.model import (
@@ -21,6 +20,8 @@ from tracekit.model import (
     param_counts,
     step_bytes,
 )
+
+from conftest import DATA, SAMPLES
 
 CONFIGS = DATA / "configs"
 

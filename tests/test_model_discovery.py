@@ -7,10 +7,11 @@ import json
 import sqlite3
 
 import pytest
-from conftest import SAMPLES, shared
 
 from tracekit.model import discover_model, parse_command
 from tracekit.readers.nsys import read_nsys
+
+from conftest import SAMPLES, shared
 
 
 def argv_by_hand(path) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 
 import tracekit
+
 from conftest import DATA, shared
 
 LAUNCH_SQL = """

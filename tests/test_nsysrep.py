@@ -9,8 +9,9 @@ import stat
 
 from click.testing import CliRunner
 
-from conftest import DATA
 from tracekit.cli import cli
+
+from conftest import DATA
 
 REAL = DATA / "nsys" / "nsysai_mock_2026.1.sqlite"
 

@@ -10,9 +10,10 @@ import polars as pl
 import pytest
 
 import tracekit
-from conftest import SAMPLES, shared
 from tracekit.analyses.phase import gemm_rows, select_phase, step_phases, window_phase
 from tracekit.steps import find_steps
+
+from conftest import SAMPLES, shared
 
 B200 = "TraceLens/tests/traces/b200/eager_trace.json.gz"
 GB300 = ("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/"

@@ -12,21 +12,25 @@ from click.testing import CliRunner
 import tracekit
 from tracekit.categories import STEP_CATEGORIES as PER_STEP_KEYS
 from tracekit.cli import cli
-from tracekit.export import TRACKS, perfetto_trace
-from tracekit.plotcmd import analyse
+from tracekit.options import AnalysisOptions
+from tracekit.report.perfetto import TRACKS, perfetto_trace
 from tracekit.report.plot import BAR_KEYS, figure, plot_data, render_html
 
 from conftest import DATA, sample
 
 MFU = DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite"
 SAXPY = DATA / "nsys" / "pipit_saxpy_2022.2.sqlite"
-OPTS = dict(device=None, step_range=None, draft_range=r"(?i)\bdraft", weight_bytes=None, peak_bw=None,
-            accept_len=None, tokens_per_step=None, rules=None, device_profile=None)
+
+
+def analyse(path, opts: AnalysisOptions | None = None):
+    """(Breakdown, its attributed activities): what plot and export draw."""
+    b = tracekit.breakdown_file(path, opts)
+    return b, b.activities
 
 
 @pytest.fixture(scope="module")
 def mfu():
-    return analyse(MFU, OPTS)
+    return analyse(MFU)
 
 
 def test_plot_data_is_the_breakdown(mfu):
@@ -54,9 +58,9 @@ def test_figure_bars_have_the_plotted_heights(mfu):
     data = plot_data(b, acts)
     fig = figure(data)
     ax = fig.axes[0]
-    assert [c.get_label() for c in ax.containers] == BAR_KEYS
-    for c, k in zip(ax.containers, BAR_KEYS):
-        heights = [p.get_height() for p in c.patches]
+    assert [c.get_label() for c in ax.collections] == BAR_KEYS
+    for c, k in zip(ax.collections, BAR_KEYS):  # one rectangle per step: (x0, bottom) -> (x0, top) ...
+        heights = [path.vertices[1][1] - path.vertices[0][1] for path in c.get_paths()]
         assert heights == pytest.approx(b.per_step[k].fill_null(0).to_list(), abs=1e-12)
 
 
@@ -161,7 +165,7 @@ def test_perfetto_sample_counts():
     """Our H200 eager capture: one step event per decode_step range and one activity event per kernel/memop
     launched inside one (counted in SQL with LIKE, independently of tracekit's step detection)."""
     path = sample("hf-small-eager/trace.sqlite")
-    b, acts = analyse(path, OPTS)
+    b, acts = analyse(path)
     tr = perfetto_trace(b, acts)
     x = [e for e in tr["traceEvents"] if e["ph"] == "X"]
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)

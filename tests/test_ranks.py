@@ -13,13 +13,20 @@ import polars as pl
 import pytest
 
 import tracekit
-from conftest import DATA, shared
-from tracekit.analyses.collectives import (collective_table, collectives_verdict, comm_summary, hidden_communication,
-                                           is_latency_bound, tp_from_trace)
+from tracekit.analyses.collectives import (
+    collective_table,
+    collectives_verdict,
+    comm_summary,
+    hidden_communication,
+    is_latency_bound,
+    tp_from_trace,
+)
 from tracekit.analyses.kernels import kernel_summary
 from tracekit.analyses.ranks import CrossRank, analyse_rank, cross_rank, rank_result
 from tracekit.engines import map_files, parse_engine
 from tracekit.errors import TracekitError
+
+from conftest import DATA, shared
 
 LORA = ("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/"
         "current_base_lora/profile/base")

@@ -15,9 +15,10 @@ import shutil
 
 import pytest
 
+from tracekit.cli import cli
+
 from _robust import assert_clean, run_cli
 from conftest import DATA
-from tracekit.cli import cli
 
 TRACES = {
     "nsys": DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite",

@@ -6,16 +6,23 @@ import polars as pl
 import pytest
 
 import tracekit
-from conftest import SAMPLES, sample_trace, shared
 from tracekit.analyses.breakdown import step_table
+from tracekit.analyses.steady import (
+    LAST_STEP,
+    MIN_COMPOSITION_OVERLAP,
+    TRANSITION,
+    reason_counts,
+    steady_exclusions,
+    step_signatures,
+)
+
+from conftest import SAMPLES, sample_trace, shared
 
 
 def _tables(t, **kw):
     """(every step window with GPU work and its period, the attributed activities in steps, the steps)."""
     st = step_table(t, **kw)
     return st.periods, st.attribution.activities.filter(pl.col("step").is_not_null()), st.attribution.steps
-from tracekit.analyses.steady import (LAST_STEP, MIN_COMPOSITION_OVERLAP, TRANSITION, reason_counts,
-                                      steady_exclusions, step_signatures)
 
 SAMPLE_TRACES = sorted(p for p in SAMPLES.glob("*/trace.*") if "wholegraph" not in p.parent.name)
 

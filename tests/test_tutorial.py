@@ -10,8 +10,9 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT, SAMPLES, sample, sample_trace
 from tracekit.cli import cli
+
+from conftest import ROOT, SAMPLES, sample, sample_trace
 
 DOC = ROOT / "docs" / "tutorial.md"
 

@@ -24,9 +24,10 @@ import sqlite3
 
 import pytest
 
+from tracekit.cli import cli
+
 from _robust import assert_clean, run_cli
 from conftest import DATA
-from tracekit.cli import cli
 
 EVIL = [
     "| ** [x](javascript:alert(1)) #",

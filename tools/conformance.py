@@ -28,7 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DIRS = [ROOT / "sample_traces", ROOT.parent / "shared" / "external_traces"]
+# ../shared/external_traces, or where $TRACEKIT_EXTERNAL_TRACES says (as the tests read them)
+DEFAULT_DIRS = [ROOT / "sample_traces",
+                Path(os.environ.get("TRACEKIT_EXTERNAL_TRACES") or ROOT.parent / "shared" / "external_traces")]
 SUFFIXES = (".sqlite", ".sqlite.gz", ".json", ".json.gz", ".nsys-rep")
 COMMANDS = ("info", "kernels", "breakdown")
 TIMEOUT_S = 300

@@ -6,7 +6,7 @@ per trace, the step windows found from the ranges and from the period alone, the
 evidence, drafting by structure (with the draft ranges ignored) against drafting by ranges, and the steady-state
 exclusions. One JSON object per trace on stdout.
 
-    python tools/structure.py sample_traces/hf-small-spec/trace.sqlite [MORE ...] [--device N]
+    python tools/structure.py sample_traces/hf-small-spec/trace.sqlite.gz [MORE ...] [--device N]
 """
 
 from __future__ import annotations

@@ -1,39 +1,186 @@
 """tracekit: where every microsecond of an LLM decode step goes.
 
-Public API::
+Every command of the ``tracekit`` CLI is a thin wrapper over one function here (as sqlite-utils'
+commands are over its library); each takes the trace first and its options by keyword:
 
-    import tracekit
-    trace = tracekit.load("run.sqlite")          # nsys SQLite export or Kineto JSON
-    result = tracekit.breakdown(trace)           # per-step split, roofline, advice
-    tracekit.diff(result, tracekit.breakdown(tracekit.load("new.sqlite")))   # side by side
+>>> import tracekit
+>>> trace = tracekit.load("tests/data/nsys/pipit_saxpy_2022.2.sqlite")   # nsys SQLite or Kineto JSON
+>>> b = tracekit.breakdown(trace, step_range="^saxpy$")                   # per-step split, roofline, advice
+>>> b.steps["count"], round(b.steps["mean_ms"], 3)   # 5 ranges: the last has no following step
+(4, 255.715)
+>>> tracekit.diff(b, b).to_dict()["delta"]["steps"]["mean_ms"]["abs"]   # two breakdowns side by side
+0.0
+
+``info``, ``kernels``, ``ceiling`` and ``history`` return the dicts their commands print with
+``--format json``; ``breakdown`` and ``diff`` return objects whose ``to_dict()`` is that JSON.
+Importing ``tracekit`` imports neither polars nor pyarrow: each function imports what it needs.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING
+
 from tracekit.errors import TracekitError  # noqa: E402
+from tracekit.options import DEFAULT_DRAFT_RANGE, AnalysisOptions  # noqa: E402
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
+    from tracekit.analyses.breakdown import Breakdown
+    from tracekit.analyses.ceiling import Ceiling
+    from tracekit.analyses.diff import Diff
+    from tracekit.trace import Trace
 
 
-def load(path, **kwargs):
-    """Read a trace file into a :class:`tracekit.trace.Trace`."""
+def load(path: str | Path, *, kernel_dims: bool = True) -> Trace:
+    """Read one trace file into a :class:`tracekit.trace.Trace` (polars frames, integer ns, one schema).
+
+    ``path``: an nsys SQLite export, a Kineto/PyTorch-profiler ``.json`` / ``.json.gz``, or an
+    ``.nsys-rep`` (converted with ``nsys`` into a cache folder, never beside the file). A ``manifest.json``
+    written by ``tracekit capture`` beside the trace is attached when it matches the file.
+    ``kernel_dims=False`` skips the kernels' grid/block dimensions (no analysis uses them; faster).
+    The file is never modified. Raises :class:`TracekitError` for a file that is not a usable trace.
+
+    >>> t = load("tests/data/nsys/pipit_saxpy_2022.2.sqlite")
+    >>> t.meta.format, t.kernels.height, t.gpus["name"][0]
+    ('nsys-sqlite', 5, 'NVIDIA A100-SXM4-40GB')
+    """
     from tracekit.readers import load as _load
 
-    return _load(path, **kwargs)
+    return _load(path, kernel_dims=kernel_dims)
 
 
-def breakdown(trace, **kwargs):
-    """Per-decode-step breakdown of a trace (see ``tracekit.analyses.breakdown``)."""
+def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
+              device: int | None = None, rules: str | Path | None = None, weight_bytes: int | None = None,
+              peak_bw: float | None = None, accept_len: float | None = None, tokens_per_step: float | None = None,
+              device_profile: dict | None = None, measured_step_ms: float | None = None,
+              measured_tok_s: float | None = None, phase: str = "decode", model: str | Path | None = None,
+              tp: int | None = None, ep: int | None = None, context: int | None = None) -> Breakdown:
+    """Per-decode-step breakdown of ``trace``: the split of each step's period, roofline and advice.
+
+    ``step_range`` / ``draft_range``: regexes (``re.search``) over range names marking a step / drafting
+    (default: auto-detected steps, ``(?i)\\bdraft``). ``device``: the GPU (default: the busiest).
+    ``rules``: a TOML file of extra kernel rules. ``weight_bytes``, ``peak_bw`` (GB/s), ``accept_len`` and
+    ``tokens_per_step`` override the manifest and the trace; ``device_profile`` is the dict of a
+    synthetic-workload device profile. ``measured_step_ms`` / ``measured_tok_s``: the step or throughput
+    measured without a profiler (every saving is stated against it; default: the manifest's). ``phase``:
+    decode | prefill | mixed | all (which steps are analysed). ``model`` (a model folder, HF snapshot or
+    config.json), ``tp``, ``ep`` and ``context`` give the bytes a step reads per GPU. The result's ``to_dict()``
+    is ``tracekit breakdown --format json`` (schema ``tracekit.breakdown/2``).
+
+    >>> b = breakdown(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), step_range="^saxpy$")
+    >>> b.steps["marker"], round(b.per_step_ms["other"], 3), round(b.per_step_ms["idle"], 3)
+    ('nvtx', 17.715, 238.0)
+    """
     from tracekit.analyses.breakdown import breakdown as _breakdown
 
-    return _breakdown(trace, **kwargs)
+    return _breakdown(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules,
+                      weight_bytes=weight_bytes, peak_bw=peak_bw, accept_len=accept_len,
+                      tokens_per_step=tokens_per_step, device_profile=device_profile,
+                      measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s, phase=phase, model=model,
+                      tp=tp, ep=ep, context=context)
 
 
-def diff(base, new):
-    """Two breakdowns side by side (schema ``tracekit.diff/1``; see ``tracekit.analyses.diff``)."""
+def breakdown_file(path: str | Path, options: AnalysisOptions | None = None) -> Breakdown:
+    """:func:`breakdown` of the trace file ``path`` with :class:`AnalysisOptions` (what ``tracekit
+    breakdown`` runs per file, also in its worker processes: picklable by name).
+
+    >>> breakdown_file("tests/data/nsys/pipit_saxpy_2022.2.sqlite", AnalysisOptions(step_range="^saxpy$")).steps["count"]
+    4
+    """
+    from tracekit.analyses.breakdown import breakdown as _breakdown
+
+    kwargs = (options or AnalysisOptions()).breakdown_kwargs(_breakdown)
+    return _breakdown(load(path, kernel_dims=False), **kwargs)
+
+
+def kernels(trace: Trace, *, device: int | None = None, top: int | None = None,
+            rules: str | Path | None = None) -> dict:
+    """Every kernel name with its category, count, total and mean time and share (schema ``tracekit.kernels/1``).
+
+    Over all GPUs unless ``device`` is given (so totals equal ``nsys stats --report cuda_gpu_kern_sum``);
+    ``top``: only the N largest; ``rules``: a TOML file of extra kernel rules.
+
+    >>> k = kernels(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"))
+    >>> [(r["name"], r["category"], r["count"], round(r["total_ms"], 3)) for r in k["kernels"]]
+    [('saxpy(double *, double *, double *, double, int)', 'other', 5, 88.573)]
+    """
+    from tracekit.analyses.kernels import kernel_summary
+
+    return kernel_summary(trace, device=device, top=top, rules=rules)
+
+
+def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
+    """What is in ``trace`` (schema ``tracekit.info/1``): source, GPUs and their peak bandwidth, counts,
+    graph trace mode, the ``top`` most frequent range names (step candidates) and warnings. ``device``
+    restricts the GPU-side counts.
+
+    >>> i = info(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), top=1)
+    >>> i["counts"], i["range_names"]
+    ({'kernels': 5, 'memops': 15, 'launches': 20, 'ranges': 22}, [{'pattern': 'MPI_Send', 'regex': '^MPI_Send$', 'count': 10}])
+    """
+    from tracekit.analyses.info import info as _info
+
+    return _info(trace, device=device, top=top)
+
+
+def diff(base: Breakdown, new: Breakdown) -> Diff:
+    """Two breakdowns side by side: deltas per category and step statistic, and the advice that changed.
+
+    ``to_dict()`` is ``tracekit diff --format json`` (see ``tracekit.analyses.diff``).
+
+    >>> b = breakdown(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), step_range="^saxpy$")
+    >>> diff(b, b).to_dict()["delta"]["advice_changed"]
+    []
+    """
     from tracekit.analyses.diff import diff as _diff
 
     return _diff(base, new)
 
 
-__all__ = ["load", "breakdown", "diff", "TracekitError", "__version__"]
+def ceiling(*, gpu: str | None = None, weight_bytes: float | None = None, params: float | None = None,
+            dtype: str | None = None, model: str | Path | dict | None = None,
+            model_config: str | Path | dict | None = None, tp: int = 1, ep: int = 1,
+            accept_len: float | None = None, draft_bytes: float = 0, draft_forwards: float = 0,
+            draft_sharded: bool = True, batch: int = 1, kv_bytes_per_token: float | None = None, context: int = 0,
+            kv_dtype: str | None = None, peak_bw: float | None = None, measured_tok_s: float | None = None) -> Ceiling:
+    """The tok/s ceiling without a trace (schema ``tracekit.ceiling/1``): bytes a decode step must read
+    per GPU over the GPU's peak bandwidth. Weights from ``weight_bytes`` (summed over GPUs), ``params`` (x
+    ``dtype``) or ``model`` (a model folder / HF snapshot / config.json: safetensors headers only); see
+    :func:`tracekit.analyses.ceiling.ceiling` for every option.
+
+    >>> c = ceiling(gpu="NVIDIA H200", params=494005120, dtype="bf16")
+    >>> round(c.floor_ms, 4), round(c.ceiling_tokens_per_s)
+    (0.2058, 4858)
+    """
+    from tracekit.analyses.ceiling import ceiling as _ceiling
+
+    return _ceiling(gpu=gpu, weight_bytes=weight_bytes, params=params, dtype=dtype, model=model,
+                    model_config=model_config, tp=tp, ep=ep, accept_len=accept_len, draft_bytes=draft_bytes,
+                    draft_forwards=draft_forwards, draft_sharded=draft_sharded, batch=batch,
+                    kv_bytes_per_token=kv_bytes_per_token, context=context, kv_dtype=kv_dtype, peak_bw=peak_bw,
+                    measured_tok_s=measured_tok_s)
+
+
+def history(db: str | Path, *, path_contains: str | None = None, last: int | None = None) -> dict:
+    """The runs saved with ``tracekit breakdown --save DB`` (schema ``tracekit.history/1``), oldest first,
+    each with its change against the previous run of the same trace and a ``regression`` flag.
+
+    >>> import tempfile, os
+    >>> db = os.path.join(tempfile.mkdtemp(), "runs.db")
+    >>> b = breakdown(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), step_range="^saxpy$")
+    >>> from tracekit.runs import save_runs
+    >>> save_runs(db, [b, b], timestamp="2026-01-01T00:00:00+00:00", git={})
+    [1, 2]
+    >>> [(r["id"], r["step_count"], r["delta_mean_ms"], r["regression"]) for r in history(db)["runs"]]
+    [(1, 4, None, False), (2, 4, 0.0, False)]
+    """
+    from tracekit.runs import history as _history
+
+    return _history(db, path_contains=path_contains, last=last)
+
+
+__all__ = ["load", "breakdown", "breakdown_file", "kernels", "info", "diff", "ceiling", "history",
+           "AnalysisOptions", "DEFAULT_DRAFT_RANGE", "TracekitError", "__version__"]

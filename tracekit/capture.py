@@ -419,52 +419,8 @@ def _capture_into(out: Path, *, script: Path, workload: str, profiler: str, step
     return manifest
 
 
-@click.command("capture", context_settings=dict(ignore_unknown_options=True, allow_extra_args=True,
-                                                help_option_names=["-h", "--help"]))
-@click.option("--workload", type=click.Choice(sorted(WORKLOADS)), required=True,
-              help="sglang (a real SGLang engine), hf (transformers, random weights) or synthetic")
-@click.option("--profiler", type=click.Choice(["nsys", "torch"]), required=True)
-@click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="output folder")
-@click.option("--steps", type=click.IntRange(1), default=16, show_default=True, help="profiled decode steps")
-@click.option("--mode", type=click.Choice(["eager", "graph", "compile"]), default="eager", show_default=True,
-              help="hf/synthetic: eager, CUDA graph replay, torch.compile; sglang: eager disables its CUDA graphs")
-@click.option("--spec", type=click.IntRange(0), default=None, help="speculative decoding: K draft tokens")
-@click.option("--nsys", "nsys", default=None, help="the nsys binary (else $NSYS, PATH, usual install folders)")
-@click.option("--nsys-graph-trace", type=click.Choice(["node", "graph"]), default="node", show_default=True,
-              help="--cuda-graph-trace for nsys: node (per-kernel rows) or graph (whole graphs)")
-@click.option("--peak-bw", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="GPU peak memory bandwidth in GB/s to record in the manifest")
-@click.option("--tp", type=click.IntRange(1), default=None,
-              help="tensor parallelism: N processes, one per GPU (hf/synthetic via torchrun; sglang: its --tp)")
-@click.option("--allreduce", type=click.Choice([*ALLREDUCE_CHOICES, "symm", "none"]), default=None,
-              help="with --tp (hf/synthetic): the all-reduce after each row-parallel linear [default: nccl]; "
-                   "synthetic without --tp: none|symm (world-of-one one_shot_all_reduce)")
-@click.argument("workload_args", nargs=-1, type=click.UNPROCESSED)
-@click.pass_context
-def capture_command(ctx, workload, profiler, out, steps, mode, spec, nsys, nsys_graph_trace, peak_bw,
-                    tp, allreduce, workload_args):
-    """Run a decode WORKLOAD under nsys or the torch profiler; write the trace and manifest.json to --out.
-
-    Options it does not know (e.g. --size large, --layers 8) are passed to the workload script.
-    """
-    args = sys.argv[1:]
-    argv = ["tracekit", "capture", *(args[args.index("capture") + 1:] if "capture" in args else args)]
-    try:
-        m = capture(workload=workload, profiler=profiler, out=Path(out), steps=steps, mode=mode, spec=spec,
-                    nsys=nsys, nsys_graph_trace=nsys_graph_trace, peak_bw=peak_bw,
-                    extra=tuple(workload_args) + tuple(ctx.args), argv=argv, tp=tp, allreduce=allreduce)
-    except TracekitError as e:
-        click.echo(f"tracekit: error: {e}", err=True)
-        ctx.exit(2)
-    click.echo(f"tracekit capture: wrote {Path(out) / 'manifest.json'} "
-               f"(unprofiled step {m['unprofiled_step_ms']:.3f} ms, weight bytes/step {m['weight_bytes_per_step']})")
-
-
-__all__ = ["capture", "capture_command", "find_nsys", "nsys_profile_cmd", "nsys_export_cmd", "build_manifest",
+__all__ = ["capture", "find_nsys", "nsys_profile_cmd", "nsys_export_cmd", "build_manifest",
            "check_workload_python", "missing_modules", "trace_files_of", "gzip_capture_export", "WORKLOAD_MODULES",
            "workload_cmd", "workload_script", "launch_prefix", "tp_args", "worker_env", "rank_file",
            "merge_rank_facts", "MANIFEST_KEYS", "MANIFEST_SCHEMA", "ALLREDUCE_CHOICES", "NO_MULTICAST_ENV"]
 
-
-if __name__ == "__main__":  # `python -m tracekit.capture ...` where tracekit.cli cannot be imported
-    capture_command(prog_name="tracekit capture")

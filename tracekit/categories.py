@@ -37,9 +37,12 @@ PRIORITY: tuple[str, ...] = ("drafting", "gemm", "attention", "other", "communic
 GAP_CAUSES: tuple[str, ...] = ("launch_overhead", "host_stalls", "graph_bubbles", "between_steps")
 # advice keys, display order.
 LEVERS: tuple[str, ...] = ("cuda_graphs", "communication", "drafting", "memory_bandwidth")
+# Range names whose GPU work is drafting (--draft-range's default; Python re.search).
+DEFAULT_DRAFT_RANGE = r"(?i)\bdraft"
 # Step phases (steps.phase) and what --phase accepts.
 PHASES: tuple[str, ...] = ("decode", "prefill", "mixed", "unknown")
 PHASE_CHOICES: tuple[str, ...] = ("decode", "prefill", "mixed", "all")
 
 __all__ = ["KERNEL_CATEGORIES", "COMPUTE_CATEGORIES", "UNATTRIBUTED", "BUSY_CATEGORIES", "GAP_CATEGORIES",
-           "STEP_CATEGORIES", "PRIORITY", "GAP_CAUSES", "LEVERS", "PHASES", "PHASE_CHOICES", "KernelCategory"]
+           "STEP_CATEGORIES", "PRIORITY", "GAP_CAUSES", "LEVERS", "PHASES", "PHASE_CHOICES", "DEFAULT_DRAFT_RANGE",
+           "KernelCategory"]

@@ -6,7 +6,7 @@ first, so they add or override), and :func:`classify`, which maps a column of ke
 ``category``, ``sub`` and ``rule``.
 
 Context does not apply here: a kernel launched inside a draft range, or replayed from a draft CUDA
-graph, is relabelled ``drafting`` by the analyses afterwards (reference/kernel_taxonomy.md §3.3).
+graph, is relabelled ``drafting`` by the analyses afterwards (docs/definitions.md, "Attribution").
 Names no rule matches are ``other`` with ``rule`` null, so ``tracekit kernels`` can show the gaps.
 
 >>> import polars as pl
@@ -28,23 +28,22 @@ from __future__ import annotations
 import functools
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import polars as pl
 
 from tracekit.categories import KERNEL_CATEGORIES
 from tracekit.errors import TracekitError
+from tracekit.report._fmt import one_line
 
 if sys.version_info >= (3, 11):
     import tomllib as _toml
-else:  # Python 3.10: tomli if installed, else the small reader below (enough for rule files)
-    try:
-        import tomli as _toml
-    except ImportError:  # pragma: no cover - exercised only on 3.10 without tomli
-        _toml = None
+else:  # pragma: no cover - Python 3.10 (tomli is a dependency there)
+    import tomli as _toml
 
 CATEGORIES: tuple[str, ...] = KERNEL_CATEGORIES
 UNKNOWN_SUB = "unknown"
@@ -112,7 +111,7 @@ def load_rules(extra: str | Path | None = None) -> Rules:
     except FileNotFoundError:
         raise TracekitError(f"rules file {path} not found; pass an existing TOML file to --rules") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise TracekitError(f"cannot read rules file {path}: {_one_line(e)}") from None
+        raise TracekitError(f"cannot read rules file {path}: {one_line(e)}") from None
     mine = _parse(text, str(path))
     if not mine:
         raise TracekitError(f"{path}: no [[rule]] tables; see docs/taxonomy.md for the format")
@@ -206,9 +205,9 @@ def _classify_one(name: str, rules: Rules) -> tuple[str, str, str | None]:
 
 def _parse(text: str, origin: str) -> tuple[Rule, ...]:
     try:
-        doc = _toml.loads(text) if _toml is not None else _mini_toml(text)
-    except Exception as e:  # tomllib.TOMLDecodeError, or the mini reader's ValueError
-        raise TracekitError(f"{origin}: invalid TOML: {_one_line(e)}") from None
+        doc = _toml.loads(text)
+    except _toml.TOMLDecodeError as e:
+        raise TracekitError(f"{origin}: invalid TOML: {one_line(e)}") from None
     if set(doc) - {"rule"}:
         bad = ", ".join(sorted(set(doc) - {"rule"}))
         raise TracekitError(f"{origin}: unexpected top-level key(s) {bad}; a rules file holds only [[rule]] tables")
@@ -250,7 +249,7 @@ def _make_rule(entry: Any, i: int, origin: str, seen: set[str]) -> Rule:
     try:
         regex = re.compile(pattern)
     except re.error as e:
-        raise TracekitError(f"{where}: invalid regex {pattern!r}: {_one_line(e)}") from None
+        raise TracekitError(f"{where}: invalid regex {pattern!r}: {one_line(e)}") from None
     return Rule(
         id=rid,
         category=cat,
@@ -280,99 +279,3 @@ def _join_pattern(value: Any, where: str) -> str:
         m = re.match(r"^\(\?([aiLmsux]+)\)", a)
         parts.append(f"(?{m.group(1)}:{a[m.end():]})" if m else f"(?:{a})")
     return "|".join(parts)
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
-
-
-_KEY = re.compile(r"^([A-Za-z0-9_-]+)\s*=\s*(.*)$")
-
-
-def _mini_toml(text: str) -> dict[str, Any]:
-    """A reader for the subset of TOML rule files use: [[rule]] tables of string / string-array values.
-
-    Only for Python 3.10 without ``tomli``; raises ValueError on anything else.
-    """
-    rules: list[dict[str, Any]] = []
-    current: dict[str, Any] | None = None
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].strip()
-        i += 1
-        if not line or line.startswith("#"):
-            continue
-        if line == "[[rule]]":
-            current = {}
-            rules.append(current)
-            continue
-        m = _KEY.match(line)
-        if m is None or current is None:
-            raise ValueError(f"unsupported line {i}: {line[:60]!r} (install tomli for full TOML)")
-        key, rest = m.groups()
-        if rest.startswith("["):
-            buf = rest
-            while not _array_closed(buf):
-                if i >= len(lines):
-                    raise ValueError(f"unterminated array for {key!r}")
-                buf += " " + lines[i].strip()
-                i += 1
-            current[key] = _strings(buf[1:], key, array=True)
-        else:
-            vals = _strings(rest, key, array=False)
-            current[key] = vals
-    return {"rule": rules} if rules else {}
-
-
-def _array_closed(buf: str) -> bool:
-    try:
-        _strings(buf[1:], "", array=True)
-        return True
-    except ValueError:
-        return False
-
-
-def _strings(s: str, key: str, *, array: bool) -> Any:
-    out: list[str] = []
-    pos = 0
-    while True:
-        while pos < len(s) and s[pos] in " \t,":
-            pos += 1
-        if pos >= len(s):
-            raise ValueError(f"unterminated value for {key!r}")
-        c = s[pos]
-        if array and c == "]":
-            rest = s[pos + 1 :].strip()
-            if rest and not rest.startswith("#"):
-                raise ValueError(f"text after array for {key!r}")
-            return out
-        if not array and c == "#":
-            raise ValueError(f"missing value for {key!r}")
-        if c == "'":
-            end = s.find("'", pos + 1)
-            if end < 0:
-                raise ValueError(f"unterminated string for {key!r}")
-            out.append(s[pos + 1 : end])
-            pos = end + 1
-        elif c == '"':
-            j, chars = pos + 1, []
-            while j < len(s) and s[j] != '"':
-                if s[j] == "\\" and j + 1 < len(s):
-                    esc = s[j + 1]
-                    chars.append({"n": "\n", "t": "\t", "\\": "\\", '"': '"'}.get(esc, "\\" + esc))
-                    j += 2
-                else:
-                    chars.append(s[j])
-                    j += 1
-            if j >= len(s):
-                raise ValueError(f"unterminated string for {key!r}")
-            out.append("".join(chars))
-            pos = j + 1
-        else:
-            raise ValueError(f"value for {key!r} must be a quoted string or an array of strings")
-        if not array:
-            rest = s[pos:].strip()
-            if rest and not rest.startswith("#"):
-                raise ValueError(f"text after value for {key!r}")
-            return out[0]

@@ -105,7 +105,7 @@ class Steps:
     marker: str  # "nvtx" | "annotation" | "inferred"
     pattern: str | None
     warnings: list[str] = field(default_factory=list)
-    period: "Period | None" = None  # inferred steps: the period found (None for ranges)
+    period: Period | None = None  # inferred steps: the period found (None for ranges)
 
 
 def _regex_match(names: pl.Series, regex: str) -> pl.Series:

@@ -194,10 +194,10 @@ class Trace:
     # Collective metadata of communication kernels where the producer records it (Kineto NCCL kernel args).
     collectives: pl.DataFrame = field(default_factory=lambda: empty(COLLECTIVES))
 
-    def with_warning(self, *msgs: str) -> "Trace":
+    def with_warning(self, *msgs: str) -> Trace:
         return replace(self, meta=replace(self.meta, warnings=self.meta.warnings + tuple(msgs)))
 
-    def validate(self) -> "Trace":
+    def validate(self) -> Trace:
         """Raise ``AssertionError`` if a frame does not match its schema (a reader bug)."""
         for name, schema in SCHEMAS.items():
             df: pl.DataFrame = getattr(self, name)

@@ -17,13 +17,12 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.categories import COMPUTE_CATEGORIES, PRIORITY, UNATTRIBUTED
+from tracekit.categories import COMPUTE_CATEGORIES, DEFAULT_DRAFT_RANGE, PRIORITY, UNATTRIBUTED
 from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
 from tracekit.parallel import in_threads
 from tracekit.steps import Steps, find_steps, range_patterns, select_ranges
 from tracekit.trace import WORK_KINDS, Trace
 
-DEFAULT_DRAFT_RANGE = r"(?i)\bdraft"
 # Rows (kernels + launches) from which independent stages of a breakdown run on two threads.
 THREADS_FROM_ROWS = 1_000_000
 # Attribution.activities["kind"] / ["category"]

@@ -18,14 +18,19 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.analyses.advice import (ALL_LEVERS, DEFAULT_REPLAY_GAP_US, GRAPHED_SHARE, Advice, StepFacts, advise,
-                                      pct)
-from tracekit.analyses.attribution import (DEFAULT_DRAFT_RANGE, Attribution, attribute, devices_with_activity,
-                                           pick_device)
+from tracekit.analyses.advice import ALL_LEVERS, DEFAULT_REPLAY_GAP_US, GRAPHED_SHARE, Advice, StepFacts, advise, pct
+from tracekit.analyses.attribution import Attribution, attribute, devices_with_activity, pick_device
 from tracekit.analyses.partition import StepTable, partition
 from tracekit.analyses.timebase import TimeBase, host_bound, time_base
-from tracekit.categories import (BUSY_CATEGORIES, COMPUTE_CATEGORIES, GAP_CAUSES, KERNEL_CATEGORIES, PRIORITY,
-                                 STEP_CATEGORIES)
+from tracekit.categories import (
+    BUSY_CATEGORIES,
+    COMPUTE_CATEGORIES,
+    DEFAULT_DRAFT_RANGE,
+    GAP_CAUSES,
+    KERNEL_CATEGORIES,
+    PRIORITY,
+    STEP_CATEGORIES,
+)
 from tracekit.trace import Trace
 
 SCHEMA = "tracekit.breakdown/2"
@@ -149,9 +154,10 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
               device: int | None = None, rules=None, weight_bytes: int | None = None, peak_bw: float | None = None,
               accept_len: float | None = None, tokens_per_step: float | None = None,
               device_profile: dict | None = None, measured_step_ms: float | None = None,
-              measured_tok_s: float | None = None, phase: str = "decode", model: str | None = None,
+              measured_tok_s: float | None = None, phase: str | None = "decode", model: str | None = None,
               tp: int | None = None, ep: int | None = None, context: int | None = None) -> Breakdown:
     """Per-step breakdown of ``trace`` (see the module docstring and ``docs/definitions.md``)."""
+    phase = phase or "decode"
     from tracekit.analyses.communication import collective_bandwidth, collective_overheads
     from tracekit.gpus import lookup, resolve_peak_bw
 

@@ -25,7 +25,7 @@ returns a :class:`Diff` whose ``to_dict()`` is the contract JSON::
   "verdict": {"base", "new"}, "max_saving_ms": {"base", "new", "abs", "rel"}}``.
 * ``warnings``: why the comparison may mislead (different GPUs, step markers, graph modes).
 
-Pure: no files, no printing. The renderers (``report/markdown.py`` style, in ``diffcmd``)
+Pure: no files, no printing. The renderers (``tracekit/report/diff.py``)
 show only numbers from this dict.
 """
 

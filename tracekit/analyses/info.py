@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit.gpus import resolve_peak_bw
 from tracekit.steps import range_patterns
 from tracekit.trace import WORK_KINDS, Trace
 
@@ -14,7 +15,8 @@ def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
     """Counts, GPUs, graph mode, step candidates and warnings of ``trace``.
 
     ``device`` restricts the GPU-side counts (kernels, memops) and the GPU list; host-side
-    counts (launches, ranges) are over the whole trace.
+    counts (launches, ranges) are over the whole trace. A GPU's peak bandwidth is the trace's figure,
+    else the GPU table's (``peak_bw_source``: ``"trace"`` or ``"table"``; null when neither knows it).
     """
     k, m, g = trace.kernels, trace.memops, trace.gpus
     if device is not None:
@@ -26,8 +28,11 @@ def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
         warnings.append("no GPU activity in this trace (no kernels, memory operations or graph executions)")
     pats = range_patterns(trace.ranges, top=top)
     n_launch = trace.launches.filter(pl.col("kind").is_in(WORK_KINDS)).height
-    gpus = [{"device": int(r["device"]), "name": r["name"], "peak_bw_gbps": r["peak_bw_gbps"]}
-            for r in g.iter_rows(named=True)]
+    gpus = []
+    for r in g.iter_rows(named=True):  # a few GPUs, not events
+        # the trace's own figure, else the GPU table's (Kineto records none): as breakdown resolves it
+        bw, source = resolve_peak_bw(None, None, r["peak_bw_gbps"], r["name"])
+        gpus.append({"device": int(r["device"]), "name": r["name"], "peak_bw_gbps": bw, "peak_bw_source": source})
     out = {
         "schema": SCHEMA,
         "source": {"path": trace.meta.path, "format": trace.meta.format,

@@ -28,11 +28,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from tracekit.errors import TracekitError
 from tracekit.model.arch import CHUNKED, FULL, LINEAR, MAMBA, SLIDING, Arch
-from tracekit.model.checkpoint import Model
 from tracekit.model.synth import DTYPE_ALIASES, tensor_shapes
+
+if TYPE_CHECKING:  # (checkpoint imports this module for its summary: no cycle at import time)
+    from tracekit.model.checkpoint import Model
 
 
 def expected_experts(experts: int, top_k: int, tokens: float) -> float:

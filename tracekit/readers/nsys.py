@@ -84,6 +84,20 @@ class _Db:
             cls._available[engine] = all(importlib.util.find_spec(m) is not None for m in mods)
         return cls._available[engine]
 
+    # Below this size plain sqlite3 rows are faster overall: importing pyarrow and the ADBC driver costs
+    # ~0.15 s of CPU, which the faster Arrow scan repays only from ~80k kernels (a ~16 MB export of a
+    # decode loop; benchmarks/startup.py, docs/performance.md).
+    SMALL_FILE_BYTES = 16 << 20
+
+    @classmethod
+    def default_engines(cls, path: Path) -> tuple[str, ...]:
+        """The engines to try, fastest first, for this file: plain ``sqlite3`` alone for a small export."""
+        try:
+            small = path.stat().st_size < cls.SMALL_FILE_BYTES
+        except OSError:
+            small = False
+        return ("sqlite3",) if small else cls.ENGINES
+
     def __init__(self, path: Path, engines: tuple[str, ...] | None = None, record: list | None = None):
         self.path = path
         self.record = record  # scan_plan(): note each statement, read only StringIds
@@ -101,7 +115,7 @@ class _Db:
         import os
 
         env = tuple(e.strip() for e in os.environ.get("TRACEKIT_SQLITE_ENGINES", "").split(",") if e.strip())
-        wanted = engines or env or self.ENGINES
+        wanted = engines or env or self.default_engines(path)
         self._engines = [e for e in wanted if e in self.ENGINES and (e == "sqlite3" or self.engine_available(e))]
         self._adbc = None
         self._owner = threading.get_ident()  # frame() calls from other threads open their own connections

@@ -10,13 +10,10 @@ import csv
 import io
 
 from tracekit.categories import GAP_CAUSES, KERNEL_CATEGORIES, STEP_CATEGORIES
+from tracekit.report._fmt import MISSING, num
 from tracekit.report.safe import md, plain
 
 SPLIT_ORDER = list(STEP_CATEGORIES)
-
-
-def _f(x, nd=3):
-    return "—" if x is None else f"{x:,.{nd}f}"
 
 
 def split_rows(b):
@@ -48,9 +45,9 @@ def biggest_category(b):
     return best
 
 
-def _pct(x: float) -> str:
-    v = 100 * x
-    return f"{v:.1f}%" if abs(v) < 10 else f"{v:.0f}%"
+def ranked_levers(b) -> list[str]:
+    """The applicable levers with a positive saving, largest first, as the analysis ranked them."""
+    return list(b.ranked_levers)
 
 
 def headline(b) -> str:
@@ -77,7 +74,7 @@ def time_base_line(d: dict) -> str:
 
 def gap_where(g: dict) -> str:
     before = g.get("before")
-    what = f"{before['kind']} {md(before['name'], 80)}" if before else "—"
+    what = f"{before['kind']} {md(before['name'], 80)}" if before else MISSING
     return f"| {g['step']} | {g['at_ms']:.3f} | {g['ms']:.3f} | {g['cause'].replace('_', ' ')} | {g['where']} | {what} |"
 
 
@@ -88,28 +85,28 @@ def breakdown_md(b) -> str:
     for line in verdict_lines(b):
         out.append(f"- {md(line, 1000)}")
     out += ["", "| category | ms / step | % of traced step | kernel ms / step |", "|---|---:|---:|---:|"]
-    for name, ms, pct, kms in split_rows(b):
-        out.append(f"| {name} | {_f(ms)} | {'—' if pct is None else f'{pct:.1f}%'} | {_f(kms)} |")
-    out.append(f"| **traced step** | **{_f(st['mean_ms'])}** | 100.0% | |")
+    for name, ms, share, kms in split_rows(b):
+        out.append(f"| {name} | {num(ms)} | {MISSING if share is None else f'{share:.1f}%'} | {num(kms)} |")
+    out.append(f"| **traced step** | **{num(st['mean_ms'])}** | 100.0% | |")
     out += ["", "| gaps by cause | ms / step | % of traced step |", "|---|---:|---:|"]
-    for name, ms, pct in gap_rows(b):
-        out.append(f"| {name.replace('_', ' ')} | {_f(ms)} | {'—' if pct is None else f'{pct:.1f}%'} |")
+    for name, ms, share in gap_rows(b):
+        out.append(f"| {name.replace('_', ' ')} | {num(ms)} | {MISSING if share is None else f'{share:.1f}%'} |")
     out += ["", "<details><summary>details</summary>", ""]
     out.append(f"- trace: {md(d['source']['path'], 200)} ({d['source']['format']}, "
                f"{md(d['source']['producer_version'] or 'unknown version')}, graph trace mode "
                f"{d['source']['graph_trace_mode']})")
-    out.append(f"- GPU {gpu['device']}: {md(gpu['name'] or 'unknown')}, peak {_f(gpu['peak_bw_gbps'], 0)} GB/s "
+    out.append(f"- GPU {gpu['device']}: {md(gpu['name'] or 'unknown')}, peak {num(gpu['peak_bw_gbps'], 0)} GB/s "
                f"({gpu['peak_bw_source'] or 'unknown'})")
     pattern = f", pattern {md(st['pattern'])}" if st["pattern"] else ""
     why = "; ".join(f"{k}: {v}" for k, v in st["excluded_reasons"].items())
     out.append(f"- steps: {st['count']} analysed ({st['phase']}), {st['excluded']} excluded"
-               f"{f' ({md(why)})' if why else ''} (marker {st['marker']}{pattern}); traced mean {_f(st['mean_ms'])} ms, "
-               f"median {_f(st['median_ms'])}, p10 {_f(st['p10_ms'])}, p90 {_f(st['p90_ms'])}")
+               f"{f' ({md(why)})' if why else ''} (marker {st['marker']}{pattern}); traced mean {num(st['mean_ms'])} ms, "
+               f"median {num(st['median_ms'])}, p10 {num(st['p10_ms'])}, p90 {num(st['p90_ms'])}")
     if roof.get("weight_bytes_per_step") is not None:
         out.append(f"- roofline: {roof['weight_bytes_per_step']:,} weight bytes/step per GPU "
-                   f"({roof['weight_bytes_source']}); floor {_f(roof['floor_ms'])} ms; ceiling "
-                   f"{_f(roof['ceiling_tokens_per_s'], 1)} tok/s; fraction of ceiling {_f(roof['fraction_of_ceiling'], 3)}"
-                   f"; gemm achieved {_f(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
+                   f"({roof['weight_bytes_source']}); floor {num(roof['floor_ms'])} ms; ceiling "
+                   f"{num(roof['ceiling_tokens_per_s'], 1)} tok/s; fraction of ceiling {num(roof['fraction_of_ceiling'], 3)}"
+                   f"; gemm achieved {num(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
     largest = d["gaps"]["largest"]
     if largest:
         out += ["", "| largest gaps: step | at ms | ms | cause | before | host was in |",
@@ -120,8 +117,8 @@ def breakdown_md(b) -> str:
         n = max(1, st["count"])
         out += ["", "| top kernels | category | per step | ms / step | mean µs |", "|---|---|---:|---:|---:|"]
         for r in top.iter_rows(named=True):
-            out.append(f"| {md(r['name'], 90)} | {r['category']} | {r['count'] / n:.1f} | {_f(r['per_step_ms'])} | "
-                       f"{_f(r['mean_us'], 1)} |")
+            out.append(f"| {md(r['name'], 90)} | {r['category']} | {r['count'] / n:.1f} | {num(r['per_step_ms'])} | "
+                       f"{num(r['mean_us'], 1)} |")
     if d["warnings"]:
         out += ["", "warnings:"]
         out += [f"- {md(w, 500)}" for w in d["warnings"]]
@@ -141,13 +138,13 @@ def breakdown_csv(b) -> str:
 
 def info_md(result: dict) -> str:
     if "ranks" in result:
-        return "\n".join(info_md(r) for r in result["ranks"]) + ("\n" + ranks_md(result) if "table" in result else "")
+        return "\n".join(info_md(r) for r in result["ranks"]) + ("\n" + _table_md(result) if "table" in result else "")
     s = result["source"]
     out = [f"### {md(s['path'], 200)}", "",
            f"{s['format']}, {md(s['producer_version'] or 'unknown version')}, CUDA-graph trace mode "
            f"{s['graph_trace_mode']}", "", "| device | GPU | peak BW (GB/s) |", "|---:|---|---:|"]
     for g in result["gpus"]:
-        out.append(f"| {g['device']} | {md(g['name'] or 'unknown')} | {_f(g['peak_bw_gbps'], 0)} |")
+        out.append(f"| {g['device']} | {md(g['name'] or 'unknown')} | {num(g['peak_bw_gbps'], 0)} |")
     c = result["counts"]
     out += ["", "| " + " | ".join(c) + " |", "|" + "---:|" * len(c), "| " + " | ".join(f"{v:,}" for v in c.values()) + " |"]
     if result["range_names"]:
@@ -161,11 +158,11 @@ def info_md(result: dict) -> str:
 
 def kernels_md(result: dict) -> str:
     if "ranks" in result:
-        return "\n".join(kernels_md(r) for r in result["ranks"]) + ("\n" + ranks_md(result) if "table" in result else "")
+        return "\n".join(kernels_md(r) for r in result["ranks"]) + ("\n" + _table_md(result) if "table" in result else "")
     out = ["| kernel | category | rule | count | total ms | mean µs | share |", "|---|---|---|---:|---:|---:|---:|"]
     for r in result["kernels"]:
         out.append(f"| {md(r['name'], 100)} | {r['category']} | {r['rule'] or '**no rule**'} | {r['count']:,} | "
-                   f"{_f(r['total_ms'])} | {_f(r['mean_us'], 1)} | {100 * r['share']:.1f}% |")
+                   f"{num(r['total_ms'])} | {num(r['mean_us'], 1)} | {100 * r['share']:.1f}% |")
     if result["warnings"]:
         out += [""] + [f"- warning: {md(w, 500)}" for w in result["warnings"]]
     return "\n".join(out) + "\n"
@@ -189,19 +186,11 @@ def _csv_safe(s: str) -> str:
     return "'" + s if s[:1] in ("=", "+", "-", "@") else s
 
 
-def ranks_md(multi: dict) -> str:
+def _table_md(multi: dict) -> str:
+    """The cross-file table of ``info`` / ``kernels`` over several files (``columns``, ``table``)."""
     out = ["| " + " | ".join(multi["columns"]) + " |", "|" + "---|" * len(multi["columns"])]
     for row in multi["table"]:
-        out.append("| " + " | ".join(md(v, 80) if isinstance(v, str) else (str(v) if isinstance(v, int) else _f(v))
+        out.append("| " + " | ".join(md(v, 80) if isinstance(v, str) else (str(v) if isinstance(v, int) else num(v))
                                      for v in row) + " |")
     out += [""] + [f"- {md(w, 500)}" for w in multi.get("warnings", [])]
     return "\n".join(out) + "\n"
-
-
-def ranks_csv(multi: dict) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(multi["columns"])
-    for row in multi["table"]:
-        w.writerow([_csv_safe(v) if isinstance(v, str) else ("" if v is None else v) for v in row])
-    return buf.getvalue()

@@ -1,8 +1,10 @@
 """Rendering untrusted text (kernel and range names come from whatever file a user points us at).
 
 * ``plain``: terminal / CSV-safe — control characters (incl. ANSI escapes) shown as \\xNN, length capped.
-* ``md``: safe inside a markdown table cell and a PR comment — ``plain`` + HTML-escaped and markdown
-  metacharacters backslash-escaped, so a name can neither inject HTML nor break the table.
+* ``md``: safe inside a markdown table cell and a PR comment — ``plain`` + ``&``, ``<`` and ``>`` as
+  entities and markdown metacharacters backslash-escaped, so a name can neither inject HTML nor break the
+  table. Quotes stay quotes (``profiler's``, not ``profiler&#x27;s``): outside an HTML attribute, which
+  markdown text never is, they inject nothing.
 * ``rich_text``: a ``rich.text.Text`` (never parsed as rich markup).
 """
 
@@ -24,8 +26,13 @@ def plain(s: object, limit: int = 300) -> str:
 
 
 def md(s: object, limit: int = 120) -> str:
+    """``s`` for markdown text.
+
+    >>> print(md("<img src=x onerror=alert(1)>|*the profiler's*"))
+    &lt;img src=x onerror=alert(1)&gt;\\|\\*the profiler's\\*
+    """
     text = plain(s, limit)
-    text = html.escape(text, quote=True)
+    text = html.escape(text, quote=False)
     # html.escape produced &...; — escape markdown metacharacters but keep the entities intact.
     parts = re.split(r"(&[a-z#0-9]+;)", text)
     return "".join(p if p.startswith("&") and p.endswith(";") else _MD_META.sub(r"\\\1", p) for p in parts)

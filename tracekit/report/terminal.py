@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tracekit.report._fmt import MISSING, num, pct
 from tracekit.report.safe import rich_text
 
 CAT_STYLE = {"gemm": "cyan", "attention": "magenta", "communication": "yellow", "drafting": "green",
@@ -13,11 +14,8 @@ CAT_STYLE = {"gemm": "cyan", "attention": "magenta", "communication": "yellow", 
              "idle": "bright_black"}
 
 
-def _f(x, nd=3, unit=""):
-    return "—" if x is None else f"{x:,.{nd}f}{unit}"
-
-
-def _warnings(console: Console, warnings):
+def print_warnings(console: Console, warnings) -> None:
+    """``warning: ...`` lines (untrusted text: shown, never parsed as markup)."""
     for w in warnings:
         console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
 
@@ -39,7 +37,7 @@ def render_info(result: dict, console: Console) -> None:
     t.add_column("name")
     t.add_column("peak BW (GB/s)", justify="right")
     for g in result["gpus"]:
-        t.add_row(str(g["device"]), rich_text(g["name"] or "unknown"), _f(g["peak_bw_gbps"], 0))
+        t.add_row(str(g["device"]), rich_text(g["name"] or "unknown"), num(g["peak_bw_gbps"], 0))
     console.print(t)
     c = result["counts"]
     t = Table(title="counts", title_justify="left")
@@ -55,7 +53,7 @@ def render_info(result: dict, console: Console) -> None:
         for r in result["range_names"]:
             t.add_row(rich_text(r["pattern"]), f"{r['count']:,}", rich_text(r["regex"]))
         console.print(t)
-    _warnings(console, result["warnings"])
+    print_warnings(console, result["warnings"])
 
 
 def _cross_table(result: dict, console: Console) -> None:
@@ -69,7 +67,7 @@ def _cross_table(result: dict, console: Console) -> None:
     idx = [i for i, c in enumerate(result["columns"]) if c not in skip]
     for row in result["table"]:
         t.add_row(*[rich_text(row[i]) if isinstance(row[i], str) else
-                    (f"{row[i]:,}" if isinstance(row[i], int) else _f(row[i])) for i in idx])
+                    (f"{row[i]:,}" if isinstance(row[i], int) else num(row[i])) for i in idx])
     console.print(t)
 
 
@@ -90,42 +88,47 @@ def render_kernels(result: dict, console: Console) -> None:
     for r in result["kernels"]:
         rule = Text("no rule", style="bold red") if r["rule"] is None else Text(r["rule"])
         t.add_row(rich_text(r["name"]), Text(r["category"], style=CAT_STYLE.get(r["category"], "")), rule,
-                  f"{r['count']:,}", _f(r["total_ms"]), _f(r["mean_us"], 1), f"{100 * r['share']:.1f}%")
+                  f"{r['count']:,}", num(r["total_ms"]), num(r["mean_us"], 1), f"{100 * r['share']:.1f}%")
     console.print(t)
-    _warnings(console, result["warnings"])
+    print_warnings(console, result["warnings"])
 
 
 def render_breakdown(b, console: Console) -> None:
-    from tracekit.report.markdown import (_pct, biggest_category, gap_rows, headline, split_rows, time_base_line,
-                                          verdict_lines)
+    from tracekit.report.markdown import biggest_category, gap_rows, headline, split_rows, time_base_line, verdict_lines
 
     d = b.to_dict()
     st, gpu, roof = d["steps"], d["gpu"], d["roofline"]
-    console.print(Text.assemble(("tracekit breakdown ", "bold"), rich_text(d["source"]["path"])))
-    console.print(rich_text(headline(b), 1000, style="bold"))
-    console.print(rich_text(time_base_line(d), 500, style="italic"))
+    src = d["source"]
+    # The headline first (the answer), what it is stated against, then what was read; the command line is not echoed.
+    # (one line however long, as the markdown heading: the terminal wraps it, copy-paste keeps it whole)
+    console.print(rich_text(headline(b), 1000, style="bold"), soft_wrap=True)
+    console.print(rich_text(time_base_line(d), 500, style="italic"), soft_wrap=True)
+    console.print(Text.assemble("trace ", rich_text(src["path"]), f" ({src['format']}, ",
+                                rich_text(src["producer_version"] or "unknown version"),
+                                f", graph trace mode {src['graph_trace_mode']})"))
     console.print(Text.assemble(
-        f"GPU {gpu['device']}: ", rich_text(gpu['name'] or 'unknown'), f"  peak {_f(gpu['peak_bw_gbps'], 0)} GB/s "
+        f"GPU {gpu['device']}: ", rich_text(gpu['name'] or 'unknown'), f"  peak {num(gpu['peak_bw_gbps'], 0)} GB/s "
         f"({gpu['peak_bw_source'] or 'unknown'})   steps {st['count']} ({st['marker']}",
         rich_text(', ' + repr(st['pattern']) if st['pattern'] else ''), f"), excluded {st['excluded']}", rich_text(
             " (" + "; ".join(f"{k}: {v}" for k, v in st["excluded_reasons"].items()) + ")" if st["excluded"] else "")))
-    console.print(f"traced step ms: mean {_f(st['mean_ms'])}  median {_f(st['median_ms'])}  p10 {_f(st['p10_ms'])}  "
-                  f"p90 {_f(st['p90_ms'])}")
+    console.print(f"traced step ms: mean {num(st['mean_ms'])}  median {num(st['median_ms'])}  p10 {num(st['p10_ms'])}  "
+                  f"p90 {num(st['p90_ms'])}")
     t = Table(title="where a traced step goes (exclusive, per step)", title_justify="left")
     t.add_column("category")
     t.add_column("ms / step", justify="right")
     t.add_column("% of traced", justify="right")
     t.add_column("kernel ms / step", justify="right")
-    for name, ms, pct, kms in split_rows(b):
-        t.add_row(Text(name, style=CAT_STYLE.get(name, "")), _f(ms), "—" if pct is None else f"{pct:.1f}%", _f(kms))
-    t.add_row(Text("traced step", style="bold"), _f(st["mean_ms"]), "100.0%", "")
+    for name, ms, share, kms in split_rows(b):
+        t.add_row(Text(name, style=CAT_STYLE.get(name, "")), num(ms), MISSING if share is None else f"{share:.1f}%",
+                  num(kms))
+    t.add_row(Text("traced step", style="bold"), num(st["mean_ms"]), "100.0%", "")
     console.print(t)
     t = Table(title="gaps by cause", title_justify="left")
     t.add_column("cause")
     t.add_column("ms / step", justify="right")
     t.add_column("% of traced", justify="right")
-    for name, ms, pct in gap_rows(b):
-        t.add_row(name.replace("_", " "), _f(ms), "—" if pct is None else f"{pct:.1f}%")
+    for name, ms, share in gap_rows(b):
+        t.add_row(name.replace("_", " "), num(ms), MISSING if share is None else f"{share:.1f}%")
     console.print(t)
     for g in d["gaps"]["largest"][:3]:
         before = g.get("before")
@@ -143,40 +146,17 @@ def render_breakdown(b, console: Console) -> None:
         t.add_column("mean (µs)", justify="right")
         n = max(1, st["count"])
         for r in rows.iter_rows(named=True):
-            t.add_row(rich_text(r["name"]), f"{r['count'] / n:.1f}", _f(r["per_step_ms"]), _f(r["mean_us"], 1))
+            t.add_row(rich_text(r["name"]), f"{r['count'] / n:.1f}", num(r["per_step_ms"]), num(r["mean_us"], 1))
         console.print(t)
     if roof.get("floor_ms") is not None:
-        console.print(f"roofline: {roof['weight_bytes_per_step'] / 1e9:.3f} GB/step ({roof['weight_bytes_source']}) → "
-                      f"floor {_f(roof['floor_ms'])} ms, ceiling {_f(roof['ceiling_tokens_per_s'], 1)} tok/s; "
-                      f"at {_pct(roof['fraction_of_ceiling'])} of it; gemm reads at "
-                      f"{_f(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
+        kv = roof.get("kv_bytes_per_step")
+        kv_txt = f" + {kv / 1e9:.3f} GB of KV cache ({roof['kv_bytes_source']})" if kv else ""
+        console.print(f"roofline per GPU: {roof['weight_bytes_per_step'] / 1e9:.3f} GB of weights/step "
+                      f"({roof['weight_bytes_source']}){kv_txt} → "
+                      f"floor {num(roof['floor_ms'])} ms, ceiling {num(roof['ceiling_tokens_per_s'], 1)} tok/s; "
+                      f"at {pct(roof['fraction_of_ceiling'])} of it; gemm reads at "
+                      f"{num(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
     console.print(Text("verdicts", style="bold"))
     for line in verdict_lines(b):
         console.print(Text("• ") + rich_text(line, 1000))
-    _warnings(console, d["warnings"])
-
-
-_RANK_COLS = [("rank", "rank"), ("steps", "steps"), ("mean_ms", "step"), ("gemm", "gemm"), ("attention", "attn"),
-              ("communication", "comm"), ("launch_gaps", "gaps"), ("idle", "idle"), ("comm_kernel_ms", "comm k"),
-              ("comm_transfer_ms", "xfer"), ("comm_wait_ms", "wait")]
-
-
-def render_ranks(multi: dict, console: Console) -> None:
-    idx = {c: i for i, c in enumerate(multi["columns"])}
-    from rich import box
-
-    t = Table(title="per rank (ms per step; comm = exposed, comm k = kernel time = xfer + wait)", title_justify="left",
-              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, padding=(0, 1))
-    for _, head in _RANK_COLS:
-        t.add_column(head, justify="left" if head == "rank" else "right", no_wrap=True)
-    for row in multi["table"]:
-        cells = []
-        for col, _ in _RANK_COLS:
-            v = row[idx[col]]
-            cells.append(rich_text(v) if isinstance(v, str) else (str(v) if isinstance(v, int) else _f(v)))
-        t.add_row(*cells)
-    console.print(t)
-    for row in multi["table"]:
-        console.print(Text(f"{row[idx['rank']]}: ") + rich_text(row[idx["path"]]))
-    for w in multi.get("warnings", []):
-        console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
+    print_warnings(console, d["warnings"])

@@ -1,4 +1,4 @@
-"""Export a breakdown as a Chrome-trace JSON (the "JSON trace event format") for ui.perfetto.dev.
+"""The Perfetto renderer: a breakdown as a Chrome-trace JSON (the "JSON trace event format") for ui.perfetto.dev.
 
 One process, ``tracekit``, with one thread (track) per kind of time:
 
@@ -11,6 +11,7 @@ One process, ``tracekit``, with one thread (track) per kind of time:
 
 Timestamps are microseconds (floats) on the trace's own clock, so the file lines up with
 the original trace opened beside it. Built with polars expressions; no loop over events.
+``tracekit export --perfetto OUT.json`` writes :func:`perfetto_json` (``report.render("perfetto", b, "json")``).
 """
 
 from __future__ import annotations
@@ -82,15 +83,10 @@ def perfetto_trace(b, acts: pl.DataFrame) -> dict:
             "otherData": other_data}
 
 
-def write_perfetto(b, acts: pl.DataFrame, path) -> dict:
-    """Write the trace to ``path`` (events serialised by polars, not row by row); returns ``{track: count}``."""
-    meta, step_ev, other, other_data = _parts(b, acts)
+def perfetto_json(b, acts: pl.DataFrame | None = None) -> str:
+    """The file's text (events serialised by polars, not row by row); ``acts`` defaults to ``b.activities``."""
+    meta, step_ev, other, other_data = _parts(b, b.activities if acts is None else acts)
     chunks = [json.dumps(meta, ensure_ascii=False)[1:-1]]
     chunks += [f.write_json()[1:-1] for f in (step_ev, other) if f.height]
-    text = ('{"traceEvents":[' + ",".join(chunks) + '],"displayTimeUnit":"ns","otherData":'
+    return ('{"traceEvents":[' + ",".join(chunks) + '],"displayTimeUnit":"ns","otherData":'
             + json.dumps(other_data, ensure_ascii=False) + "}\n")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    counts = pl.concat([step_ev.select("tid"), other.select("tid")]).group_by("tid").len()
-    names = {i + 1: t for i, t in enumerate(TRACKS)}
-    return {names.get(t, "?"): n for t, n in sorted(zip(counts["tid"], counts["len"]))}

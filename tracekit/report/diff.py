@@ -1,24 +1,18 @@
-"""``tracekit diff BASE NEW``: the command and its renderers (markdown for a PR comment, rich table).
+"""Renderers of ``tracekit diff`` (schema ``tracekit.diff/1``): markdown for a PR comment, and the rich table.
 
-The analysis is ``tracekit.analyses.diff.diff``; everything shown here is read from
-``Diff.to_dict()`` (the ``--format json`` output), so the three formats agree. The
-markdown is stable: the same two traces give the same text byte for byte. Untrusted
-text (paths, verdicts quoting names, warnings) goes through ``report.safe``.
+Everything shown is read from ``Diff.to_dict()`` (the ``--format json`` output), so the three formats
+agree; the analysis is ``tracekit.analyses.diff.diff``. The markdown is stable: the same two traces give
+the same text byte for byte. Untrusted text (paths, verdicts quoting names, warnings) goes through
+``report.safe``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import click
-
-from tracekit.cli import _breakdown_opts, _console, analysis_opts, emit_text, output_options, run_breakdown
 from tracekit.categories import STEP_CATEGORIES
+from tracekit.report._fmt import MINUS, MISSING, num
 from tracekit.report.safe import md, rich_text
 
 ROW_ORDER = list(STEP_CATEGORIES)
-MINUS = "\u2212"
-
 
 def _digits(*values) -> int:
     """Decimals for ms values: 1 when every value is at least 1 ms, else 3."""
@@ -27,12 +21,12 @@ def _digits(*values) -> int:
 
 
 def _num(x, nd=3) -> str:
-    return "—" if x is None else f"{x:,.{nd}f}".replace("-", MINUS)
+    return num(x, nd, minus=True)
 
 
 def _signed(x, nd=3) -> str:
     if x is None:
-        return "—"
+        return MISSING
     s = f"{abs(x):,.{nd}f}"
     if float(s.replace(",", "")) == 0:
         return f"±{s}"
@@ -42,7 +36,7 @@ def _signed(x, nd=3) -> str:
 def _rel(c) -> str:
     r = c.get("rel")
     if r is None:
-        return "—"
+        return MISSING
     pct = 100 * r
     if round(abs(pct)) == 0:
         return "±0%" if abs(pct) < 0.05 else _signed(pct, 1) + "%"
@@ -94,6 +88,7 @@ def _advice_line(a: dict) -> str:
 
 
 def diff_md(d: dict) -> str:
+    """PR-comment markdown: headline, per-step table, advice that changed, details folded."""
     base, new, delta = d["base"], d["new"], d["delta"]
     out = [f"### tracekit diff: {headline(d)}", "",
            "| per step (ms) | base | new | Δ | Δ % |", "|---|---:|---:|---:|---:|"]
@@ -142,12 +137,15 @@ def diff_md(d: dict) -> str:
 
 
 def render_diff(d: dict, console) -> None:
+    """The rich table: headline, what was compared, the per-step rows, the advice that changed, warnings."""
     from rich.table import Table
     from rich.text import Text
 
-    console.print(Text.assemble(("tracekit diff ", "bold"), rich_text(d["base"]["source"]["path"]), " → ",
-                                rich_text(d["new"]["source"]["path"])))
+    from tracekit.report.terminal import print_warnings
+
     console.print(Text(headline(d), style="bold"))
+    console.print(Text.assemble("base ", rich_text(d["base"]["source"]["path"]), " → new ",
+                                rich_text(d["new"]["source"]["path"])))
     t = Table(title="per step (ms)", title_justify="left")
     for col in ("", "base", "new", "Δ", "Δ %"):
         t.add_column(col, justify="left" if not col else "right")
@@ -163,42 +161,4 @@ def render_diff(d: dict, console) -> None:
     if ub and un:
         console.print(f"measured without a profiler (the manifests): step {ub:.3f} → {un:.3f} ms "
                       f"({100 * (un - ub) / ub:+.0f}%)")
-    for w in d["delta"]["warnings"]:
-        console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
-
-
-@click.command("diff")
-@click.argument("base", type=click.Path(exists=False, path_type=Path))
-@click.argument("new", type=click.Path(exists=False, path_type=Path))
-@analysis_opts
-@output_options(("table", "md", "json"))
-def diff_command(base, new, device, step_range, draft_range, weight_bytes, peak_bw, accept_len, tokens_per_step,
-                 rules, device_profile, fmt, output, color):
-    """Two breakdowns side by side: deltas per category and step statistic, advice that changed.
-
-    Both traces are analysed with the same options. Example:
-    tracekit diff sample_traces/hf-small-eager/trace.sqlite sample_traces/hf-small-graph/trace.sqlite --format md
-    """
-    from tracekit.analyses.diff import diff
-    from tracekit.report import to_json
-
-    opts = _breakdown_opts(device, step_range, draft_range, weight_bytes, peak_bw, accept_len, tokens_per_step,
-                           rules, device_profile)
-    d = diff(run_breakdown(base, opts), run_breakdown(new, opts)).to_dict()
-    if fmt == "json":
-        emit_text(to_json(d), output)
-    elif fmt == "md":
-        emit_text(diff_md(d), output)
-    else:
-        render_diff(d, _console(output, color))
-
-
-def _ensure_registered():
-    # Imported before tracekit.cli finished (e.g. by a test), _register_optional saw no command yet.
-    from tracekit import cli as _cli
-
-    if "diff" not in _cli.cli.commands:
-        _cli.cli.add_command(diff_command)
-
-
-_ensure_registered()
+    print_warnings(console, d["delta"]["warnings"])

@@ -30,8 +30,6 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-import click
-
 from tracekit.categories import STEP_CATEGORIES
 from tracekit.errors import TracekitError
 
@@ -65,6 +63,15 @@ def git_state() -> dict:
             "git_dirty": None if status is None else int(bool(status))}
 
 
+def _now() -> str:
+    """UTC now, to the second; ``$SOURCE_DATE_EPOCH`` when set (the reproducible-builds convention: the docs'
+    examples are generated with it)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = (_dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc) if epoch and epoch.isdigit()
+            else _dt.datetime.now(_dt.timezone.utc))
+    return when.replace(microsecond=0).isoformat()
+
+
 def run_row(b, *, timestamp: str | None = None, git: dict | None = None) -> dict:
     """The ``runs`` row for one Breakdown."""
     d = b.to_dict()
@@ -74,7 +81,7 @@ def run_row(b, *, timestamp: str | None = None, git: dict | None = None) -> dict
     except OSError:
         size = None
     row = {
-        "timestamp": timestamp or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "timestamp": timestamp or _now(),
         "path": src["path"], "trace_bytes": size, "format": src["format"],
         "producer_version": src["producer_version"], "graph_trace_mode": src["graph_trace_mode"],
         **(git if git is not None else git_state()), "label": os.environ.get("TRACEKIT_RUN_LABEL") or None,
@@ -94,12 +101,16 @@ def run_row(b, *, timestamp: str | None = None, git: dict | None = None) -> dict
     return row
 
 
-def save_runs(path, results, *, timestamp: str | None = None) -> list[int]:
-    """Append one row per Breakdown in ``results`` to ``path``'s ``runs`` table; returns the new ids."""
+def save_runs(path, results, *, timestamp: str | None = None, git: dict | None = None) -> list[int]:
+    """Append one row per Breakdown in ``results`` to ``path``'s ``runs`` table; returns the new ids.
+
+    ``timestamp`` and ``git`` (``git_commit``, ``git_branch``, ``git_dirty``) default to now (or
+    ``$SOURCE_DATE_EPOCH``) and the git state of the current directory; give them to record a run reproducibly.
+    """
     import sqlite_utils
 
     path = Path(path)
-    git = git_state()
+    git = git_state() if git is None else git
     rows = [run_row(b, timestamp=timestamp, git=git) for b in results]
     try:
         db = sqlite_utils.Database(path)
@@ -157,97 +168,3 @@ def history(path, *, path_contains: str | None = None, last: int | None = None) 
     warnings = [] if runs else ["the history holds no runs" + (" matching the filter" if path_contains else "")]
     return {"schema": SCHEMA, "db": str(path), "runs": runs,
             "regressions": df.filter("regression")["id"].to_list(), "warnings": warnings}
-
-
-# ───────────────────────────── rendering ─────────────────────────────
-
-SHOWN = [k for k in STEP_CATEGORIES if k not in ("memory", "unattributed")]
-
-
-def _f(x, nd=3):
-    return "—" if x is None else f"{x:,.{nd}f}"
-
-
-def _delta(r) -> str:
-    if r["delta_rel"] is None:
-        return ""
-    s = f"{100 * r['delta_rel']:+.0f}%".replace("-", "\u2212")
-    return s + (" REGRESSION" if r["regression"] else "")
-
-
-def _commit(r) -> str:
-    c = r.get("git_commit")
-    return "" if not c else c[:8] + ("+" if r.get("git_dirty") else "")
-
-
-def history_md(h: dict) -> str:
-    from tracekit.report.safe import md
-
-    out = [f"### tracekit history: {len(h['runs'])} runs, {len(h['regressions'])} regressions", "",
-           "| id | when (UTC) | commit | trace | steps | step ms | p10–p90 | " + " | ".join(SHOWN) + " | Δ vs prev |",
-           "|---:|---|---|---|---:|---:|---:|" + "---:|" * len(SHOWN) + "---|"]
-    for r in h["runs"]:
-        flag = "**" if r["regression"] else ""
-        out.append(f"| {r['id']} | {r['timestamp']} | {md(_commit(r))} | {md(Path(r['path']).name, 60)} | "
-                   f"{r['step_count']} | {flag}{_f(r['step_mean_ms'])}{flag} | "
-                   f"{_f(r['step_p10_ms'])}–{_f(r['step_p90_ms'])} | "
-                   + " | ".join(_f(r[f"{k}_ms"]) for k in SHOWN) + f" | {flag}{_delta(r)}{flag} |")
-    out += [f"- {md(w)}" for w in h["warnings"]]
-    return "\n".join(out) + "\n"
-
-
-def render_history(h: dict, console) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    from tracekit.report.safe import rich_text
-
-    from rich import box
-
-    t = Table(title=f"{len(h['runs'])} runs, {len(h['regressions'])} regressions (ms per step; Δ vs the previous "
-                    "run of the same trace)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-              collapse_padding=True)
-    short = {"communication": "comm", "attention": "attn", "drafting": "draft", "launch_gaps": "gaps"}
-    # the widest columns (trace, full time) go to the lines under the table, so the numbers fit 80 columns
-    for col in ("id", "steps", "step", *[short.get(k, k) for k in SHOWN], "Δ"):
-        t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
-
-    def f2(x):
-        return "—" if x is None else f"{x:,.2f}"
-
-    for r in h["runs"]:
-        style = "bold red" if r["regression"] else ""
-        t.add_row(str(r["id"]), str(r["step_count"]), Text(f2(r["step_mean_ms"]), style=style),
-                  *[f2(r[f"{k}_ms"]) for k in SHOWN], Text(_delta(r), style=style))
-    console.print(t)
-    for r in h["runs"]:
-        console.print(Text(f"{r['id']}: {r['timestamp']} {_commit(r)} ") + rich_text(r["path"]))
-    console.print(t)
-    for w in h["warnings"]:
-        console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
-
-
-@click.command("history")
-@click.argument("db", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--path-contains", default=None, metavar="TEXT", help="Only runs whose trace path contains TEXT.")
-@click.option("--last", type=click.IntRange(min=1), default=None, metavar="N", help="Only the last N runs.")
-@click.option("--format", "fmt", type=click.Choice(("table", "md", "json")), default="table", show_default=True,
-              help="Output format.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path),
-              help="Write there instead of stdout.")
-@click.option("--color/--no-color", default=None, help="Colour in the table (default: auto; NO_COLOR).")
-def history_command(db, path_contains, last, fmt, output, color):
-    """Step time and categories over the runs saved with `breakdown --save DB`; regressions flagged.
-
-    Example: tracekit breakdown run.sqlite --save runs.db && tracekit history runs.db
-    """
-    from tracekit.cli import _console, emit_text
-    from tracekit.report import to_json
-
-    h = history(db, path_contains=path_contains, last=last)
-    if fmt == "json":
-        emit_text(to_json(h), output)
-    elif fmt == "md":
-        emit_text(history_md(h), output)
-    else:
-        render_history(h, _console(output, color))

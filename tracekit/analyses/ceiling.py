@@ -9,32 +9,21 @@ is ``tracekit.analyses.roofline`` (the same code as breakdown's ``roofline`` blo
     tracekit ceiling --gpu H200 --model ~/.cache/huggingface/hub/models--Qwen--Qwen3-8B --tp 2 \
         --batch 8 --context 8192          # weights from the safetensors headers, KV from the config
 
-:func:`ceiling` is the library call; ``ceiling_command`` is the click command (the CLI
-group registers it); ``render_table`` / ``render_markdown`` render a :class:`Ceiling`.
+:func:`ceiling` is the library call (``tracekit.ceiling``); the command is ``tracekit.cli.ceiling`` and the
+renderers ``tracekit.report.ceiling``.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import click
-
-from tracekit.analyses.roofline import (
-    bytes_per_step,
-    dtype_bytes,
-    step_roofline,
-    tokens_per_step,
-    weight_bytes_per_gpu,
-)
 from tracekit.errors import TracekitError
-from tracekit.gpus import list_gpus, lookup, resolve_peak_bw
-from tracekit.model.checkpoint import Model
-from tracekit.model.units import BYTES
+
+if TYPE_CHECKING:
+    from tracekit.model.checkpoint import Model
 
 SCHEMA = "tracekit.ceiling/1"
 DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8", "int4")
@@ -142,12 +131,22 @@ def ceiling(
     >>> c.bytes_per_step_per_gpu, round(c.floor_ms, 2), round(c.ceiling_tokens_per_s)
     (13500000000, 17.58, 182)
     """
+    # (imported here: `tracekit ceiling --help` and the capture-only GPU host need no polars)
+    from tracekit.analyses.roofline import (
+        bytes_per_step,
+        dtype_bytes,
+        step_roofline,
+        tokens_per_step,
+        weight_bytes_per_gpu,
+    )
+    from tracekit.gpus import list_gpus, lookup, resolve_peak_bw
+
     if model is None:
         model = model_config
     elif model_config is not None:
         raise TracekitError("give --model or --model-config, not both")
     if params is not None and (weight_bytes is not None or model is not None):
-        raise TracekitError("give one of --weight-bytes N, --params N (with --dtype) or --model PATH "
+        raise TracekitError("give exactly one of --weight-bytes N, --params N (with --dtype) or --model PATH "
                             "(--weight-bytes may go with --model: it replaces the weights term)")
     if weight_bytes is None and params is None and model is None:
         raise TracekitError("give exactly one of --weight-bytes N, --params N (with --dtype) or --model PATH")
@@ -188,7 +187,8 @@ def ceiling(
     kv_step = None                    # per GPU
     model_draft = 0                   # per GPU, MTP layers x forwards
     if model is not None:
-        from tracekit.model import Model as _Model, load_model, model_from_config, step_bytes
+        from tracekit.model import Model as _Model
+        from tracekit.model import load_model, model_from_config, step_bytes
 
         if isinstance(model, _Model):
             m = model
@@ -299,137 +299,3 @@ def ceiling(
         roofline=r.to_dict(),
         step=step,
     )
-
-
-# ------------------------------------------------------------------------------ rendering
-
-def _rows(c: Ceiling) -> list[tuple[str, str]]:
-    rows = [
-        ("GPU", c.gpu_name),
-        ("peak bandwidth (GB/s)", f"{_num(c.peak_bw_gbps)} ({c.peak_bw_source})"),
-        ("bytes per step per GPU (GB)", _num(c.bytes_per_step_per_gpu / 1e9)),
-    ]
-    parts = [k for k in ("weights", "draft", "kv") if c.bytes_breakdown.get(k)]
-    for k in parts if len(parts) > 1 else []:
-        if c.bytes_breakdown.get(k):
-            rows.append((f"  {k} (GB)", _num(c.bytes_breakdown[k] / 1e9)))
-    rows += [
-        ("floor per step (ms)", _num(c.floor_ms)),
-        ("ceiling (steps/s)", _num(c.ceiling_steps_per_s)),
-        ("tokens per step", _num(c.tokens_per_step)),
-        ("ceiling (tok/s)", _num(c.ceiling_tokens_per_s)),
-    ]
-    if c.measured_tokens_per_s is not None:
-        rows.append(("measured (tok/s)", _num(c.measured_tokens_per_s)))
-        rows.append(("fraction of ceiling (%)", f"{c.fraction_of_ceiling * 100:.1f}"))
-    return rows
-
-
-def render_table(c: Ceiling, console) -> None:
-    """Rich table + the sentence + the assumptions, on the given console."""
-    from rich.table import Table
-
-    t = Table(title="tracekit ceiling", title_justify="left")
-    t.add_column("quantity", no_wrap=True)
-    t.add_column("value", justify="right", no_wrap=True, overflow="ellipsis")
-    for k, v in _rows(c):
-        t.add_row(k, v)
-    console.print(t)
-    console.print(c.summary, highlight=False)
-    console.print("assumptions:", highlight=False)
-    for a in c.assumptions:
-        console.print(f"  - {a}", highlight=False, soft_wrap=False)
-
-
-def render_markdown(c: Ceiling) -> str:
-    lines = [f"**{c.summary}**", "", "| quantity | value |", "|---|---:|"]
-    lines += [f"| {k.strip()} | {v} |" for k, v in _rows(c)]
-    lines += ["", "Assumptions:", ""] + [f"- {a}" for a in c.assumptions]
-    return "\n".join(lines) + "\n"
-
-
-# ------------------------------------------------------------------------------ click
-
-_SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12,
-           "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-class _Amount(click.ParamType):
-    """A positive number, optionally with a decimal suffix: 27e9, 27B, 8.03G, 13.5GB, 4GiB."""
-
-    name = "N"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, (int, float)):
-            return float(value)
-        m = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?\d+)?)\s*([a-z]*)\s*", str(value), re.IGNORECASE)
-        if not m or m.group(2).lower() not in _SUFFIX:
-            self.fail(f"{value!r} is not a number (e.g. 27e9, 27B, 13.5GB)", param, ctx)
-        try:
-            return float(m.group(1)) * _SUFFIX[m.group(2).lower()]
-        except ValueError:
-            self.fail(f"{value!r} is not a number (e.g. 27e9, 27B, 13.5GB)", param, ctx)
-
-
-AMOUNT = _Amount()
-
-
-@click.command("ceiling")
-@click.option("--gpu", metavar="NAME", help="GPU name as a trace or nvidia-smi shows it, e.g. 'RTX A6000', 'NVIDIA H200'.")
-@click.option("--weight-bytes", type=BYTES, help="Weight bytes a step reads, summed over all GPUs: 27e9, 27GB, 25.1GiB.")
-@click.option("--params", type=AMOUNT, help="Parameter count read per step (with --dtype): 27e9, 27B.")
-@click.option("--dtype", type=click.Choice(DTYPES), help="Weight dtype for --params (default bf16) or a bare config.json (default: its own).")
-@click.option("--model", "--model-config", "model", metavar="PATH", help="Model folder / HF snapshot (config.json + safetensors headers) or a config.json.")
-@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel GPUs the weights are split over.")
-@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True, help="Expert-parallel GPUs the experts are split over (with --model).")
-@click.option("--accept-len", type=click.FloatRange(min=0, min_open=True), help="Mean tokens accepted per speculative step.")
-@click.option("--draft-bytes", type=BYTES, default=0, help="Draft model weight bytes (speculative decoding).")
-@click.option("--draft-forwards", type=click.FloatRange(min=0), default=0, help="Draft forward passes per step (a --model's MTP layers when no --draft-bytes).")
-@click.option("--draft-replicated", is_flag=True, help="The draft model is not split over --tp (each GPU reads all of it).")
-@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences decoded per step.")
-@click.option("--kv-bytes-per-token", type=BYTES, help="KV cache bytes per token, whole model (all layers, K and V).")
-@click.option("--context", type=click.IntRange(min=0), default=0, help="Context length whose KV cache each step reads.")
-@click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV cache dtype with --model (default: the model's dtype).")
-@click.option("--peak-bw", type=click.FloatRange(min=0, min_open=True), metavar="GBPS", help="Peak memory bandwidth, GB/s; overrides the GPU table.")
-@click.option("--measured-tok-s", type=click.FloatRange(min=0, min_open=True), metavar="X", help="Your measured tokens/s, to compare with the ceiling.")
-@click.option("--format", "fmt", type=click.Choice(["table", "md", "json"]), default="table", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write there instead of stdout.")
-def ceiling_command(gpu, weight_bytes, params, dtype, model, tp, ep, accept_len, draft_bytes, draft_forwards,
-                    draft_replicated, batch, kv_bytes_per_token, context, kv_dtype, peak_bw, measured_tok_s, fmt, output):
-    """How fast could decode be? The memory-bandwidth ceiling, without a trace.
-
-    Example: tracekit ceiling --gpu "RTX A6000" --params 27e9 --dtype fp8 --tp 2 --accept-len 3.2 --measured-tok-s 55
-    """
-    if not gpu and peak_bw is None:
-        raise click.UsageError("give --gpu NAME or --peak-bw GBPS")
-    if sum(v is not None for v in (weight_bytes, params, model)) == 0 or (params is not None and (
-            weight_bytes is not None or model is not None)):
-        raise click.UsageError("give exactly one of --weight-bytes N, --params N or --model PATH "
-                               "(--weight-bytes may go with --model)")
-    if draft_bytes and not draft_forwards:
-        raise click.UsageError("--draft-bytes needs --draft-forwards K (draft forward passes per step)")
-    result = ceiling(gpu=gpu, weight_bytes=weight_bytes, params=params, dtype=dtype, model=model,
-                     tp=tp, ep=ep, accept_len=accept_len, draft_bytes=draft_bytes, draft_forwards=draft_forwards,
-                     draft_sharded=not draft_replicated, batch=batch, kv_bytes_per_token=kv_bytes_per_token,
-                     context=context, kv_dtype=kv_dtype, peak_bw=peak_bw, measured_tok_s=measured_tok_s)
-    if fmt == "json":
-        text = json.dumps(result.to_dict(), indent=2) + "\n"
-    elif fmt == "md":
-        text = render_markdown(result)
-    else:
-        from rich.console import Console
-
-        if output is None:
-            render_table(result, Console())
-            return
-        buf = io.StringIO()
-        render_table(result, Console(file=buf, width=100, color_system=None))
-        text = buf.getvalue()
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        try:
-            Path(output).write_text(text, encoding="utf-8")
-        except OSError as e:
-            raise TracekitError(f"cannot write {output}: {e}") from e

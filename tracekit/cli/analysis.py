@@ -1,0 +1,116 @@
+"""``tracekit info``, ``tracekit kernels`` and ``tracekit breakdown``: one trace (or one per rank) in, one report out.
+
+Each command is load, one library call (``tracekit.info`` / ``kernels`` / ``breakdown_file``), ``emit``.
+Several files (or a directory of rank files) give one result per rank plus the cross-rank table of
+``tracekit.analyses.ranks``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tracekit.cli.options import analysis_options, device_option, output_options, rules_option, trace_arguments
+from tracekit.cli.output import beside_renderer_import, emit, expand_traces, load
+from tracekit.errors import TracekitError
+
+
+@click.command()
+@trace_arguments
+@device_option("Restrict counts to this GPU (default: all).")
+@output_options(("table", "md", "json"))
+def info(traces, device, fmt, output, color):
+    """What is in a trace: producer, GPUs, counts, graph mode, step candidates.
+
+    Example: tracekit info sample_traces/hf-small-eager/trace.sqlite
+    """
+    import tracekit
+
+    files = expand_traces(traces)
+    results = [tracekit.info(load(p, fmt == "json"), device=device) for p in files]
+    if len(files) == 1:
+        emit("info", results[0], fmt, output, color)
+    else:
+        from tracekit.analyses.ranks import info_ranks
+
+        emit("info", info_ranks(results), fmt, output, color)
+
+
+@click.command()
+@trace_arguments
+@device_option("Restrict to this GPU (default: all GPUs).")
+@click.option("--top", type=click.IntRange(min=1), default=None, help="Show only the N largest (default: all).")
+@rules_option
+@output_options()
+def kernels(traces, device, top, rules, fmt, output, color):
+    """Every kernel name with its category, count, total and mean time and share.
+
+    Totals are over all GPUs unless --device is given, so they equal
+    `nsys stats --report cuda_gpu_kern_sum`. Names no rule matches are flagged.
+    """
+    import tracekit
+
+    files = expand_traces(traces)
+    if len(files) == 1:
+        emit("kernels", tracekit.kernels(load(files[0], fmt == "json"), device=device, top=top, rules=rules), fmt,
+             output, color)
+        return
+    from tracekit.analyses.ranks import kernels_ranks
+
+    # the cross-rank totals are over every kernel; --top only shortens each rank's list
+    full = [tracekit.kernels(load(p, fmt == "json"), device=device, rules=rules) for p in files]
+    multi = kernels_ranks(full, files)
+    if top is not None:
+        multi["ranks"] = [{**r, "kernels": r["kernels"][:top]} for r in multi["ranks"]]
+    emit("kernels", multi, fmt, output, color)
+
+
+@click.command()
+@trace_arguments
+@analysis_options(engine=True)
+@click.option("--all-devices", is_flag=True,
+              help="Analyse every GPU of the trace (one nsys report of several ranks) and add a cross-rank table.")
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="RUNS.DB",
+              help="Append the result to a SQLite run history (see `tracekit history`).")
+@output_options()
+def breakdown(traces, opts, all_devices, save, fmt, output, color):
+    """Per-decode-step time split, memory-bandwidth roofline and advice.
+
+    Example: tracekit breakdown sample_traces/hf-small-eager/trace.sqlite --format md
+    """
+    import dataclasses
+
+    import tracekit
+
+    files = expand_traces(traces)
+    labels = None
+    if all_devices:
+        if len(files) != 1 or opts.device is not None:
+            raise TracekitError("--all-devices takes one trace file and no --device")
+        from tracekit.analyses.breakdown import breakdown as run
+        from tracekit.analyses.breakdown import devices_with_activity
+
+        trace = load(files[0], True)
+        devs = devices_with_activity(trace)
+        results = [run(trace, **dataclasses.replace(opts, device=d).breakdown_kwargs(run)) for d in devs]
+        labels = [f"gpu{d}" for d in devs]
+    elif len(files) == 1:
+        results = [beside_renderer_import(lambda: tracekit.breakdown_file(files[0], opts), fmt)]
+    else:
+        from tracekit.parallel import map_files
+
+        results = map_files(tracekit.breakdown_file, files, opts)
+    if save is not None:
+        from tracekit.runs import save_runs
+
+        save_runs(save, results)
+    if len(results) == 1 and not all_devices:
+        emit("breakdown", results[0], fmt, output, color)
+        return
+    from tracekit.analyses.ranks import cross_rank
+
+    emit("ranks", cross_rank(results, labels), fmt, output, color)
+
+
+COMMANDS = (info, kernels, breakdown)

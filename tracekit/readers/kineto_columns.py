@@ -1,0 +1,364 @@
+"""Kineto JSON, part 2 of 3: the columns. Decoded events -> typed polars frames, one per event group.
+
+Events are grouped by category with C-level maps over the Structs (``map``, ``compress``, dict lookups),
+never a Python loop per event; of the ``cpu_op`` events only matmul-like ones are kept. A group's fields
+become polars columns piece by piece and are typed in batches of ``_BATCH`` rows, one polars query each.
+Scalars whose JSON type varies between producers (``ts``, ``dur``, ``pid``, ``args.stream`` ...) arrive
+untyped, floats as their JSON text, so ``ts`` (float µs) becomes exact int64 ns: integer and fraction digits
+are parsed apart (a float64 cannot hold an epoch-µs value to the ns). Every distinct name is stored once.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from itertools import compress, count, repeat
+from operator import attrgetter, eq
+
+import msgspec
+import polars as pl
+
+from tracekit.readers.common import api_kind, strip_api_version
+from tracekit.readers.kineto_stream import NULL
+from tracekit.trace import COMM_OPS
+
+# Framework ops whose input shapes tell the weight bytes a step reads (kept in Trace.ops).
+MATMUL_OPS = (
+    "aten::linear",
+    "aten::matmul",
+    "aten::mm",
+    "aten::addmm",
+    "aten::_addmm_activation",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::addbmm",
+    "aten::mv",
+    "aten::addmv",
+    "aten::_scaled_mm",
+    "aten::_scaled_grouped_mm",
+    "aten::_grouped_mm",
+    "aten::_int_mm",
+    "aten::_weight_int4pack_mm",
+    "aten::_weight_int8pack_mm",
+    "aten::_mixed_dtypes_linear",
+)
+
+# Longest plausible single event: anything longer is a corrupt record, not a measurement.
+_MAX_DUR_US = 86_400 * 1_000_000  # one day
+_MAX_TS_US = 9_000_000_000_000_000  # µs; year 2255 since the epoch, and * 1000 fits int64
+
+# Event groups by (lower-cased) category.
+_GROUPS = {
+    "kernel": "kernel",
+    "cuda_runtime": "runtime",
+    "runtime": "runtime",
+    "cuda_driver": "runtime",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "user_annotation": "annotation",
+    "cpu_op": "op",
+    "operator": "op",
+}
+# Small-integer codes for the groups; 0: not read. 'Operator' (legacy) is ops and ProfilerStep#N ranges.
+_CODES = {g: i for i, g in enumerate(dict.fromkeys(_GROUPS.values()), 1)}
+_LEGACY_OP = len(_CODES) + 1
+_KEEP_OPS = frozenset(MATMUL_OPS) | frozenset(COMM_OPS) | {None}  # ops without a name are kept too
+
+_GET_CAT, _GET_PH, _GET_NAME, _GET_ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter("name"), attrgetter("args")
+
+
+def _cat_code(cat: str | None) -> int:
+    if cat == "Operator":
+        return _LEGACY_OP
+    return _CODES.get(_GROUPS.get(cat.lower()), 0) if isinstance(cat, str) else 0
+
+
+def _complete(events: list) -> list:
+    """The complete ('X') events of ``events``."""
+    return list(compress(events, map(eq, map(_GET_PH, events), repeat("X"))))
+
+
+# (code, is ProfilerStep#N) -> code: legacy 'Operator' events are ranges or ops by name.
+_RECODE = {(c, step): c for c in range(_LEGACY_OP) for step in (False, True)} | {
+    (_LEGACY_OP, True): _CODES["annotation"], (_LEGACY_OP, False): _CODES["op"]}
+
+
+def _grouped(events: list, codes_of: dict) -> dict[str, list]:
+    """Complete ('X') events by group, chosen by category with C-level maps (no Python loop per event).
+
+    ``codes_of`` caches category -> group code across chunks (categories are few). Legacy traces
+    file record_function ranges under 'Operator'; ProfilerStep#N is the one we can tell apart
+    from ops, so it joins the annotations. Only matmul-like (weight shapes) and all-reduce ops
+    (message sizes) are kept.
+    """
+    codes = list(map(codes_of.get, map(_GET_CAT, events), repeat(-1)))
+    present = set(codes)
+    if -1 in present:  # categories not seen before
+        cats = list(map(_GET_CAT, events))
+        codes_of.update((c, _cat_code(c)) for c in set(cats) - codes_of.keys())
+        codes = list(map(codes_of.__getitem__, cats))
+        present = set(codes)
+    if _LEGACY_OP in present:
+        names = pl.Series(list(map(_GET_NAME, events)), dtype=pl.String)
+        steps = names.str.starts_with("ProfilerStep#").fill_null(False).to_list()
+        codes = list(map(_RECODE.__getitem__, zip(codes, steps)))
+        present = set(codes)
+    out: dict[str, list] = {}
+    for g, code in _CODES.items():
+        if code in present:
+            evs = list(compress(events, map(eq, codes, repeat(code))))
+            if g == "op":  # most events are ops; few are matmuls
+                evs = list(compress(evs, map(_KEEP_OPS.__contains__, map(_GET_NAME, evs))))
+            evs = _complete(evs)
+            if evs:
+                out[g] = evs
+    return out
+
+
+_BATCH = 1 << 14  # rows of a group typed at once (one polars query)
+
+
+def _texts(raws: list) -> pl.Series:
+    """The JSON texts of ``raws`` (msgspec.Raw) as a String series (invalid UTF-8 replaced), in C."""
+    return pl.Series(list(map(str, raws, repeat("utf-8"), repeat("replace"))), dtype=pl.String)
+
+
+def _unquote(e: pl.Expr) -> pl.Expr:
+    """JSON text -> its value as a string ('"x"' -> 'x', 'null' -> null)."""
+    return pl.when(e == "null").then(None).otherwise(e.str.strip_chars('"'))
+
+
+def _int(e: pl.Expr) -> pl.Expr:
+    """JSON number or numeric string -> Int64 (integral floats such as 7.0 too; others -> null)."""
+    s = e.str.strip_chars('"')
+    f = s.cast(pl.Float64, strict=False)
+    return pl.coalesce(s.cast(pl.Int64, strict=False), pl.when(f.round(0) == f).then(f.cast(pl.Int64, strict=False)))
+
+
+def _trailing_int(e: pl.Expr) -> pl.Expr:
+    """pid/tid: an int, or the trailing integer of a string such as 'stream 7' (legacy traces)."""
+    s = e.str.strip_chars('"')
+    return pl.coalesce(s.cast(pl.Int64, strict=False), s.str.extract(r"(-?\d+)\s*$").cast(pl.Int64, strict=False))
+
+
+def _us_to_ns(e: pl.Expr) -> pl.Expr:
+    """JSON µs text -> int64 ns, exactly: integer and fraction digits apart, rounded half away from 0.
+
+    A float64 cannot hold an epoch-µs timestamp to the ns, so '1712195495519695.8' is not
+    parsed as one number.
+    """
+    s = e.str.strip_chars('"')
+    parts = s.str.split_exact(".", 1)
+    whole = parts.struct.field("field_0").cast(pl.Int64, strict=False).abs()
+    whole = pl.when(whole < _MAX_TS_US).then(whole)  # ns must fit int64 (and not wrap)
+    frac4 = (parts.struct.field("field_1").fill_null("") + "0000").str.slice(0, 4).cast(pl.UInt32, strict=False)
+    mag = whole * 1000 + (frac4.cast(pl.Int64) + 5) // 10
+    exact = pl.when(s.str.starts_with("-")).then(-mag).otherwise(mag)
+    # exponent forms (1.5e+12) and the like: via float64, still rounded to the ns
+    f = s.cast(pl.Float64, strict=False)
+    approx = pl.when(f.is_finite() & (f.abs() < _MAX_TS_US)).then((f * 1000.0).round(0).cast(pl.Int64, strict=False))
+    return pl.coalesce(exact, approx)
+
+
+def _dims(e: pl.Expr) -> pl.Expr:
+    """grid/block JSON array text '[8, 16, 5]' -> '8,16,5'."""
+    return _unquote(e).str.replace_all(r"[\s\[\]]", "")
+
+
+def _raw_json(e: pl.Expr) -> pl.Expr:
+    """A JSON value's text, or null when absent."""
+    return pl.when(e == "null").then(None).otherwise(e)
+
+
+def _positive(e: pl.Expr) -> pl.Expr:
+    return pl.when(e > 0).then(e)  # Kineto writes 'graph id' 0 for work not replayed from a graph
+
+
+# How each column's values become typed, by kind: (from an Int64 column, from a String column).
+# A column is Int64 when all its values were JSON integers; else String: floats' JSON texts,
+# JSON strings, and the texts of anything else (see _column). _RAW_KINDS are Raw JSON texts.
+_KINDS = {
+    "ts": (lambda e: pl.when((e < _MAX_TS_US) & (e > -_MAX_TS_US)).then(e * 1000), _us_to_ns),
+    "dur": (lambda e: e.cast(pl.Float64), lambda e: e.str.strip_chars('"').cast(pl.Float64, strict=False)),
+    "int": (lambda e: e, _int),
+    "id": (lambda e: e, _trailing_int),
+    "positive": (_positive, lambda e: _positive(_int(e))),
+    "text": (None, _unquote),
+    "dims": (None, _dims),
+    "json": (None, _raw_json),
+}
+_RAW_KINDS = frozenset({"text", "dims", "json"})
+
+# group -> ({column: (event attribute, kind)}, {output column: expression over the typed columns})
+_T = {"ts": ("ts", "ts"), "dur": ("dur", "dur"), "pid": ("pid", "id"), "tid": ("tid", "id")}
+_HOST = {"pid": pl.col("pid"), "tid": pl.col("tid")}
+_GPU_T = {**_T, "device": ("args.device", "int"), "stream": ("args.stream", "int"),
+          "correlation": ("args.correlation", "int")}
+_GPU = {"device": pl.coalesce("device", "pid"), "stream": pl.coalesce("stream", "tid"), "correlation": pl.col("correlation")}
+_SPECS: dict[str, tuple[dict[str, tuple[str, str]], dict[str, pl.Expr]]] = {
+    "runtime": ({**_T, "correlation": ("args.correlation", "int")}, {**_HOST, "correlation": pl.col("correlation")}),
+    "kernel": (
+        {**_GPU_T, "grid": ("args.grid", "dims"), "block": ("args.block", "dims"),
+         "graph_id": ("args.graph_id", "positive"), "graph_node": ("args.graph_node", "positive"),
+         "collective": ("args.coll_name", "text"), "in_nelems": ("args.in_nelems", "int"),
+         "out_nelems": ("args.out_nelems", "int"), "group_size": ("args.group_size", "int"), "dtype": ("args.dtype", "text"),
+         "pg_name": ("args.pg_name", "text")},
+        {**_GPU, **{c: pl.col(c) for c in ("grid", "block", "graph_id", "graph_node", "collective", "in_nelems",
+                                           "out_nelems", "group_size", "dtype", "pg_name")}},
+    ),
+    "memcpy": ({**_GPU_T, "bytes": ("args.nbytes", "int")}, {**_GPU, "bytes": pl.col("bytes")}),
+    "memset": ({**_GPU_T, "bytes": ("args.nbytes", "int")}, {**_GPU, "bytes": pl.col("bytes")}),
+    "annotation": (_T, _HOST),
+    "op": (
+        {**_T, "input_dims": ("args.input_dims", "json"), "input_dims_legacy": ("args.input_dims_legacy", "json"),
+         "input_types": ("args.input_types", "json")},
+        {**_HOST, "input_dims": pl.coalesce("input_dims", "input_dims_legacy"), "input_types": pl.col("input_types")},
+    ),
+}
+_OK = (
+    pl.col("ts").is_not_null() & pl.col("dur").is_finite() & (pl.col("dur") >= 0) & (pl.col("dur") <= _MAX_DUR_US)
+).fill_null(False)
+_SELECT = {
+    g: [pl.col("ts").alias("start"), (pl.col("ts") + (pl.col("dur") * 1000.0).round(0).cast(pl.Int64)).alias("end"),
+        pl.col("name"), *(e.alias(c) for c, e in exprs.items())]
+    for g, (_, exprs) in _SPECS.items()
+}
+_SELECT["runtime"].append(pl.col("kind"))
+
+
+def _values(events: list, args: list | None, attr: str, default) -> list:
+    """One field of every event (``args.x``: of its args; ``default`` where args is null)."""
+    if not attr.startswith("args."):
+        return list(map(attrgetter(attr), events))
+    if args.count(None):  # explicit "args": null
+        return list(map(getattr, args, repeat(attr[5:]), repeat(default)))
+    return list(map(attrgetter(attr[5:]), args))
+
+
+def _column(values: list) -> pl.Series:
+    """Decoded values of one field -> Int64 when all are ints (or null), else String.
+
+    Floats arrive as their JSON text (str), so a String column holds exact texts; bools, lists,
+    objects and mixtures become text too (and so null once parsed as numbers).
+    """
+    try:
+        s = pl.Series(values, strict=True)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        s = None
+    if s is not None:
+        if s.dtype == pl.String:
+            return s
+        if s.dtype == pl.Null:
+            return s.cast(pl.String)
+        if s.dtype == pl.Int64 and not any(map(isinstance, values, repeat(bool))):
+            return s
+    try:
+        return pl.Series(values, dtype=pl.String, strict=False)
+    except Exception:  # noqa: BLE001 - values polars cannot show as text: their JSON instead
+        return _texts(list(map(msgspec.json.encode, values)))
+
+
+class _Names:
+    """A group's distinct names; its rows carry their name's code, resolved when typed.
+
+    A decode loop repeats a few dozen kernel names (hundreds of bytes each) millions of times:
+    each distinct name is stored once and the rows are views of it. Runtime API names lose
+    their version suffix and get their ``kind`` once per distinct name.
+    """
+
+    def __init__(self, group: str):
+        self.group = group
+        self.index: dict[str | None, int] = {}
+
+    def codes(self, events: list) -> pl.Series:
+        names = list(map(_GET_NAME, events))
+        codes = list(map(self.index.get, names, repeat(-1)))
+        if -1 in codes:  # names not seen before
+            new = dict.fromkeys(names).keys() - self.index.keys()
+            self.index.update(zip(new, count(len(self.index))))
+            codes = list(map(self.index.__getitem__, names))
+        return pl.Series("name", codes, dtype=pl.UInt32)
+
+    def resolve(self, df: pl.DataFrame) -> pl.DataFrame:
+        """``df`` with its name codes replaced by the names (and runtime calls' ``kind``)."""
+        distinct = pl.DataFrame({"name": pl.Series(list(self.index), dtype=pl.String)})
+        if self.group == "runtime":
+            distinct = distinct.select(name=strip_api_version(pl.col("name").fill_null(""))).with_columns(
+                kind=api_kind(pl.col("name")))
+        return df.with_columns(distinct[df["name"]].get_columns())
+
+
+@cache
+def _typing(col: str, kind: str, is_int: bool) -> pl.Expr:
+    """The expression typing a column of this kind (built once)."""
+    return _KINDS[kind][not is_int](pl.col(col)).alias(col)
+
+
+def _columns(group: str, events: list, names: _Names, kernel_dims: bool) -> pl.DataFrame:
+    """One group's events of one chunk -> their fields as Int64/String columns, not yet typed.
+
+    A field absent from every event (most kernel args, legacy 'Input dims', grid/block without
+    ``kernel_dims``) gets no column: _typed makes it null.
+    """
+    spec, _ = _SPECS[group]
+    n = len(events)
+    args = list(map(_GET_ARGS, events)) if any(a.startswith("args.") for a, _ in spec.values()) else None
+    cols: list[pl.Series] = [names.codes(events)]
+    for col, (attr, kind) in spec.items():
+        if kind == "dims" and not kernel_dims:
+            continue
+        absent = NULL if kind in _RAW_KINDS else None
+        values = _values(events, args, attr, absent)
+        if values[0] is absent and values.count(absent) == n:
+            continue
+        cols.append((_column(values) if absent is None else _texts(values)).alias(col))
+    return pl.DataFrame(cols)
+
+
+def _typed(group: str, parts: list[pl.DataFrame], names: _Names, dropped: dict[str, int]) -> pl.DataFrame:
+    """A group's untyped frames (see _columns) -> one typed frame: start, end, name + the group's columns.
+
+    Events with a missing or implausible time are dropped and counted in ``dropped``.
+    """
+    df = names.resolve(pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0])
+    spec = _SPECS[group][0]
+    absent = [pl.lit(None, pl.String).alias(c) for c in spec if c not in df.schema]  # typed as text: null
+    typed = [_typing(c, spec[c][1], df.schema.get(c) == pl.Int64) for c in spec]
+    out = df.lazy().with_columns(absent).with_columns(typed).filter(_OK).select(_SELECT[group]).collect()
+    if out.height != df.height:
+        dropped[group] = dropped.get(group, 0) + df.height - out.height
+    return out
+
+
+class Frames:
+    """Typed frames by group. A group's columns wait until it has _BATCH rows: typing them (one
+    polars query) costs about as much for 10 rows as for 10 000."""
+
+    def __init__(self, kernel_dims: bool):
+        self.kernel_dims = kernel_dims
+        self.typed: dict[str, list[pl.DataFrame]] = {g: [] for g in _SPECS}
+        self.pending: dict[str, list[pl.DataFrame]] = {g: [] for g in _SPECS}
+        self.rows = dict.fromkeys(_SPECS, 0)
+        self.names = {g: _Names(g) for g in _SPECS}
+        self.dropped: dict[str, int] = {}
+
+    def add(self, events: list, codes_of: dict) -> None:
+        """One chunk's events."""
+        for g, evs in _grouped(events, codes_of).items():
+            self.pending[g].append(_columns(g, evs, self.names[g], self.kernel_dims))
+            self.rows[g] += len(evs)
+            if self.rows[g] >= _BATCH:
+                self._flush(g)
+
+    def _flush(self, g: str) -> None:
+        if self.pending[g]:
+            self.typed[g].append(_typed(g, self.pending[g], self.names[g], self.dropped))
+            self.pending[g], self.rows[g] = [], 0
+
+    def pop(self, g: str) -> pl.DataFrame | None:
+        """All of a group's rows as one frame (None without any), handed over."""
+        self._flush(g)
+        frames = [f for f in self.typed.pop(g) if f.height]
+        return pl.concat(frames, how="vertical_relaxed") if frames else None
+
