@@ -104,6 +104,8 @@ class StepFacts:
     comm_bandwidth: dict | None = None  # achieved bus bandwidth of the collectives with known sizes
     link: str | None = None  # "NVLink 4: 450 GB/s per direction" (the GPU table's link)
     longest_between: dict | None = None  # the largest between-steps gap (gaps.largest entry)
+    verify_ms: float | None = None  # speculative steps: wall span of the target (verify) forward, traced
+    token_factor: float | None = None  # cost of a K+1-token forward over a 1-token one (the draft's own)
 
 
 def pct(x: float) -> str:
@@ -237,13 +239,24 @@ def drafting_lever(f: StepFacts) -> Lever:
     # The draft phase costs its wall time on the GPU timeline, launch gaps between its kernels included.
     phase = max(draft, min(f.draft_phase_ms, f.traced_ms))
     scale = f.reference_ms / f.traced_ms if f.traced_ms else 1.0
-    plain = (f.traced_ms - phase) * scale  # the step without the draft phase, on the reference's time base
     how = {"ranges": "draft ranges", "structure": "the step's structure", "kernels": "speculative kernels"}[
         f.draft_detection]
     verdict = (f"the draft phase takes {phase:.3f} ms of the traced step ({pct(phase / f.traced_ms)}; found from "
                f"{how})")
     if phase > draft * 1.05:
         verdict += f", {draft:.3f} ms of it GPU work"
+    # Without speculation a step is one target forward over one token per sequence, plus the host time between
+    # steps: the verify forward's span re-costed at one token (by the draft model's own K+1- against 1-token
+    # forward where the step has both), on the reference's time base.
+    if f.verify_ms:
+        factor = f.token_factor or 1.0
+        plain = (f.verify_ms / factor + f.gaps.get("between_steps", 0.0)) * scale
+        basis = (f"the verify forward ({f.verify_ms:.3f} ms traced) re-costed at one token (÷{factor:.2f}, the draft "
+                 "model's own K+1- against 1-token forward)" if f.token_factor else
+                 f"the verify forward ({f.verify_ms:.3f} ms traced) kept at K+1 tokens: an upper bound")
+    else:
+        plain = (f.traced_ms - phase) * scale
+        basis = "the step without its draft phase, verify forward kept at K+1 tokens: an upper bound"
     acc = f.accept_len
     if acc:
         spec_tps = acc * f.tokens_per_step / f.reference_ms * 1000
@@ -252,12 +265,13 @@ def drafting_lever(f: StepFacts) -> Lever:
         if plain_tps:
             pays = "pays off" if spec_tps > plain_tps else "does not pay off"
             verdict += (f"; with {acc:.2f} tokens accepted per step speculation gives {spec_tps:.1f} tok/s against "
-                        f"≈{plain_tps:.1f} tok/s without it (≈{plain:.3f} ms per plain step; verify forward kept): "
+                        f"≈{plain_tps:.1f} tok/s without it (≈{plain:.3f} ms per plain step: {basis}): "
                         f"it {pays} (break-even at {f.reference_ms / plain:.2f} accepted tokens per step)")
         return Lever(applicable=True, predicted_step_ms=plain, max_saving_ms=saving,
                      max_saving_fraction=saving / f.reference_ms if f.reference_ms else None, verdict=verdict,
                      extra=det)
-    verdict += "; pass --accept-len to compare tokens/s with and without speculation"
+    verdict += (f"; without speculation a step would take ≈{plain:.3f} ms ({basis}); pass --accept-len to compare "
+                "tokens/s with and without speculation")
     return Lever(applicable=True, predicted_step_ms=plain, max_saving_ms=None, max_saving_fraction=None,
                  verdict=verdict, extra=det)
 

@@ -39,7 +39,8 @@ class Attribution:
     as recorded), ``pid``, ``correlation``, ``stream``, ``name`` (enum), ``kind`` (kernel | memop |
     graph_exec), ``category`` (enum, after drafting), ``prio`` (its index in ``PRIORITY``), ``launch`` (row of
     ``launches`` that issued it, null if unknown), ``graphed`` (that launch was a graph launch), ``dur``,
-    ``step`` (window id, null outside steps) and ``draft`` (draft window id, null outside drafting).
+    ``step`` (window id, null outside steps) and ``draft`` (draft window id, null outside drafting); where drafting
+    was found, ``name_category`` keeps each activity's category by name (before drafting took it).
     ``launches`` is the trace's host calls in start order. ``step_by`` says how steps were matched to launches:
     by thread (``("pid", "tid")``, the definition) or, when the step ranges live on another thread, by process.
     """
@@ -334,6 +335,7 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
             drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
     if drafted is not None:
         acts = acts.with_columns(
+            name_category="category",  # (speculative traces only: what each draft kernel is by name)
             category=pl.when(drafted).then(pl.lit("drafting", CATEGORY_ENUM)).otherwise(pl.col("category")),
             prio=pl.when(drafted).then(pl.lit(_PRIO["drafting"], pl.Int32)).otherwise(pl.col("prio")),
         )

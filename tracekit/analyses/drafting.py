@@ -166,3 +166,39 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
                               "speculative-decoding kernels named by the taxonomy (the draft forwards are not in it)")
     return none, Drafting("not_detected", 0, steps, float(per_step["n"].median()) if per_step.height else None,
                           None, NOT_DETECTED_VERDICT)
+
+
+def verify_costs(acts: pl.DataFrame) -> tuple[float | None, float | None]:
+    """What the step without speculation would keep of a speculative step, from its forwards (by name category):
+    ``(verify_ms, token_factor)``.
+
+    ``verify_ms``: the mean wall span of each step's target (verify) forward on the GPU timeline, its sampling
+    included. ``token_factor``: how much more a forward over K+1 tokens costs than over one, measured on the draft
+    model itself when the step holds both (SGLang's draft-extend forward runs K+1 tokens after the verify, its
+    draft graph one token per forward): GPU time of the draft forward after the target's / the mean of those
+    before it; None when the step has no such pair. ``acts``: the analysed steps' activities with
+    ``name_category`` (attribution adds it to speculative traces) or ``category`` by name.
+    """
+    if acts.height == 0:
+        return None, None
+    cat = "name_category" if "name_category" in acts.columns else "category"
+    a = acts.filter(pl.col("step").is_not_null()).select("step", "start", "end", "dur", "name", "kind",
+                                                         category=pl.col(cat).cast(pl.String))
+    f = forwards(a)
+    x = a.select("step", "start", "end", "dur").hstack(f.select("fwd", "target"))
+    tgt = x.filter(pl.col("target").fill_null(False))
+    if tgt.height == 0:
+        return None, None
+    per = tgt.group_by("step").agg(span=pl.col("end").max() - pl.col("start").min(), t_fwd=pl.col("fwd").first())
+    verify_ms = float(per["span"].mean()) / 1e6
+    d = (x.filter(~pl.col("target").fill_null(True) & pl.col("fwd").is_not_null())
+         .join(per.select("step", "t_fwd"), on="step").group_by("step", "fwd")
+         .agg(busy=pl.col("dur").sum(), after=(pl.col("fwd") > pl.col("t_fwd")).first()))
+    ratio = (d.group_by("step").agg(pre=pl.col("busy").filter(~pl.col("after")).mean(),
+                                    post=pl.col("busy").filter(pl.col("after")).mean())
+             .filter(pl.col("pre").is_not_null() & pl.col("post").is_not_null() & (pl.col("pre") > 0))
+             .select(r=pl.col("post") / pl.col("pre"))["r"])
+    factor = float(ratio.median()) if ratio.len() else None
+    if factor is not None:
+        factor = min(max(factor, 1.0), 2.0)  # (a K+1-token forward costs at least one token's, and not 2x here)
+    return verify_ms, factor
