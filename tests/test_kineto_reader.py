@@ -145,7 +145,8 @@ def test_legacy_format():
     assert t.ranges["tid"][0] == 1890023232  # string tid '1890023232'
     assert t.gpus.height == 1 and t.gpus["name"][0] is None  # no deviceProperties: one row per device seen
     assert t.memops.filter(t.memops["kind"] == "memcpy")["copy_kind"].unique().to_list() == ["HtoD"]  # "Memcpy HtoD (Pageable -> Device)"
-    assert t.ops.height > 0 and t.ops["input_dims"].null_count() == 0  # legacy 'Input dims'
+    shaped = t.ops.filter(t.ops["name"].is_in(list(kineto_columns.MATMUL_OPS)))  # (the other CPU ops are host work, no shapes)
+    assert shaped.height > 0 and shaped["input_dims"].null_count() == 0  # legacy 'Input dims'
     # legacy: ts are absolute epoch µs (Jan 2021)
     assert 1_600_000_000 * 10**9 < t.kernels["start"].min() < 1_700_000_000 * 10**9
 
@@ -161,7 +162,12 @@ def test_ops_keep_matmul_shapes():
     lin = t.ops.filter(t.ops["name"] == "aten::linear").row(0, named=True)
     assert json.loads(lin["input_dims"]) == [[5, 128], [128, 128], [128]]
     assert json.loads(lin["input_types"]) == ["float", "float", "float"]
-    assert set(t.ops["name"]) <= set(kineto.MATMUL_OPS)
+    # shapes are read for matmul-like (and all-reduce) ops only; every other CPU op is host work without them
+    shaped = t.ops.filter(t.ops["input_dims"].is_not_null())
+    assert set(shaped["name"]) <= set(kineto.MATMUL_OPS) and "aten::linear" in set(shaped["name"])
+    raw = [e for e in json.load(gzip.open(DATA / "hta_rocm_mi250.json.gz"))["traceEvents"]
+           if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "python_function")]
+    assert t.ops.height == len(raw)  # every CPU op and Python function of the trace, once
 
 
 def test_ranges_depth():

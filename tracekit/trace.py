@@ -94,8 +94,9 @@ OPS: dict[str, tuple[pl.DataType, str]] = {
     "end": (pl.Int64, "CPU end, ns"),
     "pid": (pl.Int64, "host process"),
     "tid": (pl.Int64, "host thread"),
-    "name": (pl.String, "framework op, e.g. aten::linear (only matmul-like and all-reduce ops are kept)"),
-    "input_dims": (pl.String, "JSON list of input shapes (Kineto 'Input Dims'), null if not recorded"),
+    "name": (pl.String, "framework op or Python function, e.g. aten::linear (host work: what the launching thread "
+                        "was doing; shapes only for matmul-like and all-reduce ops)"),
+    "input_dims": (pl.String, "JSON list of input shapes (Kineto 'Input Dims'), null if not recorded or not read"),
     "input_types": (pl.String, "JSON list of input dtypes (Kineto 'Input type'), null if not recorded"),
 }
 

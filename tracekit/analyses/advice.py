@@ -104,6 +104,7 @@ class StepFacts:
     comm_bandwidth: dict | None = None  # achieved bus bandwidth of the collectives with known sizes
     link: str | None = None  # "NVLink 4: 450 GB/s per direction" (the GPU table's link)
     longest_between: dict | None = None  # the largest between-steps gap (gaps.largest entry)
+    longest_in_step: dict | None = None  # the largest gap inside a step (gaps.largest entry)
     verify_ms: float | None = None  # speculative steps: wall span of the target (verify) forward, traced
     token_factor: float | None = None  # cost of a K+1-token forward over a 1-token one (the draft's own)
 
@@ -139,6 +140,16 @@ def _bound(f: StepFacts) -> str:
     return " (an upper bound: the traced step includes the profiler's overhead)" if f.upper_bounds else ""
 
 
+def _longest(gap: dict | None) -> str:
+    """'; the longest inside a step, 0.574 ms before graph work, while the host was in op 'replay'' or ''."""
+    if not gap:
+        return ""
+    before = gap.get("before")
+    what = f", while the host was in {before['kind']} {before['name']!r}" if before else ""
+    return (f"; the longest gap inside a step, {gap['ms']:.3f} ms ({gap['cause'].replace('_', ' ')}), comes before "
+            f"{gap['where']} work{what}")
+
+
 def cuda_graphs_lever(f: StepFacts) -> Lever:
     g = f.gaps
     if f.graph_kernel_share >= GRAPHED_SHARE:
@@ -146,7 +157,7 @@ def cuda_graphs_lever(f: StepFacts) -> Lever:
                       f"steps already replay CUDA graphs ({pct(f.graph_kernel_share)} of kernel time); the traced "
                       f"step's GPU-idle time is {g['launch_overhead']:.3f} ms of launch overhead, "
                       f"{g['host_stalls']:.3f} ms of host stalls, {g['graph_bubbles']:.3f} ms of graph bubbles and "
-                      f"{g['between_steps']:.3f} ms between steps")
+                      f"{g['between_steps']:.3f} ms between steps" + _longest(f.longest_in_step))
     n = f.launched_per_step
     stalls = g["host_stalls"]
     predicted = f.busy_ms + n * f.replay_gap_us / 1000.0 + stalls

@@ -255,7 +255,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         attention_achieved_bw_gbps=roof["attention_achieved_bw_gbps"],
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
         comm_bandwidth=collective_bandwidth(acts, trace.collectives), link=link,
-        longest_between=between[0] if between else None, verify_ms=verify_ms, token_factor=token_factor)
+        longest_between=between[0] if between else None, verify_ms=verify_ms, token_factor=token_factor,
+        longest_in_step=next((x for x in st.largest if x["cause"] != "between_steps"), None))
     advice = advise(facts)
     head = headline(tb, per_step_ms, gaps, advice, roof, st.phase, busy_ms, upper, st.decode_advice)
     source = {"path": trace.meta.path, "format": trace.meta.format, "producer_version": trace.meta.producer_version,

@@ -135,8 +135,10 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     else:
         ranges = empty(schema.RANGES)
 
-    o = frames.pop("op")
-    ops = conform(o.sort("start"), schema.OPS) if o is not None else empty(schema.OPS)
+    # ops: the matmul-like and all-reduce ops with their shapes, then every other CPU op and Python function
+    # (host work, no shapes), in one frame in start order
+    parts = [conform(f, schema.OPS) for f in (frames.pop("op"), frames.pop("host")) if f is not None]
+    ops = pl.concat(parts).sort("start") if parts else empty(schema.OPS)
     dropped = frames.dropped
     del frames
 

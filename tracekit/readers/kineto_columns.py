@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from functools import cache
 from itertools import compress, count, repeat
-from operator import attrgetter, eq
+from operator import attrgetter, eq, not_
 
 import msgspec
 import polars as pl
@@ -59,6 +59,7 @@ _GROUPS = {
     "user_annotation": "annotation",
     "cpu_op": "op",
     "operator": "op",
+    "python_function": "host",
 }
 # Small-integer codes for the groups; 0: not read. 'Operator' (legacy) is ops and ProfilerStep#N ranges.
 _CODES = {g: i for i, g in enumerate(dict.fromkeys(_GROUPS.values()), 1)}
@@ -89,8 +90,9 @@ def _grouped(events: list, codes_of: dict) -> dict[str, list]:
 
     ``codes_of`` caches category -> group code across chunks (categories are few). Legacy traces
     file record_function ranges under 'Operator'; ProfilerStep#N is the one we can tell apart
-    from ops, so it joins the annotations. Only matmul-like (weight shapes) and all-reduce ops
-    (message sizes) are kept.
+    from ops, so it joins the annotations. Matmul-like (weight shapes) and all-reduce ops (message sizes)
+    are ops with their shapes; every other CPU op and Python function is host work (group ``host``: name and
+    interval only).
     """
     codes = list(map(codes_of.get, map(_GET_CAT, events), repeat(-1)))
     present = set(codes)
@@ -108,11 +110,15 @@ def _grouped(events: list, codes_of: dict) -> dict[str, list]:
     for g, code in _CODES.items():
         if code in present:
             evs = list(compress(events, map(eq, codes, repeat(code))))
-            if g == "op":  # most events are ops; few are matmuls
-                evs = list(compress(evs, map(_KEEP_OPS.__contains__, map(_GET_NAME, evs))))
+            if g == "op":  # most events are ops; few are matmuls (their shapes are read): the rest is host work
+                keep = list(map(_KEEP_OPS.__contains__, map(_GET_NAME, evs)))
+                rest = _complete(list(compress(evs, map(not_, keep))))
+                if rest:
+                    out.setdefault("host", []).extend(rest)
+                evs = list(compress(evs, keep))
             evs = _complete(evs)
             if evs:
-                out[g] = evs
+                out.setdefault(g, []).extend(evs)
     return out
 
 
@@ -210,6 +216,8 @@ _SPECS: dict[str, tuple[dict[str, tuple[str, str]], dict[str, pl.Expr]]] = {
     "memcpy": ({**_GPU_T, "bytes": ("args.nbytes", "int")}, {**_GPU, "bytes": pl.col("bytes")}),
     "memset": ({**_GPU_T, "bytes": ("args.nbytes", "int")}, {**_GPU, "bytes": pl.col("bytes")}),
     "annotation": (_T, _HOST),
+    # every other CPU op and Python function: what the host did (gaps are named and classified by it)
+    "host": (_T, _HOST),
     "op": (
         {**_T, "input_dims": ("args.input_dims", "json"), "input_dims_legacy": ("args.input_dims_legacy", "json"),
          "input_types": ("args.input_types", "json")},
