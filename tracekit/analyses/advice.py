@@ -132,8 +132,8 @@ def _lever(f: StepFacts, applicable: bool, predicted: float | None, verdict: str
 def _base(f: StepFacts) -> str:
     """How the reference step is named in a verdict."""
     if f.reference_source:
-        return f"the unprofiled {f.reference_ms:.3f} ms ({f.reference_source})"
-    return f"the traced {f.reference_ms:.3f} ms"
+        return f"{f.reference_ms:.3f} ms (unprofiled, {f.reference_source})"
+    return f"{f.reference_ms:.3f} ms (traced)"
 
 
 def _bound(f: StepFacts) -> str:
@@ -166,7 +166,7 @@ def cuda_graphs_lever(f: StepFacts) -> Lever:
     part = f" for its eager part ({pct(1 - f.graph_kernel_share)} of kernel time)" if f.graph_kernel_share > 0.01 else ""
     if f.reference_ms and saving / f.reference_ms < SMALL_SAVING:
         return _lever(f, True, predicted,
-                      f"CUDA graphs would save little: the step is {_base(f)} against ≈{predicted:.3f} ms with "
+                      f"CUDA graphs would save little: the step takes {_base(f)} against ≈{predicted:.3f} ms with "
                       f"graphs; the GPU is already kept busy")
     stays = f"; {stalls:.3f} ms of host stalls inside the step stay (see host stalls)" if stalls > 0.0005 else ""
     verdict = (f"CUDA graphs{part} would cut the step from {_base(f)} to about {predicted:.3f} ms "
@@ -194,9 +194,9 @@ def host_stalls_lever(f: StepFacts) -> Lever:
         b = f.longest_between
         what = ""
         if b and b.get("before"):
-            what = f", the longest while the host was in {b['before']['kind']} {b['before']['name']!r}"
+            what = f" (the longest while the host was in {b['before']['kind']} {b['before']['name']!r})"
         where.append(f"{g['between_steps']:.3f} ms between steps{what}")
-    verdict = (f"the GPU waits for host work {' and '.join(where)} in the traced step: moving it off the critical "
+    verdict = (f"in the traced step the GPU waits for host work {' and '.join(where)}: moving it off the critical "
                f"path (overlap it with GPU work, make it asynchronous) could save up to {saving:.3f} ms "
                f"({pct(saving / f.reference_ms) if f.reference_ms else '—'} of {_base(f)})")
     if f.reference_source and saving < traced - 0.0005:
@@ -307,13 +307,13 @@ def memory_lever(f: StepFacts) -> Lever:
     near_txt = f" ({'; '.join(near)})" if near else ""
     if frac >= MEMORY_BOUND and gemm is not None:
         main = "weights" if not kv or kv < (f.weight_bytes_per_step or 0) else "the KV cache"
-        verdict = (f"the step reads {streams}; {_base(f)} is at {pct(frac)} of the {floor:.3f} ms floor that "
+        verdict = (f"the step reads {streams}; at {_base(f)} it is at {pct(frac)} of the {floor:.3f} ms floor that "
                    f"reading them at peak bandwidth takes{near_txt}: memory-bound (mostly {main}); CUDA graphs or NCCL "
                    "changes cannot help much — fewer bytes can (quantization, a smaller KV cache, batching, better "
                    "acceptance)")
     else:
-        verdict = (f"{_base(f)} against a floor of {floor:.3f} ms for reading {streams} ({pct(frac)} of it): "
-                   f"{ref - floor:.3f} ms per step are not spent reading memory")
+        verdict = (f"the step takes {_base(f)} against a floor of {floor:.3f} ms for reading {streams} ({pct(frac)} "
+                   f"of it): {ref - floor:.3f} ms per step are not spent reading memory")
         rest = sorted(((k, v) for k, v in {**f.gaps, **{k: v for k, v in f.per_step_ms.items()
                                                         if k not in ("gemm", "launch_gaps", "idle")}}.items() if v),
                       key=lambda kv_: -kv_[1])[:2]
