@@ -18,7 +18,17 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.analyses.advice import ALL_LEVERS, DEFAULT_REPLAY_GAP_US, GRAPHED_SHARE, Advice, StepFacts, advise, pct
+from tracekit.analyses.advice import (
+    ALL_LEVERS,
+    DEFAULT_REPLAY_GAP_US,
+    GRAPHED_SHARE,
+    MEMORY_BOUND,
+    SMALL_SAVING,
+    Advice,
+    StepFacts,
+    advise,
+    pct,
+)
 from tracekit.analyses.attribution import Attribution, attribute, devices_with_activity, pick_device
 from tracekit.analyses.partition import StepTable, partition
 from tracekit.analyses.timebase import TimeBase, host_bound, time_base
@@ -143,10 +153,14 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
         k = advice.ranked[0]
         lever = advice[k]
         bound = " at most" if upper_bounds else ""
-        parts.append(f"{LEVER_NAMES[k]} →{bound} ≈{lever.predicted_step_ms:.3f} ms (−{lever.max_saving_ms:.3f} ms)")
+        top = f"{LEVER_NAMES[k]} →{bound} ≈{lever.predicted_step_ms:.3f} ms (−{lever.max_saving_ms:.3f} ms)"
+        if (lever.max_saving_fraction or 0) < SMALL_SAVING:
+            top = f"no lever saves {pct(SMALL_SAVING)} of the step (the most: {top})"
+        parts.append(top)
     if roofline.get("fraction_of_ceiling") is not None and roofline.get("ceiling_tokens_per_s") is not None:
-        parts.append(f"{pct(roofline['fraction_of_ceiling'])} of the {roofline['ceiling_tokens_per_s']:,.0f} tok/s "
-                     "bandwidth ceiling")
+        frac = roofline["fraction_of_ceiling"]
+        bound = "memory-bound at " if decode_advice and phase != "prefill" and frac >= MEMORY_BOUND else ""
+        parts.append(f"{bound}{pct(frac)} of the {roofline['ceiling_tokens_per_s']:,.0f} tok/s bandwidth ceiling")
     return "; ".join(parts)
 
 
@@ -252,6 +266,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         phase=st.phase, decode_advice=st.decode_advice, replay_gap_us=gap, accept_len=acc, tokens_per_step=float(batch),
         floor_ms=roof["floor_ms"], gemm_achieved_bw_gbps=roof["gemm_achieved_bw_gbps"], peak_bw_gbps=bw,
         kv_bytes_per_step=roof["kv_bytes_per_step"], weight_bytes_per_step=roof["weight_bytes_per_step"],
+        weight_bytes_source=roof["weight_bytes_source"], kv_bytes_source=roof["kv_bytes_source"],
         attention_achieved_bw_gbps=roof["attention_achieved_bw_gbps"],
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
         comm_bandwidth=collective_bandwidth(acts, trace.collectives), link=link,
