@@ -83,8 +83,11 @@ class Breakdown:
 
     @property
     def display_levers(self) -> tuple[str, ...]:
-        """Every lever in display order: the ranked ones first, then the rest, memory bandwidth last."""
+        """Every lever in display order: the ranked ones first, then the rest, memory bandwidth last — or first,
+        when the step is memory-bound (at least ``MEMORY_BOUND`` of its floor: that is the verdict)."""
         rest = [k for k in ALL_LEVERS if k not in self.advice.ranked and k != "memory_bandwidth"]
+        if (self.roofline.get("fraction_of_ceiling") or 0) >= MEMORY_BOUND and self.facts.decode_advice:
+            return ("memory_bandwidth", *self.advice.ranked, *rest)
         return (*self.advice.ranked, *rest, "memory_bandwidth")
 
     def to_dict(self) -> dict:
