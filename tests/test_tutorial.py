@@ -34,10 +34,14 @@ def setup_commands():
 def scratch(tmp_path_factory):
     """Run the page's setup steps as shown, with its scratch folder moved into pytest's temp dir."""
     import subprocess
+    import sys
 
     d = tmp_path_factory.mktemp("tutorial")
     for cmd in setup_commands():
-        subprocess.run(cmd.replace(SCRATCH, str(d)), shell=True, check=True, cwd=ROOT)
+        cmd = cmd.replace(SCRATCH, str(d))
+        if cmd.startswith("python "):  # the interpreter running the tests, wherever `python` points
+            cmd = f'"{sys.executable}" {cmd[len("python "):]}'
+        subprocess.run(cmd, shell=True, check=True, cwd=ROOT)
     return d
 
 
