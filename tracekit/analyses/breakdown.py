@@ -144,7 +144,8 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
         lever = advice[k]
         bound = " at most" if upper_bounds else ""
         parts.append(f"{LEVER_NAMES[k]} →{bound} ≈{lever.predicted_step_ms:.3f} ms (−{lever.max_saving_ms:.3f} ms)")
-    if roofline.get("fraction_of_ceiling") is not None and roofline.get("ceiling_tokens_per_s") is not None:
+    if (decode_advice and phase != "prefill" and roofline.get("fraction_of_ceiling") is not None
+            and roofline.get("ceiling_tokens_per_s") is not None):  # a decode figure: not for prefill/training
         parts.append(f"{pct(roofline['fraction_of_ceiling'])} of the {roofline['ceiling_tokens_per_s']:,.0f} tok/s "
                      "bandwidth ceiling")
     return "; ".join(parts)
