@@ -160,9 +160,10 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
         if (lever.max_saving_fraction or 0) < SMALL_SAVING:
             top = f"no lever saves {pct(SMALL_SAVING)} of the step (the most: {top})"
         parts.append(top)
-    if roofline.get("fraction_of_ceiling") is not None and roofline.get("ceiling_tokens_per_s") is not None:
+    if (decode_advice and phase != "prefill" and roofline.get("fraction_of_ceiling") is not None
+            and roofline.get("ceiling_tokens_per_s") is not None):  # a decode figure: not for prefill/training
         frac = roofline["fraction_of_ceiling"]
-        bound = "memory-bound at " if decode_advice and phase != "prefill" and frac >= MEMORY_BOUND else ""
+        bound = "memory-bound at " if frac >= MEMORY_BOUND else ""
         parts.append(f"{bound}{pct(frac)} of the {roofline['ceiling_tokens_per_s']:,.0f} tok/s bandwidth ceiling")
     return "; ".join(parts)
 
@@ -313,7 +314,10 @@ def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw:
     tp = int(tp or 1)
     ep = int(ep or 1)
     spec = man.get("spec") or {}
-    draft_forwards = int(spec.get("draft_tokens") or 0)
+    k = int(spec.get("draft_tokens") or 0)
+    # draft forwards per step: the manifest's count where it records one (SGLang-shaped spec decoding reads the
+    # draft K times plus once more in the draft-extend forward), else K
+    draft_forwards = int((man.get("draft_model") or {}).get("forwards_per_step") or k) if k else 0
     ctx = context if context is not None else man.get("context")
     kv = kv_src = draft = None
     wb = wb_src = None
@@ -324,7 +328,7 @@ def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw:
 
         sb = step_bytes(load_model(model), tp=tp, ep=ep, batch=max(1, int(round(batch))), context=ctx,
                         draft_forwards=draft_forwards,
-                        verify_tokens=draft_forwards + 1 if draft_forwards else 1)
+                        verify_tokens=k + 1 if k else 1)
         warnings.extend(sb.warnings)
         draft = sb.draft_bytes_per_step or None
         if wb is None:
