@@ -108,6 +108,7 @@ class StepFacts:
     longest_between: dict | None = None  # the largest between-steps gap (gaps.largest entry)
     longest_in_step: dict | None = None  # the largest gap inside a step (gaps.largest entry)
     verify_ms: float | None = None  # speculative steps: wall span of the target (verify) forward, traced
+    verify_busy_ms: float | None = None  # its GPU work (what scales with tokens; its launch gaps do not)
     token_factor: float | None = None  # cost of a K+1-token forward over a 1-token one (the draft's own)
 
 
@@ -259,13 +260,15 @@ def drafting_lever(f: StepFacts) -> Lever:
     if phase > draft * 1.05:
         verdict += f", {draft:.3f} ms of it GPU work"
     # Without speculation a step is one target forward over one token per sequence, plus the host time between
-    # steps: the verify forward's span re-costed at one token (by the draft model's own K+1- against 1-token
-    # forward where the step has both), on the reference's time base.
+    # steps: the verify forward's GPU work re-costed at one token (by the draft model's own K+1- against 1-token
+    # forward where the step has both) — its launch gaps stay as they are — on the reference's time base.
     if f.verify_ms:
         factor = f.token_factor or 1.0
-        plain = (f.verify_ms / factor + f.gaps.get("between_steps", 0.0)) * scale
-        basis = (f"the verify forward ({f.verify_ms:.3f} ms traced) re-costed at one token (÷{factor:.2f}, the draft "
-                 "model's own K+1- against 1-token forward)" if f.token_factor else
+        busy = f.verify_busy_ms if f.verify_busy_ms is not None else f.verify_ms
+        plain = (f.verify_ms - busy * (1 - 1 / factor) + f.gaps.get("between_steps", 0.0)) * scale
+        basis = (f"the verify forward ({f.verify_ms:.3f} ms traced, {busy:.3f} ms of it GPU work) with its GPU work "
+                 f"re-costed at one token (÷{factor:.2f}, the draft model's own K+1- against 1-token forward)"
+                 if f.token_factor else
                  f"the verify forward ({f.verify_ms:.3f} ms traced) kept at K+1 tokens: an upper bound")
     else:
         plain = (f.traced_ms - phase) * scale

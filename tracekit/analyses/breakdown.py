@@ -254,11 +254,11 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     link = (f"{spec_gpu.link_bw_gbps:,.0f} GB/s per direction over {spec_gpu.link}"
             if spec_gpu and spec_gpu.link_bw_gbps else None)
     between = [x for x in st.largest if x["cause"] == "between_steps"]
-    verify_ms = token_factor = None
+    verify_ms = verify_busy_ms = token_factor = None
     if attr.draft_detection != "not_detected" and kernel_ms.get("drafting"):
         from tracekit.analyses.drafting import verify_costs
 
-        verify_ms, token_factor = verify_costs(acts)
+        verify_ms, verify_busy_ms, token_factor = verify_costs(acts)
     facts = StepFacts(
         traced_ms=traced, reference_ms=tb.reference_step_ms, reference_source=tb.unprofiled_source,
         upper_bounds=upper, per_step_ms=per_step_ms, kernel_ms=kernel_ms,
@@ -274,7 +274,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         attention_achieved_bw_gbps=roof["attention_achieved_bw_gbps"],
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
         comm_bandwidth=collective_bandwidth(acts, trace.collectives), link=link,
-        longest_between=between[0] if between else None, verify_ms=verify_ms, token_factor=token_factor,
+        longest_between=between[0] if between else None, verify_ms=verify_ms, verify_busy_ms=verify_busy_ms,
+        token_factor=token_factor,
         longest_in_step=next((x for x in st.largest if x["cause"] != "between_steps"), None))
     advice = advise(facts)
     head = headline(tb, per_step_ms, gaps, advice, roof, st.phase, busy_ms, upper, st.decode_advice)

@@ -168,19 +168,20 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
                           None, NOT_DETECTED_VERDICT)
 
 
-def verify_costs(acts: pl.DataFrame) -> tuple[float | None, float | None]:
+def verify_costs(acts: pl.DataFrame) -> tuple[float | None, float | None, float | None]:
     """What the step without speculation would keep of a speculative step, from its forwards (by name category):
-    ``(verify_ms, token_factor)``.
+    ``(verify_ms, verify_busy_ms, token_factor)``.
 
     ``verify_ms``: the mean wall span of each step's target (verify) forward on the GPU timeline, its sampling
-    included. ``token_factor``: how much more a forward over K+1 tokens costs than over one, measured on the draft
+    included; ``verify_busy_ms``: the GPU time of its work (the part that scales with tokens: the launch gaps of an
+    eager forward do not). ``token_factor``: how much more a forward over K+1 tokens costs than over one, measured on the draft
     model itself when the step holds both (SGLang's draft-extend forward runs K+1 tokens after the verify, its
     draft graph one token per forward): GPU time of the draft forward after the target's / the mean of those
     before it; None when the step has no such pair. ``acts``: the analysed steps' activities with
     ``name_category`` (attribution adds it to speculative traces) or ``category`` by name.
     """
     if acts.height == 0:
-        return None, None
+        return None, None, None
     cat = "name_category" if "name_category" in acts.columns else "category"
     a = acts.filter(pl.col("step").is_not_null()).select("step", "start", "end", "dur", "name", "kind",
                                                          category=pl.col(cat).cast(pl.String))
@@ -188,9 +189,11 @@ def verify_costs(acts: pl.DataFrame) -> tuple[float | None, float | None]:
     x = a.select("step", "start", "end", "dur").hstack(f.select("fwd", "target"))
     tgt = x.filter(pl.col("target").fill_null(False))
     if tgt.height == 0:
-        return None, None
-    per = tgt.group_by("step").agg(span=pl.col("end").max() - pl.col("start").min(), t_fwd=pl.col("fwd").first())
+        return None, None, None
+    per = tgt.group_by("step").agg(span=pl.col("end").max() - pl.col("start").min(), busy=pl.col("dur").sum(),
+                                   t_fwd=pl.col("fwd").first())
     verify_ms = float(per["span"].mean()) / 1e6
+    verify_busy_ms = min(float(per["busy"].mean()) / 1e6, verify_ms)
     d = (x.filter(~pl.col("target").fill_null(True) & pl.col("fwd").is_not_null())
          .join(per.select("step", "t_fwd"), on="step").group_by("step", "fwd")
          .agg(busy=pl.col("dur").sum(), after=(pl.col("fwd") > pl.col("t_fwd")).first()))
@@ -201,4 +204,4 @@ def verify_costs(acts: pl.DataFrame) -> tuple[float | None, float | None]:
     factor = float(ratio.median()) if ratio.len() else None
     if factor is not None:
         factor = min(max(factor, 1.0), 2.0)  # (a K+1-token forward costs at least one token's, and not 2x here)
-    return verify_ms, factor
+    return verify_ms, verify_busy_ms, factor
