@@ -125,3 +125,20 @@ def test_kv_sample_is_its_own_manifests_model():
     """The kv-large captures ran the Llama-3.1-8B shape: the config's step bytes are the manifest's."""
     assert analysed("kv-large-ctx16k").roofline["weight_bytes_per_step"] == \
         step_bytes(load_model(LLAMA)).weight_bytes_per_step
+
+
+def test_model_on_an_unmarked_trace_without_manifest_counts_the_draft_forwards_from_the_trace(tmp_path):
+    """No manifest and no draft ranges: the draft model's reads per step come from the forwards found by structure
+    (3 before the verify + the draft-extend after it = torch's 4), so --model gives torch's exact bytes."""
+    import shutil
+
+    trace = tmp_path / "trace.sqlite.gz"  # away from its manifest
+    shutil.copyfile(Path(index()["spec-small-graph-nomark"]["path"]), trace)
+    path = materialized("bf16", tmp_path)
+    truth = json.loads((CKPT / "bf16" / "torch_counts.json").read_text())["step_read"]
+    b = tracekit.breakdown(tracekit.load(trace), model=path)
+    assert b.time_base.unprofiled_step_ms is None  # (the manifest really is not applied)
+    assert b.roofline["weight_bytes_per_step"] == truth["bytes_per_step"] == 2_209_243_904
+    assert b.roofline["draft_bytes_per_step"] == truth["draft_bytes_per_step"]
+    assert any("draft model read 4x per step (3 draft forwards before the verify, 1 after it)" in w
+               for w in b.warnings)

@@ -241,8 +241,15 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
                         "unprofiled step; shares of the traced step include the profiler's own overhead")
 
     # ---- roofline
+    counts = None
+    if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "structure") \
+            and kernel_ms.get("drafting"):
+        from tracekit.analyses.drafting import draft_forward_counts
+
+        counts = draft_forward_counts(acts)
     roof, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw, tokens, batch, table, n,
-                            weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context)
+                            weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
+                            draft_counts=counts)
     warnings.extend(rwarn)
 
     # ---- advice
@@ -289,8 +296,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
 
 
 def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw: float | None, tokens: float,
-              batch: float, table: pl.DataFrame, n: int, *, weight_bytes, model, tp, ep, context
-              ) -> tuple[dict, list[str]]:
+              batch: float, table: pl.DataFrame, n: int, *, weight_bytes, model, tp, ep, context,
+              draft_counts: tuple[int, int] | None = None) -> tuple[dict, list[str]]:
     """The roofline block: per-GPU bytes from (first found) --weight-bytes, --model (or the model the trace's
     recorded command line names, when it is in the local Hugging Face cache), the manifest, the trace's shapes or
     NVTX; the KV cache from the model and the context; the floor against the reference step."""
@@ -319,6 +326,11 @@ def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw:
     # draft forwards per step: the manifest's count where it records one (SGLang-shaped spec decoding reads the
     # draft K times plus once more in the draft-extend forward), else K
     draft_forwards = int((man.get("draft_model") or {}).get("forwards_per_step") or k) if k else 0
+    counted = ""
+    if not k and draft_counts and draft_counts[0] > 0:  # no manifest: the draft forwards the step's structure shows
+        draft_forwards, k = draft_counts[0], max(draft_counts[1], 1)
+        counted = (f"draft model read {draft_forwards}x per step ({k} draft forwards before the verify"
+                   f"{', 1 after it' if draft_forwards > k else ''}), counted from the trace's forwards")
     ctx = context if context is not None else man.get("context")
     kv = kv_src = draft = None
     wb = wb_src = None
@@ -332,6 +344,8 @@ def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw:
                         verify_tokens=k + 1 if k else 1)
         warnings.extend(sb.warnings)
         draft = sb.draft_bytes_per_step or None
+        if counted and draft:
+            warnings.append(counted)
         if wb is None:
             wb, wb_src = sb.weight_bytes_per_step, "model"
         else:  # the flag replaces only the target's weights; the MTP draft still comes from the model

@@ -168,6 +168,26 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
                           None, NOT_DETECTED_VERDICT)
 
 
+def draft_forward_counts(acts: pl.DataFrame) -> tuple[int, int] | None:
+    """How many times a speculative step reads the draft model, from its forwards (by name category):
+    ``(draft_forwards, before_target)`` — every forward that is not the target's (SGLang: K draft forwards and the
+    draft-extend forward after the verify), and those before the target's (K, the draft tokens). Medians over the
+    steps that have a target forward; None when none has.
+    """
+    if acts.height == 0:
+        return None
+    cat = "name_category" if "name_category" in acts.columns else "category"
+    a = acts.filter(pl.col("step").is_not_null()).select("step", "start", "end", "dur", "name", "kind",
+                                                         category=pl.col(cat).cast(pl.String))
+    f = forwards(a).select("step", "fwd", "target").filter(pl.col("fwd").is_not_null()).unique()
+    t = f.filter(pl.col("target").fill_null(False)).select("step", t_fwd="fwd")
+    if t.height == 0:
+        return None
+    per = (f.filter(~pl.col("target").fill_null(False)).join(t, on="step", how="right")
+           .group_by("step").agg(n=pl.col("fwd").count(), before=(pl.col("fwd") < pl.col("t_fwd")).sum()))
+    return int(per["n"].median()), int(per["before"].median())
+
+
 def verify_costs(acts: pl.DataFrame) -> tuple[float | None, float | None, float | None]:
     """What the step without speculation would keep of a speculative step, from its forwards (by name category):
     ``(verify_ms, verify_busy_ms, token_factor)``.
