@@ -5,7 +5,10 @@ Each copy of the source's activity events is shifted by the source's time span (
 their kernels and graph launches their replayed kernels. Metadata (``ph='M'``), instant
 (``ph='i'``) and ``Trace`` span events and the header are written once. The output is
 labelled synthetic in its header (``"synthetic": "..."``) so it is never mistaken for a
-capture.
+capture. A source without ``python_function`` events (a capture without ``with_stack=True``, such as
+our samples) gets one synthetic Python frame around every ``cpu_op`` (``--python-functions N``: N
+nested frames; 0: none), so the copy carries the host work the reader keeps (Trace.ops): every CPU
+op and Python function.
 
     python benchmarks/make_kineto.py --size-mb 100 -o /tmp/tracekit-bench/kineto_100MB.json
     python benchmarks/make_kineto.py --size-mb 1000 -o /tmp/tracekit-bench/kineto_1GB.json.gz
@@ -75,9 +78,40 @@ def _fmt_milli(v: int) -> str:
     return f"{'-' if v < 0 else ''}{q}.{r:03d}"
 
 
-def make(source: Path, out: Path, size_mb: float) -> dict:
+_PY_FRAME = '{{\n    "ph": "X", "cat": "python_function", "name": {name}, "pid": {pid}, "tid": {tid},\n    "ts": {ts}, ' \
+    '"dur": {dur},\n    "args": {{\n      "Python parent id": {parent}, "Python id": {pyid}, "Python thread": 0\n    }}\n  }}'
+
+
+def _with_python_functions(events: list[tuple[dict, str]], per_op: int) -> list[tuple[dict, str]]:
+    """``per_op`` nested ``python_function`` frames around every ``cpu_op`` (what a capture with
+    ``with_stack=True`` adds), in libkineto's layout; synthetic frame names, the op's own ts and dur."""
+    if per_op <= 0:
+        return events
+    out: list[tuple[dict, str]] = []
+    pyid = 0
+    for i, (e, t) in enumerate(events):
+        if e.get("cat") == "cpu_op" and e.get("ph") == "X":
+            ts_text = re.search(r'"ts"\s*:\s*(-?\d+(?:\.\d+)?)', t).group(1)
+            dur_text = re.search(r'"dur"\s*:\s*(-?\d+(?:\.\d+)?)', t).group(1)
+            parent = 0
+            for level in range(per_op):
+                pyid += 1
+                name = f"synthetic/model.py({100 + level * 10 + i % 7}): forward_{level}"
+                ev = {"ph": "X", "cat": "python_function", "name": name, "pid": e.get("pid"), "tid": e.get("tid"),
+                      "ts": float(ts_text), "dur": float(dur_text)}
+                out.append((ev, _PY_FRAME.format(name=json.dumps(name), pid=json.dumps(e.get("pid")),
+                                                 tid=json.dumps(e.get("tid")), ts=ts_text, dur=dur_text,
+                                                 parent=parent, pyid=pyid)))
+                parent = pyid
+        out.append((e, t))
+    return out
+
+
+def make(source: Path, out: Path, size_mb: float, python_functions: int = 1) -> dict:
     head, events, tail = _events(_text(source))
     replicated = [(e, t) for e, t in events if e.get("ph") not in ("M", "i") and e.get("cat") != "Trace"]
+    if not any(e.get("cat") == "python_function" for e, _ in replicated):
+        replicated = _with_python_functions(replicated, python_functions)
     once = [t for e, t in events if not (e.get("ph") not in ("M", "i") and e.get("cat") != "Trace")]
     body = [e for e, _ in replicated]
     ts = [e["ts"] for e in body if isinstance(e.get("ts"), (int, float))]
@@ -130,8 +164,11 @@ def main(argv=None) -> None:
     p.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="a real Kineto trace (.json or .json.gz)")
     p.add_argument("--size-mb", type=float, default=100.0, help="uncompressed size to reach, MB (1e6 bytes)")
     p.add_argument("-o", "--out", type=Path, required=True, help="output path (.json or .json.gz)")
+    p.add_argument("--python-functions", type=int, default=1,
+                   help="python_function frames nested around every cpu_op when the source has none (as with_stack=True "
+                        "records; 0: none)")
     a = p.parse_args(argv)
-    json.dump(make(a.source, a.out, a.size_mb), sys.stdout)
+    json.dump(make(a.source, a.out, a.size_mb, a.python_functions), sys.stdout)
     print()
 
 

@@ -98,3 +98,61 @@ def test_errors_are_one_line_tracekit_errors(engine, tmp_path):
     bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 200)
     with pytest.raises(TracekitError):
         nsys.read_nsys(bad)
+
+
+# ---- the analysis' fast paths (synthetic keys for the definitions, real traces for the results)
+
+
+def test_asof_matches_polars_join_asof():
+    """tracekit.intervals.asof (binary search when one thread holds every row, else polars' join_asof on sorted
+    keys, put back in order) gives join_asof's match for every row. Synthetic keys (a definition check): one and
+    several groups, duplicates, unsorted left rows, rows of a group the right side lacks, nulls."""
+    import random
+
+    from tracekit.intervals import asof
+
+    rng = random.Random(7)
+    for trial in range(200):
+        m = rng.randint(1, 40)
+        groups = [1] if trial % 2 else [1, 2]
+        r = pl.DataFrame({"pid": [rng.choice(groups) for _ in range(m)], "tid": [5] * m,
+                          "rt": [rng.randint(0, 60) for _ in range(m)], "v": list(range(m))}).sort("rt")
+        n = rng.randint(0, 40)
+        left = pl.DataFrame({"pid": [rng.choice([1, 1, 2, 3, None]) for _ in range(n)], "tid": [5] * n,
+                             "t": [rng.choice([rng.randint(-5, 65), None]) if trial % 5 == 0 else rng.randint(-5, 65)
+                                   for _ in range(n)]}, schema={"pid": pl.Int64, "tid": pl.Int64, "t": pl.Int64})
+        for strategy in ("backward", "forward"):
+            for exact in (True, False):
+                got = asof(left, r, "t", "rt", ["pid", "tid"], strategy=strategy, allow_exact_matches=exact)
+                q = left.with_row_index("_i").filter(pl.col("t").is_not_null()).sort("t")
+                want = (q.join_asof(r, left_on="t", right_on="rt", by=["pid", "tid"], strategy=strategy,
+                                    allow_exact_matches=exact, check_sortedness=False)
+                        .select("_i", "v"))
+                want = left.with_row_index("_i").join(want, on="_i", how="left").sort("_i")["v"]
+                assert got["v"].to_list() == want.to_list(), (trial, strategy, exact)
+
+
+@pytest.mark.parametrize("name", ["hf-small-eager/trace.sqlite", "serve-small-eager/trace.sqlite.gz",
+                                  "synthetic-eager-torch/trace.json.gz"])
+def test_stall_prefilter_changes_nothing(name, monkeypatch):
+    """partition._holes computes host stalls only for gaps that some stall segment overlaps (the rest are 0):
+    the breakdown is the same as with every gap looked up, and the filter does drop gaps on these traces."""
+    import tracekit
+    import tracekit.analyses.partition as part
+
+    from conftest import sample
+
+    trace = tracekit.load(sample(name))
+    seen: list[tuple[int, int]] = []
+    orig = part._overlaps_any
+
+    def spy(holes, segments):
+        out = orig(holes, segments)
+        seen.append((int(out.sum()), out.len()))
+        return out
+
+    monkeypatch.setattr(part, "_overlaps_any", spy)
+    fast = tracekit.breakdown(trace).to_dict()
+    assert seen and seen[0][0] < seen[0][1]  # gaps were skipped
+    monkeypatch.setattr(part, "_overlaps_any", lambda holes, segments: pl.repeat(True, holes.height, eager=True))
+    assert tracekit.breakdown(trace).to_dict() == fast

@@ -76,8 +76,8 @@ def forwards(acts: pl.DataFrame) -> pl.DataFrame:
         order = pl.DataFrame({"s": step}).with_row_index("i").sort("s", "i")["i"]  # (stable)
         acts, strong, topk, step = (x.gather(order) if isinstance(x, pl.Series) else x[order]
                                     for x in (acts, strong, topk, step))
-    cat = acts["category"].cast(pl.String)
-    kernel = acts["kind"].cast(pl.String) == "kernel"
+    cat = acts["category"]  # (Enum or String: compared with text either way, no cast of every row)
+    kernel = acts["kind"] == "kernel"
     df = pl.DataFrame({"step": step, "dur": acts["dur"], "strong": strong & kernel, "topk": topk & kernel,
                        "gemm": (cat == "gemm").cast(pl.Int64) * acts["dur"], "attn": cat == "attention"})
     new_step = pl.col("step") != pl.col("step").shift(1)
@@ -146,7 +146,7 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
         steps = int(f.filter(pl.col("step").is_in(ok))["step"].n_unique())
     per_step = f.group_by("step").agg(n=pl.col("n_fwd").first())
     spec = per_step.filter(pl.col("n") >= 2)
-    by_name = int((acts["category"].cast(pl.String) == "drafting").sum())
+    by_name = int((acts["category"] == "drafting").sum())
     if steps and spec.height >= MIN_SPEC_SHARE * steps:
         is_draft = f["is_forward_piece"].is_not_null() & f["fwd"].is_not_null() & ~f["target"].fill_null(True) \
             & (f["n_fwd"] >= 2)

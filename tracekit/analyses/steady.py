@@ -58,8 +58,7 @@ def composition_overlap(acts: pl.DataFrame, candidates: pl.Series) -> pl.DataFra
     """Per step of ``acts``: ``overlap`` of its composition with the median composition of the ``candidates``
     steps (see the module docstring)."""
     comp = acts.filter(pl.col("step").is_not_null()).group_by(
-        pl.col("step").cast(pl.Int64), pl.col("category").cast(pl.String), pl.col("graphed").fill_null(False),
-        pl.col("kind").cast(pl.String)).agg(c=pl.len())
+        pl.col("step").cast(pl.Int64), "category", pl.col("graphed").fill_null(False), "kind").agg(c=pl.len())
     comp = comp.with_columns(tok=pl.struct("category", "graphed", "kind").hash(37)).select("step", "tok", "c")
     cand = comp.filter(pl.col("step").is_in(candidates.implode()))
     n_c = candidates.len()
