@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.intervals import merge
+from tracekit.intervals import asof, merge
 from tracekit.trace import WORK_KINDS, Trace
 
 LARGEST = 10  # gaps.largest: the longest single gaps of any cause
@@ -46,17 +46,12 @@ def host_only(intervals: pl.DataFrame, work: pl.DataFrame) -> pl.Series:
         return pl.Series("host_only", [], dtype=pl.Boolean)
     if work.height == 0:
         return pl.repeat(True, intervals.height, eager=True).alias("host_only")
-    w = (work.select("pid", "tid", "start").sort("pid", "tid", "start")
-         .with_columns(n=pl.int_range(1, pl.len() + 1).over("pid", "tid")))
-
-    def count_at(col: str, shift: int) -> pl.Series:
-        q = intervals.select("pid", "tid", t=pl.col(col) + shift).with_row_index("_i").sort("t")
-        j = q.join_asof(w.rename({"start": "ws"}), left_on="t", right_on="ws", by=["pid", "tid"],
-                        strategy="backward", check_sortedness=False)
-        return j.sort("_i")["n"].fill_null(0)
-
-    inside = count_at("end", 0) - count_at("start", -1)
-    return (inside == 0).alias("host_only")
+    # The first work launch of the interval's thread at or after its start (a forward as-of lookup; the
+    # launches are in start order): the interval launches work when that one starts by its end.
+    w = work.select("pid", "tid", ws="start")
+    j = asof(intervals.select("pid", "tid", "start", "end"), w if w["ws"].is_sorted() else w.sort("ws"), "start",
+             "ws", ["pid", "tid"], strategy="forward")
+    return (j["ws"].is_null() | (j["ws"] > j["end"])).alias("host_only")
 
 
 def stall_segments(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
@@ -95,11 +90,10 @@ def covered(points: pl.DataFrame, segments: pl.DataFrame) -> pl.Series:
     """Stalled time of each point's thread before the point: ``points`` has ``pid``, ``tid``, ``t``."""
     if points.height == 0 or segments.height == 0:
         return pl.repeat(0, points.height, dtype=pl.Int64, eager=True).alias("covered")
-    q = points.select("pid", "tid", "t").with_row_index("_i").sort("t")
-    j = q.join_asof(segments.rename({"start": "ss", "end": "se"}).sort("ss"), left_on="t", right_on="ss",
-                    by=["pid", "tid"], strategy="backward", check_sortedness=False)
+    j = asof(points.select("pid", "tid", "t"), segments.rename({"start": "ss", "end": "se"}).sort("ss"), "t", "ss",
+             ["pid", "tid"])
     c = (pl.col("before") + (pl.min_horizontal("t", "se") - pl.col("ss")).clip(lower_bound=0)).fill_null(0)
-    return j.with_columns(c=c).sort("_i")["c"].alias("covered")
+    return j.select(c.alias("covered"))["covered"]
 
 
 def stalled_part(holes: pl.DataFrame, launches: pl.DataFrame, segments: pl.DataFrame) -> pl.Series:
@@ -112,9 +106,8 @@ def stalled_part(holes: pl.DataFrame, launches: pl.DataFrame, segments: pl.DataF
     h = holes.select("h0", "h1", has=pl.col("launch").is_not_null()).hstack(call)
     # The end of the previous work launch call on the thread (the host interval's start).
     work = launches.filter(pl.col("kind").is_in(list(WORK_KINDS))).select("pid", "tid", ws="start", we="end")
-    prev = (h.select("pid", "tid", "ls").with_row_index("_i").sort("ls")
-            .join_asof(work.sort("ws"), left_on="ls", right_on="ws", by=["pid", "tid"], strategy="backward",
-                       allow_exact_matches=False, check_sortedness=False).sort("_i")["we"])
+    prev = asof(h.select("pid", "tid", "ls"), work if work["ws"].is_sorted() else work.sort("ws"), "ls", "ws",
+                ["pid", "tid"], allow_exact_matches=False)["we"]
     h = h.with_columns(prev_end=prev)
     h = h.with_columns(lo=pl.max_horizontal("h0", pl.col("prev_end").fill_null(pl.col("h0"))),
                        hi=pl.min_horizontal("h1", "le"))
@@ -132,23 +125,35 @@ def name_gaps(gaps: pl.DataFrame, trace: Trace, launches: pl.DataFrame, skip: pl
     every gap of their step and say nothing about it).
 
     Meant for the few largest gaps (one binary search per gap over start-sorted candidates)."""
-    cands = []
+    frames = []
     for frame, kind in ((trace.ranges, "range"), (trace.ops, "op")):
         if kind == "range" and skip is not None and skip.height and frame.height:
             frame = frame.join(skip.select("pid", "tid", "start"), on=["pid", "tid", "start"], how="anti")
         if frame.height:
+            frames.append((frame.filter(pl.col("end").is_not_null()), kind))
+    if launches.height:
+        frames.append((launches.with_row_index("row").filter(pl.col("end").is_not_null()), "api"))
+    if not frames:
+        return [None] * gaps.height
+    longest = max(int((f["end"] - f["start"]).max() or 0) for f, _ in frames)
+    # Only candidates that start inside some gap's search window [h0 - longest, h1) can name it: the rest is
+    # dropped before any text is made (ten million launches, ten gaps).
+    named = gaps.filter(pl.col("pid").is_not_null())
+    near = pl.any_horizontal(pl.col("start").is_between(h0 - longest, h1, closed="left")
+                             for h0, h1 in zip(named["h0"], named["h1"])) if named.height else pl.lit(False)
+    cands = []
+    for frame, kind in frames:
+        frame = frame.filter(near)
+        if kind == "api":
+            cands.append(frame.select(
+                "pid", "tid", "start", "end", name=pl.col("name").cast(pl.String),
+                kind=pl.col("kind").cast(pl.String).replace_strict({"sync": "sync", "memcpy": "memcpy"},
+                                                                   default="api"), row="row"))
+        else:
             cands.append(frame.select("pid", "tid", "start", "end", name=pl.col("name").cast(pl.String),
                                       kind=pl.lit(kind), row=pl.lit(None, pl.UInt32)))
-    if launches.height:
-        cands.append(launches.with_row_index("row").select(
-            "pid", "tid", "start", "end", name=pl.col("name").cast(pl.String),
-            kind=pl.col("kind").cast(pl.String).replace_strict({"sync": "sync", "memcpy": "memcpy"}, default="api"),
-            row="row"))
-    if not cands:
-        return [None] * gaps.height
-    c = pl.concat(cands).filter(pl.col("end").is_not_null()).sort("start")
+    c = pl.concat(cands).sort("start")
     starts = c["start"]
-    longest = int((c["end"] - c["start"]).max() or 0)
     out: list[dict | None] = []
     for g in gaps.iter_rows(named=True):  # the few largest gaps only
         if g["pid"] is None:
