@@ -74,6 +74,13 @@ def test_all_devices_of_one_report():
     d = json.loads(r.stdout)
     assert [x["gpu"]["device"] for x in d["ranks"]] == [0, 1]
     assert [row[0] for row in d["table"]] == ["gpu0", "gpu1"]
+    # the same cross_rank object as for several files (the devices of one report share one clock)
+    from tracekit.analyses.ranks import CONTRACT_KEYS
+
+    cr = d["cross_rank"]
+    assert set(cr) == set(CONTRACT_KEYS) and cr["ranks"] == 2 and cr["clock_offset_ms_by_rank"] is None
+    k = d["cross_rank_detail"]["comm_kernel_ms_by_rank"]
+    assert k == pytest.approx([x["kernel_ms_per_step"]["communication"] for x in d["ranks"]], rel=0.05)
     r = CliRunner().invoke(cli, ["breakdown", str(MFU), "--all-devices", "--device", "0"])
     assert r.exit_code == 2 and r.stderr.startswith("tracekit: error: --all-devices")
 
