@@ -68,7 +68,11 @@ def _side_base(b: dict) -> str:
 def time_base_line(d: dict) -> str:
     """Each side's time base, and the change of the reference step (what savings are stated against)."""
     c = d["delta"]["time_base"]["reference_step_ms"]
-    text = f"time base: base {_side_base(d['base'])}, new {_side_base(d['new'])}"
+    if all((d[k].get("time_base") or {}).get("unprofiled_step_ms") is None for k in ("base", "new")):
+        text = (f"time base: both steps traced, no unprofiled time (savings are upper bounds): base "
+                f"{_num(c['base'])} ms, new {_num(c['new'])} ms")
+    else:
+        text = f"time base: base {_side_base(d['base'])}, new {_side_base(d['new'])}"
     if c["abs"] is not None:
         text += f"; reference step {_signed(c['abs'])} ms ({_rel(c)})"
     return text
