@@ -125,7 +125,8 @@ def test_debug_after_the_subcommand_is_the_debug_flag(monkeypatch):
     r = CliRunner().invoke(cli, ["info", MFU, "--debug"])
     assert isinstance(r.exception, RuntimeError)  # raised for its traceback, not turned into one line
     r = CliRunner().invoke(cli, ["info", "/nonexistent/t.sqlite", "--debug"])
-    assert type(r.exception).__name__ == "TracekitError"
+    assert r.exit_code == 2 and "Traceback" in r.stderr and "TracekitError" in r.stderr  # traceback, same exit code
+    assert r.stderr.strip().splitlines()[-1].startswith("tracekit: error: ")
     code, _, err = run("info", "/nonexistent/t.sqlite", "--", "--debug")  # after `--` it is an argument
     assert code == 2
 
@@ -170,10 +171,12 @@ def test_both_measured_flags_are_exit_2_and_byte_amounts_parse():
     ("TraceLens/tests/traces/b200/eager_trace.json.gz", "NVIDIA B200", 8000.0),
     ("TraceLens/evals/unit_tests_nv/moe/moe_01_many_experts_few_tokens_analysis_output/"
      "moe_01_many_experts_few_tokens.json.gz", "NVIDIA B300 SXM6 AC", 8000.0),
+    ("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/current_base_lora/"
+     "profile/base/bs16-TP-0.trace.json.gz", "NVIDIA GB300", 8000.0),   # SGLang's GB300 rank file: 8 TB/s HBM3e
 ])
 def test_info_shows_the_gpu_tables_peak_bandwidth_for_kineto_traces(rel, name, bw):
     """Kineto records no memory clock: info takes the GPU table's figure, as breakdown does (datasheets:
-    B200 and B300 8 TB/s HBM3e)."""
+    B200, B300 and GB300 8 TB/s HBM3e)."""
     code, out, _ = run("info", str(shared(rel)), "--format", "json")
     g = json.loads(out)["gpus"][0]
     assert (g["name"], g["peak_bw_gbps"], g["peak_bw_source"]) == (name, bw, "table")
@@ -189,3 +192,111 @@ def test_info_peak_bandwidth_for_our_h200_kineto_capture_matches_breakdown():
     assert (g["name"], g["peak_bw_gbps"], g["peak_bw_source"]) == ("NVIDIA H200", 4800.0, "table")
     nsys = json.loads(run("info", str(sample("hf-small-eager/trace.sqlite")), "--format", "json")[1])["gpus"][0]
     assert nsys["peak_bw_source"] == "trace"  # nsys records the memory clock and bus width
+
+
+# ──────────────── the rough edges of issue 19, each as a user meets it: a real process on a real sample ────────────────
+
+EAGER = "sample_traces/hf-small-eager/trace.sqlite"  # the README's first command
+
+
+def _tracekit(*args, env=None):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    return subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "COLUMNS": "100", **(env or {})})
+
+
+def test_breakdown_debug_is_the_same_output_with_no_traceback_noise():
+    """`breakdown T --debug` (either place on the line) exits 0 with the same stdout and nothing on stderr: --debug
+    only changes what an error looks like, and click's own traceback is never printed for a successful run."""
+    plain = _tracekit("breakdown", EAGER, "--format", "md")
+    for args in (("breakdown", EAGER, "--format", "md", "--debug"), ("--debug", "breakdown", EAGER, "--format", "md")):
+        r = _tracekit(*args)
+        assert (r.returncode, r.stderr) == (0, ""), r.stderr
+        assert r.stdout == plain.stdout
+    r = _tracekit("breakdown", EAGER, "--step-range", "^nothing$", "--debug")  # an input error under --debug:
+    assert r.returncode == 2 and "Traceback" in r.stderr  # its traceback, its one line, and still exit 2
+    assert r.stderr.strip().splitlines()[-1].startswith(f"tracekit: error: {EAGER}: no range matches --step-range")
+    r = _tracekit("breakdown", EAGER, "--format", "xml", "--debug")  # a usage error: click's internals are noise
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("cmd", [f"breakdown {EAGER}", f"breakdown {EAGER} --format md", f"kernels {EAGER}",
+                                 f"kernels {MFU} --format csv", f"info {EAGER}"])
+def test_piped_into_head_exits_0(cmd):
+    """`tracekit breakdown T | head -1` under `set -o pipefail`: tracekit's own exit status is 0 and it prints nothing
+    to stderr (as `kernels | head` always did)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    r = subprocess.run(["bash", "-c", f"set -o pipefail; {sys.executable} -m tracekit {cmd} | head -1"],
+                       capture_output=True, text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "100"})
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert len(r.stdout.splitlines()) == 1
+
+
+def test_breakdown_stdout_starts_with_the_headline_not_the_command_line():
+    r = _tracekit("breakdown", EAGER)
+    d = json.loads(_tracekit("breakdown", EAGER, "--format", "json").stdout)
+    first = r.stdout.splitlines()[0]
+    assert r.returncode == 0 and "tracekit breakdown" not in r.stdout and "python" not in first
+    assert " ".join(r.stdout.split("\ntrace ")[0].split()).startswith(d["headline"])
+
+
+def test_markdown_keeps_quotes_literally_and_stays_injection_safe():
+    """Quotes are plain text in markdown (`profiler's`, `'cudaStreamSynchronize'`, never `&#x27;`); what could open a
+    tag or a table cell is still escaped."""
+    from tracekit.report import safe
+
+    md = _tracekit("breakdown", EAGER, "--format", "md").stdout
+    assert "&#x27;" not in md and "&quot;" not in md
+    assert "the longest while the host was in sync 'cudaStreamSynchronize'" in md
+    assert "shares of the traced step include the profiler's own overhead" in md
+    assert safe.md("it's <script>alert('x')</script> | x") == "it's &lt;script&gt;alert('x')&lt;/script&gt; \\| x"
+
+
+def test_plot_title_and_history_md_name_the_capture_not_just_trace_sqlite(tmp_path):
+    """Every capture names its file trace.sqlite: the plot's title and `history --format md` show the folder too."""
+    import re
+
+    out = tmp_path / "p.html"
+    assert _tracekit("plot", EAGER, "-o", str(out)).returncode == 0
+    assert "<title>tracekit plot: hf-small-eager/trace.sqlite</title>" in out.read_text()
+    db = tmp_path / "runs.db"
+    for trace in (EAGER, "sample_traces/hf-small-graph/trace.sqlite.gz"):
+        assert _tracekit("breakdown", trace, "--save", str(db), "--format", "json").returncode == 0
+    md = _tracekit("history", str(db), "--format", "md").stdout
+    names = re.findall(r"\| (\S+trace\.sqlite\S*) \|", md.replace("\\_", "_"))
+    assert names == ["hf-small-eager/trace.sqlite", "hf-small-graph/trace.sqlite.gz"]
+
+
+def test_external_trace_tests_skip_with_a_visible_reason(tmp_path):
+    """In a clone without ../shared/external_traces the tests that read them skip, and pytest's summary says so in a
+    line that names TRACEKIT_EXTERNAL_TRACES; pointing that variable at the traces runs them."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, SHARED
+
+    test = "tests/test_cli.py::test_breakdown_without_gpu_activity_exits_2_info_exits_0"
+    env = {**os.environ, "TRACEKIT_EXTERNAL_TRACES": str(tmp_path / "nowhere")}
+    env.pop("TRACEKIT_SHARED_TRACES", None)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test],
+                       capture_output=True, text=True, cwd=ROOT, env=env)
+    assert r.returncode == 0 and "SKIPPED [1]" in r.stdout, r.stdout
+    assert f"external trace not present: {tmp_path / 'nowhere'}" in r.stdout  # -rs: the reason
+    assert (f"tracekit: 1 tests skipped because the external traces are not at {tmp_path / 'nowhere'}; "
+            "set TRACEKIT_EXTERNAL_TRACES=DIR") in r.stdout
+    if SHARED.is_dir():
+        env["TRACEKIT_EXTERNAL_TRACES"] = str(SHARED)
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+                           capture_output=True, text=True, cwd=ROOT, env=env)
+        assert r.returncode == 0 and "SKIPPED" not in r.stdout and "tests skipped" not in r.stdout, r.stdout

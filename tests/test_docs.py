@@ -33,3 +33,30 @@ def test_docs_link_to_existing_files():
         text = re.sub(r"<!-- \[\[\[cog.*?\]\]\] -->", "", page.read_text(), flags=re.S)  # generators' code
         for target in re.findall(r"\]\(((?!https?:|#)[^)#\s]+)", text):
             assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_readme_starts_with_the_two_commands_and_they_point_at_real_things(monkeypatch):
+    """The README's first code block: install + run on a bundled real trace, install + run the tests. What they name
+    exists (the trace, the extras in pyproject.toml) and the first one's tracekit command works here."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text, re.S)
+    assert block and text.index(block.group(0)) < text.index("## ")  # before the first section
+    run, test = block.group(1).strip().splitlines()
+    assert run.startswith("python3 -m venv .venv && ") and test.startswith("python3 -m venv .venv && ")
+    assert test.endswith('pip install -e ".[test]" && python -m pytest')
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {"pytest", "cogapp", "hypothesis"} <= {re.split(r"[<>=\[]", d)[0] for d in extras["test"]}
+    cmd = shlex.split(run.split(" && ")[-1])
+    assert cmd[:2] == ["tracekit", "breakdown"] and (ROOT / cmd[2]).is_file()
+    monkeypatch.chdir(ROOT)
+    r = CliRunner().invoke(cli, cmd[1:], catch_exceptions=False)
+    assert r.exit_code == 0 and r.stdout.startswith("step ")

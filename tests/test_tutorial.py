@@ -17,20 +17,68 @@ from conftest import ROOT, SAMPLES, sample, sample_trace
 DOC = ROOT / "docs" / "tutorial.md"
 
 
+SCRATCH = "/tmp/tracekit-tutorial"  # the folder §7 copies a trace into, away from its manifest
+
+
 def commands():
     return [line[2:] for line in DOC.read_text().splitlines() if line.startswith("$ tracekit ")]
 
 
+def setup_commands():
+    """The page's shell steps (mkdir, cp, python -c ...), not tracekit itself and not the GPU-host capture."""
+    return [line[2:] for line in DOC.read_text().splitlines()
+            if line.startswith("$ ") and not line.startswith("$ tracekit ") and "tracekit capture" not in line]
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    """Run the page's setup steps as shown, with its scratch folder moved into pytest's temp dir."""
+    import subprocess
+    import sys
+
+    d = tmp_path_factory.mktemp("tutorial")
+    for cmd in setup_commands():
+        cmd = cmd.replace(SCRATCH, str(d))
+        if cmd.startswith("python "):  # the interpreter running the tests, wherever `python` points
+            cmd = f'"{sys.executable}" {cmd[len("python "):]}'
+        subprocess.run(cmd, shell=True, check=True, cwd=ROOT)
+    return d
+
+
 def test_the_tutorial_has_its_commands():
     assert len(commands()) >= 5
+    assert any("--model" in c for c in commands()) and setup_commands()
 
 
 @pytest.mark.parametrize("cmd", commands())
-def test_tutorial_command_runs(cmd, monkeypatch):
+def test_tutorial_command_runs(cmd, monkeypatch, scratch):
     sample("hf-small-eager/trace.sqlite")
     monkeypatch.chdir(ROOT)
-    r = CliRunner().invoke(cli, shlex.split(cmd)[1:])
+    r = CliRunner().invoke(cli, shlex.split(cmd.replace(SCRATCH, str(scratch)))[1:])
     assert r.exit_code == 0, r.output
+
+
+def test_model_on_a_trace_without_its_manifest_says_per_gpu_and_source(scratch):
+    """§7: the copied trace has no manifest; --model gives exactly the bytes torch counted for one target forward
+    (tests/data/h200_checkpoints/bf16/torch_counts.json, counted on the H200 before saving), per GPU, with its
+    source; the headline says the savings are upper bounds, and a measured step restores the time base."""
+    trace = scratch / "trace.sqlite.gz"
+    assert trace.is_file() and not (scratch / "manifest.json").exists()
+    counts = json.loads((ROOT / "tests/data/h200_checkpoints/bf16/torch_counts.json").read_text())
+    args = ["breakdown", str(trace), "--model", str(scratch / "bf16")]
+    d = json.loads(CliRunner().invoke(cli, [*args, "--format", "json"]).stdout)
+    r = d["roofline"]
+    assert r["weight_bytes_per_step"] == counts["step_read"]["target_bytes"] == 988_010_240
+    assert (r["weight_bytes_source"], r["tp"]) == ("model", 1)
+    assert d["time_base"]["unprofiled_step_ms"] is None and "savings are upper bounds" in d["headline"]
+    table = CliRunner().invoke(cli, args).stdout
+    assert "roofline per GPU: 0.988 GB of weights/step (model)" in " ".join(table.split())
+    man = json.loads((SAMPLES / "hf-small-graph" / "manifest.json").read_text())
+    d = json.loads(CliRunner().invoke(cli, [*args, "--tp", "1", "--context", str(man["model"]["max_cache_len"]),
+                                            "--measured-step-ms", "2.822", "--format", "json"]).stdout)
+    assert d["time_base"]["unprofiled_source"] == "flag" and d["headline"].startswith("step 2.822 ms unprofiled (flag")
+    # KV bytes per token from the config: 24 layers x 2 (K and V) x 2 KV heads x 64 head dim x 2 bytes (bf16)
+    assert d["roofline"]["kv_bytes_per_step"] == 24 * 2 * 2 * 64 * 2 * 189
 
 
 @pytest.mark.parametrize("name", ["hf-small-eager", "hf-large-eager", "synthetic-eager", "hf-small-spec"])

@@ -30,13 +30,15 @@ LaunchKind = Literal["kernel", "graph", "memcpy", "memset", "sync", "other"]
 WORK_KINDS: tuple[str, ...] = ("kernel", "graph", "memcpy", "memset")
 
 # name -> (dtype, description). The order is the column order of each frame.
+def _gpu_interval(device: str = "CUDA device index", pid: str = "host process") -> dict[str, tuple[pl.DataType, str]]:
+    """The leading columns of every GPU activity frame (kernels, memops)."""
+    return {"start": (pl.Int64, "GPU start, ns"), "end": (pl.Int64, "GPU end, ns"), "device": (pl.Int32, device),
+            "stream": (pl.Int64, "stream id"),
+            "correlation": (pl.Int64, "joins launches.correlation within the same pid"), "pid": (pl.Int64, pid)}
+
+
 KERNELS: dict[str, tuple[pl.DataType, str]] = {
-    "start": (pl.Int64, "GPU start, ns"),
-    "end": (pl.Int64, "GPU end, ns"),
-    "device": (pl.Int32, "CUDA device index (nsys deviceId / Kineto args.device)"),
-    "stream": (pl.Int64, "stream id"),
-    "correlation": (pl.Int64, "joins launches.correlation within the same pid"),
-    "pid": (pl.Int64, "host process that launched it"),
+    **_gpu_interval("CUDA device index (nsys deviceId / Kineto args.device)", "host process that launched it"),
     "name": (pl.Categorical, "full (demangled) kernel name (categorical: a few thousand names, millions of rows)"),
     "graph_id": (pl.Int64, "CUDA graph id where known, else null"),
     "graph_node": (pl.Int64, "CUDA graph node id where known (nsys node mode), else null"),
@@ -45,12 +47,7 @@ KERNELS: dict[str, tuple[pl.DataType, str]] = {
 }
 
 MEMOPS: dict[str, tuple[pl.DataType, str]] = {
-    "start": (pl.Int64, "GPU start, ns"),
-    "end": (pl.Int64, "GPU end, ns"),
-    "device": (pl.Int32, "CUDA device index"),
-    "stream": (pl.Int64, "stream id"),
-    "correlation": (pl.Int64, "joins launches.correlation within the same pid"),
-    "pid": (pl.Int64, "host process"),
+    **_gpu_interval(),
     "kind": (pl.String, "'memcpy' or 'memset'"),
     "copy_kind": (pl.String, "HtoD, DtoH, DtoD, PtoP, HtoH, ... (memset: null)"),
     "bytes": (pl.Int64, "bytes moved or set"),
@@ -69,11 +66,15 @@ LAUNCHES: dict[str, tuple[pl.DataType, str]] = {
     "name": (pl.Categorical, "API name without version suffix, e.g. cudaLaunchKernel"),
 }
 
+
+def _host_interval(tid: str = "host thread") -> dict[str, tuple[pl.DataType, str]]:
+    """The leading columns of every host-side interval frame (ranges, ops)."""
+    return {"start": (pl.Int64, "CPU start, ns"), "end": (pl.Int64, "CPU end, ns"),
+            "pid": (pl.Int64, "host process"), "tid": (pl.Int64, tid)}
+
+
 RANGES: dict[str, tuple[pl.DataType, str]] = {
-    "start": (pl.Int64, "CPU start, ns"),
-    "end": (pl.Int64, "CPU end, ns"),
-    "pid": (pl.Int64, "host process"),
-    "tid": (pl.Int64, "host thread that opened the range"),
+    **_host_interval("host thread that opened the range"),
     "name": (pl.String, "range text (NVTX message / annotation name)"),
     "depth": (pl.Int32, "nesting depth on its thread, 0 = outermost"),
     "domain": (pl.String, "NVTX domain name, null for the default domain / Kineto"),
@@ -90,10 +91,7 @@ GRAPH_EXECS: dict[str, tuple[pl.DataType, str]] = {
 }
 
 OPS: dict[str, tuple[pl.DataType, str]] = {
-    "start": (pl.Int64, "CPU start, ns"),
-    "end": (pl.Int64, "CPU end, ns"),
-    "pid": (pl.Int64, "host process"),
-    "tid": (pl.Int64, "host thread"),
+    **_host_interval(),
     "name": (pl.String, "framework op or Python function, e.g. aten::linear (host work: what the launching thread "
                         "was doing; shapes only for matmul-like and all-reduce ops)"),
     "input_dims": (pl.String, "JSON list of input shapes (Kineto 'Input Dims'), null if not recorded or not read"),

@@ -99,6 +99,8 @@ class StepFacts:
     peak_bw_gbps: float | None = None
     kv_bytes_per_step: int | None = None
     weight_bytes_per_step: int | None = None
+    weight_bytes_source: str | None = None  # roofline.weight_bytes_source
+    kv_bytes_source: str | None = None  # roofline.kv_bytes_source
     attention_achieved_bw_gbps: float | None = None
     comm_overheads: dict | None = None  # staging copies and graph nodes of collectives
     collectives: tuple = ()  # the step's collectives per (kind, implementation) (collectives.collective_table rows)
@@ -306,8 +308,11 @@ def memory_lever(f: StepFacts) -> Lever:
     gemm = f.per_step_ms.get("gemm")
     peak = f.peak_bw_gbps
     kv = f.kv_bytes_per_step
-    streams = (f"{(f.weight_bytes_per_step or 0) / 1e9:.2f} GB of weights"
-               + (f" and {kv / 1e9:.2f} GB of KV cache" if kv else "") + " per GPU")
+    def src(s: str | None) -> str:
+        return f" ({s})" if s else ""
+
+    streams = (f"{(f.weight_bytes_per_step or 0) / 1e9:.2f} GB of weights{src(f.weight_bytes_source)}"
+               + (f" and {kv / 1e9:.2f} GB of KV cache{src(f.kv_bytes_source)}" if kv else "") + " per GPU")
     near = []
     if f.gemm_achieved_bw_gbps and peak:
         near.append(f"the gemm kernels read at {pct(f.gemm_achieved_bw_gbps / peak)} of peak")

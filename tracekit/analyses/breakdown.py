@@ -18,7 +18,17 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.analyses.advice import ALL_LEVERS, DEFAULT_REPLAY_GAP_US, GRAPHED_SHARE, Advice, StepFacts, advise, pct
+from tracekit.analyses.advice import (
+    ALL_LEVERS,
+    DEFAULT_REPLAY_GAP_US,
+    GRAPHED_SHARE,
+    MEMORY_BOUND,
+    SMALL_SAVING,
+    Advice,
+    StepFacts,
+    advise,
+    pct,
+)
 from tracekit.analyses.attribution import Attribution, attribute, devices_with_activity, pick_device
 from tracekit.analyses.partition import StepTable, partition
 from tracekit.analyses.timebase import TimeBase, host_bound, time_base
@@ -73,8 +83,11 @@ class Breakdown:
 
     @property
     def display_levers(self) -> tuple[str, ...]:
-        """Every lever in display order: the ranked ones first, then the rest, memory bandwidth last."""
+        """Every lever in display order: the ranked ones first, then the rest, memory bandwidth last — or first,
+        when the step is memory-bound (at least ``MEMORY_BOUND`` of its floor: that is the verdict)."""
         rest = [k for k in ALL_LEVERS if k not in self.advice.ranked and k != "memory_bandwidth"]
+        if (self.roofline.get("fraction_of_ceiling") or 0) >= MEMORY_BOUND and self.facts.decode_advice:
+            return ("memory_bandwidth", *self.advice.ranked, *rest)
         return (*self.advice.ranked, *rest, "memory_bandwidth")
 
     def to_dict(self) -> dict:
@@ -143,10 +156,15 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
         k = advice.ranked[0]
         lever = advice[k]
         bound = " at most" if upper_bounds else ""
-        parts.append(f"{LEVER_NAMES[k]} →{bound} ≈{lever.predicted_step_ms:.3f} ms (−{lever.max_saving_ms:.3f} ms)")
-    if roofline.get("fraction_of_ceiling") is not None and roofline.get("ceiling_tokens_per_s") is not None:
-        parts.append(f"{pct(roofline['fraction_of_ceiling'])} of the {roofline['ceiling_tokens_per_s']:,.0f} tok/s "
-                     "bandwidth ceiling")
+        top = f"{LEVER_NAMES[k]} →{bound} ≈{lever.predicted_step_ms:.3f} ms (−{lever.max_saving_ms:.3f} ms)"
+        if (lever.max_saving_fraction or 0) < SMALL_SAVING:
+            top = f"no lever saves {pct(SMALL_SAVING)} of the step (the most: {top})"
+        parts.append(top)
+    if (decode_advice and phase != "prefill" and roofline.get("fraction_of_ceiling") is not None
+            and roofline.get("ceiling_tokens_per_s") is not None):  # a decode figure: not for prefill/training
+        frac = roofline["fraction_of_ceiling"]
+        bound = "memory-bound at " if frac >= MEMORY_BOUND else ""
+        parts.append(f"{bound}{pct(frac)} of the {roofline['ceiling_tokens_per_s']:,.0f} tok/s bandwidth ceiling")
     return "; ".join(parts)
 
 
@@ -258,6 +276,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         phase=st.phase, decode_advice=st.decode_advice, replay_gap_us=gap, accept_len=acc, tokens_per_step=float(batch),
         floor_ms=roof["floor_ms"], gemm_achieved_bw_gbps=roof["gemm_achieved_bw_gbps"], peak_bw_gbps=bw,
         kv_bytes_per_step=roof["kv_bytes_per_step"], weight_bytes_per_step=roof["weight_bytes_per_step"],
+        weight_bytes_source=roof["weight_bytes_source"], kv_bytes_source=roof["kv_bytes_source"],
         attention_achieved_bw_gbps=roof["attention_achieved_bw_gbps"],
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
         collectives=tuple(comm_rows), hidden_comm_ms=hidden_communication(acts), link=link,
@@ -304,7 +323,10 @@ def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw:
     tp = int(tp or 1)
     ep = int(ep or 1)
     spec = man.get("spec") or {}
-    draft_forwards = int(spec.get("draft_tokens") or 0)
+    k = int(spec.get("draft_tokens") or 0)
+    # draft forwards per step: the manifest's count where it records one (SGLang-shaped spec decoding reads the
+    # draft K times plus once more in the draft-extend forward), else K
+    draft_forwards = int((man.get("draft_model") or {}).get("forwards_per_step") or k) if k else 0
     ctx = context if context is not None else man.get("context")
     kv = kv_src = draft = None
     wb = wb_src = None
@@ -315,7 +337,7 @@ def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw:
 
         sb = step_bytes(load_model(model), tp=tp, ep=ep, batch=max(1, int(round(batch))), context=ctx,
                         draft_forwards=draft_forwards,
-                        verify_tokens=draft_forwards + 1 if draft_forwards else 1)
+                        verify_tokens=k + 1 if k else 1)
         warnings.extend(sb.warnings)
         draft = sb.draft_bytes_per_step or None
         if wb is None:

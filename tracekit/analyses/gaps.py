@@ -9,8 +9,11 @@ that thread:
 * ``graph_bubbles``: the work after the gap is a kernel replayed from the same CUDA graph launch as the work
   before it (graphs cannot remove these; fusion or programmatic dependent launch can);
 * ``host_stalls``: the part of the gap during which that host interval is inside a synchronisation, a copy call
-  that blocks the host (device-to-host, or from/to pageable host memory), an allocation, or a range or op that launches no GPU work (host work: sampling on the
-  CPU, scheduling, Python logic);
+  that blocks the host (device-to-host, or from/to pageable host memory), an allocation, or a *range* (an NVTX
+  range, a torch ``record_function`` annotation) that launches no GPU work (host work: sampling on the CPU,
+  scheduling, a grammar mask). Framework ops and Python functions are not ranges: in an eager forward most of them
+  (``aten::view``, a module's ``__call__``) launch nothing and are the dispatch cost CUDA graphs remove, so they
+  only *name* gaps;
 * ``launch_overhead``: the rest (issuing work one launch at a time: framework dispatch and launch calls -
   what CUDA graphs remove).
 
@@ -74,7 +77,7 @@ def stall_segments(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
         blocking = calls.filter((pl.col("copy_kind") == "DtoH") | pl.col("pageable"))
         parts.append(blocking.select("pid", "tid", "start", "end").unique())
     work = launches.filter(pl.col("kind").is_in(list(WORK_KINDS)))
-    for frame in (trace.ranges, trace.ops):
+    for frame in (trace.ranges,):  # not trace.ops: see the module docstring
         iv = frame.filter(pl.col("end").is_not_null() & (pl.col("end") > pl.col("start"))).select(
             "pid", "tid", "start", "end")
         if iv.height:

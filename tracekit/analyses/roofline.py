@@ -221,25 +221,6 @@ def step_roofline(
     )
 
 
-@dataclass(frozen=True)
-class Roofline:
-    """The ``tracekit.breakdown/1`` roofline keys (``weight_bytes_source`` is the caller's to set).
-
-    Kept for the callers of :func:`roofline`; :func:`step_roofline` is the ``/2`` block.
-    """
-
-    weight_bytes_per_step: int | None
-    floor_ms: float | None
-    ceiling_steps_per_s: float | None
-    tokens_per_step: float | None
-    ceiling_tokens_per_s: float | None
-    fraction_of_ceiling: float | None
-    gemm_achieved_bw_gbps: float | None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
 def _pos(x: float | None) -> bool:
     return x is not None and math.isfinite(x) and x > 0
 
@@ -250,9 +231,9 @@ def roofline(
     step_ms: float | None,
     tokens_per_step: float | None,
     gemm_ms: float | None,
-) -> Roofline:
+) -> RooflineBlock:
     """The weight-read floor and what follows from it (weights only; :func:`step_roofline` with
-    no KV and no draft). Any input None (or not > 0) makes the outputs that depend on it None.
+    no KV and no draft; the ``/1`` keys are a subset of its block). Any input None (or not > 0) makes the outputs that depend on it None.
 
     ``step_ms``: the reference step time (breakdown's; for ``ceiling``, tokens_per_step *
     1000 / measured tok/s). ``gemm_ms``: gemm kernel time per step.
@@ -262,17 +243,8 @@ def roofline(
     >>> roofline(None, 4800.0, 1.0, 1.0, 0.9).floor_ms is None
     True
     """
-    r = step_roofline(weight_bytes_per_step=weight_bytes_per_step, peak_bw_gbps=peak_bw_gbps,
-                      reference_step_ms=step_ms, tokens_per_step=tokens_per_step, gemm_ms=gemm_ms)
-    return Roofline(
-        weight_bytes_per_step=r.weight_bytes_per_step,
-        floor_ms=r.floor_ms,
-        ceiling_steps_per_s=r.ceiling_steps_per_s,
-        tokens_per_step=r.tokens_per_step,
-        ceiling_tokens_per_s=r.ceiling_tokens_per_s,
-        fraction_of_ceiling=r.fraction_of_ceiling,
-        gemm_achieved_bw_gbps=r.gemm_achieved_bw_gbps,
-    )
+    return step_roofline(weight_bytes_per_step=weight_bytes_per_step, peak_bw_gbps=peak_bw_gbps,
+                         reference_step_ms=step_ms, tokens_per_step=tokens_per_step, gemm_ms=gemm_ms)
 
 
 # --------------------------------------------------------------------------------------

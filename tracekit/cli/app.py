@@ -3,7 +3,9 @@
 Exit codes (the contract): 0 success; 2 unusable input or arguments (a ``TracekitError`` or a click usage
 error) with exactly one line on stderr, ``tracekit: error: ...``; 1 an internal error (one line too, unless
 ``--debug``, which shows the traceback). ``--debug`` is accepted anywhere on the command line (``tracekit
-breakdown T --debug``), and ``TRACEKIT_DEBUG=1`` does the same. Output cut short by a closed pipe
+breakdown T --debug``), and ``TRACEKIT_DEBUG=1`` does the same; it never changes an exit code: an input error
+under ``--debug`` prints its traceback, then its one line, and exits 2; a usage error (click's own parsing) stays
+one line, as its traceback would only show click's internals. Output cut short by a closed pipe
 (``tracekit breakdown T | head -1``) exits 0, as ``head`` users expect.
 
 This module imports only click and the standard library: ``tracekit --help`` and ``--version`` must not
@@ -67,20 +69,18 @@ class TracekitGroup(click.Group):
             click.echo("tracekit: error: aborted", err=True)
             sys.exit(130)
         except click.UsageError as e:
-            if debug:
-                raise
             path = (e.ctx.command_path or "") if e.ctx else ""
             hint = f" (see `tracekit {path.split(' ', 1)[1]} --help`)" if " " in path else " (see `tracekit --help`)"
             click.echo(f"tracekit: error: {one_line(e.format_message())}{hint}", err=True)
             sys.exit(2)
         except click.ClickException as e:
-            if debug:
-                raise
             click.echo(f"tracekit: error: {one_line(e.format_message())}", err=True)
             sys.exit(2)
         except TracekitError as e:
             if debug:
-                raise
+                import traceback
+
+                traceback.print_exc()
             click.echo(f"tracekit: error: {one_line(e)}", err=True)
             sys.exit(2)
         except (_PipeClosed, BrokenPipeError):  # `tracekit kernels x | head`: the reader has all it wanted
@@ -100,8 +100,9 @@ class TracekitGroup(click.Group):
 
 @click.group(cls=TracekitGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tracekit")
-@click.option(DEBUG_FLAG, is_flag=True, help="Show Python tracebacks instead of one-line errors (anywhere on the "
-                                             "command line; or TRACEKIT_DEBUG=1).")
+@click.option(DEBUG_FLAG, is_flag=True, help="Show the Python traceback of an input or internal error before its "
+                                             "one line; exit codes stay (anywhere on the command line; or "
+                                             "TRACEKIT_DEBUG=1).")
 def cli(debug):
     """Where every microsecond of an LLM decode step goes.
 

@@ -9,6 +9,8 @@ Importing this module imports nothing but the standard library, so the command l
 ('3.5%', '50%', '0.2058', '4,858', 'two lines')
 >>> distinct_tails(["runs/a/eager/trace.sqlite", "runs/b/eager/trace.sqlite", "x/graph/trace.sqlite"])
 ['a/eager/trace.sqlite', 'b/eager/trace.sqlite', 'graph/trace.sqlite']
+>>> size(988_010_240), size(2_322_432), size(512), size(None)
+('988.0 MB', '2.3 MB', '512 B', '—')
 """
 
 from __future__ import annotations
@@ -45,6 +47,16 @@ def sig(x: float | None) -> str:
     return f"{x:.4g}"
 
 
+def size(n: int | float | None, missing: str = MISSING) -> str:
+    """A byte count with a decimal unit (GB = 1e9, as every bandwidth figure here), one decimal."""
+    if n is None:
+        return missing
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
 def tail(path: str, parts: int = 2) -> str:
     """The last ``parts`` components of ``path`` (``runs/hf-small-eager/trace.sqlite`` -> ``hf-small-eager/trace.sqlite``):
     every capture names its file ``trace.sqlite``, so the folder is what tells runs apart."""
@@ -64,4 +76,4 @@ def distinct_tails(paths: list[str], parts: int = 2) -> list[str]:
     return out
 
 
-__all__ = ["MISSING", "MINUS", "one_line", "num", "pct", "sig", "tail", "distinct_tails"]
+__all__ = ["MISSING", "MINUS", "one_line", "num", "pct", "sig", "size", "tail", "distinct_tails"]

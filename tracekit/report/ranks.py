@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 
+from tracekit.report._fmt import num, size
 from tracekit.report.safe import md, plain, rich_text
 
 # (header, cross_rank list key or callable over (cross_rank, i), digits)
@@ -29,19 +30,6 @@ _COLL_COLS = (
 )
 
 
-def _f(x, nd=3):
-    return "—" if x is None else f"{x:,.{nd}f}"
-
-
-def _bytes(n):
-    if n is None:
-        return "—"
-    for unit, k in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= k:
-            return f"{n / k:.1f} {unit}"
-    return f"{n} B"
-
-
 def _rank_cells(cr: dict, label: str, i: int) -> list[str]:
     cells = [label]
     for _, key, nd in _RANK_COLS:
@@ -50,7 +38,7 @@ def _rank_cells(cr: dict, label: str, i: int) -> list[str]:
         if nd is None:
             cells.append("—" if v is None else f"{100 * v:.0f}%")
         else:
-            cells.append(_f(v, nd))
+            cells.append(num(v, nd))
     return cells
 
 
@@ -59,17 +47,17 @@ def _coll_cells(row: dict) -> list[str]:
     for _, key in _COLL_COLS:
         v = row.get(key)
         if key == "bytes":
-            out.append(_bytes(v))
+            out.append(size(v))
         elif key == "latency_bound":
             out.append(("yes" + ("*" if row.get("latency_bound_basis") == "time" else "")) if v else "no")
         elif key in ("kind", "implementation"):
             out.append("" if v is None else str(v).replace("_", "-") if key == "kind" else str(v))
         elif key == "count_per_step":
-            out.append(_f(v, 1))
+            out.append(num(v, 1))
         elif key.endswith("_gbps"):
-            out.append(_f(v, 1))
+            out.append(num(v, 1))
         else:
-            out.append(_f(v))
+            out.append(num(v))
     return out
 
 
@@ -93,7 +81,7 @@ def ranks_md(report: dict) -> str:
     out.append("")
     out.append(f"ms per step over {cr.get('steps')} step(s). *exposed*: communication no compute hides; *comm k*: "
                "communication kernel time (serialised on its stream); *wait*: from a rank's arrival at a collective "
-               "to the last rank's; *transfer* (the same on every rank): " + _f(cr.get("transfer_ms")) + " ms; "
+               "to the last rank's; *transfer* (the same on every rank): " + num(cr.get("transfer_ms")) + " ms; "
                "*last*: share of collectives the rank reaches last; *hidden*: communication overlapped by compute "
                "on other streams; *offset*: clock offset aligned on collective ends.")
     if cr.get("collectives"):
@@ -150,7 +138,7 @@ def render_ranks(report: dict, console) -> None:
     labels = _labels(report)
     console.print(Text(plain(cr["verdict"], 2000), style="bold"))
     console.print()
-    t = Table(title=f"per rank (ms per step over {cr.get('steps')} steps; transfer {_f(cr.get('transfer_ms'))} ms on "
+    t = Table(title=f"per rank (ms per step over {cr.get('steps')} steps; transfer {num(cr.get('transfer_ms'))} ms on "
                     "every rank)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     t.add_column("rank", no_wrap=True)
     for head, _, _ in _RANK_COLS:
@@ -161,7 +149,7 @@ def render_ranks(report: dict, console) -> None:
     console.print(t)
     if cr.get("collectives"):
         first = cr["collectives"][0]
-        link = (f"; link {_f(first.get('link_gbps'), 0)} GB/s {first.get('link') or ''}"
+        link = (f"; link {num(first.get('link_gbps'), 0)} GB/s {first.get('link') or ''}"
                 if first.get("link_gbps") else "")
         c = Table(title=f"collectives (ms per step; bandwidths GB/s from the transfer{link})", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)

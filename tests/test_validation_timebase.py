@@ -1,0 +1,347 @@
+"""Issue 15 validation on the H200 captures (docs/validation.md, "Time base and gaps"): the CUDA-graph prediction and
+its saving against the manifests' unprofiled steps, the injected host stall against hand SQL on the export, graph
+bubbles against hand SQL, the GB300 SGLang trace against its raw JSON, and whether profiler_inflation can be
+estimated from the trace alone.
+
+The row builders here are what docs/validation.md's cog blocks print (``sys.path.insert(0, "tests")``), so the
+doc's tables and these tests are one computation; every figure they compare with comes from elsewhere: the
+manifests' unprofiled times (CUDA events, same process, no profiler), SQL on the nsys exports, the Kineto JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import tracekit
+
+from conftest import SAMPLES, sample_sqlite, sample_trace, shared
+
+# (eager trace, the same loop replayed from CUDA graphs); both measured unprofiled in their own capture runs
+PAIRS = [("hf-small-eager", "hf-small-graph"), ("hf-small-eager-torch", "hf-small-graph-torch"),
+         ("hf-large-eager", "hf-large-graph"), ("hf-large-eager-torch", "hf-large-graph"),
+         ("hf-small-spec", "hf-small-spec-graph"), ("hf-small-spec-torch", "hf-small-spec-graph"),
+         ("spec-small-eager", "spec-small-graph"), ("spec-small-eager-torch", "spec-small-graph-torch"),
+         ("spec-small-eager-nomark", "spec-small-graph-nomark"),
+         ("spec-small-eager-torch-nomark", "spec-small-graph-torch-nomark"),
+         ("spec-large-eager", "spec-large-graph"), ("serve-small-eager", "serve-small-graph"),
+         ("synthetic-eager", "synthetic-graph"), ("synthetic-eager-torch", "synthetic-graph")]
+UPPER_BOUND_SAMPLES = ["hf-small-eager", "serve-small-eager", "spec-small-eager-torch"]
+SERVE = ["serve-small-eager", "serve-small-graph"]
+GRAPHED = ["hf-small-graph", "hf-large-graph", "synthetic-graph", "kv-large-ctx16k", "kv-large-ctx32k",
+           "spec-small-graph", "spec-large-graph", "hf-small-spec-graph", "serve-small-graph"]
+GB300 = ("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/"
+         "current_base_lora/profile/base/bs16-TP-0.trace.json.gz")
+
+
+def index() -> dict:
+    return json.loads((SAMPLES / "index.json").read_text())["traces"]
+
+
+@functools.cache
+def loaded(name: str):
+    """Sample ``name`` as committed (beside its manifest), read once per process."""
+    return tracekit.load(sample_trace(name))
+
+
+@functools.cache
+def analysed(name: str):
+    """The breakdown of sample ``name``, once per process."""
+    return tracekit.breakdown(loaded(name))
+
+
+def pct(a: float, b: float) -> float:
+    return 100.0 * (a - b) / b
+
+
+# --------------------------------------------------------------------------- savings against the unprofiled step
+
+@functools.cache
+def savings_rows() -> list[dict]:
+    ix = index()
+    rows = []
+    for eager, graph in PAIRS:
+        b = analysed(eager)
+        cg = b.advice["cuda_graphs"]
+        ue, ug = ix[eager]["unprofiled_step_ms"], ix[graph]["unprofiled_step_ms"]
+        rows.append(dict(eager=eager, graph=graph, profiler=ix[eager]["profiler"], traced=b.steps["mean_ms"],
+                         unprofiled_eager=ue, reference=b.time_base.reference_step_ms,
+                         source=b.time_base.unprofiled_source, predicted=cg["predicted_step_ms"],
+                         measured=ug, saving=cg["max_saving_ms"], measured_saving=ue - ug,
+                         graph_error=pct(cg["predicted_step_ms"], ug),
+                         saving_error=pct(cg["max_saving_ms"], ue - ug), headline=b.headline))
+    return rows
+
+
+def copied_away(name: str, tmp: Path):
+    """The breakdown of a copy of the trace file alone (no manifest beside it), in ``tmp``."""
+    src = sample_trace(name)
+    dst = tmp / name / src.name
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+    return tracekit.breakdown(tracekit.load(dst))
+
+
+def upper_bound_rows(names=UPPER_BOUND_SAMPLES) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for name in names:
+            b = copied_away(name, Path(d))
+            rows.append(dict(name=name, manifest=b.manifest is not None, source=b.time_base.unprofiled_source,
+                             headline=b.headline, verdict=b.advice["cuda_graphs"]["verdict"]))
+    return rows
+
+
+@pytest.mark.parametrize("eager,graph", PAIRS)
+def test_graph_step_and_saving_within_10pct(eager, graph):
+    r = next(x for x in savings_rows() if x["eager"] == eager)
+    assert r["source"] == "manifest" and r["reference"] == r["unprofiled_eager"]  # the time base is the manifest's
+    assert r["headline"].startswith(f"step {r['reference']:.3f} ms unprofiled (manifest")
+    assert abs(r["graph_error"]) <= 10, r
+    assert abs(r["saving_error"]) <= 10, r
+
+
+def test_without_unprofiled_time_the_headline_says_upper_bound():
+    for r in upper_bound_rows():
+        assert not r["manifest"] and r["source"] is None
+        assert "no unprofiled time: savings are upper bounds" in r["headline"], r
+        assert "at most" in r["headline"] and "upper bound" in r["verdict"]
+
+
+# --------------------------------------------------------------------------- the injected host stall (serve)
+
+# Per `grammar_mask` range (the injected stall: GPU drained by a synchronize, then ~0.5 ms of Python): the GPU gap
+# around it (last GPU activity that started before the range .. first one that starts after it), and the part of
+# that gap during which the launching thread was inside the range or a synchronisation / copy call -- what the
+# contract calls a host stall.
+STALL_SQL = """
+WITH acts AS (SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL
+              SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL
+              SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET),
+gm AS (SELECT e.start, e.end, e.globalTid FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId
+       WHERE coalesce(e.text, s.value) = 'grammar_mask'),
+gap AS (SELECT gm.start AS rs, gm.end AS re, gm.globalTid AS tid,
+               (SELECT max(a.end) FROM acts a WHERE a.start < gm.start) AS gs,
+               (SELECT min(a.start) FROM acts a WHERE a.start > gm.end) AS ge FROM gm),
+host AS (SELECT gap.rs, r.start, r.end FROM gap
+         JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid = gap.tid AND r.end > gap.gs AND r.start < gap.ge
+         JOIN StringIds s ON s.id = r.nameId
+         WHERE s.value LIKE 'cudaDeviceSynchronize%' OR s.value LIKE 'cudaStreamSynchronize%'
+            OR s.value LIKE 'cudaMemcpy%'
+         UNION ALL SELECT gap.rs, gap.rs, gap.re FROM gap)
+SELECT gap.rs, gap.ge - gap.gs AS gap_ns, gap.re - gap.rs AS range_ns,
+       (SELECT sum(min(h.end, gap.ge) - max(h.start, gap.gs)) FROM host h WHERE h.rs = gap.rs) AS stall_ns
+FROM gap ORDER BY gap.rs
+"""
+
+
+@functools.cache
+def stall_rows() -> list[dict]:
+    rows = []
+    for name in SERVE:
+        b = analysed(name)
+        con = sqlite3.connect(f"file:{sample_sqlite(name)}?mode=ro", uri=True)
+        sql = pl.DataFrame(con.execute(STALL_SQL).fetchall(), schema=["rs", "gap_ns", "range_ns", "stall_ns"],
+                           orient="row")
+        con.close()
+        ps = b.per_step.sort("start_ns")
+        # the analysed steps' stalls: each range lies in exactly one analysed step
+        sql = sql.sort("rs").join_asof(ps.select("step", "start_ns", "end_ns"), left_on="rs", right_on="start_ns"
+                                       ).filter(pl.col("rs") < pl.col("end_ns"))
+        per = sql.join(ps.select("step", "host_stalls"), on="step")
+        top = b.gaps["largest"][0]
+        rows.append(dict(name=name, steps=b.steps["count"], matched=per.height,
+                         gap_ms=float(per["gap_ns"].median()) / 1e6, range_ms=float(per["range_ns"].median()) / 1e6,
+                         stall_ms=float(per["stall_ns"].mean()) / 1e6, host_stalls=b.gaps["host_stalls"],
+                         host_stalls_min_over_range=float((per["host_stalls"] - per["range_ns"] / 1e6).min()),
+                         host_stalls_share=float((per["host_stalls"] / (per["gap_ns"] / 1e6)).mean()),
+                         max_gap_ms=float(per["gap_ns"].max()) / 1e6, largest=top,
+                         launch_overhead=b.gaps["launch_overhead"]))
+    return rows
+
+
+@pytest.mark.parametrize("name", SERVE)
+def test_injected_stall_is_a_host_stall_and_the_largest_gap(name):
+    r = next(x for x in stall_rows() if x["name"] == name)
+    assert r["matched"] == r["steps"] == 15
+    # every step's host stalls hold its whole injected range, and match the hand-SQL stall within 5%
+    assert r["host_stalls_min_over_range"] >= 0
+    assert r["host_stalls"] == pytest.approx(r["stall_ms"], rel=0.05)
+    assert 0.75 <= r["host_stalls_share"] <= 1.0
+    # largest[0] is the longest stall gap, named by its range
+    top = r["largest"]
+    assert top["ms"] == pytest.approx(r["max_gap_ms"], rel=0.01)
+    assert top["cause"] == "host_stalls" and top["before"] == {"kind": "range", "name": "grammar_mask"}
+
+
+# --------------------------------------------------------------------------- graph bubbles
+
+# Every graph launch inside a decode_step range but the last: the sum, over its replayed nodes (kernels, memcpy and
+# memset nodes) in start order, of the time between the end of the nodes before (their running maximum) and each
+# node's start.
+BUBBLES_SQL = """
+WITH steps AS (
+  SELECT n.start, n.end, n.globalTid FROM NVTX_EVENTS n
+  WHERE n.eventType = 59 AND COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId)) LIKE 'decode_step %'
+), analysed AS (SELECT * FROM steps WHERE start < (SELECT max(start) FROM steps)
+), launches AS (
+  SELECT r.correlationId AS corr FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+  WHERE s.value LIKE 'cudaGraphLaunch%'
+    AND EXISTS (SELECT 1 FROM analysed a WHERE a.globalTid = r.globalTid AND r.start BETWEEN a.start AND a.end)
+), nodes AS (SELECT correlationId AS corr, start, end FROM CUPTI_ACTIVITY_KIND_KERNEL {memops}
+), k AS (
+  SELECT start, max(end) OVER (PARTITION BY corr ORDER BY start, end
+                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+  FROM nodes WHERE corr IN (SELECT corr FROM launches))
+SELECT sum(CASE WHEN start > prev_end THEN start - prev_end ELSE 0 END), (SELECT count(*) FROM analysed),
+       (SELECT count(*) FROM launches) FROM k
+"""
+
+
+@functools.cache
+def bubble_rows() -> list[dict]:
+    rows = []
+    for name in GRAPHED:
+        b = analysed(name)
+        con = sqlite3.connect(f"file:{sample_sqlite(name)}?mode=ro", uri=True)
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        memops = "".join(f" UNION ALL SELECT correlationId, start, end FROM {t}"
+                         for t in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
+        total_ns, n_steps, n_launches = con.execute(BUBBLES_SQL.format(memops=memops)).fetchone()
+        con.close()
+        g = b.gaps
+        rows.append(dict(name=name, steps=b.steps["count"], sql_steps=n_steps, graphs=n_launches / n_steps,
+                         eager_launches=b.facts.launched_per_step, bubbles=g["graph_bubbles"],
+                         sql=total_ns / 1e6 / n_steps, launch_overhead=g["launch_overhead"],
+                         step=b.steps["mean_ms"], error=pct(g["graph_bubbles"], total_ns / 1e6 / n_steps)))
+    return rows
+
+
+@pytest.mark.parametrize("name", GRAPHED)
+def test_graph_bubbles_equal_hand_sql_and_replays_have_no_launch_overhead(name):
+    r = next(x for x in bubble_rows() if x["name"] == name)
+    assert r["sql_steps"] == r["steps"]
+    assert abs(r["error"]) <= 2, r
+    if r["graphs"] == 1:  # the whole step is one replay: almost nothing is issued one by one
+        assert r["launch_overhead"] < 0.01 * r["step"], r
+
+
+# --------------------------------------------------------------------------- GB300 SGLang (public)
+
+def gb300_rows() -> tuple[list[dict], object]:
+    """Per decode graph launch (634-kernel graph): the GPU gap before its first kernel and the cudaGraphLaunch
+    call's own duration, from the raw JSON; with tracekit's ``largest`` entry for that gap."""
+    path = shared(GB300)
+    ev = json.load(gzip.open(path))["traceEvents"]
+    gpu = pl.DataFrame([(e["ts"], e["ts"] + e["dur"], e["args"].get("correlation")) for e in ev
+                        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")],
+                       schema=["ts", "end", "corr"], orient="row").sort("ts")
+    launches = pl.DataFrame([(e["args"]["correlation"], e["dur"]) for e in ev if e.get("cat") == "cuda_runtime"
+                             and e["name"].startswith("cudaGraphLaunch")], schema=["corr", "call_us"], orient="row")
+    per = (gpu.join(launches, on="corr").group_by("corr").agg(first=pl.col("ts").min(), n=pl.len(),
+                                                              call_us=pl.col("call_us").first())
+           .filter(pl.col("n") >= 600).sort("first"))
+    prev_end = gpu.with_columns(run_end=pl.col("end").cum_max()).select("ts", "run_end")
+    # the latest end of any GPU activity that started before the graph's first kernel
+    per = per.join_asof(prev_end.rename({"ts": "pts"}),
+                        left_on="first", right_on="pts", strategy="backward", allow_exact_matches=False)
+    per = per.with_columns(gap_ms=(pl.col("first") - pl.col("run_end")) / 1e3, call_ms=pl.col("call_us") / 1e3)
+    b = tracekit.breakdown(tracekit.load(path))
+    graph_gaps = sorted((x for x in b.gaps["largest"] if x["where"] == "graph"), key=lambda x: x["step"])
+    rows = [dict(step=x["step"], json_gap_ms=g, call_ms=c, ms=x["ms"], cause=x["cause"], before=x["before"])
+            for x, g, c in zip(graph_gaps, per["gap_ms"].to_list(), per["call_ms"].to_list())]
+    return rows, b
+
+
+def test_gb300_names_the_host_gap_before_each_graph_launch():
+    rows, b = gb300_rows()
+    assert len(rows) == b.steps["count"] == 7  # one decode graph per analysed step, each gap listed
+    for r in rows:
+        assert r["ms"] == pytest.approx(r["json_gap_ms"], rel=0.01), r
+        assert r["call_ms"] > 0.8 * r["ms"]  # most of it is the cudaGraphLaunch call itself (under the profiler)
+        assert r["cause"] == "launch_overhead" and r["before"]["kind"] == "op"
+        assert r["before"]["name"].startswith("<built-in method replay")
+    v = b.advice["cuda_graphs"]["verdict"]
+    assert f"the longest gap inside a step, {max(r['ms'] for r in rows):.3f} ms (launch overhead), comes before " \
+           "graph work, while the host was in op '<built-in method replay" in v
+
+
+# --------------------------------------------------------------------------- profiler_inflation from the trace?
+
+EAGER = ["hf-small-eager", "hf-small-eager-torch", "hf-large-eager", "hf-large-eager-torch", "hf-small-spec",
+         "hf-small-spec-torch", "hf-large-spec", "spec-small-eager", "spec-small-eager-nomark",
+         "spec-small-eager-torch", "spec-small-eager-torch-nomark", "spec-large-eager", "serve-small-eager",
+         "synthetic-eager", "synthetic-eager-torch", "synthetic-symm-eager", "tp1-hf-small-nccl-eager",
+         "tp1-hf-small-symm1-eager", "tp1-synthetic-symm1-eager"]
+
+
+@functools.cache
+def inflation_rows() -> list[dict]:
+    """Per H200 eager capture: the true traced/unprofiled ratio and what the trace alone offers to estimate it."""
+    ix = index()
+    rows = []
+    for name in EAGER:
+        b = analysed(name)
+        t = loaded(name)
+        lo, hi = b.per_step["start_ns"].min(), b.per_step["end_ns"].max()
+        calls = t.launches.filter((pl.col("kind") == "kernel") & (pl.col("start") >= lo) & (pl.col("start") < hi))
+        ops = None
+        if t.meta.format == "kineto-json" and t.ops is not None:
+            ops = t.ops.filter((pl.col("start") >= lo) & (pl.col("start") < hi)).height / b.steps["count"]
+        u = ix[name]["unprofiled_step_ms"]
+        rows.append(dict(name=name, profiler=ix[name]["profiler"], traced=b.steps["mean_ms"], unprofiled=u,
+                         ratio=b.steps["mean_ms"] / u, inflation=b.time_base.profiler_inflation,
+                         launches=b.facts.launched_per_step, call_us=float((calls["end"] - calls["start"]).mean()) / 1e3,
+                         ops=ops, host_stalls=b.gaps["host_stalls"]))
+    return rows
+
+
+def best_fit(rows: list[dict], predict, grid) -> tuple[float, float]:
+    """(worst |error| of the unprofiled step over ``rows``, parameter) for the parameter of ``grid`` that
+    minimises it: the best a one-constant estimator could do, fitted on the answers themselves."""
+    return min((max(abs(predict(r, p) / r["unprofiled"] - 1) for r in rows), p) for p in grid)
+
+
+def estimators(rows: list[dict], launch_us: float) -> list[dict]:
+    torch_rows = [r for r in rows if r["ops"]]
+    g = [i / 20 for i in range(1, 1201)]  # 0.05 .. 60 in steps of 0.05
+    return [
+        dict(name="device profile's eager launch cost: unprofiled = launches × c + host stalls",
+             param=f"c = {launch_us:.2f} µs (measured)", worst=max(abs(
+                 (r["launches"] * launch_us / 1e3 + r["host_stalls"]) / r["unprofiled"] - 1) for r in rows)),
+        *[dict(name=n, param=fmt.format(p), worst=w) for n, fmt, (w, p) in [
+            ("fitted launch cost: unprofiled = launches × c + host stalls", "c = {:.2f} µs (fitted)",
+             best_fit(rows, lambda r, c: r["launches"] * c / 1e3 + r["host_stalls"], g)),
+            ("CUPTI cost per launch: unprofiled = traced − launches × d", "d = {:.2f} µs (fitted)",
+             best_fit(rows, lambda r, d: r["traced"] - r["launches"] * d / 1e3, g)),
+            ("launch-call duration under CUPTI scaled: unprofiled = launches × call × k", "k = {:.2f} (fitted)",
+             best_fit(rows, lambda r, k: r["launches"] * r["call_us"] * k / 1e3, g)),
+            ("one inflation for all: unprofiled = traced ÷ k", "k = {:.2f} (fitted)",
+             best_fit(rows, lambda r, k: r["traced"] / k, g)),
+            ("torch per-op overhead: unprofiled = traced − ops × d (torch traces)", "d = {:.2f} µs (fitted)",
+             best_fit(torch_rows, lambda r, d: r["traced"] - r["ops"] * d / 1e3, g))]]]
+
+
+def test_profiler_inflation_is_the_manifest_ratio_and_no_estimator_reaches_15pct():
+    rows = inflation_rows()
+    assert len(rows) == len(EAGER)
+    for r in rows:  # with a manifest: exactly traced / unprofiled
+        assert r["inflation"] == pytest.approx(r["ratio"], rel=1e-12)
+    launch_us = json.loads((SAMPLES / "device_profile.json").read_text())["launch"]["eager_us_per_kernel"]
+    # even fitted on the answers, no one-constant estimator is within 15% on every eager capture: the same
+    # workload's unprofiled step moves 1.77x between processes while its traces barely differ
+    assert all(e["worst"] > 0.15 for e in estimators(rows, launch_us))
+    a, b = (next(r for r in rows if r["name"] == n) for n in ("spec-small-eager", "spec-small-eager-nomark"))
+    assert a["launches"] == b["launches"] and a["traced"] / b["traced"] < 1.15
+    assert a["unprofiled"] / b["unprofiled"] > 1.7
+    # and without a manifest the key stays null (a copy of the trace alone)
+    with tempfile.TemporaryDirectory() as d:
+        assert copied_away("synthetic-eager", Path(d)).time_base.profiler_inflation is None
