@@ -8,10 +8,11 @@ rank, the cross-rank figures are trivial (no skew) and only the times mean anyth
     python benchmarks/dask_ranks.py --copies 256 --engines dask=tcp://head:8786 --dir /shared/ranks256
     python benchmarks/dask_ranks.py --copies 256 --out benchmarks/results/dask_ranks.json
 
-For each engine: wall time of ``map_files(analyse_rank, files)`` (what ``tracekit breakdown DIR --engine ...``
-runs before it builds the cross-rank table), the median wall and CPU time of one file's task where it ran, the
-time of ``cross_rank`` over all results, and the bytes that came back (the pickled per-rank results: the
-breakdown dict and one row per communication kernel).
+For each engine: wall time of ``analyse_files(files, AnalysisOptions(engine=...))`` (the product path: what
+``tracekit breakdown DIR --engine ...`` runs before it builds the cross-rank table; the LocalCluster's start is
+included, as a user pays it), the median wall and CPU time of one file's task where it ran (the per-file stage
+``analyse_rank``, timed on the worker), the time of ``cross_rank`` over all results, and the bytes that came back
+(the pickled per-rank results: the breakdown dict and one row per communication kernel).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-DEFAULT_SOURCE = (REPO.parent / "shared" / "external_traces" / "lora_perf_lora_profile" / "runs"
+EXTERNAL = Path(os.environ.get("TRACEKIT_EXTERNAL_TRACES") or REPO.parent / "shared" / "external_traces")
+DEFAULT_SOURCE = (EXTERNAL / "lora_perf_lora_profile" / "runs"
                   / "Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913" / "current_base_lora" / "profile"
                   / "base" / "bs16-TP-0.trace.json.gz")
 
@@ -61,11 +63,11 @@ def timed_rank(path, opts):
 def run(engine: str, files: list[Path], workers: int | None) -> dict:
     from statistics import median
 
-    from tracekit.analyses.ranks import cross_rank
-    from tracekit.engines import map_files
+    from tracekit.analyses.ranks import analyse_files, cross_rank
+    from tracekit.options import AnalysisOptions
 
     t0 = time.perf_counter()
-    out = map_files(timed_rank, files, {}, engine=engine, workers=workers)
+    out = analyse_files(files, AnalysisOptions(engine=engine), workers=workers, stage=timed_rank)
     t1 = time.perf_counter()
     results = [r for r, _, _ in out]
     cr = cross_rank(results)

@@ -11,7 +11,6 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from tracekit.analyses.communication import collective_bandwidth
 from tracekit.cli import cli
 
 from conftest import DATA, shared
@@ -37,17 +36,25 @@ def test_collective_args_are_read():
 def test_bus_bandwidth_follows_nccl_convention():
     t = tracekit.load(NCCL)
     b = tracekit.breakdown(t)
-    bw = collective_bandwidth(b.activities, t.collectives)
-    assert bw["collective"] == "allreduce" and bw["group_size"] == 2
-    # by hand from the same events: median over the analysed allreduce kernels of
-    # nelems * 4 bytes (Float) * 2(n-1)/n / duration
+    comm = b.advice["communication"].to_dict()
+    row = next(r for r in comm["collectives"] if r["kind"] == "all_reduce")
+    assert row["group_size"] == 2 and row["implementation"] == "nccl"
+    # by hand from the same events: the analysed allreduce kernels' nelems x 4 bytes (Float) over their time;
+    # bus bandwidth x 2(n-1)/n = x 1 for 2 ranks
     acts = b.activities.filter(pl.col("category") == "communication")
     j = acts.join(t.collectives.filter(pl.col("collective") == "allreduce"), left_on=["pid", "correlation", "start0"],
                   right_on=["pid", "correlation", "start"])
-    by_hand = (j["in_nelems"] * 4 * 2 * (2 - 1) / 2 / (j["dur"] * 1e-9) / 1e9).median()
-    assert bw["median_busbw_gbps"] == pytest.approx(by_hand)
+    assert j["dtype"].unique().to_list() == ["Float"] and row["count"] == j.height > 0
+    algbw = float((j["in_nelems"] * 4).sum()) / float(j["dur"].sum())  # bytes per ns = GB/s
+    assert row["algbw_gbps"] == pytest.approx(algbw, rel=1e-9)
+    assert row["busbw_gbps"] == pytest.approx(algbw * 2 * (2 - 1) / 2, rel=1e-9)
     # HTA's DDP trace is training (backward and optimizer kernels): the split and these figures, no decode advice
-    assert b.steps["phase"] == "prefill" and not b.advice["communication"]["applicable"]
+    assert b.steps["phase"] == "prefill" and not comm["applicable"]
+    # ... and its NCCL runs on its own stream under the backward pass: hidden by compute on another stream
+    from tracekit.analyses.collectives import hidden_communication
+
+    assert comm["hidden_communication_ms"] == pytest.approx(hidden_communication(b.activities))
+    assert comm["hidden_communication_ms"] > 1.0
 
 
 def test_several_files_give_the_cross_rank_object():
@@ -74,6 +81,13 @@ def test_all_devices_of_one_report():
     d = json.loads(r.stdout)
     assert [x["gpu"]["device"] for x in d["ranks"]] == [0, 1]
     assert [row[0] for row in d["table"]] == ["gpu0", "gpu1"]
+    # the same cross_rank object as for several files (the devices of one report share one clock)
+    from tracekit.analyses.ranks import CONTRACT_KEYS
+
+    cr = d["cross_rank"]
+    assert set(cr) == set(CONTRACT_KEYS) and cr["ranks"] == 2 and cr["clock_offset_ms_by_rank"] is None
+    k = d["cross_rank_detail"]["comm_kernel_ms_by_rank"]
+    assert k == pytest.approx([x["kernel_ms_per_step"]["communication"] for x in d["ranks"]], rel=0.05)
     r = CliRunner().invoke(cli, ["breakdown", str(MFU), "--all-devices", "--device", "0"])
     assert r.exit_code == 2 and r.stderr.startswith("tracekit: error: --all-devices")
 
@@ -90,3 +104,70 @@ def test_several_files_give_ranks_and_a_cross_rank_table():
         single = json.loads(CliRunner().invoke(cli, ["kernels", f, "--format", "json"]).stdout)
         assert row[total] == pytest.approx(sum(x["total_ms"] for x in single["kernels"]))  # over all kernels
     assert all(len(r["kernels"]) == 3 for r in k["ranks"])
+
+
+# ───────────────────── one rank: advice.communication (hidden time, the collectives, the verdict) ─────────────────────
+
+B200 = "TraceLens/tests/traces/b200/eager_trace.json.gz"
+
+
+def _json(*args):
+    r = CliRunner().invoke(cli, [str(a) for a in args])
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_gb300_rank0_hides_no_communication_on_its_one_stream():
+    d = _json("breakdown", shared(LORA) / "bs16-TP-0.trace.json.gz", "--format", "json")
+    comm = d["advice"]["communication"]
+    # programmatic-dependent-launch overlap on the one stream is serialised away: nothing is hidden (it read
+    # "0.727 ms more overlaps compute" before), and the exposed time is the serialised communication kernel time
+    assert comm["hidden_communication_ms"] == 0.0
+    assert "0.000 ms more overlaps compute on other streams" in comm["verdict"]
+    assert d["per_step_ms"]["communication"] > 0.8
+    rows = {(r["kind"], r["implementation"]): r for r in comm["collectives"]}
+    assert set(rows) == {("all_reduce", "fused_ar_norm"), ("all_reduce", "custom_ar"), ("all_gather", "nccl")}
+    assert rows[("all_reduce", "fused_ar_norm")]["count_per_step"] == 95
+    # the one-shot custom all-reduce of the decode step is latency-bound (its own row, judged from its call time)
+    assert rows[("all_reduce", "custom_ar")]["latency_bound"]
+    # the TP size of the roofline: the communicator of the trace's all-reduces (SGLang TP4)
+    assert d["roofline"]["tp"] == 4 and d["roofline"]["tp_source"] == "trace"
+    assert "4 ranks" in d["roofline"]["tp_evidence"]
+
+
+def test_b200_multimem_all_reduce_row_and_totals_equal_kernels():
+    path = shared(B200)
+    d = _json("breakdown", path, "--format", "json")
+    comm = d["advice"]["communication"]
+    rows = {r["implementation"]: r for r in comm["collectives"]}
+    mm = rows["symm_mem"]  # vLLM's multimem all-reduce: its own row, with a bandwidth figure
+    assert mm["kind"] == "all_reduce" and mm["count"] == 73 and mm["group_size"] == 8
+    assert mm["busbw_gbps"] == pytest.approx(318.42, abs=0.01) and mm["link_gbps"] == 900  # by hand: test_ranks.py
+    assert rows["nccl"]["kind"] == "all_gather" and rows["nccl"]["count"] == 1
+    # per-collective totals = `tracekit kernels` totals for the same kernels (all in the one analysed step)
+    assert d["steps"]["count"] == 1 and d["steps"]["excluded"] == 0
+    k = {x["name"]: x for x in _json("kernels", path, "--format", "json")["kernels"]}
+    for r in comm["collectives"]:
+        assert r["total_ms"] == pytest.approx(k[r["kernel"]]["total_ms"], rel=1e-9)
+        assert r["count"] == k[r["kernel"]]["count"]
+    assert comm["hidden_communication_ms"] == 0.0
+    assert d["roofline"]["tp"] == 8 and d["roofline"]["tp_source"] == "trace"  # vLLM TP8
+
+
+@pytest.mark.parametrize("rel, world", [
+    ("profile-data/train.json", 64),  # DeepSeek-V3 training, EP64 / TP1: no all-reduce
+    ("HolisticTraceAnalysis/tests/data/trace_diff/control/control.json.gz", 8),  # HTA DDP, 8 ranks
+    ("HolisticTraceAnalysis/tests/data/timeline_analysis/sampled_rank-0.json.gz", 128),  # HTA, 128 ranks
+])
+def test_tp_default_is_never_the_world_size(rel, world):
+    path = shared(rel)
+    assert tracekit.load(path).meta.world_size == world
+    d = _json("breakdown", path, "--phase", "all", "--weight-bytes", "8GB", "--format", "json")
+    r = d["roofline"]
+    assert r["tp"] == 1 and r["tp_source"] == "default" and r["weight_bytes_per_step"] == 8_000_000_000
+    assert any(w.startswith("tensor parallelism unknown (") and "--tp 1 assumed" in w for w in d["warnings"])
+    # a flag wins over the trace
+    d = _json("breakdown", shared(LORA) / "bs16-TP-0.trace.json.gz", "--tp", "2", "--weight-bytes", "8GB",
+              "--format", "json")
+    assert d["roofline"]["tp"] == 2 and d["roofline"]["tp_source"] == "flag"
+    assert d["roofline"]["weight_bytes_per_step"] == 4_000_000_000

@@ -1,4 +1,4 @@
-"""tracekit diff: the tracekit.diff/1 JSON, the PR markdown (stable, escaped) and the CLI, on real traces."""
+"""tracekit diff: the tracekit.diff/2 JSON, the PR markdown (stable, escaped) and the CLI, on real traces."""
 
 from __future__ import annotations
 
@@ -140,3 +140,48 @@ def test_eager_vs_graph_headline_shows_the_idle_drop():
     assert d["delta"]["per_step_ms"][big]["abs"] < 0
     md_text = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--format", "md"]).output
     assert re.match(rf"### tracekit diff: step [\d.,]+ → [\d.,]+ ms \(−\d+%\): {big} −[\d.,]+ ms", md_text)
+
+
+def test_each_side_has_its_own_time_base():
+    # hf-small eager vs graph: each side's unprofiled step from its own manifest
+    eager, graph = sample("hf-small-eager/trace.sqlite"), sample_trace("hf-small-graph")
+    man = [json.loads((p.parent / "manifest.json").read_text())["unprofiled_step_ms"] for p in (eager, graph)]
+    assert [round(m, 3) for m in man] == [36.670, 2.822]
+    r = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    tb = d["delta"]["time_base"]["reference_step_ms"]
+    assert (tb["base"], tb["new"]) == (man[0], man[1]) and tb["abs"] == pytest.approx(man[1] - man[0])
+    assert d["base"]["time_base"]["unprofiled_source"] == d["new"]["time_base"]["unprofiled_source"] == "manifest"
+    md_text = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--format", "md"]).output
+    assert ("time base: base 36.670 ms unprofiled (manifest), new 2.822 ms unprofiled (manifest); reference step "
+            f"−{man[0] - man[1]:.3f} ms (−92%)") in md_text
+    assert "| reference step | 36.670 | 2.822 | −33.849 | −92% |" in md_text
+    # a flag per side replaces that side's manifest only
+    r = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--base-measured-step-ms", "40",
+                                 "--format", "json"])
+    d = json.loads(r.output)
+    assert d["base"]["time_base"]["unprofiled_source"] == "flag" and d["base"]["time_base"]["reference_step_ms"] == 40
+    assert d["new"]["time_base"]["reference_step_ms"] == man[1]
+    # a side without an unprofiled time: its traced step, and the markdown says its savings are upper bounds
+    md_text = CliRunner().invoke(cli, ["diff", str(MFU), str(graph), "--format", "md"]).output
+    assert "time base: base 17.369 ms traced (no unprofiled time: its savings are upper bounds), new 2.822 ms" in md_text
+
+
+def test_saved_breakdowns_as_sides(tmp_path):
+    graph = sample_trace("hf-small-graph")
+    saved = tmp_path / "graph.json"
+    r = CliRunner().invoke(cli, ["breakdown", str(graph), "--format", "json", "-o", str(saved)])
+    assert r.exit_code == 0, r.output
+    live = json.loads(CliRunner().invoke(cli, ["diff", str(MFU), str(graph), "--format", "json"]).output)
+    from_file = json.loads(CliRunner().invoke(cli, ["diff", str(MFU), str(saved), "--format", "json"]).output)
+    assert from_file == live  # a saved /2 breakdown is the same side as its trace
+    # a result saved as /1 (by an older tracekit) is refused with the reason, one line, exit 2
+    v1 = DATA / "saved" / "saxpy_breakdown_v1.json"
+    assert json.loads(v1.read_text())["schema"] == "tracekit.breakdown/1"
+    r = CliRunner().invoke(cli, ["diff", str(v1), str(saved)])
+    assert r.exit_code == 2 and r.output.count("\n") == 1
+    assert r.output.startswith(f"tracekit: error: {v1}: a saved tracekit.breakdown/1 result; diff compares "
+                               "tracekit.breakdown/2")
+    r = CliRunner().invoke(cli, ["diff", str(MFU), str(saved), "--new-measured-step-ms", "3"])
+    assert r.exit_code == 2 and "is a saved breakdown" in r.output

@@ -98,3 +98,32 @@ def test_history_md_escapes_paths(tmp_path):
     save_runs(db, [b])
     text = history_md(history(db))
     assert "<img" not in text and "&lt;img src=x onerror=alert(1)&gt;\\|\\*.sqlite" in text
+
+
+V1_DB = DATA / "saved" / "runs_v1.db"  # saved by tracekit before breakdown/2 (tests/data/saved/README.md)
+
+
+def test_history_keeps_rows_saved_as_v1_with_a_note(tmp_path):
+    db = tmp_path / "runs.db"
+    db.write_bytes(V1_DB.read_bytes())
+    # a /2 run of the same trace appended to the old history
+    r = CliRunner().invoke(cli, ["breakdown", str(SAXPY), "--step-range", "^saxpy$", "--save", str(db),
+                                 "--format", "json"])
+    assert r.exit_code == 0, r.output
+    now = json.loads(r.output)
+    h = history(db)
+    old, new = h["runs"]
+    v1 = json.loads(sqlite3.connect(V1_DB).execute("select breakdown_json from runs").fetchone()[0])
+    assert v1["schema"] == "tracekit.breakdown/1" and old["schema"] == "tracekit.breakdown/1"
+    assert new["schema"] == "tracekit.breakdown/2"
+    # kept as saved: /1 counted the last of 5 saxpy steps, /2 excludes it (no following step)
+    assert old["step_count"] == v1["steps"]["count"] == 5 and old["step_mean_ms"] == v1["steps"]["mean_ms"]
+    assert new["step_count"] == now["steps"]["count"] == 4
+    # a definition change is not a regression: runs of different schemas are not compared
+    assert new["delta_mean_ms"] is None and not new["regression"] and h["regressions"] == []
+    assert any(w.startswith("run(s) 1 were saved by an older tracekit (schema tracekit.breakdown/1)")
+               for w in h["warnings"])
+    text = history_md(h)
+    assert "| 1 (/1) |" in text and "| 2 |" in text and "older tracekit" in text
+    r = CliRunner().invoke(cli, ["history", str(db)])
+    assert r.exit_code == 0 and "1 (/1)" in r.output

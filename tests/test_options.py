@@ -37,7 +37,8 @@ def test_options_are_frozen_and_validated():
     with pytest.raises(dataclasses.FrozenInstanceError):
         o.device = 1  # type: ignore[misc]
     assert AnalysisOptions().draft_range == DEFAULT_DRAFT_RANGE and AnalysisOptions().given() == {}
-    for bad in (dict(measured_step_ms=20.0, measured_tok_s=48.0), dict(peak_bw=-1.0), dict(tp=0), dict(phase="x")):
+    for bad in (dict(measured_step_ms=20.0, measured_tok_s=48.0), dict(peak_bw=-1.0), dict(tp=0), dict(phase="x"),
+                dict(engine="ray"), dict(engine="process=tcp://h:1")):
         with pytest.raises(TracekitError):
             AnalysisOptions(**bad)
 
@@ -51,6 +52,8 @@ def test_breakdown_kwargs_never_drop_a_given_option_silently():
                                             "measured_step_ms": 20.0}
     with pytest.raises(TracekitError, match="--model: not supported"):
         AnalysisOptions(model="m").breakdown_kwargs(analysis)
+    # --engine says where several files run, not what to compute: never an analysis argument
+    assert "engine" not in AnalysisOptions(engine="dask=tcp://h:8786").breakdown_kwargs(analysis)
 
 
 def test_every_options_field_is_a_flag_of_breakdown():

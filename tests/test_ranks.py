@@ -32,6 +32,8 @@ LORA = ("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_sha
         "current_base_lora/profile/base")
 B200 = "TraceLens/tests/traces/b200/eager_trace.json.gz"
 OPTS = {}
+CONTRACT = {"ranks", "slowest_rank", "pacing_rank", "step_ms_by_rank", "skew_ms", "wait_ms_by_rank", "transfer_ms",
+            "exposed_communication_ms_by_rank", "clock_offset_ms_by_rank", "collectives", "verdict"}
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +109,8 @@ def test_gb300_waits_are_the_arrival_spread_by_hand(gb300, gb300_files):
 def test_gb300_cross_rank_object_and_headline(gb300):
     _, cr = gb300
     d = cr.to_dict()
-    contract = {"ranks", "slowest_rank", "pacing_rank", "step_ms_by_rank", "skew_ms", "wait_ms_by_rank", "transfer_ms",
-                "exposed_communication_ms_by_rank", "clock_offset_ms_by_rank", "collectives", "verdict"}
-    assert contract <= set(d)
+    assert set(d) == CONTRACT  # exactly the contract's keys; the extensions are beside it
+    d.update(cr.detail())
     assert d["ranks"] == 4 and d["rank_ids"] == [0, 1, 2, 3]
     assert d["clock_offset_ms_by_rank"] is None  # one host: the collective ends agree within 0.2 us
     assert d["slowest_rank"] == max(range(4), key=lambda r: d["step_ms_by_rank"][r])
@@ -282,17 +283,6 @@ def test_files_of_different_captures_are_not_matched():
 
 # ───────────────────────────── engines ─────────────────────────────
 
-def test_dask_engine_gives_the_process_pool_results():
-    pytest.importorskip("distributed")
-    s = shared("HolisticTraceAnalysis/tests/data")
-    files = [s / "timeline_analysis" / "sampled_rank-0.json.gz", s / "trace_filter" / "sampled_rank-1.json.gz"]
-    on_dask = map_files(analyse_rank, files, OPTS, engine="dask", workers=2)  # a LocalCluster of 2 workers
-    local = map_files(analyse_rank, files, OPTS, engine="process")
-    assert [r.breakdown for r in on_dask] == [r.breakdown for r in local]
-    assert all(a.comm.kernels.equals(b.comm.kernels) for a, b in zip(on_dask, local))
-    assert cross_rank(on_dask).to_dict() == cross_rank(local).to_dict()
-
-
 def test_dask_engine_at_a_scheduler_address():
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
@@ -338,6 +328,7 @@ def test_renderers_headline_first_and_names_escaped(gb300):
     assert text.startswith(f"rank {cr.pacing_rank} sets the pace") and "collectives" in text
     report = json.loads(render("ranks", cr, "json", None))
     assert report["cross_rank"] == json.loads(json.dumps(cr.to_dict())) and len(report["ranks"]) == 4
+    assert report["cross_rank_detail"] == json.loads(json.dumps(cr.detail()))
     assert report["headline"] == cr.verdict
     csv_text = render("ranks", cr, "csv", None)
     assert csv_text.splitlines()[0].startswith("rank,path,device") and len(csv_text.splitlines()) == 5
@@ -357,3 +348,82 @@ def test_breakdown_without_trace_still_matches(gb300):
     with_trace = cross_rank(results[:2])
     assert cr2.wait_ms_by_rank == pytest.approx(with_trace.wait_ms_by_rank, rel=1e-6)
     assert rank_result(bs[0]).comm.tp is None
+
+
+# ───────────────────────────── the command: tracekit breakdown FILES --engine ... ─────────────────────────────
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def gb300_cli(gb300_files):
+    r = _cli("breakdown", gb300_files[0].parent, "--engine", "process", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_cli_cross_rank_is_the_contract_object_and_the_waits_by_hand(gb300_cli, gb300, gb300_files):
+    d = gb300_cli
+    cr = d["cross_rank"]
+    assert set(cr) == CONTRACT and cr["ranks"] == 4
+    assert [r["source"]["path"] for r in d["ranks"]] == [str(f) for f in gb300_files]  # single-file breakdowns
+    assert all(r["schema"] == "tracekit.breakdown/2" and "per_step_ms" in r for r in d["ranks"])
+    assert d["cross_rank_detail"]["rank_ids"] == [0, 1, 2, 3]
+    # the headline names the pacing rank, and splits skew from transfer
+    assert d["headline"] == cr["verdict"]
+    assert cr["verdict"].startswith(f"rank {cr['pacing_rank']} sets the pace")
+    assert f"skew {cr['skew_ms']:.3f} ms" in cr["verdict"] and f"{cr['transfer_ms']:.3f} ms of transfer" in cr["verdict"]
+    # per-rank wait = the arrival spread computed by hand from the raw JSON (raw kernel starts), within 2%
+    allc = pl.concat([_decode_comm_by_hand(f).with_columns(rank=pl.lit(r)) for r, f in enumerate(gb300_files)])
+    allc = allc.filter(pl.col("step") < 8)  # the last of 8 decode steps has no following step: excluded
+    w = allc.with_columns(wait=pl.col("start").max().over("name", "seq") - pl.col("start"))
+    by_hand = w.group_by("rank").agg(pl.col("wait").sum() / 1e6 / 7).sort("rank")["wait"].to_list()
+    assert cr["wait_ms_by_rank"] == pytest.approx(by_hand, rel=0.02)
+    assert min(by_hand) > 0.1 and max(by_hand) > 2 * min(by_hand)  # (a real spread, not a vacuous match)
+    # the same object as the library's
+    assert cr == json.loads(json.dumps(gb300[1].to_dict()))
+
+
+def test_cli_dask_local_cluster_gives_the_process_pool_cross_rank(gb300_cli, gb300_files, monkeypatch):
+    pytest.importorskip("distributed")
+    monkeypatch.setattr("tracekit.engines.os.cpu_count", lambda: 2)  # a LocalCluster of 2 workers anywhere
+    r = _cli("breakdown", *gb300_files, "--engine", "dask", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["cross_rank"] == gb300_cli["cross_rank"]  # identical, to the last digit
+    assert d["ranks"] == gb300_cli["ranks"]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("ray", "unknown engine"),
+    ("process=tcp://h:1", "takes no address"),
+    ("dask=nonsense", "not a Dask scheduler address"),
+    ("dask=tcp://127.0.0.1:9", "cannot reach the Dask scheduler"),
+])
+def test_cli_bad_engine_is_one_line_exit_2(spec, message, monkeypatch):
+    if spec.startswith("dask="):
+        pytest.importorskip("distributed")
+    monkeypatch.setattr("tracekit.engines.CONNECT_TIMEOUT", "1s")
+    files = [DATA / "kineto" / "hta_nccl_data.json.gz", DATA / "kineto" / "hta_rocm_mi250.json.gz"]
+    r = _cli("breakdown", *files, "--engine", spec)
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tracekit: error: ") and message in lines[0], r.stderr
+
+
+def test_directory_expansion_includes_gzipped_exports(tmp_path):
+    from tracekit.cli.output import expand_traces
+
+    from conftest import sample
+
+    gz, plain = sample("hf-large-graph/trace.sqlite.gz"), sample("hf-small-eager/trace.sqlite")
+    (tmp_path / "r0.sqlite.gz").symlink_to(gz)
+    (tmp_path / "r1.sqlite").symlink_to(plain)
+    (tmp_path / "r1.sqlite.gz").symlink_to(gz)  # the same rank gzipped beside its plain export: listed once
+    (tmp_path / "manifest.json").write_text("{}")
+    assert [p.name for p in expand_traces([tmp_path])] == ["r0.sqlite.gz", "r1.sqlite"]

@@ -6,7 +6,7 @@ result (a :class:`~tracekit.analyses.ranks.RankResult`: the rank's breakdown dic
 communication kernel), never a trace or a per-kernel frame. The cross-rank table is built where the command
 runs.
 
-* ``process`` (default): one process per file, as many as there are cores (:mod:`tracekit.parallel`).
+* ``process`` (default): a pool of spawned processes, one per file at a time, as many as there are cores.
 * ``dask``: a Dask cluster (``pip install 'tracekit[dask]'``). Without an address, a ``LocalCluster`` of one
   single-threaded worker process per core; with one (``dask=tcp://head:8786``), that scheduler, whose workers
   must see the files at the same paths (a shared filesystem) and have tracekit installed. Start one with
@@ -23,6 +23,7 @@ runs.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -44,21 +45,67 @@ def parse_engine(spec: str | None) -> tuple[str, str | None]:
     return name, (address.strip() or None)
 
 
-def map_files(fn, files, opts: dict, *, engine: str = "process", address: str | None = None,
+def map_files(fn, files, opts: dict, *, engine: str | None = "process", address: str | None = None,
               workers: int | None = None, fmt: str | None = None, what: str = "analysing"):
     """``[fn(f, opts) for f in files]`` on ``engine``, in the order of ``files``; the first user error is raised
-    (a ``TracekitError`` on any worker). A progress bar shows on a terminal (not for ``fmt='json'``)."""
+    (a ``TracekitError`` on any worker). A progress bar shows on a terminal (not for ``fmt='json'``).
+
+    ``fn`` must be importable by name (a module-level function): it runs in other processes.
+    """
     from tracekit.progress import status
 
     files = [Path(f) for f in files]
-    name, addr = parse_engine(engine if address is None else f"{engine}={address}")
+    name, addr = parse_engine(engine if address is None else f"{engine or 'dask'}={address}")
     where = "a local process pool" if name == "process" else (f"Dask at {addr}" if addr else "a local Dask cluster")
     with status(f"{what} {len(files)} files on {where}", fmt=fmt, total=len(files)) as st:
         if name == "process":
-            from tracekit.parallel import map_files as pool_map
+            results = _pool_map(fn, files, opts, workers, st.advance)
+        else:
+            results = _dask_map(fn, files, opts, addr, workers, st.advance)
+    out = []
+    for res, err in results:
+        if err is not None:
+            raise TracekitError(err)
+        out.append(res)
+    return out
 
-            return pool_map(fn, files, opts, workers=workers, on_done=st.advance)
-        return _dask_map(fn, files, opts, addr, workers, st.advance)
+
+def _call(args):
+    """One file's task: ``(result, None)``, or ``(None, message)`` for a user error (sent back as text)."""
+    fn, path, opts = args
+    try:
+        return fn(path, opts), None
+    except TracekitError as e:
+        return None, f"{e}"
+
+
+def _init_worker(threads: int) -> None:
+    # Set before polars is first imported in this fresh (spawned) process: one worker per core, each with
+    # its share of polars' thread pool, instead of every worker starting a pool the size of the machine.
+    os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
+    os.environ["TRACEKIT_PROGRESS"] = "0"
+
+
+def _pool_map(fn, files: list[Path], opts: dict, workers: int | None, on_done) -> list:
+    """The process engine: spawned worker processes (one file here when there is one file or one core)."""
+    workers = workers or min(len(files), os.cpu_count() or 1)
+    jobs = [(fn, str(f), opts) for f in files]
+    if workers <= 1 or len(files) == 1:
+        results = []
+        for j in jobs:
+            results.append(_call(j))
+            on_done()
+        return results
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    # spawn, not fork: forking a process whose polars thread pool is running can deadlock
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_init_worker, initargs=(threads,)) as ex:
+        futures = [ex.submit(_call, j) for j in jobs]
+        for _ in as_completed(futures):
+            on_done()
+        return [f.result() for f in futures]
 
 
 def _dask_map(fn, files: list[Path], opts: dict, address: str | None, workers: int | None, on_done):
@@ -66,8 +113,6 @@ def _dask_map(fn, files: list[Path], opts: dict, address: str | None, workers: i
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
         raise TracekitError("--engine dask needs dask and distributed: pip install 'tracekit[dask]'") from None
-    from tracekit.parallel import _call
-
     cluster = None
     if address is None:
         n = workers or min(len(files), os.cpu_count() or 1)
@@ -80,9 +125,12 @@ def _dask_map(fn, files: list[Path], opts: dict, address: str | None, workers: i
     try:
         try:
             client = Client(cluster if cluster is not None else address, timeout=CONNECT_TIMEOUT)
+        except ValueError as e:  # not an address: no scheme or port
+            raise TracekitError(f"--engine dask={address}: not a Dask scheduler address ({' '.join(str(e).split())}); "
+                                "give it as tcp://HOST:PORT, or leave it out for a local cluster") from None
         except (OSError, TimeoutError) as e:
             raise TracekitError(f"--engine dask={address}: cannot reach the Dask scheduler ({' '.join(str(e).split())}"
-                                "); start one with `dask scheduler`, or leave the address out for a local cluster")
+                                "); start one with `dask scheduler`, or leave the address out for a local cluster") from None
         with client:
             jobs = [(fn, str(f), opts) for f in files]
             futures = client.map(_call, jobs, pure=False)
@@ -94,12 +142,7 @@ def _dask_map(fn, files: list[Path], opts: dict, address: str | None, workers: i
     finally:
         if cluster is not None:
             cluster.close()
-    out = []
-    for res, err in results:
-        if err is not None:
-            raise TracekitError(err)
-        out.append(res)
-    return out
+    return results
 
 
 __all__ = ["ENGINES", "map_files", "parse_engine"]

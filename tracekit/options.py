@@ -65,6 +65,10 @@ def parse_amount(text: str | float | int, kind: AmountKind = "bytes") -> float:
     return value * _COUNT[unit]
 
 
+# Fields that say where or how to run, not what to compute: never passed to the analysis.
+NOT_ANALYSIS = ("engine",)
+
+
 @dataclass(frozen=True)
 class AnalysisOptions:
     """Every option of the analysis commands (``breakdown``, ``diff``, ``plot``, ``export``).
@@ -108,6 +112,10 @@ class AnalysisOptions:
             object.__setattr__(self, "weight_bytes", int(round(self.weight_bytes)))
         if self.draft_range == "":
             object.__setattr__(self, "draft_range", None)
+        if self.engine is not None:
+            from tracekit.engines import parse_engine
+
+            parse_engine(self.engine)
 
     def given(self) -> dict:
         """The fields that differ from their defaults (what a user actually passed)."""
@@ -127,7 +135,7 @@ class AnalysisOptions:
         values = asdict(self)
         if "device_profile" in accepted:
             values["device_profile"] = read_json_object(self.device_profile, "device profile")
-        unsupported = [k for k in self.given() if k not in accepted]
+        unsupported = [k for k in self.given() if k not in accepted and k not in NOT_ANALYSIS]
         if unsupported:
             flags = ", ".join(f"--{k.replace('_', '-')}" for k in unsupported)
             raise TracekitError(f"{flags}: not supported by this version's breakdown yet; leave it out")

@@ -14,7 +14,9 @@ multi-rank breakdown appends one row per rank). Columns:
 * one ``<key>_ms`` column per ``per_step_ms`` key (``gemm_ms``, ..., ``idle_ms``);
 * the roofline: ``weight_bytes_per_step``, ``floor_ms``, ``ceiling_tokens_per_s``,
   ``fraction_of_ceiling``, ``gemm_achieved_bw_gbps``;
-* ``breakdown_json``: the full ``tracekit.breakdown/1`` JSON.
+* ``breakdown_json``: the full breakdown JSON (``tracekit.breakdown/2``; rows saved by an older tracekit hold
+  ``/1``: ``history`` keeps them, shows them as saved with a note, and compares each run only with the
+  previous run of the same trace path saved under the same schema, since the definitions changed).
 
 The database is the only file tracekit writes besides the outputs a user names; it is
 opened read-only by ``history``. ``history`` flags a run as a regression when its mean
@@ -34,6 +36,7 @@ from tracekit.categories import STEP_CATEGORIES
 from tracekit.errors import TracekitError
 
 SCHEMA = "tracekit.history/1"
+BREAKDOWN_SCHEMA = "tracekit.breakdown/2"  # what breakdown --save writes now
 PER_STEP_KEYS = list(STEP_CATEGORIES)
 REGRESSION_REL = 0.05
 FLOAT_COLS = (["peak_bw_gbps", "step_mean_ms", "step_median_ms", "step_p10_ms", "step_p90_ms", "floor_ms",
@@ -146,8 +149,10 @@ def load_runs(path, *, path_contains: str | None = None, last: int | None = None
     schema = {c: (pl.Float64 if c in FLOAT_COLS else pl.Int64 if COLUMNS.get(c) is int else pl.String)
               for c in cols}
     df = pl.DataFrame(data, schema=schema, orient="row")
-    prev_mean = pl.col("step_mean_ms").shift(1).over("path")
-    prev_p90 = pl.col("step_p90_ms").shift(1).over("path")
+    # the schema each run was saved under (its JSON's first key): a definition change is not a regression
+    df = df.with_columns(schema=pl.col("breakdown_json").str.extract(r'"schema"\s*:\s*"(tracekit\.breakdown/\d+)"'))
+    prev_mean = pl.col("step_mean_ms").shift(1).over("path", "schema")
+    prev_p90 = pl.col("step_p90_ms").shift(1).over("path", "schema")
     df = df.with_columns(
         delta_mean_ms=pl.col("step_mean_ms") - prev_mean,
         delta_rel=(pl.col("step_mean_ms") - prev_mean) / prev_mean,
@@ -166,5 +171,12 @@ def history(path, *, path_contains: str | None = None, last: int | None = None) 
     keep = [c for c in df.columns if c != "breakdown_json"]
     runs = df.select(keep).to_dicts()
     warnings = [] if runs else ["the history holds no runs" + (" matching the filter" if path_contains else "")]
+    old = [r["id"] for r in runs if r["schema"] != BREAKDOWN_SCHEMA]
+    if old:
+        ids = ", ".join(map(str, old[:10])) + (f" and {len(old) - 10} more" if len(old) > 10 else "")
+        warnings.append(f"run(s) {ids} were saved by an older tracekit (schema "
+                        f"{next(r['schema'] for r in runs if r['schema'] != BREAKDOWN_SCHEMA) or 'unknown'}): shown "
+                        "as saved, under that version's definitions (e.g. the last step counted, savings against the "
+                        "traced step); Δ compares each run only with the previous one of the same schema")
     return {"schema": SCHEMA, "db": str(path), "runs": runs,
             "regressions": df.filter("regression")["id"].to_list(), "warnings": warnings}

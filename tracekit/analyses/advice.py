@@ -103,7 +103,8 @@ class StepFacts:
     kv_bytes_source: str | None = None  # roofline.kv_bytes_source
     attention_achieved_bw_gbps: float | None = None
     comm_overheads: dict | None = None  # staging copies and graph nodes of collectives
-    comm_bandwidth: dict | None = None  # achieved bus bandwidth of the collectives with known sizes
+    collectives: tuple = ()  # the step's collectives per (kind, implementation) (collectives.collective_table rows)
+    hidden_comm_ms: float | None = None  # communication overlapped by compute on OTHER streams (collectives.py)
     link: str | None = None  # "NVLink 4: 450 GB/s per direction" (the GPU table's link)
     longest_between: dict | None = None  # the largest between-steps gap (gaps.largest entry)
     longest_in_step: dict | None = None  # the largest gap inside a step (gaps.largest entry)
@@ -208,15 +209,22 @@ def host_stalls_lever(f: StepFacts) -> Lever:
     return _lever(f, saving > 0.0005, max(f.busy_ms, f.reference_ms - saving), verdict + _bound(f))
 
 
+def _comm_measures(f: StepFacts) -> dict:
+    """What the JSON reports of the step's communication whatever the advice: hidden time and the collectives."""
+    return {"hidden_communication_ms": f.hidden_comm_ms, "collectives": [dict(r) for r in f.collectives]}
+
+
 def communication_lever(f: StepFacts) -> Lever:
     exposed = f.per_step_ms.get("communication")
     kernel = f.kernel_ms.get("communication")
     if exposed is None:
-        return _lever(f, False, None, "communication cannot be measured: graph work has no per-kernel rows")
+        return _lever(f, False, None, "communication cannot be measured: graph work has no per-kernel rows",
+                      **_comm_measures(f))
     if not kernel:
         return _lever(f, False, f.reference_ms, "no communication kernels in the step: an all-reduce change cannot "
-                                                "help")
-    hidden = max(0.0, kernel - exposed)
+                                                "help", **_comm_measures(f))
+    # only compute on another stream hides communication (same-stream overlap is serialised away)
+    hidden = f.hidden_comm_ms if f.hidden_comm_ms is not None else max(0.0, kernel - exposed)
     verdict = (f"exposed communication is {exposed:.3f} ms per step ({pct(exposed / f.reference_ms)} of "
                f"{_base(f)}; {hidden:.3f} ms more overlaps compute on other streams): the most a faster all-reduce "
                "could save")
@@ -227,13 +235,14 @@ def communication_lever(f: StepFacts) -> Lever:
             parts.append(f"{cost['nodes_per_step']:.0f} graph nodes ({cost['node_ms']:.3f} ms)")
         verdict += (f"; counting {' and '.join(parts)}, the all-reduce costs "
                     f"{exposed + cost['staging_ms'] + cost['node_ms']:.3f} ms per step")
-    bw = f.comm_bandwidth
-    if bw:
-        link = f" against {f.link}" if f.link else ""
-        verdict += (f"; its {bw['collective']} of {bw['median_bytes'] / 1e6:.2f} MB over {bw['group_size']} ranks "
-                    f"reaches {bw['median_busbw_gbps']:,.1f} GB/s bus bandwidth (median; kernel time includes "
-                    f"waiting for other ranks){link}")
-    extra = {"hidden_communication_ms": hidden}
+    from tracekit.analyses.collectives import collectives_verdict
+
+    about = collectives_verdict(list(f.collectives))
+    if about:
+        # the largest collective: latency-bound (one-shot / custom all-reduce, fewer calls) or its bus bandwidth
+        verdict += "; " + about
+    extra = _comm_measures(f)
+    extra["hidden_communication_ms"] = hidden
     if cost:
         # extension keys (the contract's max_saving_ms stays the exposed kernel time)
         total = exposed + cost["staging_ms"] + cost["node_ms"]
@@ -335,8 +344,8 @@ def memory_lever(f: StepFacts) -> Lever:
 def not_decode(f: StepFacts) -> Advice:
     why = (f"{f.phase} steps: decode advice does not apply (the split above still holds; pass --phase decode to "
            "analyse the decode steps)")
-    levers = {k: Lever(False, None, None, None, why, {"detection": f.draft_detection} if k == "drafting" else {})
-              for k in ALL_LEVERS}
+    extra = {"drafting": {"detection": f.draft_detection}, "communication": _comm_measures(f)}
+    levers = {k: Lever(False, None, None, None, why, extra.get(k, {})) for k in ALL_LEVERS}
     return Advice(levers=levers, ranked=())
 
 

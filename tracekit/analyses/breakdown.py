@@ -176,7 +176,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
               tp: int | None = None, ep: int | None = None, context: int | None = None) -> Breakdown:
     """Per-step breakdown of ``trace`` (see the module docstring and ``docs/definitions.md``)."""
     phase = phase or "decode"
-    from tracekit.analyses.communication import collective_bandwidth, collective_overheads
+    from tracekit.analyses.collectives import hidden_communication, step_collectives
+    from tracekit.analyses.communication import collective_overheads
     from tracekit.gpus import lookup, resolve_peak_bw
 
     st = step_table(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules, phase=phase)
@@ -240,6 +241,10 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
                         f"({tb.unprofiled_step_ms:.3f} ms, {tb.unprofiled_source}): every saving is stated against the "
                         "unprofiled step; shares of the traced step include the profiler's own overhead")
 
+    # ---- the step's collectives, and the size of the communicator its all-reduces use (the roofline's TP)
+    comm_rows, trace_tp, trace_tp_ev = step_collectives(trace, acts, device=attr.device, n_steps=max(1, n),
+                                                        gpu_name=gpu_name or man.get("gpu_name"), rules=rules)
+
     # ---- roofline
     counts = None
     if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "structure") \
@@ -249,7 +254,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         counts = draft_forward_counts(acts)
     roof, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw, tokens, batch, table, n,
                             weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
-                            draft_counts=counts)
+                            draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev))
     warnings.extend(rwarn)
 
     # ---- advice
@@ -280,7 +285,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         weight_bytes_source=roof["weight_bytes_source"], kv_bytes_source=roof["kv_bytes_source"],
         attention_achieved_bw_gbps=roof["attention_achieved_bw_gbps"],
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
-        comm_bandwidth=collective_bandwidth(acts, trace.collectives), link=link,
+        collectives=tuple(comm_rows), hidden_comm_ms=hidden_communication(acts), link=link,
         longest_between=between[0] if between else None, verify_ms=verify_ms, verify_busy_ms=verify_busy_ms,
         token_factor=token_factor,
         longest_in_step=next((x for x in st.largest if x["cause"] != "between_steps"), None))
@@ -297,7 +302,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
 
 def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw: float | None, tokens: float,
               batch: float, table: pl.DataFrame, n: int, *, weight_bytes, model, tp, ep, context,
-              draft_counts: tuple[int, int] | None = None) -> tuple[dict, list[str]]:
+              draft_counts: tuple[int, int] | None = None,
+              trace_tp: tuple[int | None, str] = (None, "not looked for")) -> tuple[dict, list[str]]:
     """The roofline block: per-GPU bytes from (first found) --weight-bytes, --model (or the model the trace's
     recorded command line names, when it is in the local Hugging Face cache), the manifest, the trace's shapes or
     NVTX; the KV cache from the model and the context; the floor against the reference step."""
@@ -312,12 +318,15 @@ def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw:
         if disc.model_path is not None:
             model = str(disc.model_path)
             warnings.append(f"model bytes from {disc.note}")
-    # tensor parallelism: flag > manifest > the recorded command line > 1
+    # tensor parallelism: flag > manifest > the recorded command line > the size of the communicator the trace's
+    # all-reduces use (never the job's world size) > 1 with a warning where it matters
     tp_src = "flag" if tp is not None else None
     if tp is None and man.get("tp"):
         tp, tp_src = int(man["tp"]), "manifest"
     if tp is None and disc is not None and disc.args.tp:
         tp, tp_src = int(disc.args.tp), "command line"
+    if tp is None and trace_tp[0]:
+        tp, tp_src = int(trace_tp[0]), "trace"
     tp_known = tp is not None
     tp = int(tp or 1)
     ep = int(ep or 1)
@@ -364,13 +373,16 @@ def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw:
         warnings.append("weight bytes per step unknown: pass --model PATH or --weight-bytes N (or capture with "
                         "tracekit capture, whose manifest records them)")
     elif wb_src in ("flag", "model") and not tp_known:
-        warnings.append("tensor parallelism unknown: the model's bytes are not divided (--tp 1 assumed; pass --tp N)")
+        warnings.append(f"tensor parallelism unknown ({trace_tp[1]}): the model's bytes are not divided (--tp 1 "
+                        "assumed; pass --tp N)")
     r = step_roofline(weight_bytes_per_step=wb, peak_bw_gbps=bw, reference_step_ms=reference_ms,
                       tokens_per_step=tokens, tp=tp, weight_bytes_source=wb_src if wb else None,
                       kv_bytes_per_step=kv, kv_bytes_source=kv_src, draft_bytes_per_step=draft,
                       gemm_ms=kernel_ms.get("gemm"), attention_ms=kernel_ms.get("attention")).to_dict()
-    if tp_src:
-        r["tp_source"] = tp_src  # extension: where tp came from
+    # extensions: where tp came from ("default" = 1, nothing said otherwise), and the trace's evidence
+    r["tp_source"] = tp_src or "default"
+    if tp_src == "trace" or not tp_known:
+        r["tp_evidence"] = trace_tp[1]
     return r, warnings
 
 

@@ -321,16 +321,14 @@ def _comm_kernels(trace: Trace, dev: int, rules=None) -> pl.DataFrame:
     return comm.with_columns(impl=sub).sort("start")
 
 
-def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
-    """The communication of one analysed rank (a :class:`~tracekit.analyses.breakdown.Breakdown`), with sizes and
-    communicators when its ``trace`` is given (the Breakdown alone carries only the analysed steps' kernels)."""
-    acts = b.activities
+def comm_kernels(trace: Trace | None, acts: pl.DataFrame | None, device: int, *, tp: int | None = None,
+                 rules=None) -> tuple[pl.DataFrame, list[str]]:
+    """The communication kernels of ``device`` (:data:`SUMMARY_SCHEMA`: arrival, kind, implementation, the
+    analysed step each belongs to, communicator, message bytes), and warnings. From the ``trace`` (every such
+    kernel, sizes and communicators) or, without it, from a breakdown's ``acts`` (the analysed steps only)."""
     warnings: list[str] = []
-    dev = b.gpu["device"]
-    n_steps = max(1, b.steps["count"])
-    tp, tp_ev = tp_from_trace(trace) if trace is not None else (None, "no trace given")
     if trace is not None:
-        comm = _comm_kernels(trace, dev, rules)
+        comm = _comm_kernels(trace, device, rules)
         comm = _step_of(comm, acts)
         coll = trace.collectives.with_columns(
             dsize=pl.col("dtype").str.to_lowercase().replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64))
@@ -368,6 +366,28 @@ def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
         group_size=pl.col("group_size").cast(pl.Int32).fill_null(
             pl.when(pl.col("kind") == "all_reduce").then(pl.lit(tp, pl.Int32))),
         bytes=pl.coalesce("nccl_bytes", "op_bytes").cast(pl.Int64)).sort("start").cast(SUMMARY_SCHEMA)
+    return kernels, warnings
+
+
+def step_collectives(trace: Trace, acts: pl.DataFrame | None, *, device: int, n_steps: int,
+                     gpu_name: str | None, rules=None) -> tuple[list[dict], int | None, str]:
+    """One rank's collectives table (:func:`collective_table`) straight from a trace and its analysed
+    activities, before a Breakdown exists (what ``advice.communication`` quotes); with the communicator size
+    of the trace's all-reduces and its evidence (:func:`tp_from_trace`)."""
+    tp, tp_ev = tp_from_trace(trace)
+    kernels, _ = comm_kernels(trace, acts, device, tp=tp, rules=rules)
+    link, link_gbps = link_of(gpu_name)
+    return _table(kernels, n_steps, link, link_gbps), tp, tp_ev
+
+
+def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
+    """The communication of one analysed rank (a :class:`~tracekit.analyses.breakdown.Breakdown`), with sizes and
+    communicators when its ``trace`` is given (the Breakdown alone carries only the analysed steps' kernels)."""
+    acts = b.activities
+    dev = b.gpu["device"]
+    n_steps = max(1, b.steps["count"])
+    tp, tp_ev = tp_from_trace(trace) if trace is not None else (None, "no trace given")
+    kernels, warnings = comm_kernels(trace, acts, dev, tp=tp, rules=rules)
     in_steps = kernels.filter(pl.col("step").is_not_null())
     serial = float((in_steps["end"] - in_steps["arrival"]).clip(0).sum() or 0) / 1e6 / n_steps
     link, link_gbps = link_of(b.gpu.get("name"))
@@ -425,12 +445,15 @@ def collective_table(s: CommSummary) -> list[dict]:
     waiting for the other ranks, so bandwidths here are lower bounds; the cross-rank table
     (:func:`tracekit.analyses.ranks.cross_rank`) computes them from the transfer alone.
     """
-    calls = s.kernels.filter(pl.col("step").is_not_null()).with_columns(
+    return _table(s.kernels, max(1, s.steps), s.link, s.link_gbps)
+
+
+def _table(kernels: pl.DataFrame, n_steps: int, link: str | None, link_gbps: float | None) -> list[dict]:
+    calls = kernels.filter(pl.col("step").is_not_null()).with_columns(
         pl.col("name", "impl", "kind", "group").cast(pl.String), dur=pl.col("end") - pl.col("start"))
     if calls.height == 0:
         return []
-    n_steps = max(1, s.steps)
-    return row_dicts(_rows(calls, n_steps, "dur"), n_steps, s.link, s.link_gbps)
+    return row_dicts(_rows(calls, n_steps, "dur"), n_steps, link, link_gbps)
 
 
 def collectives_verdict(rows: list[dict], *, across_ranks: bool = False) -> str | None:
@@ -472,5 +495,5 @@ def _bytes(n: int | None) -> str:
     return f"{n} B"
 
 
-__all__ = ["CommSummary", "comm_summary", "collective_table", "collectives_verdict", "hidden_communication",
+__all__ = ["CommSummary", "comm_summary", "comm_kernels", "step_collectives", "collective_table", "collectives_verdict", "hidden_communication",
            "tp_from_trace", "bus_factor", "is_latency_bound", "HOP_LATENCY_US", "DTYPE_BYTES"]

@@ -25,15 +25,23 @@ returns a :class:`Diff` whose ``to_dict()`` is the contract JSON::
   "verdict": {"base", "new"}, "max_saving_ms": {"base", "new", "abs", "rel"}}``.
 * ``warnings``: why the comparison may mislead (different GPUs, step markers, graph modes).
 
-Pure: no files, no printing. The renderers (``tracekit/report/diff.py``)
-show only numbers from this dict.
+A side may also be a breakdown saved earlier (``breakdown --format json``): :func:`read_saved` reads one of
+schema ``tracekit.breakdown/2``; a ``/1`` result is refused with the reason (its savings are against the
+traced step, its blocks are not those of ``/2``: analyse the trace again).
+
+:func:`diff` is pure: no files, no printing. The renderers (``tracekit/report/diff.py``) show only numbers
+from this dict.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from tracekit.categories import GAP_CAUSES, LEVERS
+from tracekit.errors import TracekitError
 
 SCHEMA = "tracekit.diff/2"
 STEP_KEYS = ["mean_ms", "median_ms", "p10_ms", "p90_ms"]
@@ -66,6 +74,46 @@ class Diff:
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "base": self.base.to_dict(), "new": self.new.to_dict(), "delta": self.delta}
+
+
+_SAVED = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"tracekit\.breakdown/(\d+)"')
+BREAKDOWN_SCHEMA = "tracekit.breakdown/2"
+
+
+@dataclass(frozen=True)
+class SavedBreakdown:
+    """A breakdown saved as JSON (``breakdown --format json``), usable as a side of :func:`diff`."""
+
+    data: dict
+
+    def to_dict(self) -> dict:
+        return self.data
+
+
+def read_saved(path) -> SavedBreakdown | None:
+    """The saved breakdown in ``path``, or None when ``path`` is not one (a trace: analyse it). Only the
+    first bytes are read to tell (a Kineto trace can be gigabytes). A ``/1`` result is a
+    :class:`TracekitError` with the reason; so is a saved multi-rank result."""
+    path = Path(path)
+    if not path.name.lower().endswith(".json") or not path.is_file():
+        return None
+    with open(path, "rb") as f:
+        m = _SAVED.match(f.read(4096))
+    if m is None:
+        return None
+    version = m.group(1).decode()
+    if f"tracekit.breakdown/{version}" != BREAKDOWN_SCHEMA:
+        raise TracekitError(f"{path}: a saved tracekit.breakdown/{version} result; diff compares "
+                            f"{BREAKDOWN_SCHEMA} breakdowns (savings against the unprofiled step, gaps by cause), "
+                            "which it cannot be converted to: run tracekit diff on the trace files again")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise TracekitError(f"{path}: unreadable saved breakdown ({e})") from None
+    if not isinstance(data, dict) or "ranks" in data or not isinstance(data.get("steps"), dict):
+        raise TracekitError(f"{path}: not a single-trace {BREAKDOWN_SCHEMA} result (a multi-rank result? diff one "
+                            "rank's trace file)")
+    return SavedBreakdown(data)
 
 
 def _spread(st: dict):

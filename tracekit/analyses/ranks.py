@@ -47,6 +47,12 @@ CLOCK_TOLERANCE_NS = 5_000  # matched collective ends of one host's GPUs agree w
 MATCH_TOLERANCE_NS = 5_000  # spread (median absolute deviation) of end differences of a right match
 VALID_TOLERANCE_NS = 20_000  # beyond this spread the ends do not line up: no trustworthy match
 MIN_SHIFT_MATCHES = 4  # an order offset is judged from at least this many matched collectives
+# the contract's cross_rank keys, and the extensions reported beside them (``cross_rank_detail``)
+CONTRACT_KEYS = ("ranks", "slowest_rank", "pacing_rank", "step_ms_by_rank", "skew_ms", "wait_ms_by_rank",
+                 "transfer_ms", "exposed_communication_ms_by_rank", "clock_offset_ms_by_rank", "collectives", "verdict")
+DETAIL_KEYS = ("rank_ids", "last_arrival_share_by_rank", "comm_kernel_ms_by_rank", "hidden_communication_ms_by_rank",
+               "matched_per_step", "steps", "communicator_size", "communicator_evidence",
+               "faster_allreduce_saving_ms", "warnings")
 
 
 @dataclass
@@ -72,6 +78,24 @@ def analyse_rank(path, opts: dict) -> RankResult:
 
     trace = tracekit.load(Path(path), kernel_dims=False)
     return rank_result(tracekit.breakdown(trace, **opts), trace, rules=opts.get("rules"))
+
+
+def analyse_files(files, options=None, *, engine: str | None = None, workers: int | None = None,
+                  fmt: str | None = None, stage=analyse_rank) -> list[RankResult]:
+    """Every file's :class:`RankResult`, in the order of ``files``: what ``tracekit breakdown FILES`` runs before
+    :func:`cross_rank`. ``options``: an :class:`~tracekit.options.AnalysisOptions` (its ``engine`` is where the
+    files run unless ``engine`` is given) or breakdown keyword arguments; ``stage``: the per-file function (a
+    module-level function taking ``(path, kwargs)``)."""
+    from tracekit.engines import map_files
+    from tracekit.options import AnalysisOptions
+
+    if options is None or isinstance(options, AnalysisOptions):
+        options = options or AnalysisOptions()
+        engine = engine or options.engine
+        kwargs = options.breakdown_kwargs()  # (a device profile is read here, once)
+    else:
+        kwargs = dict(options)
+    return map_files(stage, files, kwargs, engine=engine, workers=workers, fmt=fmt)
 
 
 @dataclass
@@ -105,12 +129,12 @@ class CrossRank:
     labels: list[str] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
-        keys = ("ranks", "slowest_rank", "pacing_rank", "step_ms_by_rank", "skew_ms", "wait_ms_by_rank",
-                "transfer_ms", "exposed_communication_ms_by_rank", "clock_offset_ms_by_rank", "collectives",
-                "verdict", "rank_ids", "last_arrival_share_by_rank", "comm_kernel_ms_by_rank",
-                "hidden_communication_ms_by_rank", "matched_per_step", "steps", "communicator_size",
-                "communicator_evidence", "faster_allreduce_saving_ms", "warnings")
-        return {k: getattr(self, k) for k in keys}
+        """The contract's ``cross_rank`` object: exactly its keys (the extensions are in :meth:`detail`)."""
+        return {k: getattr(self, k) for k in CONTRACT_KEYS}
+
+    def detail(self) -> dict:
+        """The extension figures beside it (``cross_rank_detail`` in the report)."""
+        return {k: getattr(self, k) for k in DETAIL_KEYS}
 
     def report(self) -> dict:
         """The multi-file result: every rank's breakdown, the per-rank table and the ``cross_rank`` object."""
@@ -123,7 +147,8 @@ class CrossRank:
                           d["kernel_ms_per_step"]["communication"], self.transfer_ms, wait[i]])
         schema = self.rank_dicts[0]["schema"] if self.rank_dicts else "tracekit.breakdown/1"
         return {"schema": schema, "ranks": self.rank_dicts, "columns": COLUMNS, "table": table,
-                "cross_rank": self.to_dict(), "headline": self.verdict, "warnings": list(self.warnings)}
+                "cross_rank": self.to_dict(), "cross_rank_detail": self.detail(), "headline": self.verdict,
+                "warnings": list(self.warnings)}
 
 
 def _as_result(r) -> RankResult:

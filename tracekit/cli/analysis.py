@@ -2,7 +2,7 @@
 
 Each command is load, one library call (``tracekit.info`` / ``kernels`` / ``breakdown_file``), ``emit``.
 Several files (or a directory of rank files) give one result per rank plus the cross-rank table of
-``tracekit.analyses.ranks``.
+``tracekit.analyses.ranks``; ``breakdown`` runs the per-file stage on ``--engine`` (``tracekit.engines``).
 """
 
 from __future__ import annotations
@@ -77,40 +77,51 @@ def kernels(traces, device, top, rules, fmt, output, color):
 def breakdown(traces, opts, all_devices, save, fmt, output, color):
     """Per-decode-step time split, memory-bandwidth roofline and advice.
 
-    Example: tracekit breakdown sample_traces/hf-small-eager/trace.sqlite --format md
+    Several files (or a directory of rank files) are analysed one per rank, on --engine, and compared: one
+    cross-rank verdict (pacing rank, skew against transfer, the collectives). Example:
+    tracekit breakdown sample_traces/hf-small-eager/trace.sqlite --format md
     """
-    import dataclasses
-
     import tracekit
 
     files = expand_traces(traces)
-    labels = None
     if all_devices:
         if len(files) != 1 or opts.device is not None:
             raise TracekitError("--all-devices takes one trace file and no --device")
-        from tracekit.analyses.breakdown import breakdown as run
-        from tracekit.analyses.breakdown import devices_with_activity
-
-        trace = load(files[0], True)
-        devs = devices_with_activity(trace)
-        results = [run(trace, **dataclasses.replace(opts, device=d).breakdown_kwargs(run)) for d in devs]
-        labels = [f"gpu{d}" for d in devs]
+        results, labels = _all_devices(files[0], opts)
     elif len(files) == 1:
-        results = [beside_renderer_import(lambda: tracekit.breakdown_file(files[0], opts), fmt)]
-    else:
-        from tracekit.parallel import map_files
+        result = beside_renderer_import(lambda: tracekit.breakdown_file(files[0], opts), fmt)
+        if save is not None:
+            from tracekit.runs import save_runs
 
-        results = map_files(tracekit.breakdown_file, files, opts)
+            save_runs(save, [result])
+        emit("breakdown", result, fmt, output, color)
+        return
+    else:
+        from tracekit.analyses.ranks import analyse_files
+
+        results, labels = analyse_files(files, opts, fmt=fmt), None
     if save is not None:
         from tracekit.runs import save_runs
 
         save_runs(save, results)
-    if len(results) == 1 and not all_devices:
-        emit("breakdown", results[0], fmt, output, color)
-        return
     from tracekit.analyses.ranks import cross_rank
 
     emit("ranks", cross_rank(results, labels), fmt, output, color)
+
+
+def _all_devices(path: Path, opts):
+    """Every GPU of one trace (an nsys report of several ranks), each as a rank: its breakdown and communication."""
+    import dataclasses
+
+    from tracekit.analyses.breakdown import breakdown as run
+    from tracekit.analyses.breakdown import devices_with_activity
+    from tracekit.analyses.ranks import rank_result
+
+    trace = load(path, True)
+    devs = devices_with_activity(trace)
+    results = [rank_result(run(trace, **dataclasses.replace(opts, device=d).breakdown_kwargs(run)), trace,
+                           rules=opts.rules) for d in devs]
+    return results, [f"gpu{d}" for d in devs]
 
 
 COMMANDS = (info, kernels, breakdown)

@@ -23,14 +23,30 @@ from tracekit.cli.output import emit
 def diff(base, new, opts, base_measured_step_ms, new_measured_step_ms, fmt, output, color):
     """Two breakdowns side by side: deltas per category and step statistic, advice that changed.
 
-    Both traces are analysed with the same options. Example:
+    Both traces are analysed with the same options; each side's unprofiled step comes from its flag, else its
+    own manifest. A side may be a breakdown saved with `--format json` (tracekit.breakdown/2). Example:
     tracekit diff sample_traces/hf-small-eager/trace.sqlite sample_traces/hf-small-graph/trace.sqlite.gz --format md
     """
     import tracekit
 
-    sides = [tracekit.breakdown_file(path, dataclasses.replace(opts, measured_step_ms=ms))
-             for path, ms in ((base, base_measured_step_ms), (new, new_measured_step_ms))]
+    sides = [_side(path, dataclasses.replace(opts, measured_step_ms=ms), name)
+             for path, ms, name in ((base, base_measured_step_ms, "base"), (new, new_measured_step_ms, "new"))]
     emit("diff", tracekit.diff(*sides).to_dict(), fmt, output, color)
+
+
+def _side(path: Path, opts, name: str):
+    """The breakdown of one side: a trace analysed with ``opts``, or a breakdown saved as JSON."""
+    import tracekit
+    from tracekit.analyses.diff import read_saved
+    from tracekit.errors import TracekitError
+
+    saved = read_saved(path)
+    if saved is None:
+        return tracekit.breakdown_file(path, opts)
+    if opts.measured_step_ms is not None:
+        raise TracekitError(f"--{name}-measured-step-ms: {path} is a saved breakdown, whose time base is fixed; "
+                            "give the trace file instead")
+    return saved
 
 
 COMMANDS = (diff,)

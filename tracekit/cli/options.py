@@ -111,8 +111,9 @@ def _option(field: str, type_, metavar: str | None, help_text: str):
 
 
 _ANALYSIS = [(row[0], _option(*row)) for row in _ANALYSIS_TABLE]
-_ENGINE = ("engine", _option("engine", str, "NAME", "Serving engine that wrote the trace (e.g. sglang, vllm; "
-                                                      "default: detected)."))
+_ENGINE = ("engine", _option("engine", str, "process|dask|dask=ADDRESS",
+                             "Where the per-file stage of several files runs: a local process pool, a local Dask "
+                             "cluster, or the Dask scheduler at ADDRESS (tcp://HOST:PORT) [default: process]."))
 rules_option = dict(_ANALYSIS)["rules"]
 FIELDS = {f.name for f in fields(AnalysisOptions)}
 assert {name for name, _ in _ANALYSIS} | {_ENGINE[0]} == FIELDS, "every AnalysisOptions field has its option"
@@ -121,7 +122,7 @@ assert {name for name, _ in _ANALYSIS} | {_ENGINE[0]} == FIELDS, "every Analysis
 def analysis_options(fn=None, *, engine: bool = False, measured: bool = True):
     """Add the analysis options to a command and pass them as one ``opts: AnalysisOptions``.
 
-    ``engine``: add ``--engine`` (breakdown). ``measured=False`` leaves out ``--measured-step-ms`` /
+    ``engine``: add ``--engine`` (breakdown of several files: where they run, :mod:`tracekit.engines`). ``measured=False`` leaves out ``--measured-step-ms`` /
     ``--measured-tok-s`` (``diff`` has a pair per side instead). Inconsistent values (both measured
     flags) are a one-line usage error, exit 2.
     """

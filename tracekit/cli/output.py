@@ -16,7 +16,7 @@ import click
 
 from tracekit.errors import TracekitError
 
-TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz", ".nsys-rep")
+TRACE_SUFFIXES = (".sqlite", ".sqlite.gz", ".json", ".json.gz", ".nsys-rep")
 NOT_TRACES = {"manifest.json", "device_profile.json", "index.json", "workload_facts.json"}
 FILE_WIDTH = 160
 
@@ -69,16 +69,25 @@ def expand_traces(paths) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            # capture side files are not traces; an .nsys-rep whose SQLite export is there is the same trace
+            # capture side files are not traces; an .nsys-rep whose SQLite export is there (plain or gzipped), or a
+            # gzipped export beside the plain one, is the same trace
             files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES)
-                           and f.name not in NOT_TRACES
-                           and not (f.suffix == ".nsys-rep" and f.with_suffix(".sqlite").exists()))
+                           and f.name not in NOT_TRACES and not _duplicate(f))
             if not files:
                 raise TracekitError(f"{p}: directory holds no trace files ({', '.join(TRACE_SUFFIXES)})")
             out.extend(files)
         else:
             out.append(p)
     return out
+
+
+def _duplicate(f: Path) -> bool:
+    """True for the other form of a trace that lies beside it in a directory (one rank, listed once)."""
+    if f.suffix == ".nsys-rep":
+        return f.with_suffix(".sqlite").exists() or f.with_suffix(".sqlite.gz").exists()
+    if f.name.endswith(".sqlite.gz"):
+        return f.with_name(f.name[:-3]).exists()
+    return False
 
 
 def load(path: Path, quiet: bool):

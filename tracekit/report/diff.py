@@ -1,4 +1,4 @@
-"""Renderers of ``tracekit diff`` (schema ``tracekit.diff/1``): markdown for a PR comment, and the rich table.
+"""Renderers of ``tracekit diff`` (schema ``tracekit.diff/2``): markdown for a PR comment, and the rich table.
 
 Everything shown is read from ``Diff.to_dict()`` (the ``--format json`` output), so the three formats
 agree; the analysis is ``tracekit.analyses.diff.diff``. The markdown is stable: the same two traces give
@@ -57,11 +57,34 @@ def headline(d: dict) -> str:
     return text
 
 
+def _side_base(b: dict) -> str:
+    """One side's time base: '36.670 ms unprofiled (manifest)' or '78.5 ms traced (no unprofiled time: ...)'."""
+    tb = b.get("time_base") or {}
+    if tb.get("unprofiled_step_ms") is not None:
+        return f"{_num(tb['unprofiled_step_ms'])} ms unprofiled ({tb.get('unprofiled_source') or 'given'})"
+    return f"{_num(tb.get('traced_step_ms'))} ms traced (no unprofiled time: its savings are upper bounds)"
+
+
+def time_base_line(d: dict) -> str:
+    """Each side's time base, and the change of the reference step (what savings are stated against)."""
+    c = d["delta"]["time_base"]["reference_step_ms"]
+    if all((d[k].get("time_base") or {}).get("unprofiled_step_ms") is None for k in ("base", "new")):
+        text = (f"time base: both steps traced, no unprofiled time (savings are upper bounds): base "
+                f"{_num(c['base'])} ms, new {_num(c['new'])} ms")
+    else:
+        text = f"time base: base {_side_base(d['base'])}, new {_side_base(d['new'])}"
+    if c["abs"] is not None:
+        text += f"; reference step {_signed(c['abs'])} ms ({_rel(c)})"
+    return text
+
+
 def _rows(d: dict):
     """(label, base, new, Δ, Δ%) rows shared by markdown and the terminal table."""
     delta = d["delta"]
     rows = []
     st = delta["steps"]
+    c = delta["time_base"]["reference_step_ms"]
+    rows.append(("reference step", _num(c["base"]), _num(c["new"]), _signed(c["abs"]), _rel(c)))
     for key, label in (("mean_ms", "step mean"), ("median_ms", "step median"), ("p10_ms", "step p10"),
                        ("p90_ms", "step p90"), ("spread_ms", "spread p90−p10")):
         c = st[key]
@@ -90,7 +113,7 @@ def _advice_line(a: dict) -> str:
 def diff_md(d: dict) -> str:
     """PR-comment markdown: headline, per-step table, advice that changed, details folded."""
     base, new, delta = d["base"], d["new"], d["delta"]
-    out = [f"### tracekit diff: {headline(d)}", "",
+    out = [f"### tracekit diff: {headline(d)}", "", md(time_base_line(d), 600), "",
            "| per step (ms) | base | new | Δ | Δ % |", "|---|---:|---:|---:|---:|"]
     for label, b, n, a, r in _rows(d):
         strong = label == "step mean"
@@ -112,10 +135,6 @@ def diff_md(d: dict) -> str:
         out.append(f"- {side}: {md(src['path'], 200)} ({src['format']}, graph trace mode {src['graph_trace_mode']}); "
                    f"GPU {gpu['device']} {md(gpu['name'] or 'unknown')}; {st['count']} steps analysed, "
                    f"{st['excluded']} excluded (marker {st['marker']}{pattern})")
-    ub, un = (x.get("manifest", {}).get("unprofiled_step_ms") for x in (base, new))
-    if ub and un:
-        out.append(f"- measured without a profiler (the manifests): step {ub:.3f} → {un:.3f} ms "
-                   f"({100 * (un - ub) / ub:+.0f}%); the traced steps above include the profiler's overhead")
     out += ["", "| kernel ms / step | base | new | Δ | Δ % |", "|---|---:|---:|---:|---:|"]
     for k, c in delta["kernel_ms_per_step"].items():
         out.append(f"| {k} | {_num(c['base'])} | {_num(c['new'])} | {_signed(c['abs'])} | {_rel(c)} |")
@@ -144,6 +163,7 @@ def render_diff(d: dict, console) -> None:
     from tracekit.report.terminal import print_warnings
 
     console.print(Text(headline(d), style="bold"))
+    console.print(rich_text(time_base_line(d), 600))
     console.print(Text.assemble("base ", rich_text(d["base"]["source"]["path"]), " → new ",
                                 rich_text(d["new"]["source"]["path"])))
     t = Table(title="per step (ms)", title_justify="left")
@@ -157,8 +177,4 @@ def render_diff(d: dict, console) -> None:
     for a in changed:
         console.print(Text("• ") + rich_text(_advice_line(a).replace("**", ""), 300) + Text(": ")
                       + rich_text(a["verdict"]["new"], 1000))
-    ub, un = (x.get("manifest", {}).get("unprofiled_step_ms") for x in (d["base"], d["new"]))
-    if ub and un:
-        console.print(f"measured without a profiler (the manifests): step {ub:.3f} → {un:.3f} ms "
-                      f"({100 * (un - ub) / ub:+.0f}%)")
     print_warnings(console, d["delta"]["warnings"])

@@ -27,6 +27,12 @@ def _commit(r) -> str:
     return "" if not c else c[:8] + ("+" if r.get("git_dirty") else "")
 
 
+def _id(r) -> str:
+    """The run id, with the schema of a run saved by an older tracekit (``3 (/1)``; the warnings explain)."""
+    schema = r.get("schema") or ""
+    return str(r["id"]) + (f" ({schema.rsplit('breakdown', 1)[-1]})" if schema and not schema.endswith("/2") else "")
+
+
 def _title(h: dict) -> str:
     return f"{len(h['runs'])} runs, {len(h['regressions'])} regressions"
 
@@ -39,11 +45,11 @@ def history_md(h: dict) -> str:
     names = distinct_tails([r["path"] for r in h["runs"]])
     for r, name in zip(h["runs"], names):
         flag = "**" if r["regression"] else ""
-        out.append(f"| {r['id']} | {r['timestamp']} | {md(_commit(r))} | {md(name, 80)} | "
+        out.append(f"| {md(_id(r))} | {r['timestamp']} | {md(_commit(r))} | {md(name, 80)} | "
                    f"{r['step_count']} | {flag}{num(r['step_mean_ms'])}{flag} | "
                    f"{num(r['step_p10_ms'])}–{num(r['step_p90_ms'])} | "
                    + " | ".join(num(r[f"{k}_ms"]) for k in SHOWN) + f" | {flag}{_delta(r)}{flag} |")
-    out += [f"- {md(w)}" for w in h["warnings"]]
+    out += [f"- {md(w, 500)}" for w in h["warnings"]]
     return "\n".join(out) + "\n"
 
 
@@ -61,7 +67,7 @@ def render_history(h: dict, console) -> None:
         t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for r in h["runs"]:
         style = "bold red" if r["regression"] else ""
-        t.add_row(str(r["id"]), str(r["step_count"]), Text(num(r["step_mean_ms"], 2), style=style),
+        t.add_row(_id(r), str(r["step_count"]), Text(num(r["step_mean_ms"], 2), style=style),
                   *[num(r[f"{k}_ms"], 2) for k in SHOWN], Text(_delta(r), style=style))
     console.print(t)
     for r in h["runs"]:

@@ -61,12 +61,17 @@ def _coll_cells(row: dict) -> list[str]:
     return out
 
 
+def _cross(report: dict) -> dict:
+    """The cross_rank object with its extension figures (``cross_rank_detail``)."""
+    return {**(report.get("cross_rank_detail") or {}), **report["cross_rank"]}
+
+
 def _labels(report: dict) -> list[str]:
     return [str(row[0]) for row in report["table"]]
 
 
 def ranks_md(report: dict) -> str:
-    cr = report["cross_rank"]
+    cr = _cross(report)
     labels = _labels(report)
     out = [f"**{md(cr['verdict'], 2000)}**", ""]
     heads = ["rank"] + [h for h, _, _ in _RANK_COLS]
@@ -104,7 +109,7 @@ def ranks_md(report: dict) -> str:
 
 def ranks_csv(report: dict) -> str:
     """One row per rank: the per-rank table (``columns``/``table``) plus the cross-rank figures of that rank."""
-    cr = report["cross_rank"]
+    cr = _cross(report)
     extra = [key for _, key, _ in _RANK_COLS if key not in ("step_ms_by_rank",)]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -129,7 +134,7 @@ def render_ranks(report: dict, console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    cr = report["cross_rank"]
+    cr = _cross(report)
     labels = _labels(report)
     console.print(Text(plain(cr["verdict"], 2000), style="bold"))
     console.print()
