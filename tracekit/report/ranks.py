@@ -11,7 +11,7 @@ import csv
 import io
 
 from tracekit.report._fmt import num, size
-from tracekit.report.safe import md, plain, rich_text
+from tracekit.report.safe import md, md_code, plain, rich_text
 
 # (header, cross_rank list key or callable over (cross_rank, i), digits)
 _RANK_COLS = (
@@ -94,7 +94,7 @@ def ranks_md(report: dict) -> str:
             cells = _coll_cells(row)
             cells[0] = md(cells[0], 40)
             cells[1] = md(cells[1], 40)
-            out.append("| " + " | ".join(cells) + f" | `{md(row.get('kernel'), 80)}` |")
+            out.append("| " + " | ".join(cells) + f" | {md_code(row.get('kernel'), 80)} |")
     if cr.get("communicator_evidence"):
         out += ["", f"Communicator size {cr.get('communicator_size') or '—'}: {md(cr['communicator_evidence'], 300)}."]
     warnings = report.get("warnings") or []
@@ -102,7 +102,7 @@ def ranks_md(report: dict) -> str:
         out.append("")
         out += [f"- {md(w, 500)}" for w in warnings]
     out += ["", "<details><summary>files</summary>", ""]
-    out += [f"- rank {md(label, 40)}: `{md(row[1], 300)}`" for label, row in zip(labels, report["table"])]
+    out += [f"- rank {md(label, 40)}: {md_code(row[1], 300, table=False)}" for label, row in zip(labels, report["table"])]
     out += ["", "</details>"]
     return "\n".join(out) + "\n"
 

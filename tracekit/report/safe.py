@@ -5,6 +5,8 @@
   entities and markdown metacharacters backslash-escaped, so a name can neither inject HTML nor break the
   table. Quotes stay quotes (``profiler's``, not ``profiler&#x27;s``): outside an HTML attribute, which
   markdown text never is, they inject nothing.
+* ``md_code``: a markdown code span: markdown renders it literally (no HTML, no entities decoded), so only the
+  backtick that would close it (shown as ``'``) and, in a table, ``|`` are made safe; ``<`` stays ``<``.
 * ``rich_text``: a ``rich.text.Text`` (never parsed as rich markup).
 """
 
@@ -36,6 +38,16 @@ def md(s: object, limit: int = 120) -> str:
     # html.escape produced &...; — escape markdown metacharacters but keep the entities intact.
     parts = re.split(r"(&[a-z#0-9]+;)", text)
     return "".join(p if p.startswith("&") and p.endswith(";") else _MD_META.sub(r"\\\1", p) for p in parts)
+
+
+def md_code(s: object, limit: int = 120, table: bool = True) -> str:
+    """``s`` as a markdown code span (``table``: inside a table cell, where ``|`` must be escaped even in code).
+
+    >>> print(md_code("void k<float>(T|U) `x`"))
+    `void k<float>(T\\|U) 'x'`
+    """
+    text = plain(s, limit).replace("`", "'")
+    return f"`{text.replace('|', chr(92) + '|') if table else text}`"
 
 
 def rich_text(s: object, limit: int = 300, style: str = ""):
