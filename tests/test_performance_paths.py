@@ -156,3 +156,26 @@ def test_stall_prefilter_changes_nothing(name, monkeypatch):
     assert seen and seen[0][0] < seen[0][1]  # gaps were skipped
     monkeypatch.setattr(part, "_overlaps_any", lambda holes, segments: pl.repeat(True, holes.height, eager=True))
     assert tracekit.breakdown(trace).to_dict() == fast
+
+
+def test_small_export_reads_its_tables_on_one_thread(monkeypatch):
+    """A small export (plain sqlite3 rows, built under the GIL) reads its big tables one after the other; a big one
+    keeps the reading threads. Structural: the frames are the same either way (test_default_chain_matches_sqlite3)."""
+    import tracekit.parallel
+
+    seen = []
+    orig = tracekit.parallel.in_threads
+
+    def spy(*tasks, threads=True):
+        seen.append(threads)
+        return orig(*tasks, threads=threads)
+
+    monkeypatch.setattr(tracekit.parallel, "in_threads", spy)
+    small = Path(__file__).parents[1] / "sample_traces" / "hf-small-eager" / "trace.sqlite"
+    assert small.stat().st_size < nsys._Db.SMALL_FILE_BYTES
+    nsys.read_nsys(small)
+    assert seen and not any(seen)
+    monkeypatch.setattr(nsys._Db, "SMALL_FILE_BYTES", 0)
+    seen.clear()
+    nsys.read_nsys(small)
+    assert seen and all(seen)

@@ -117,6 +117,7 @@ class _Db:
         env = tuple(e.strip() for e in os.environ.get("TRACEKIT_SQLITE_ENGINES", "").split(",") if e.strip())
         wanted = engines or env or self.default_engines(path)
         self._engines = [e for e in wanted if e in self.ENGINES and (e == "sqlite3" or self.engine_available(e))]
+        self.small = self.default_engines(path) == ("sqlite3",)  # a small export (SMALL_FILE_BYTES)
         self._adbc = None
         self._owner = threading.get_ident()  # frame() calls from other threads open their own connections
         self.used: list[str] = []  # engine that produced each frame (tests, benchmarks)
@@ -150,7 +151,9 @@ class _Db:
         connection (connections are not shared between threads)."""
         from tracekit.parallel import in_threads
 
-        return in_threads(*tasks, threads=self.record is None)  # (scan_plan records the statements in order)
+        # (scan_plan records the statements in order; a small export reads faster on one thread: two plain
+        # sqlite3 readers build their Python rows under the GIL, so threads only add contention)
+        return in_threads(*tasks, threads=self.record is None and not self.small)
 
     def _frame(self, sql: str, schema: dict[str, pl.DataType], what: str, threaded: bool = False) -> pl.DataFrame:
         for engine in self._engines:
