@@ -66,12 +66,9 @@ def test_unmarked_capture_steps_exact_and_drafting_by_structure(marked, bare):
 def span_only_plain(b) -> float:
     """The first version, no longer what tracekit does: the verify forward's whole span re-costed at one token (its
     launch gaps too), on the same time base as ``advice.drafting.predicted_step_ms``."""
-    from tracekit.analyses.drafting import forwards
+    from tracekit.analyses.drafting import step_forwards
 
-    cat = "name_category" if "name_category" in b.activities.columns else "category"
-    a = b.activities.filter(pl.col("step").is_not_null()).select(
-        "step", "start", "end", "dur", "name", "kind", category=pl.col(cat).cast(pl.String))
-    x = a.select("step", "start", "end", "dur").hstack(forwards(a).select("target"))
+    x = step_forwards(b.activities)
     t = x.filter(pl.col("target").fill_null(False)).group_by("step").agg(
         span=pl.col("end").max() - pl.col("start").min(), busy=pl.col("dur").sum())
     span, busy = float(t["span"].mean()) / 1e6, float(t["busy"].mean()) / 1e6

@@ -246,12 +246,14 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
                                                         gpu_name=gpu_name or man.get("gpu_name"), rules=rules)
 
     # ---- roofline
-    counts = None
-    if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "structure") \
-            and kernel_ms.get("drafting"):
-        from tracekit.analyses.drafting import draft_forward_counts
+    # the speculative steps' forwards, once: the draft reads for --model without a manifest, the plain step
+    fwds = counts = None
+    if attr.draft_detection != "not_detected" and kernel_ms.get("drafting"):
+        from tracekit.analyses.drafting import draft_forward_counts, step_forwards
 
-        counts = draft_forward_counts(acts)
+        fwds = step_forwards(acts)
+        if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "structure"):
+            counts = draft_forward_counts(fwds)
     roof, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw, tokens, batch, table, n,
                             weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
                             draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev))
@@ -267,10 +269,10 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
             if spec_gpu and spec_gpu.link_bw_gbps else None)
     between = [x for x in st.largest if x["cause"] == "between_steps"]
     verify_ms = verify_busy_ms = token_factor = None
-    if attr.draft_detection != "not_detected" and kernel_ms.get("drafting"):
+    if fwds is not None:
         from tracekit.analyses.drafting import verify_costs
 
-        verify_ms, verify_busy_ms, token_factor = verify_costs(acts)
+        verify_ms, verify_busy_ms, token_factor = verify_costs(fwds)
     facts = StepFacts(
         traced_ms=traced, reference_ms=tb.reference_step_ms, reference_source=tb.unprofiled_source,
         upper_bounds=upper, per_step_ms=per_step_ms, kernel_ms=kernel_ms,

@@ -168,18 +168,26 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
                           None, NOT_DETECTED_VERDICT)
 
 
-def draft_forward_counts(acts: pl.DataFrame) -> tuple[int, int] | None:
-    """How many times a speculative step reads the draft model, from its forwards (by name category):
-    ``(draft_forwards, before_target)`` — every forward that is not the target's (SGLang: K draft forwards and the
-    draft-extend forward after the verify), and those before the target's (K, the draft tokens). Medians over the
-    steps that have a target forward; None when none has.
-    """
-    if acts.height == 0:
-        return None
+def step_forwards(acts: pl.DataFrame) -> pl.DataFrame:
+    """The analysed steps' activities with their forward (:func:`forwards`, by name category): ``step``, ``start``,
+    ``end``, ``dur``, ``fwd``, ``target``. Computed once per breakdown for :func:`draft_forward_counts` and
+    :func:`verify_costs`. ``acts``: the analysed steps' activities with ``name_category`` (attribution adds it to
+    speculative traces) or ``category`` by name."""
     cat = "name_category" if "name_category" in acts.columns else "category"
     a = acts.filter(pl.col("step").is_not_null()).select("step", "start", "end", "dur", "name", "kind",
                                                          category=pl.col(cat).cast(pl.String))
-    f = forwards(a).select("step", "fwd", "target").filter(pl.col("fwd").is_not_null()).unique()
+    if a.height == 0:
+        return a.select("step", "start", "end", "dur", fwd=pl.lit(None, pl.Int64), target=pl.lit(None, pl.Boolean))
+    return a.select("step", "start", "end", "dur").hstack(forwards(a).select("fwd", "target"))
+
+
+def draft_forward_counts(x: pl.DataFrame) -> tuple[int, int] | None:
+    """How many times a speculative step reads the draft model: ``(draft_forwards, before_target)`` — every
+    forward that is not the target's (SGLang: K draft forwards and the draft-extend forward after the verify), and
+    those before the target's (K, the draft tokens). Medians over the steps that have a target forward; None when
+    none has. ``x``: :func:`step_forwards`.
+    """
+    f = x.select("step", "fwd", "target").filter(pl.col("fwd").is_not_null()).unique()
     t = f.filter(pl.col("target").fill_null(False)).select("step", t_fwd="fwd")
     if t.height == 0:
         return None
@@ -188,25 +196,17 @@ def draft_forward_counts(acts: pl.DataFrame) -> tuple[int, int] | None:
     return int(per["n"].median()), int(per["before"].median())
 
 
-def verify_costs(acts: pl.DataFrame) -> tuple[float | None, float | None, float | None]:
-    """What the step without speculation would keep of a speculative step, from its forwards (by name category):
-    ``(verify_ms, verify_busy_ms, token_factor)``.
+def verify_costs(x: pl.DataFrame) -> tuple[float | None, float | None, float | None]:
+    """What the step without speculation would keep of a speculative step, from its forwards
+    (``x``: :func:`step_forwards`): ``(verify_ms, verify_busy_ms, token_factor)``.
 
     ``verify_ms``: the mean wall span of each step's target (verify) forward on the GPU timeline, its sampling
     included; ``verify_busy_ms``: the GPU time of its work (the part that scales with tokens: the launch gaps of an
-    eager forward do not). ``token_factor``: how much more a forward over K+1 tokens costs than over one, measured on the draft
-    model itself when the step holds both (SGLang's draft-extend forward runs K+1 tokens after the verify, its
-    draft graph one token per forward): GPU time of the draft forward after the target's / the mean of those
-    before it; None when the step has no such pair. ``acts``: the analysed steps' activities with
-    ``name_category`` (attribution adds it to speculative traces) or ``category`` by name.
+    eager forward do not). ``token_factor``: how much more a forward over K+1 tokens costs than over one, measured
+    on the draft model itself when the step holds both (SGLang's draft-extend forward runs K+1 tokens after the
+    verify, its draft graph one token per forward): GPU time of the draft forward after the target's / the mean of
+    those before it; None when the step has no such pair.
     """
-    if acts.height == 0:
-        return None, None, None
-    cat = "name_category" if "name_category" in acts.columns else "category"
-    a = acts.filter(pl.col("step").is_not_null()).select("step", "start", "end", "dur", "name", "kind",
-                                                         category=pl.col(cat).cast(pl.String))
-    f = forwards(a)
-    x = a.select("step", "start", "end", "dur").hstack(f.select("fwd", "target"))
     tgt = x.filter(pl.col("target").fill_null(False))
     if tgt.height == 0:
         return None, None, None
