@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -431,3 +432,19 @@ def test_directory_expansion_includes_gzipped_exports(tmp_path):
     (tmp_path / "r1.sqlite.gz").symlink_to(gz)  # the same rank gzipped beside its plain export: listed once
     (tmp_path / "manifest.json").write_text("{}")
     assert [p.name for p in expand_traces([tmp_path])] == ["r0.sqlite.gz", "r1.sqlite"]
+
+
+def test_docs_ranks_quotes_what_the_tool_prints(gb300):
+    """docs/ranks.md quotes the GB300 cross-rank verdict and its per-rank table by hand: they must be what the
+    tool prints for these four files."""
+    from tracekit.report import render
+
+    _, cr = gb300
+    doc = (Path(__file__).parents[1] / "docs" / "ranks.md").read_text()
+    quote = re.search(r"\n((?:> [^\n]*\n)+)\n\| rank \| step \|", doc)
+    assert quote, "the quoted verdict before the per-rank table"
+    assert " ".join(line[2:] for line in quote.group(1).splitlines()) == cr.verdict
+    md_text = render("ranks", cr, "md", None)
+    table = re.search(r"\| rank \| step \| exposed[^\n]*\n(?:\|[^\n]*\n)+", doc).group(0)
+    for row in table.splitlines()[2:]:
+        assert row in md_text, row
