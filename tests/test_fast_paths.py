@@ -164,6 +164,10 @@ def test_parallel_reads_equal_one_by_one(path, engine, monkeypatch):
         return orig(self, *a, **k)
 
     monkeypatch.setattr(nsys._Db, "_frame", spy)
+    nsys.read_nsys(path)
+    assert len(threads) == 1  # a small export (all of these are) reads on one thread: threads only contend for the GIL
+    threads.clear()
+    monkeypatch.setattr(nsys._Db, "SMALL_FILE_BYTES", 0)  # read it as a big export is read
     ref = nsys.read_nsys(path)
     if (__import__("os").cpu_count() or 1) > 1:
         assert len(threads) > 1  # the big tables were read on worker threads
