@@ -250,7 +250,10 @@ def _step_of(comm: pl.DataFrame, acts: pl.DataFrame | None) -> pl.DataFrame:
         return comm.with_columns(step=pl.lit(None, pl.Int64))
     # (``start0``: the recorded start; the partition's ``start`` is serialised and clipped)
     start = "start0" if "start0" in acts.columns else "start"
-    a = acts.filter(pl.col("kind") == "kernel").select("pid", "correlation", start=start, step="step").unique(
+    # (only the activities of these kernels' correlations: a unique() over every activity of ten million
+    # kernels cost more than the rest of the communication table)
+    mine = pl.col("correlation").is_in(comm["correlation"].unique().implode())
+    a = acts.filter((pl.col("kind") == "kernel") & mine).select("pid", "correlation", start=start, step="step").unique(
         ["pid", "correlation", "start"], keep="first")
     return comm.join(a, on=["pid", "correlation", "start"], how="left")
 

@@ -139,14 +139,27 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
         return none, Drafting("ranges", 0, steps, None, None, None)
     if acts.height == 0:
         return none, Drafting("not_detected", 0, 0, None, None, None)
-    f = forwards(acts)
+    by_name = int((acts["category"] == "drafting").sum())
+    ok = None
     if phases is not None:
         ok = phases.filter(pl.col("phase").is_in(["decode", "unknown"]))["step"].cast(pl.Int64).implode()
+        step = acts["step"].cast(pl.Int64)
+        steps = int(step.filter(step.is_in(ok)).n_unique())
+    # Every forward ends with a sampling or top-k kernel, so a step runs two forwards only if it holds two of them:
+    # when too few steps do (a plain decode trace), structure cannot be found and no forward is cut (at ten million
+    # kernels, forwards() is a dozen passes over every row).
+    names = acts["name"]
+    samp = (name_matches(names, SAMPLING_KERNELS) | name_matches(names, TOPK_KERNELS)) & (acts["kind"] == "kernel")
+    two = acts.select(pl.col("step").cast(pl.Int64)).filter(samp).group_by("step").len().filter(pl.col("len") >= 2)
+    if ok is not None:
+        two = two.filter(pl.col("step").is_in(ok))
+    if not (steps and two.height >= MIN_SPEC_SHARE * steps):
+        return none, _not_structure(by_name, steps, None)
+    f = forwards(acts)
+    if ok is not None:
         f = f.with_columns(n_fwd=pl.when(pl.col("step").is_in(ok)).then(pl.col("n_fwd")).otherwise(0))
-        steps = int(f.filter(pl.col("step").is_in(ok))["step"].n_unique())
     per_step = f.group_by("step").agg(n=pl.col("n_fwd").first())
     spec = per_step.filter(pl.col("n") >= 2)
-    by_name = int((acts["category"] == "drafting").sum())
     if steps and spec.height >= MIN_SPEC_SHARE * steps:
         is_draft = f["is_forward_piece"].is_not_null() & f["fwd"].is_not_null() & ~f["target"].fill_null(True) \
             & (f["n_fwd"] >= 2)
@@ -160,12 +173,16 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
                         f"{n_fwd - 1:g} draft forward{'s' if n_fwd != 2 else ''}; their GPU work (graph-replayed "
                         "or eager) counts as drafting")
         return ids, info
+    return none, _not_structure(by_name, steps, float(per_step["n"].median()) if per_step.height else None)
+
+
+def _not_structure(by_name: int, steps: int, forwards_per_step: float | None) -> Drafting:
+    """No draft forwards found: drafting is the ``by_name`` speculative kernels, or not detected."""
     if by_name:
-        return none, Drafting("kernels", 0, steps, None, None,
-                              f"no draft ranges and no draft forwards found: drafting is only the {by_name} "
-                              "speculative-decoding kernels named by the taxonomy (the draft forwards are not in it)")
-    return none, Drafting("not_detected", 0, steps, float(per_step["n"].median()) if per_step.height else None,
-                          None, NOT_DETECTED_VERDICT)
+        return Drafting("kernels", 0, steps, None, None,
+                        f"no draft ranges and no draft forwards found: drafting is only the {by_name} "
+                        "speculative-decoding kernels named by the taxonomy (the draft forwards are not in it)")
+    return Drafting("not_detected", 0, steps, forwards_per_step, None, NOT_DETECTED_VERDICT)
 
 
 def step_forwards(acts: pl.DataFrame) -> pl.DataFrame:

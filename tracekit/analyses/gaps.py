@@ -59,23 +59,28 @@ def stall_segments(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     ``pid``, ``tid``, ``start``, ``end``, ``before`` (stalled time of the thread before ``start``)."""
     from tracekit.lookup import row_lookup
 
-    parts = [launches.filter(pl.col("kind").is_in(list(STALL_API_KINDS))).select("pid", "tid", "start", "end")]
+    # (narrow columns first, then the filters: a filter of the whole launch table copies every column of it)
+    calls = launches.select("pid", "tid", "start", "end")
+    parts = [calls.filter(launches["kind"].is_in(list(STALL_API_KINDS)))]
     memcpy = launches["kind"] == "memcpy"
     m = trace.memops.filter(pl.col("kind") == "memcpy")
     if m.height and bool(memcpy.any()):
-        row = row_lookup(m.select("pid", "correlation"), launches.select("pid", "correlation"), valid=memcpy)
+        # (looked up among the copy calls alone, then mapped back to launch rows: a lookup over every launch of
+        # ten million kernels cost a second for a few thousand copies)
+        rows = pl.int_range(0, launches.height, dtype=pl.UInt32, eager=True).filter(memcpy)
+        row = rows.gather(row_lookup(m.select("pid", "correlation"),
+                                     launches.select("pid", "correlation").filter(memcpy)))
         # (Kineto names its copies "Memcpy HtoD (Pageable -> Device)")
         pageable = pl.coalesce("pageable", pl.col("name").str.contains("Pageable"))
-        calls = launches.select("pid", "tid", "start", "end").with_row_index("_r").join(
-            m.select(_r=row, copy_kind="copy_kind", pageable=pageable.fill_null(False)).drop_nulls("_r"), on="_r",
-            how="inner")
-        blocking = calls.filter((pl.col("copy_kind") == "DtoH") | pl.col("pageable"))
-        parts.append(blocking.select("pid", "tid", "start", "end").unique())
-    work = launches.filter(pl.col("kind").is_in(list(WORK_KINDS)))
+        # the launch call of each blocking copy (a gather of the few copies' rows, not a join of every launch)
+        copies = m.select(_r=row, copy_kind="copy_kind", pageable=pageable.fill_null(False)).drop_nulls("_r")
+        copies = copies.filter((pl.col("copy_kind") == "DtoH") | pl.col("pageable"))
+        parts.append(calls[copies["_r"]].unique())
     for frame in (trace.ranges,):  # not trace.ops: see the module docstring
         iv = frame.filter(pl.col("end").is_not_null() & (pl.col("end") > pl.col("start"))).select(
             "pid", "tid", "start", "end")
         if iv.height:
+            work = launches.select("pid", "tid", "start").filter(launches["kind"].is_in(list(WORK_KINDS)))
             parts.append(iv.filter(host_only(iv, work)))
     s = pl.concat([p.cast({"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64}) for p in parts])
     s = s.filter(pl.col("end") > pl.col("start"))
@@ -105,7 +110,7 @@ def stalled_part(holes: pl.DataFrame, launches: pl.DataFrame, segments: pl.DataF
     call = launches.select("pid", "tid", ls="start", le="end")[holes["launch"].fill_null(0)]
     h = holes.select("h0", "h1", has=pl.col("launch").is_not_null()).hstack(call)
     # The end of the previous work launch call on the thread (the host interval's start).
-    work = launches.filter(pl.col("kind").is_in(list(WORK_KINDS))).select("pid", "tid", ws="start", we="end")
+    work = launches.select("pid", "tid", ws="start", we="end").filter(launches["kind"].is_in(list(WORK_KINDS)))
     prev = asof(h.select("pid", "tid", "ls"), work if work["ws"].is_sorted() else work.sort("ws"), "ls", "ws",
                 ["pid", "tid"], allow_exact_matches=False)["we"]
     h = h.with_columns(prev_end=prev)

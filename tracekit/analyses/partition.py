@@ -282,38 +282,38 @@ def _holes(a: pl.DataFrame, analysed: pl.DataFrame, trace: Trace, launches: pl.D
     per-step sums of host stalls and graph bubbles, and the longest single gaps."""
     first = pl.col("step") != pl.col("step").shift(1)
     runmax = pl.col("end").cum_max()  # (periods tile the timeline: a running maximum across steps is right)
-    f = a.select("step", "start", "end", "launch", "graphed", "_ps").with_row_index("_r").with_columns(
+    # (one lazy query: the per-row helper columns are never materialised for all ten million rows)
+    f = a.lazy().select("step", "start", "end", "launch", "graphed", "_ps").with_row_index("_r").with_columns(
         h0=pl.when(first.fill_null(True)).then(pl.col("_ps")).otherwise(runmax.shift(1)),
         holder=pl.when(pl.col("end") >= runmax).then(pl.col("_r")).forward_fill())
-    f = f.with_columns(prev_holder=pl.col("holder").shift(1), first=first.fill_null(True))
+    # the work before the gap: the activity holding the running maximum (none for a step's first gap)
+    f = f.with_columns(prev_row=pl.when(~first.fill_null(True)).then(pl.col("holder").shift(1)))
     g = f.filter(pl.col("start") > pl.col("h0")).select(
-        "step", "h0", h1="start", launch="launch", graphed=pl.col("graphed").fill_null(False),
-        prev_row=pl.when(~pl.col("first")).then(pl.col("prev_holder")))
+        "step", "h0", h1="start", launch="launch", graphed=pl.col("graphed").fill_null(False), prev_row="prev_row"
+    ).collect()
+    # a graph bubble: graph-replayed work after the gap, from the same graph launch as the work before it
     prev_launch = a["launch"].gather(g["prev_row"].fill_null(0))
-    g = g.with_columns(bubble=pl.col("graphed") & pl.col("launch").is_not_null() & g["prev_row"].is_not_null()
-                       & (pl.col("launch") == prev_launch))
-    eager = g.filter(~pl.col("bubble"))
+    g = g.select("step", "h0", "h1", "launch", "graphed", bubble=(
+        pl.col("graphed") & pl.col("launch").is_not_null() & pl.col("prev_row").is_not_null()
+        & (pl.col("launch") == prev_launch)).fill_null(False))
+    if g["step"].is_sorted():
+        g = g.with_columns(pl.col("step").set_sorted())  # (the per-step sums below work on slices)
     segments = stall_segments(trace, launches)
     # A gap can be stalled only where some stall segment (of any thread) overlaps it: the rest (at ten million
-    # launches, nearly every gap) is 0 without the per-thread lookups.
-    maybe = _overlaps_any(eager, segments)
-    if bool(maybe.all()):
-        stall = stalled_part(eager.select("h0", "h1", "launch"), launches, segments)
-    else:
-        part = stalled_part(eager.filter(maybe).select("h0", "h1", "launch"), launches, segments)
-        at = pl.int_range(0, eager.height, dtype=pl.UInt32, eager=True).filter(maybe)
-        stall = pl.repeat(0, eager.height, dtype=pl.Int64, eager=True).scatter(at, part.cast(pl.Int64))
-    eager = eager.with_columns(stall=stall)
-    g = pl.concat([eager, g.filter(pl.col("bubble")).with_columns(stall=pl.lit(0, pl.Int64))],
-                  how="vertical_relaxed")
+    # launches, nearly every gap) is 0 without the per-thread lookups. Graph bubbles are never stalls.
+    maybe = _overlaps_any(g, segments) & ~g["bubble"]
+    part = stalled_part(g.filter(maybe).select("h0", "h1", "launch"), launches, segments)
+    at = pl.int_range(0, g.height, dtype=pl.UInt32, eager=True).filter(maybe)
+    g = g.with_columns(stall=pl.repeat(0, g.height, dtype=pl.Int64, eager=True).scatter(at, part.cast(pl.Int64)),
+                       ms=pl.col("h1") - pl.col("h0"))
     sums = g.group_by("step").agg(
         g_host_stalls=pl.col("stall").sum(),
-        g_graph_bubbles=(pl.col("h1") - pl.col("h0")).filter(pl.col("bubble")).sum())
-    g = g.with_columns(ms=pl.col("h1") - pl.col("h0"))
+        g_graph_bubbles=pl.col("ms").filter(pl.col("bubble")).sum())
     if g.height > 4 * LARGEST:  # only rows at least as long as the LARGEST-th longest can be in the top: sort those
         kth = g["ms"].top_k(LARGEST).min()
         g = g.filter(pl.col("ms") >= kth)
-    top = g.sort("ms", descending=True).head(LARGEST)
+    # (eager gaps before graph bubbles, each in time order: the order the ties of the sort below have always had)
+    top = g.sort("bubble", maintain_order=True).sort("ms", descending=True).head(LARGEST)
     return sums, top
 
 
@@ -330,6 +330,18 @@ def _overlaps_any(holes: pl.DataFrame, segments: pl.DataFrame) -> pl.Series:
     from tracekit.intervals import merge
 
     u = merge(segments.select("start", "end").with_columns(_g=pl.lit(0)), ["_g"]).collect()
+    h0, h1 = holes["h0"], holes["h1"]
+    if h0.null_count() == 0 and h1.null_count() == 0 and h0.is_sorted() and h1.is_sorted():
+        # Holes in time order (a step's gaps, steps one after the other): the holes each union interval overlaps
+        # are one run, [first hole ending after it starts, first hole starting at or after its end); a +1/-1 at
+        # the runs' ends and a running sum mark them: two searches per union interval, not one per hole.
+        lo = h1.search_sorted(u["start"], side="right").cast(pl.Int64)
+        hi = h0.search_sorted(u["end"], side="left").cast(pl.Int64)
+        runs = pl.DataFrame({"lo": lo, "hi": hi}).filter(pl.col("lo") < pl.col("hi"))
+        marks = (pl.concat([runs.select(i="lo", d=pl.lit(1, pl.Int64)), runs.select(i="hi", d=pl.lit(-1, pl.Int64))])
+                 .group_by("i").agg(pl.col("d").sum()))
+        depth = pl.repeat(0, holes.height + 1, dtype=pl.Int64, eager=True).scatter(marks["i"], marks["d"]).cum_sum()
+        return (depth.head(holes.height) > 0).alias("overlaps")
     # the last union interval that starts before the hole ends; it overlaps when it ends after the hole starts
     i = u["start"].search_sorted(holes["h1"], side="left").cast(pl.Int64) - 1
     end = u["end"].gather(i.clip(lower_bound=0))

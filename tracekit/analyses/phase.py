@@ -54,6 +54,10 @@ _ACT_INPUT = {"aten::addmm": 1, "aten::_addmm_activation": 1, "aten::baddbmm": 1
 def name_matches(names: pl.Series, regex: str) -> pl.Series:
     """``names`` (kernel names: String, Categorical or Enum) that contain ``regex``, testing each distinct name
     once (ten million kernels have a few hundred names)."""
+    if isinstance(names.dtype, pl.Enum):
+        # an Enum's names are its categories, in code order: one lookup table, one gather by code
+        table = pl.Series(names.dtype.categories).str.contains(regex).fill_null(False)
+        return table.gather(names.to_physical()).fill_null(False).alias(names.name)
     uniq = names.unique()
     hit = uniq.filter(uniq.cast(pl.String).str.contains(regex).fill_null(False))
     return names.is_in(hit.implode()).fill_null(False)
@@ -148,11 +152,10 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
     if acts is None:
         acts = _activities(trace, windows)
     else:
-        acts = acts.filter(pl.col("step").is_not_null())
-        if "kind" in acts.columns:
-            acts = acts.filter(pl.col("kind") == "kernel")
+        # (the five columns first, then one filter: filtering the wide frame copies every column)
+        keep = pl.col("step").is_not_null() & ((pl.col("kind") == "kernel") if "kind" in acts.columns else True)
         acts = acts.select(pl.col("step").cast(pl.Int64), "name", "correlation", pl.col("graphed").fill_null(False),
-                           "dur")
+                           "dur", _keep=keep).filter("_keep").drop("_keep")
     ann = annotation_phases(trace, windows)
     # training: backward/optimizer kernels in the step, else anywhere in the trace
     bwd = acts.filter(name_matches(acts["name"], TRAINING_KERNELS))

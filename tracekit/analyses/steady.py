@@ -46,19 +46,30 @@ def step_signatures(acts: pl.DataFrame) -> pl.DataFrame:
     """Per step of ``acts`` (the attributed activities: step, start, name, kind, graphed, stream): ``step``,
     ``sig`` (UInt64 hash of its sequence: per stream in start order, each activity by name, graph-replayed or
     not, and kind), ``n`` (activities)."""
-    df = acts.filter(pl.col("step").is_not_null()).select(
+    df = acts.select(
         pl.col("step").cast(pl.Int64), "start", pl.col("stream").fill_null(-1),
         tok=pl.struct(_code(acts, "name"), pl.col("graphed").fill_null(False), _code(acts, "kind")).hash(23))
-    seqs = (df.sort("step", "stream", "start", maintain_order=True)
-            .group_by("step", maintain_order=True).agg(toks=pl.struct("stream", "tok").hash(29), n=pl.len()))
+    if df["step"].null_count():
+        df = df.filter(pl.col("step").is_not_null())
+    if df["start"].is_sorted():
+        # In start order already (the activities frame): each (step, stream)'s rows in order as they stand, then
+        # the few (step, stream) groups sorted; the same lists as the full sort below, twice as fast at 10M rows.
+        per = (df.select("step", "stream", h=pl.struct("stream", "tok").hash(29))
+               .group_by("step", "stream", maintain_order=True).agg("h").sort("step", "stream"))
+        seqs = per.explode("h").group_by("step", maintain_order=True).agg(toks="h", n=pl.len())
+    else:
+        seqs = (df.sort("step", "stream", "start", maintain_order=True)
+                .group_by("step", maintain_order=True).agg(toks=pl.struct("stream", "tok").hash(29), n=pl.len()))
     return seqs.select("step", sig=pl.col("toks").hash(31), n=pl.col("n").cast(pl.Int64))
 
 
 def composition_overlap(acts: pl.DataFrame, candidates: pl.Series) -> pl.DataFrame:
     """Per step of ``acts``: ``overlap`` of its composition with the median composition of the ``candidates``
     steps (see the module docstring)."""
-    comp = acts.filter(pl.col("step").is_not_null()).group_by(
-        pl.col("step").cast(pl.Int64), "category", pl.col("graphed").fill_null(False), "kind").agg(c=pl.len())
+    comp = acts.select(pl.col("step").cast(pl.Int64), "category", pl.col("graphed").fill_null(False), "kind")
+    if comp["step"].null_count():
+        comp = comp.filter(pl.col("step").is_not_null())
+    comp = comp.group_by("step", "category", "graphed", "kind").agg(c=pl.len())
     comp = comp.with_columns(tok=pl.struct("category", "graphed", "kind").hash(37)).select("step", "tok", "c")
     cand = comp.filter(pl.col("step").is_in(candidates.implode()))
     n_c = candidates.len()
