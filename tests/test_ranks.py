@@ -421,6 +421,14 @@ def test_cli_bad_engine_is_one_line_exit_2(spec, message, monkeypatch):
     assert len(lines) == 1 and lines[0].startswith("tracekit: error: ") and message in lines[0], r.stderr
 
 
+def test_cli_engine_on_one_file_says_it_is_not_used():
+    """--engine places the per-file stage of several files: with one file it says so instead of ignoring it."""
+    r = _cli("breakdown", DATA / "kineto" / "hta_nccl_data.json.gz", "--engine", "process", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert "--engine places the per-file work of several trace files" in r.stderr
+    assert json.loads(r.stdout)["schema"] == "tracekit.breakdown/2"
+
+
 def test_directory_expansion_includes_gzipped_exports(tmp_path):
     from tracekit.cli.output import expand_traces
 

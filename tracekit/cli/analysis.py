@@ -84,6 +84,9 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
     import tracekit
 
     files = expand_traces(traces)
+    if opts.engine is not None and (len(files) == 1 or all_devices):
+        click.echo("warning: --engine places the per-file work of several trace files; this one trace is analysed "
+                   "in this process", err=True)
     if all_devices:
         if len(files) != 1 or opts.device is not None:
             raise TracekitError("--all-devices takes one trace file and no --device")
