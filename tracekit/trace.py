@@ -29,74 +29,104 @@ LaunchKind = Literal["kernel", "graph", "memcpy", "memset", "sync", "other"]
 # Launch kinds that put work on a GPU (what `tracekit info` counts as launches).
 WORK_KINDS: tuple[str, ...] = ("kernel", "graph", "memcpy", "memset")
 
-# name -> (dtype, description). The order is the column order of each frame.
-def _gpu_interval(device: str = "CUDA device index", pid: str = "host process") -> dict[str, tuple[pl.DataType, str]]:
-    """The leading columns of every GPU activity frame (kernels, memops)."""
-    return {"start": (pl.Int64, "GPU start, ns"), "end": (pl.Int64, "GPU end, ns"), "device": (pl.Int32, device),
-            "stream": (pl.Int64, "stream id"),
-            "correlation": (pl.Int64, "joins launches.correlation within the same pid"), "pid": (pl.Int64, pid)}
-
-
-KERNELS: dict[str, tuple[pl.DataType, str]] = {
-    **_gpu_interval("CUDA device index (nsys deviceId / Kineto args.device)", "host process that launched it"),
-    "name": (pl.Categorical, "full (demangled) kernel name (categorical: a few thousand names, millions of rows)"),
-    "graph_id": (pl.Int64, "CUDA graph id where known, else null"),
-    "graph_node": (pl.Int64, "CUDA graph node id where known (nsys node mode), else null"),
-    "grid": (pl.String, "grid dims 'x,y,z' where known"),
-    "block": (pl.String, "block dims 'x,y,z' where known"),
+# Every column of every frame, declared once: frame -> [(column, dtype, description)], in column order. GPU
+# activity frames (kernels, memops, graph_execs) lead with the same six interval columns, host interval frames
+# (ranges, ops) with the same four; the frames' own columns follow.
+_GPU_INTERVAL = ("start", "end", "device", "stream", "correlation", "pid")
+_HOST_INTERVAL = ("start", "end", "pid", "tid")
+_LEAD = {
+    "start": {"gpu": (pl.Int64, "GPU start, ns"), "host": (pl.Int64, "CPU start, ns")},
+    "end": {"gpu": (pl.Int64, "GPU end, ns"), "host": (pl.Int64, "CPU end, ns")},
+    "device": {"gpu": (pl.Int32, "CUDA device index")},
+    "stream": {"gpu": (pl.Int64, "stream id")},
+    "correlation": {"gpu": (pl.Int64, "joins launches.correlation within the same pid")},
+    "pid": {"gpu": (pl.Int64, "host process"), "host": (pl.Int64, "host process")},
+    "tid": {"host": (pl.Int64, "host thread")},
 }
-
-MEMOPS: dict[str, tuple[pl.DataType, str]] = {
-    **_gpu_interval(),
-    "kind": (pl.String, "'memcpy' or 'memset'"),
-    "copy_kind": (pl.String, "HtoD, DtoH, DtoD, PtoP, HtoH, ... (memset: null)"),
-    "bytes": (pl.Int64, "bytes moved or set"),
-    "name": (pl.String, "display name, e.g. '[CUDA memcpy Device-to-Host]'"),
-    "pageable": (pl.Boolean, "memcpy from or to pageable host memory (the call blocks the host); null if unknown"),
+_OWN: dict[str, list[tuple[str, pl.DataType, str]]] = {
+    "kernels": [
+        ("device", pl.Int32, "CUDA device index (nsys deviceId / Kineto args.device)"),
+        ("pid", pl.Int64, "host process that launched it"),
+        ("name", pl.Categorical, "full (demangled) kernel name (categorical: a few thousand names, millions of rows)"),
+        ("graph_id", pl.Int64, "CUDA graph id where known, else null"),
+        ("graph_node", pl.Int64, "CUDA graph node id where known (nsys node mode), else null"),
+        ("grid", pl.String, "grid dims 'x,y,z' where known"),
+        ("block", pl.String, "block dims 'x,y,z' where known"),
+    ],
+    "memops": [
+        ("kind", pl.String, "'memcpy' or 'memset'"),
+        ("copy_kind", pl.String, "HtoD, DtoH, DtoD, PtoP, HtoH, ... (memset: null)"),
+        ("bytes", pl.Int64, "bytes moved or set"),
+        ("name", pl.String, "display name, e.g. '[CUDA memcpy Device-to-Host]'"),
+        ("pageable", pl.Boolean, "memcpy from or to pageable host memory (the call blocks the host); null if unknown"),
+    ],
+    "launches": [
+        ("start", pl.Int64, "host API call start, ns"),
+        ("end", pl.Int64, "host API call end, ns"),
+        ("pid", pl.Int64, "host process"),
+        ("tid", pl.Int64, "host thread"),
+        ("correlation", pl.Int64, "joins kernels/memops.correlation within the same pid"),
+        ("kind", pl.Categorical, "kernel | graph | memcpy | memset | sync | other (nsys: only calls that launch work "
+                                 "or synchronise are read; Kineto keeps every runtime call)"),
+        ("name", pl.Categorical, "API name without version suffix, e.g. cudaLaunchKernel"),
+    ],
+    "ranges": [
+        ("tid", pl.Int64, "host thread that opened the range"),
+        ("name", pl.String, "range text (NVTX message / annotation name)"),
+        ("depth", pl.Int32, "nesting depth on its thread, 0 = outermost"),
+        ("domain", pl.String, "NVTX domain name, null for the default domain / Kineto"),
+    ],
+    "graph_execs": [
+        ("start", pl.Int64, "GPU start of a whole-graph execution, ns (nsys graph mode)"),
+        ("correlation", pl.Int64, "joins the cudaGraphLaunch in launches"),
+        ("graph_id", pl.Int64, "graph id"),
+    ],
+    "ops": [
+        ("name", pl.String, "framework op or Python function, e.g. aten::linear (host work: what the launching thread "
+                            "was doing; shapes only for matmul-like and all-reduce ops)"),
+        ("input_dims", pl.String, "JSON list of input shapes (Kineto 'Input Dims'), null if not recorded or not read"),
+        ("input_types", pl.String, "JSON list of input dtypes (Kineto 'Input type'), null if not recorded"),
+    ],
+    "collectives": [
+        ("start", pl.Int64, "GPU start of the collective's kernel, ns (joins kernels on pid, correlation, start)"),
+        ("pid", pl.Int64, "host process"),
+        ("correlation", pl.Int64, "the kernel's correlation"),
+        ("collective", pl.String, "collective name, e.g. allreduce, _allgather_base"),
+        ("in_nelems", pl.Int64, "input elements"),
+        ("out_nelems", pl.Int64, "output elements"),
+        ("group_size", pl.Int32, "ranks in the process group"),
+        ("dtype", pl.String, "element type, e.g. BFloat16, Float"),
+        ("pg_name", pl.String, "process group (communicator) name where recorded (Kineto 'Process Group Name'), "
+                               "else null"),
+    ],
+    "gpus": [
+        ("device", pl.Int32, "CUDA device index, as kernels.device"),
+        ("name", pl.String, "GPU name, e.g. 'NVIDIA H200'"),
+        ("peak_bw_gbps", pl.Float64, "peak DRAM bandwidth, GB/s (1e9 B/s), from the trace; null if unknown"),
+        ("sm_count", pl.Int32, "multiprocessor count, null if unknown"),
+        ("memory_bytes", pl.Int64, "device memory, bytes, null if unknown"),
+    ],
 }
-
-LAUNCHES: dict[str, tuple[pl.DataType, str]] = {
-    "start": (pl.Int64, "host API call start, ns"),
-    "end": (pl.Int64, "host API call end, ns"),
-    "pid": (pl.Int64, "host process"),
-    "tid": (pl.Int64, "host thread"),
-    "correlation": (pl.Int64, "joins kernels/memops.correlation within the same pid"),
-    "kind": (pl.Categorical, "kernel | graph | memcpy | memset | sync | other (nsys: only calls that launch work or "
-                        "synchronise are read; Kineto keeps every runtime call)"),
-    "name": (pl.Categorical, "API name without version suffix, e.g. cudaLaunchKernel"),
-}
+_LEADS = {"kernels": "gpu", "memops": "gpu", "graph_execs": "gpu", "ranges": "host", "ops": "host"}
 
 
-def _host_interval(tid: str = "host thread") -> dict[str, tuple[pl.DataType, str]]:
-    """The leading columns of every host-side interval frame (ranges, ops)."""
-    return {"start": (pl.Int64, "CPU start, ns"), "end": (pl.Int64, "CPU end, ns"),
-            "pid": (pl.Int64, "host process"), "tid": (pl.Int64, tid)}
+def _schema(frame: str) -> dict[str, tuple[pl.DataType, str]]:
+    """``frame``'s columns: name -> (dtype, description), in column order (its lead columns first; a frame's own
+    entry for a lead column changes its description, not its place)."""
+    kind = _LEADS.get(frame)
+    cols = {c: _LEAD[c][kind] for c in (_GPU_INTERVAL if kind == "gpu" else _HOST_INTERVAL)} if kind else {}
+    cols.update({name: (dtype, text) for name, dtype, text in _OWN[frame]})
+    return cols
 
 
-RANGES: dict[str, tuple[pl.DataType, str]] = {
-    **_host_interval("host thread that opened the range"),
-    "name": (pl.String, "range text (NVTX message / annotation name)"),
-    "depth": (pl.Int32, "nesting depth on its thread, 0 = outermost"),
-    "domain": (pl.String, "NVTX domain name, null for the default domain / Kineto"),
-}
-
-GRAPH_EXECS: dict[str, tuple[pl.DataType, str]] = {
-    "start": (pl.Int64, "GPU start of a whole-graph execution, ns (nsys graph mode)"),
-    "end": (pl.Int64, "GPU end, ns"),
-    "device": (pl.Int32, "CUDA device index"),
-    "stream": (pl.Int64, "stream id"),
-    "correlation": (pl.Int64, "joins the cudaGraphLaunch in launches"),
-    "pid": (pl.Int64, "host process"),
-    "graph_id": (pl.Int64, "graph id"),
-}
-
-OPS: dict[str, tuple[pl.DataType, str]] = {
-    **_host_interval(),
-    "name": (pl.String, "framework op or Python function, e.g. aten::linear (host work: what the launching thread "
-                        "was doing; shapes only for matmul-like and all-reduce ops)"),
-    "input_dims": (pl.String, "JSON list of input shapes (Kineto 'Input Dims'), null if not recorded or not read"),
-    "input_types": (pl.String, "JSON list of input dtypes (Kineto 'Input type'), null if not recorded"),
-}
+KERNELS = _schema("kernels")
+MEMOPS = _schema("memops")
+LAUNCHES = _schema("launches")
+RANGES = _schema("ranges")
+GRAPH_EXECS = _schema("graph_execs")
+OPS = _schema("ops")
+COLLECTIVES = _schema("collectives")
+GPUS = _schema("gpus")
 
 # Framework ops that launch an all-reduce: their input shapes give the message size of custom / symmetric-memory
 # all-reduce kernels, which carry no NCCL args (readers keep them in Trace.ops; tracekit.analyses.collectives
@@ -111,26 +141,6 @@ COMM_OPS = (
     "sglang::outplace_all_reduce", "sgl_kernel::all_reduce", "sgl_kernel::all_reduce_reg",
     "sgl_kernel::all_reduce_unreg", "_c10d_functional::all_reduce", "_c10d_functional::all_reduce_",
 )
-
-COLLECTIVES: dict[str, tuple[pl.DataType, str]] = {
-    "start": (pl.Int64, "GPU start of the collective's kernel, ns (joins kernels on pid, correlation, start)"),
-    "pid": (pl.Int64, "host process"),
-    "correlation": (pl.Int64, "the kernel's correlation"),
-    "collective": (pl.String, "collective name, e.g. allreduce, _allgather_base"),
-    "in_nelems": (pl.Int64, "input elements"),
-    "out_nelems": (pl.Int64, "output elements"),
-    "group_size": (pl.Int32, "ranks in the process group"),
-    "dtype": (pl.String, "element type, e.g. BFloat16, Float"),
-    "pg_name": (pl.String, "process group (communicator) name where recorded (Kineto 'Process Group Name'), else null"),
-}
-
-GPUS: dict[str, tuple[pl.DataType, str]] = {
-    "device": (pl.Int32, "CUDA device index, as kernels.device"),
-    "name": (pl.String, "GPU name, e.g. 'NVIDIA H200'"),
-    "peak_bw_gbps": (pl.Float64, "peak DRAM bandwidth, GB/s (1e9 B/s), from the trace; null if unknown"),
-    "sm_count": (pl.Int32, "multiprocessor count, null if unknown"),
-    "memory_bytes": (pl.Int64, "device memory, bytes, null if unknown"),
-}
 
 SCHEMAS: dict[str, dict[str, tuple[pl.DataType, str]]] = {
     "kernels": KERNELS,
