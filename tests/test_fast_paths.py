@@ -9,6 +9,8 @@
   on generated intervals.
 * The nsys reader's parallel table reads against one-by-one reads (every engine), and ``scan_plan`` (the floor's queries)
   against the statements the reader runs.
+* The evening pass: ``_overlaps_any``'s runs of time-ordered gaps against its per-gap search, step signatures from
+  per-stream lists against the full sort, the Enum name paths against text, and the premise of the drafting precheck.
 """
 
 from __future__ import annotations
@@ -234,3 +236,76 @@ def test_threaded_stages_equal_sequential(path, monkeypatch):
     assert par.to_dict() == seq.to_dict()
     assert_frame_equal(par.activities, seq.activities)
     assert_frame_equal(par.per_step, seq.per_step)
+
+
+# ---- the evening pass's fast paths (docs/performance.md, "The breakdown/2 regression, cut")
+
+@settings(max_examples=300, deadline=None)
+@given(gaps=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 30)), min_size=1, max_size=40),
+       segs=st.lists(st.tuples(st.integers(-20, 1500), st.integers(0, 60)), max_size=15))
+def test_overlaps_any_runs_equal_per_gap_search(gaps, segs):
+    """Time-ordered gaps: the per-segment runs mark exactly the gaps the per-gap binary search finds (the plain
+    path runs on the same gaps out of order), and both say what the definition says."""
+    from tracekit.analyses.partition import _overlaps_any
+
+    h0, t = [], 0
+    for skip, length in gaps:  # disjoint, in time order
+        t += skip
+        h0.append((t, t + length))
+        t += length
+    holes = pl.DataFrame(h0, schema={"h0": pl.Int64, "h1": pl.Int64}, orient="row")
+    segments = pl.DataFrame([(s, s + d) for s, d in segs], schema={"start": pl.Int64, "end": pl.Int64}, orient="row")
+    fast = _overlaps_any(holes, segments).to_list()
+    plain = _overlaps_any(holes.reverse(), segments).reverse().to_list()
+    truth = [any(s < b and e > a for s, e in segments.rows()) for a, b in holes.rows()]
+    assert fast == plain == truth
+
+
+@pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+def test_step_signatures_lists_equal_sorted(path):
+    """Activities in start order: the per-(step, stream) lists give the signatures of the full three-key sort."""
+    from tracekit.analyses.steady import step_signatures
+
+    acts = step_table(tracekit.load(path, kernel_dims=False)).activities
+    fast = step_signatures(acts.sort("start", maintain_order=True))
+    shuffled = acts.sample(fraction=1.0, shuffle=True, seed=7)  # not in start order: the sort path
+    assert not shuffled["start"].is_sorted() or acts.height < 3
+    assert_frame_equal(fast.sort("step"), step_signatures(shuffled).sort("step"))
+
+
+@pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+def test_enum_name_paths_equal_text_paths(path):
+    """name_matches and the communication test on the activities' Enum names (one lookup per category) equal
+    the same tests on the names as text."""
+    from tracekit.analyses.collectives import _is_comm
+    from tracekit.analyses.drafting import SAMPLING_KERNELS, TOPK_KERNELS
+    from tracekit.analyses.phase import TRAINING_KERNELS, name_matches
+
+    names = step_table(tracekit.load(path, kernel_dims=False)).activities["name"]
+    assert isinstance(names.dtype, pl.Enum)
+    text = names.cast(pl.String)
+    for rx in (SAMPLING_KERNELS, TOPK_KERNELS, TRAINING_KERNELS):
+        assert name_matches(names, rx).to_list() == name_matches(text, rx).to_list()
+    (c1, s1), (c2, s2) = _is_comm(names), _is_comm(text)
+    assert c1.to_list() == c2.to_list() and s1.to_list() == s2.to_list()
+
+
+@pytest.mark.parametrize("rel", ["hf-small-spec", "spec-small-graph-nomark", "hf-small-eager", "serve-small-graph"])
+def test_drafting_precheck_premise(rel):
+    """detect_drafting skips cutting forwards when too few steps hold two sampling/top-k kernels. That is safe
+    because no step has more forwards than such kernels (each forward ends with one): checked on the full cut."""
+    import tracekit.analyses.drafting as dr
+    from tracekit.analyses.phase import name_matches
+
+    path = next(p for p in SAMPLES if p.parent.name == rel)
+    acts = step_table(tracekit.load(path, kernel_dims=False), draft_range=None).attribution.activities
+    acts = acts.filter(pl.col("step").is_not_null())
+    if "name_category" in acts.columns:  # (drafting found: the cut runs on the categories by name, as detection does)
+        acts = acts.with_columns(category="name_category")
+    samp = (name_matches(acts["name"], dr.SAMPLING_KERNELS) | name_matches(acts["name"], dr.TOPK_KERNELS)) & (
+        acts["kind"] == "kernel")
+    kernels = acts.select(pl.col("step").cast(pl.Int64)).filter(samp).group_by("step").len()
+    fwd = dr.forwards(acts).group_by("step").agg(n=pl.col("n_fwd").first())
+    both = fwd.join(kernels, on="step", how="left").with_columns(pl.col("len").fill_null(0))
+    assert (both["n"] <= both["len"]).all()
+    assert (both["n"] >= 2).any() == (rel.startswith(("hf-small-spec", "spec-")))  # the spec samples do cut
