@@ -53,6 +53,17 @@ def sample_trace(name: str) -> Path:
     raise AssertionError(f"sample_traces/{name} has no trace file (see sample_traces/README.md)")
 
 
+def sql_rows(path: Path, query: str) -> list[tuple]:
+    """The rows of ``query`` on the SQLite file ``path``, opened read-only (hand SQL that tests compare with)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
 def sample_sqlite(name: str) -> Path:
     """A plain SQLite file of sample ``name`` for raw SQL (sqlite3 cannot read a .sqlite.gz): the committed
     trace.sqlite, or its .sqlite.gz decompressed once into a temp folder (never beside the sample)."""

@@ -14,7 +14,6 @@ import functools
 import gzip
 import json
 import shutil
-import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pytest
 
 import tracekit
 
-from conftest import SAMPLES, sample_sqlite, sample_trace, shared
+from conftest import SAMPLES, sample_sqlite, sample_trace, shared, sql_rows
 
 # (eager trace, the same loop replayed from CUDA graphs); both measured unprofiled in their own capture runs
 PAIRS = [("hf-small-eager", "hf-small-graph"), ("hf-small-eager-torch", "hf-small-graph-torch"),
@@ -148,10 +147,8 @@ def stall_rows() -> list[dict]:
     rows = []
     for name in SERVE:
         b = analysed(name)
-        con = sqlite3.connect(f"file:{sample_sqlite(name)}?mode=ro", uri=True)
-        sql = pl.DataFrame(con.execute(STALL_SQL).fetchall(), schema=["rs", "gap_ns", "range_ns", "stall_ns"],
+        sql = pl.DataFrame(sql_rows(sample_sqlite(name), STALL_SQL), schema=["rs", "gap_ns", "range_ns", "stall_ns"],
                            orient="row")
-        con.close()
         ps = b.per_step.sort("start_ns")
         # the analysed steps' stalls: each range lies in exactly one analysed step
         sql = sql.sort("rs").join_asof(ps.select("step", "start_ns", "end_ns"), left_on="rs", right_on="start_ns"
@@ -210,13 +207,11 @@ SELECT sum(CASE WHEN start > prev_end THEN start - prev_end ELSE 0 END), (SELECT
 def bubble_rows() -> list[dict]:
     rows = []
     for name in GRAPHED:
-        b = analysed(name)
-        con = sqlite3.connect(f"file:{sample_sqlite(name)}?mode=ro", uri=True)
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        b, db = analysed(name), sample_sqlite(name)
+        tables = {r[0] for r in sql_rows(db, "SELECT name FROM sqlite_master WHERE type = 'table'")}
         memops = "".join(f" UNION ALL SELECT correlationId, start, end FROM {t}"
                          for t in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
-        total_ns, n_steps, n_launches = con.execute(BUBBLES_SQL.format(memops=memops)).fetchone()
-        con.close()
+        total_ns, n_steps, n_launches = sql_rows(db, BUBBLES_SQL.format(memops=memops))[0]
         g = b.gaps
         rows.append(dict(name=name, steps=b.steps["count"], sql_steps=n_steps, graphs=n_launches / n_steps,
                          eager_launches=b.facts.launched_per_step, bubbles=g["graph_bubbles"],
