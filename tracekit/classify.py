@@ -148,7 +148,7 @@ def classify(names: pl.Series, rules: Rules | None = None) -> pl.DataFrame:
 def name_table(names: pl.Series, rules: Rules | None = None) -> tuple[pl.Series, pl.DataFrame]:
     """The distinct names of ``names`` classified once: ``(pos, table)``.
 
-    ``table`` has one row per distinct non-null name (columns ``name, category, sub, rule``) and ``pos``
+    ``table`` has one row per distinct non-null name (an Enum: per category; columns ``name, category, sub, rule``) and ``pos``
     (UInt32, null for a null name) is each input row's row in it, so a per-row column is a gather
     (``table["category"].gather(pos)``) and a per-name aggregate a group-by on integers, never a hash
     of ten million strings. The distinct names are found from categorical codes (the trace's kernel names are
@@ -159,6 +159,11 @@ def name_table(names: pl.Series, rules: Rules | None = None) -> tuple[pl.Series,
     ['b', 'a', 'b', None]
     """
     rules = load_rules() if rules is None else rules
+    if isinstance(names.dtype, pl.Enum):
+        # An Enum's categories are its distinct names (``table`` has a row for each, used or not): classified
+        # once, then one gather by code per row, with no cast of ten million values.
+        cpos, table = name_table(pl.Series("name", names.dtype.categories), rules)
+        return cpos.gather(names.to_physical()).rename("pos"), table
     col = names if names.dtype == pl.Categorical else names.cast(pl.String).cast(pl.Categorical)
     codes = col.to_physical()
     top = codes.max()

@@ -75,16 +75,11 @@ def pick_device(trace: Trace, device: int | None) -> int:
     one = _only_device(trace)
     if one is not None and (device is None or device == one):
         return one  # (one GPU in the trace: no group-by over every activity)
-    acts = pl.concat([
-        trace.kernels.select("device", dur=pl.col("end") - pl.col("start")),
-        trace.memops.select("device", dur=pl.col("end") - pl.col("start")),
-        trace.graph_execs.select("device", dur=pl.col("end") - pl.col("start")),
-    ])
-    devices = acts.group_by("device").agg(pl.col("dur").sum()).sort(["dur", "device"], descending=[True, False])
+    devices = devices_with_activity(trace)
     if device is None:
-        return int(devices["device"][0])
-    if device not in devices["device"].to_list():
-        have = ", ".join(str(d) for d in sorted(devices["device"].to_list()))
+        return int(devices[0])
+    if device not in devices:
+        have = ", ".join(str(d) for d in sorted(devices))
         raise TracekitError(f"--device {device}: no GPU activity on that device; devices with activity: {have}")
     return device
 

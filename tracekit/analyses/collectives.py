@@ -173,13 +173,7 @@ def _is_comm(names: pl.Series, rules=None) -> tuple[pl.Series, pl.Series]:
     """(is communication, rule sub) per name, by the kernel rules (distinct names matched once)."""
     from tracekit.classify import load_rules, name_table
 
-    rules = load_rules(rules) if rules is not None else None
-    if isinstance(names.dtype, pl.Enum):
-        # an Enum's categories are its distinct names: classified once, then one gather by code per row
-        cpos, table = name_table(pl.Series(names.dtype.categories), rules)
-        pos = cpos.gather(names.to_physical())
-    else:
-        pos, table = name_table(names, rules)
+    pos, table = name_table(names, load_rules(rules) if rules is not None else None)
     return (table["category"].gather(pos).fill_null("other") == "communication"), table["sub"].gather(pos)
 
 
