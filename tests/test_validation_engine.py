@@ -72,7 +72,7 @@ def span_only_plain(b) -> float:
     t = x.filter(pl.col("target").fill_null(False)).group_by("step").agg(
         span=pl.col("end").max() - pl.col("start").min(), busy=pl.col("dur").sum())
     span, busy = float(t["span"].mean()) / 1e6, float(t["busy"].mean()) / 1e6
-    f = b.facts.token_factor or 1.0
+    f = b.facts.verify.token_factor or 1.0
     assert busy <= span
     return (span / f + b.gaps["between_steps"]) * b.time_base.reference_step_ms / b.steps["mean_ms"]
 
@@ -89,7 +89,7 @@ def plain_rows() -> list[dict]:
         rows.append(dict(name=name, size=ix[name]["size"], mode=ix[name]["mode"], profiler=ix[name]["profiler"],
                          spec_ms=ix[name]["unprofiled_step_ms"], predicted=d["predicted_step_ms"], measured=meas,
                          measured_share=meas / ix[name]["unprofiled_step_ms"],
-                         factor=b.facts.token_factor, error=pct(d["predicted_step_ms"], meas),
+                         factor=b.facts.verify.token_factor, error=pct(d["predicted_step_ms"], meas),
                          span_only=alt, span_only_error=pct(alt, meas), detection=d["detection"]))
     return rows
 

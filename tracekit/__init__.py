@@ -61,7 +61,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     """Per-decode-step breakdown of ``trace``: the split of each step's period, roofline and advice.
 
     ``step_range`` / ``draft_range``: regexes (``re.search``) over range names marking a step / drafting
-    (default: auto-detected steps, ``(?i)\\bdraft``). ``device``: the GPU (default: the busiest).
+    (default: auto-detected steps, ``(?i)\\bdraft``); ``draft_range="none"`` turns drafting detection off (no
+    ranges, no structure, no speculative kernels: ``advice.drafting.detection`` is ``not_detected``). ``device``: the GPU (default: the busiest).
     ``rules``: a TOML file of extra kernel rules. ``weight_bytes``, ``peak_bw`` (GB/s), ``accept_len`` and
     ``tokens_per_step`` override the manifest and the trace; ``device_profile`` is the dict of a
     synthetic-workload device profile. ``measured_step_ms`` / ``measured_tok_s``: the step or throughput

@@ -76,6 +76,7 @@ class AnalysisOptions:
     Fields are keyword-only in spirit: build it with names. ``None`` means "not given": the manifest,
     the trace or the shipped tables decide. ``weight_bytes`` is summed over all GPUs (``tp`` divides it);
     ``device_profile`` is the path of a ``tracekit capture --workload synthetic`` device profile.
+    ``draft_range="none"`` turns drafting detection off (``tracekit.analyses.drafting.is_off``).
     """
 
     device: int | None = None

@@ -23,8 +23,12 @@ docs/validation.md records predicted versus measured step times on the H200.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tracekit.categories import LEVERS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tracekit.analyses.drafting import VerifyCost
 
 # Per-node cost of graph replay (µs) when no device profile is given. Calibrated on the H200 with
 # sample_traces/synthetic-eager (busy 0.912 ms, 227 launches per step) against the unprofiled
@@ -108,9 +112,8 @@ class StepFacts:
     link: str | None = None  # "NVLink 4: 450 GB/s per direction" (the GPU table's link)
     longest_between: dict | None = None  # the largest between-steps gap (gaps.largest entry)
     longest_in_step: dict | None = None  # the largest gap inside a step (gaps.largest entry)
-    verify_ms: float | None = None  # speculative steps: wall span of the target (verify) forward, traced
-    verify_busy_ms: float | None = None  # its GPU work (what scales with tokens; its launch gaps do not)
-    token_factor: float | None = None  # cost of a K+1-token forward over a 1-token one (the draft's own)
+    verify: VerifyCost | None = None  # speculative steps: the target (verify) forward (tracekit.analyses.drafting)
+    draft_evidence: tuple = ()  # advice.drafting.evidence: what the detection rests on
 
 
 def pct(x: float) -> str:
@@ -252,36 +255,28 @@ def communication_lever(f: StepFacts) -> Lever:
 
 
 def drafting_lever(f: StepFacts) -> Lever:
+    """What speculative decoding costs per step and, with an accept length, tokens/s with and without it.
+    Without an accept length the saving is unknown (``max_saving_ms`` null, extension key ``missing_flag``
+    naming the flag that resolves it)."""
+    from tracekit.analyses.drafting import NOT_DETECTED_VERDICT, OFF_EVIDENCE
+
     draft = f.per_step_ms.get("drafting")
-    det = {"detection": f.draft_detection}
+    det = {"detection": f.draft_detection, "evidence": list(f.draft_evidence)}
     if draft is None:
         return _lever(f, False, None, "drafting cannot be measured: graph work has no per-kernel rows", **det)
+    if OFF_EVIDENCE in f.draft_evidence:
+        return _lever(f, False, None, f"drafting not detected: {OFF_EVIDENCE}", **det)
     if f.draft_detection == "not_detected" or draft <= 0:
-        return _lever(f, False, None, "drafting not detected: no draft ranges, no recognisable draft graph and no "
-                                      "speculative kernels (pass --draft-range REGEX if the trace marks them)", **det)
+        return _lever(f, False, None, NOT_DETECTED_VERDICT, **det)
     # The draft phase costs its wall time on the GPU timeline, launch gaps between its kernels included.
     phase = max(draft, min(f.draft_phase_ms, f.traced_ms))
-    scale = f.reference_ms / f.traced_ms if f.traced_ms else 1.0
     how = {"ranges": "draft ranges", "structure": "the step's structure", "kernels": "speculative kernels"}[
         f.draft_detection]
     verdict = (f"the draft phase takes {phase:.3f} ms of the traced step ({pct(phase / f.traced_ms)}; found from "
                f"{how})")
     if phase > draft * 1.05:
         verdict += f", {draft:.3f} ms of it GPU work"
-    # Without speculation a step is one target forward over one token per sequence, plus the host time between
-    # steps: the verify forward's GPU work re-costed at one token (by the draft model's own K+1- against 1-token
-    # forward where the step has both) — its launch gaps stay as they are — on the reference's time base.
-    if f.verify_ms:
-        factor = f.token_factor or 1.0
-        busy = f.verify_busy_ms if f.verify_busy_ms is not None else f.verify_ms
-        plain = (f.verify_ms - busy * (1 - 1 / factor) + f.gaps.get("between_steps", 0.0)) * scale
-        basis = (f"the verify forward ({f.verify_ms:.3f} ms traced, {busy:.3f} ms of it GPU work) with its GPU work "
-                 f"re-costed at one token (÷{factor:.2f}, the draft model's own K+1- against 1-token forward)"
-                 if f.token_factor else
-                 f"the verify forward ({f.verify_ms:.3f} ms traced) kept at K+1 tokens: an upper bound")
-    else:
-        plain = (f.traced_ms - phase) * scale
-        basis = "the step without its draft phase, verify forward kept at K+1 tokens: an upper bound"
+    plain, basis = _plain_step(f, phase)
     acc = f.accept_len
     if acc:
         spec_tps = acc * f.tokens_per_step / f.reference_ms * 1000
@@ -295,10 +290,46 @@ def drafting_lever(f: StepFacts) -> Lever:
         return Lever(applicable=True, predicted_step_ms=plain, max_saving_ms=saving,
                      max_saving_fraction=saving / f.reference_ms if f.reference_ms else None, verdict=verdict,
                      extra=det)
-    verdict += (f"; without speculation a step would take ≈{plain:.3f} ms ({basis}); pass --accept-len to compare "
-                "tokens/s with and without speculation")
+    verdict += (f"; without speculation a step would take ≈{plain:.3f} ms ({basis}); saving unknown: pass "
+                "--accept-len X (mean tokens accepted per step, the bonus token included) to compare tokens/s with "
+                "and without speculation")
     return Lever(applicable=True, predicted_step_ms=plain, max_saving_ms=None, max_saving_fraction=None,
-                 verdict=verdict, extra=det)
+                 verdict=verdict, extra={**det, "missing_flag": "--accept-len"})
+
+
+def _plain_step(f: StepFacts, phase: float) -> tuple[float, str]:
+    """The predicted step without speculation and its basis (a phrase for the verdict).
+
+    Without speculation a step is one target forward over one token per sequence, plus the host time between
+    steps: the verify forward with its GPU work re-costed at one token (by the draft model's own (K+1)- against
+    1-token forward where the step has both) — its launch gaps stay as they are. With an unprofiled step (flag or
+    manifest) that traced figure is scaled to it; without one, the gaps the profiler's per-node tracing adds inside
+    the verify forward's CUDA graphs are taken out (re-costed at the unprofiled per-node gap) and the host gaps stay
+    as traced: at most. Without a verify forward (no draft model visible in the steps): the step without its draft
+    phase, an upper bound."""
+    from tracekit.analyses.drafting import UNPROFILED_NODE_GAP_US
+
+    scale = f.reference_ms / f.traced_ms if f.traced_ms else 1.0
+    v = f.verify
+    if not v:
+        return (f.traced_ms - phase) * scale, "the step without its draft phase, verify forward kept at K+1 tokens: an upper bound"
+    factor = v.token_factor or 1.0
+    recost = v.busy_ms * (1 - 1 / factor)
+    between = f.gaps.get("between_steps", 0.0)
+    basis = (f"the verify forward ({v.verify_ms:.3f} ms traced, {v.busy_ms:.3f} ms of it GPU work) with its GPU work "
+             f"re-costed at one token (÷{factor:.2f}, the draft model's own (K+1)- against 1-token forward)"
+             if v.token_factor else
+             f"the verify forward ({v.verify_ms:.3f} ms traced) kept at K+1 tokens (no draft forward over K+1 tokens "
+             "to measure one against): an upper bound")
+    if f.reference_source:
+        return ((v.verify_ms - recost + between) * scale,
+                f"{basis}, plus the host time between steps, scaled to the unprofiled step")
+    fix = max(0.0, v.graph_gap_ms - v.unprofiled_graph_gap_ms)
+    if fix > 0:
+        basis += (f"; its {v.graph_nodes:.0f} graph nodes' gaps at {UNPROFILED_NODE_GAP_US:g} µs each unprofiled "
+                  f"instead of the traced {1e3 * v.graph_gap_ms / v.graph_nodes:.2f} µs")
+    return (v.verify_ms - recost - fix + between,
+            f"{basis}; host gaps and the time between steps as traced (no unprofiled time): at most")
 
 
 def memory_lever(f: StepFacts) -> Lever:
@@ -344,7 +375,8 @@ def memory_lever(f: StepFacts) -> Lever:
 def not_decode(f: StepFacts) -> Advice:
     why = (f"{f.phase} steps: decode advice does not apply (the split above still holds; pass --phase decode to "
            "analyse the decode steps)")
-    extra = {"drafting": {"detection": f.draft_detection}, "communication": _comm_measures(f)}
+    extra = {"drafting": {"detection": f.draft_detection, "evidence": list(f.draft_evidence)},
+             "communication": _comm_measures(f)}
     levers = {k: Lever(False, None, None, None, why, extra.get(k, {})) for k in ALL_LEVERS}
     return Advice(levers=levers, ranked=())
 

@@ -56,6 +56,7 @@ class Attribution:
     lost_steps: tuple[int, ...]  # windows whose graph launches' work was never recorded
     n_bad: int  # activities dropped because they end before they start
     warnings: tuple[str, ...]
+    draft_evidence: tuple[str, ...] = ()  # advice.drafting.evidence: what the detection rests on
 
 
 def devices_with_activity(trace: Trace) -> list[int]:
@@ -256,7 +257,9 @@ def _lost_graph_steps(trace: Trace, windows: pl.DataFrame, by: list[str]) -> pl.
 
 def _draft_windows(trace: Trace, draft_range: str | None) -> pl.DataFrame:
     """Disjoint draft windows per thread (nested draft ranges merged into their outermost)."""
-    if not draft_range:
+    from tracekit.analyses.drafting import is_off
+
+    if not draft_range or is_off(draft_range):
         return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64,
                                     "draft": pl.Int64})
     from tracekit.intervals import merge
@@ -270,12 +273,26 @@ def _draft_windows(trace: Trace, draft_range: str | None) -> pl.DataFrame:
 
 
 
+def _range_evidence(trace: Trace, draft_range: str, acts: pl.DataFrame, limit: int = 3) -> str:
+    """The draft ranges that matched, for ``advice.drafting.evidence``: their names (most frequent first) and
+    counts, and how much GPU work was launched inside them."""
+    names = (select_ranges(trace.ranges, draft_range).group_by(pl.col("name").cast(pl.String)).len()
+             .sort(["len", "name"], descending=[True, False]))
+    listed = ", ".join(f"{n[:60]!r} x{c}" for n, c in names.head(limit).iter_rows())
+    more = f" and {names.height - limit} more names" if names.height > limit else ""
+    inside = acts.filter(pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec"))
+    steps = inside["step"].drop_nulls().n_unique()
+    return (f"draft ranges matching --draft-range '{draft_range}': {listed}{more}; "
+            f"{inside.height} GPU activities launched inside them, in {steps} steps")
+
+
 def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
               device: int | None = None, rules=None, detect_structure: bool = True) -> Attribution:
     """Attribute every GPU activity of ``device`` (default: the busiest GPU) to its step and draft phase.
 
     Without draft ranges, drafting is found from the steps' structure (``tracekit.analyses.drafting``);
-    ``detect_structure=False`` leaves it to the speculative kernels' names alone.
+    ``detect_structure=False`` leaves it to the speculative kernels' names alone; ``draft_range="none"`` turns
+    drafting detection off (no ranges, no structure, and the speculative kernels count as ``other``).
 
     Raises :class:`~tracekit.errors.NoGpuActivity` or :class:`~tracekit.errors.NoSteps` (user errors)."""
     if not trace.has_gpu_activity:
@@ -319,20 +336,33 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
             step_by = ("pid",)
             warnings.append("step ranges are not on the launching threads: GPU work attributed to the step open "
                             "in the same process instead")
-    from tracekit.analyses.drafting import detect_drafting
+    from tracekit.analyses.drafting import OFF_EVIDENCE, detect_drafting, is_off, spec_kernel_evidence
     from tracekit.analyses.phase import step_phases
 
     phases = step_phases(trace, steps.windows, acts)
     drafted = None
+    evidence: tuple[str, ...] = ()
     if dw.height:
         acts = acts.with_columns(draft=draft_of.gather(launch))
         drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
     else:
         acts = acts.with_columns(draft=pl.lit(None, pl.Int64))
-    if drafted is not None and bool(acts.select(drafted.any()).item()):
-        detection = "ranges"
+    no_ranges = ("no --draft-range given" if not draft_range else
+                 f"{dw.height} ranges match --draft-range '{draft_range}' but no GPU work was launched inside them"
+                 if dw.height else f"no range matches --draft-range '{draft_range}'")
+    if is_off(draft_range):
+        # turned off: no ranges, no structure, and the kernels that are drafting by name count as other
+        detection, evidence = "not_detected", (OFF_EVIDENCE,)
+        by_name = pl.col("category") == "drafting"
+        acts = acts.with_columns(
+            category=pl.when(by_name).then(pl.lit("other", CATEGORY_ENUM)).otherwise(pl.col("category")),
+            prio=pl.when(by_name).then(pl.lit(_PRIO["other"], pl.Int32)).otherwise(pl.col("prio")))
+    elif drafted is not None and bool(acts.select(drafted.any()).item()):
+        detection, evidence = "ranges", (_range_evidence(trace, draft_range, acts),)
     elif not detect_structure:
-        detection = "kernels" if bool((acts["category"] == "drafting").any()) else "not_detected"
+        ks = spec_kernel_evidence(acts.filter(pl.col("step").is_not_null()))
+        detection = "kernels" if ks else "not_detected"
+        evidence = (ks,) if ks else (no_ranges, "structure not looked at")
     else:
         # No draft ranges: the draft forwards found from the steps' structure (or the speculative kernels).
         # (only the columns it reads, then the filter: filtering every column of ten million rows cost ~1 s)
@@ -341,6 +371,7 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
             in_steps = in_steps.filter(pl.col("step").is_not_null())
         ids, info = detect_drafting(in_steps.drop("_row"), phases=phases)
         detection = info.detection
+        evidence = info.evidence if detection == "structure" else (no_ranges, *info.evidence)
         if info.warning and detection != "not_detected":
             warnings.append(info.warning)
         if ids.null_count() < ids.len():
@@ -363,4 +394,5 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     lost = _lost_graph_steps(trace, steps.windows, list(step_by))
     return Attribution(device=dev, steps=steps, activities=acts, launches=work, step_by=step_by,
                        draft_detection=detection, phases=phases, graph_mode=graph_mode,
-                       lost_steps=tuple(int(s) for s in lost.to_list()), n_bad=n_bad, warnings=tuple(warnings))
+                       lost_steps=tuple(int(s) for s in lost.to_list()), n_bad=n_bad, warnings=tuple(warnings),
+                       draft_evidence=evidence)

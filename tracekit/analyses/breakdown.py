@@ -268,11 +268,11 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     link = (f"{spec_gpu.link_bw_gbps:,.0f} GB/s per direction over {spec_gpu.link}"
             if spec_gpu and spec_gpu.link_bw_gbps else None)
     between = [x for x in st.largest if x["cause"] == "between_steps"]
-    verify_ms = verify_busy_ms = token_factor = None
+    verify = None
     if fwds is not None:
         from tracekit.analyses.drafting import verify_costs
 
-        verify_ms, verify_busy_ms, token_factor = verify_costs(fwds)
+        verify = verify_costs(fwds)
     facts = StepFacts(
         traced_ms=traced, reference_ms=tb.reference_step_ms, reference_source=tb.unprofiled_source,
         upper_bounds=upper, per_step_ms=per_step_ms, kernel_ms=kernel_ms,
@@ -281,6 +281,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         graph_launches_per_step=float(table["n_graph_launches"].fill_null(0).mean()),
         kernels_per_step=float(table["n_kernels"].mean()),
         draft_phase_ms=float(table["draft_span"].mean()) / 1e6, draft_detection=attr.draft_detection,
+        draft_evidence=attr.draft_evidence,
         phase=st.phase, decode_advice=st.decode_advice, replay_gap_us=gap, accept_len=acc, tokens_per_step=float(batch),
         floor_ms=roof["floor_ms"], gemm_achieved_bw_gbps=roof["gemm_achieved_bw_gbps"], peak_bw_gbps=bw,
         kv_bytes_per_step=roof["kv_bytes_per_step"], weight_bytes_per_step=roof["weight_bytes_per_step"],
@@ -288,8 +289,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         attention_achieved_bw_gbps=roof["attention_achieved_bw_gbps"],
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
         collectives=tuple(comm_rows), hidden_comm_ms=hidden_communication(acts), link=link,
-        longest_between=between[0] if between else None, verify_ms=verify_ms, verify_busy_ms=verify_busy_ms,
-        token_factor=token_factor,
+        longest_between=between[0] if between else None, verify=verify,
         longest_in_step=next((x for x in st.largest if x["cause"] != "between_steps"), None))
     advice = advise(facts)
     head = headline(tb, per_step_ms, gaps, advice, roof, st.phase, busy_ms, upper, st.decode_advice)

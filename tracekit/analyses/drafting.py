@@ -1,4 +1,4 @@
-"""Drafting found by structure when a trace has no draft ranges (contract: Attribution, ``advice.drafting.detection``).
+"""Drafting found by structure when a trace has no draft ranges (contract: Attribution, ``advice.drafting``).
 
 A decode step produces its tokens with ONE forward of the target model, ended by sampling (an argmax, a top-k, a
 sampling kernel). A speculative step runs more token-producing forwards: K draft forwards (EAGLE/MTP/a small draft
@@ -12,13 +12,23 @@ verify forward over K+1 tokens, and, in SGLang, a draft-extend forward. So:
    forward's.
 2. The *target* forward of a step is the one with the most GEMM time (an MTP layer has the target's own shapes,
    but one layer against the target's N: shapes alone cannot tell them apart, GEMM time per forward can).
-3. A step with two or more forwards is speculative; every forward but the target's is drafting (graph-replayed or
-   eager alike), and the speculative kernels of the taxonomy (tree building, verify sampling, bookkeeping:
-   category ``drafting`` by name) count as well.
+3. A step is speculative only on *positive evidence of a draft model distinct from the target* (contract,
+   "Drafting by structure needs positive evidence"): besides the target forward it runs at least
+   :data:`MIN_DRAFT_FORWARDS` forwards of one smaller model — each with at most 1/:data:`TARGET_RATIO` of the
+   target forward's layers (attention kernels) and GEMMs, their GEMM counts within :data:`DRAFT_SPREAD` of each
+   other (one model run again), and all of them together no more layers than the target forward. A cut that is
+   no draft model fails it: an MoE router's or an adapter's top-k taken for sampling cuts the target into
+   one-layer pieces (dozens a step, together far more layers than the "target"), a piecewise graph's pieces or a
+   second stream's kernels are no forward of their own, and sampling kernels alone are no forward at all.
+4. In the speculative steps every forward but the target's is drafting (graph-replayed or eager alike), and the
+   speculative kernels of the taxonomy (tree building, verify sampling, bookkeeping: category ``drafting`` by
+   name) count as well.
 
 ``detection`` (contract): ``ranges`` when draft ranges matched (the caller's; ranges win), ``structure`` when at
-least :data:`MIN_SPEC_SHARE` of the steps have draft forwards, ``kernels`` when only speculative kernels were found,
-``not_detected`` otherwise: then the verdict says *drafting not detected*, never *no drafting*.
+least :data:`MIN_SPEC_SHARE` of the steps show a draft model, ``kernels`` when only speculative kernels were found,
+``not_detected`` otherwise: then the verdict says *drafting not detected*, never *no drafting*. ``evidence`` lists
+the facts the detection rests on (or what was looked for and not found). ``--draft-range none`` turns detection
+off (:func:`is_off`): ``not_detected`` with evidence saying so.
 """
 
 from __future__ import annotations
@@ -35,27 +45,113 @@ from tracekit.analyses.phase import name_matches
 SAMPLING_KERNELS = r"ArgMaxOps|ArgMinOps|(?i:argmax)|SamplingFrom(Prob|Logits)|sampleMultinomial|TopPRenormProb"
 TOPK_KERNELS = r"gatherTopK|(?i:topk|top_k)|RadixTopK|(sb|mb)topk::|\bMaxOps<"
 MOE_ROUTING = r"(?i)routing|gating|moe|expert|_topk_forward|topk_sum_and_topk_idx|topk_softmax"
+# Adapter GEMMs (LoRA shrink/expand: SGLang's _sgemm_lora_a/_b, punica's sgmv/bgmv): tiny, several per layer; left
+# out of the step's median GEMM, which they would pull down until a layer's o_proj looks like an lm_head.
+ADAPTER_GEMMS = r"(?i)lora|sgmv|bgmv|punica"
 # A top-k samples tokens when the largest GEMM since the last attention kernel (the lm_head, after the last
 # layer) is at least this many times the step's median GEMM: an lm_head reads vocab x hidden weights, several
 # times a layer's GEMM; a MoE router's GEMM before its top-k is a small one (0.7-1.4x on the traces here).
 LM_HEAD_RATIO = 2.0
-MIN_SPEC_SHARE = 0.5  # share of steps with draft forwards from which drafting is found by structure
+MIN_SPEC_SHARE = 0.5  # share of steps showing a draft model from which drafting is found by structure
+# Positive evidence of a draft model (module docstring, 3.): a draft forward has at most 1/TARGET_RATIO of the
+# target forward's attention kernels and GEMMs (an MTP/EAGLE layer: 1 of 24-61; HF's 2-layer draft: 2 of 24);
+# the draft model runs at least MIN_DRAFT_FORWARDS times a step (K >= 1 draft forwards + SGLang's draft-extend,
+# or K >= 2), its forwards' GEMM counts within DRAFT_SPREAD of each other (the (K+1)-token draft-extend may
+# split a GEMM differently: a split-K reduce more or less).
+TARGET_RATIO = 2
+MIN_DRAFT_FORWARDS = 2
+DRAFT_SPREAD = 1.5
 
 DETECTIONS = ("ranges", "structure", "kernels", "not_detected")
+OFF = "none"  # --draft-range none: no draft ranges, no structure, no speculative kernels
+OFF_EVIDENCE = "drafting detection turned off by --draft-range none"
 NOT_DETECTED_VERDICT = ("drafting not detected: no draft ranges, no recognisable draft forward or graph and no "
                         "speculative kernels (pass --draft-range REGEX if the trace marks the draft phase)")
+SPEC_KERNELS_ABSENT = "no speculative-decoding kernels by name (tree building, verify sampling, draft bookkeeping)"
 
 
-@dataclass
+def is_off(draft_range: str | None) -> bool:
+    """``--draft-range none``: drafting detection turned off (no ranges, no structure, no speculative kernels).
+
+    >>> is_off("none"), is_off("None"), is_off(r"(?i)\bdraft"), is_off(None)
+    (True, True, False, False)
+    """
+    return isinstance(draft_range, str) and draft_range.strip().lower() == OFF
+
+
+@dataclass(frozen=True)
 class Drafting:
     """What :func:`detect_drafting` found."""
 
     detection: str  # ranges | structure | kernels | not_detected
-    spec_steps: int  # steps with draft forwards (structure)
+    spec_steps: int  # steps showing a draft model (structure)
     steps: int  # steps looked at
     forwards_per_step: float | None  # median token-producing forwards per speculative step
     draft_forwards_per_step: float | None  # median draft forwards per speculative step
     warning: str | None  # one line naming the method (None for ranges)
+    evidence: tuple[str, ...] = ()  # the facts the detection rests on, or what was looked for and not found
+
+
+def _forward_parts(acts: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`forwards`' rows, and one row per forward: ``step``, ``fwd``, ``gemm_ns``, ``n_gemm``, ``n_attn``
+    (GEMM time, GEMM and attention kernels of its forward pieces), ``target``, ``n_fwd``."""
+    names = acts["name"]
+    strong = name_matches(names, SAMPLING_KERNELS)
+    topk = name_matches(names, TOPK_KERNELS) & ~name_matches(names, MOE_ROUTING)
+    adapter = name_matches(names, ADAPTER_GEMMS)
+    order = None
+    step = acts["step"].cast(pl.Int64)
+    if not step.is_sorted():  # (steps one after the other in start order: the usual case, no sort)
+        order = pl.DataFrame({"s": step}).with_row_index("i").sort("s", "i")["i"]  # (stable)
+        acts, strong, topk, adapter, step = (x.gather(order) if isinstance(x, pl.Series) else x[order]
+                                             for x in (acts, strong, topk, adapter, step))
+    cat = acts["category"]  # (Enum or String: compared with text either way, no cast of every row)
+    kernel = acts["kind"] == "kernel"
+    is_gemm = (cat == "gemm") & kernel
+    df = pl.DataFrame({"step": step, "dur": acts["dur"], "strong": strong & kernel, "topk": topk & kernel,
+                       "gemm": is_gemm.cast(pl.Int64) * acts["dur"], "is_gemm": is_gemm,
+                       "attn": (cat == "attention") & kernel, "adapter": adapter})
+    new_step = pl.col("step") != pl.col("step").shift(1)
+    # The largest GEMM since the last attention kernel of the step, at each row: a running max within groups
+    # (group = attention kernels and step starts, numbered in order) as one cum_max of group * 2^40 + duration.
+    big = 1 << 40
+    df = df.with_columns(g=(pl.col("attn") | new_step.fill_null(True)).cast(pl.Int64).cum_sum())
+    df = df.with_columns(tail=(pl.col("g") * big + pl.col("gemm").clip(0, big - 1)).cum_max() - pl.col("g") * big)
+    med = (df.filter((pl.col("gemm") > 0) & ~pl.col("adapter")).group_by("step").agg(med=pl.col("gemm").median()))
+    df = df.join(med, on="step", how="left", maintain_order="left")
+    df = df.with_columns(samp=pl.col("strong") | (pl.col("topk") & (pl.col("tail") >= LM_HEAD_RATIO * pl.col("med"))
+                                                  .fill_null(False)))
+    # pieces, numbered over the whole frame: a piece ends with its sampling kernel or its step
+    # (a run of sampling kernels, e.g. the several kernels of one radix top-k, ends ONE piece: the cut comes after
+    # its last kernel)
+    cut = pl.col("samp").shift(1, fill_value=False) & ~pl.col("samp")
+    df = df.with_columns(piece=(cut | new_step.fill_null(True)).cast(pl.Int64).cum_sum() - 1)
+    pieces = df.group_by("piece", maintain_order=True).agg(
+        step=pl.col("step").first(), g=pl.col("gemm").sum(), ng=pl.col("is_gemm").sum(), na=pl.col("attn").sum(),
+        s=pl.col("samp").any())
+    pieces = pieces.with_columns(is_fwd=(pl.col("g") > 0) & (pl.col("na") > 0) & pl.col("s"))
+    # forward number of each forward piece within its step; glue pieces join the next forward of their step
+    pieces = pieces.with_columns(fwd_here=pl.when(pl.col("is_fwd")).then(
+        pl.col("is_fwd").cast(pl.Int64).cum_sum().over("step") - 1))
+    # a piece of sampling kernels alone (a multi-kernel top-k split by its memsets) is the tail of the forward
+    # before it; other glue (copies, tree building) belongs to the forward after it
+    tail = pl.col("s") & ~pl.col("is_fwd")
+    pieces = pieces.with_columns(fwd=pl.when(tail).then(pl.col("fwd_here").forward_fill().over("step"))
+                                 .otherwise(pl.col("fwd_here").backward_fill().over("step")))
+    per_fwd = pieces.filter(pl.col("is_fwd")).group_by("step", "fwd", maintain_order=True).agg(
+        gemm_ns=pl.col("g").sum(), n_gemm=pl.col("ng").sum(), n_attn=pl.col("na").sum())
+    per_fwd = per_fwd.with_columns(
+        target=(pl.col("gemm_ns") == pl.col("gemm_ns").max().over("step"))
+        & (pl.col("fwd") == pl.col("fwd").filter(pl.col("gemm_ns") == pl.col("gemm_ns").max()).min().over("step")),
+        n_fwd=pl.len().over("step"))
+    pieces = pieces.join(per_fwd.select("step", "fwd", "gemm_ns", "target", "n_fwd"), on=["step", "fwd"],
+                         how="left", maintain_order="left")
+    # back to rows: piece ids are 0..n-1 in order, so a gather
+    out = pieces.select("step", "fwd", is_forward_piece="is_fwd", gemm_ns="gemm_ns", target="target",
+                        n_fwd=pl.col("n_fwd").fill_null(0).cast(pl.Int64))[df["piece"]]
+    if order is not None:
+        out = out[order.arg_sort()]
+    return out, per_fwd
 
 
 def forwards(acts: pl.DataFrame) -> pl.DataFrame:
@@ -67,57 +163,46 @@ def forwards(acts: pl.DataFrame) -> pl.DataFrame:
     ``is_forward_piece`` and ``gemm_ns`` (the GEMM time of its forward), ``target`` (its forward is the step's
     target forward), ``n_fwd`` (forwards in its step).
     """
-    names = acts["name"]
-    strong = name_matches(names, SAMPLING_KERNELS)
-    topk = name_matches(names, TOPK_KERNELS) & ~name_matches(names, MOE_ROUTING)
-    order = None
-    step = acts["step"].cast(pl.Int64)
-    if not step.is_sorted():  # (steps one after the other in start order: the usual case, no sort)
-        order = pl.DataFrame({"s": step}).with_row_index("i").sort("s", "i")["i"]  # (stable)
-        acts, strong, topk, step = (x.gather(order) if isinstance(x, pl.Series) else x[order]
-                                    for x in (acts, strong, topk, step))
-    cat = acts["category"]  # (Enum or String: compared with text either way, no cast of every row)
-    kernel = acts["kind"] == "kernel"
-    df = pl.DataFrame({"step": step, "dur": acts["dur"], "strong": strong & kernel, "topk": topk & kernel,
-                       "gemm": (cat == "gemm").cast(pl.Int64) * acts["dur"], "attn": cat == "attention"})
-    new_step = pl.col("step") != pl.col("step").shift(1)
-    # The largest GEMM since the last attention kernel of the step, at each row: a running max within groups
-    # (group = attention kernels and step starts, numbered in order) as one cum_max of group * 2^40 + duration.
-    big = 1 << 40
-    df = df.with_columns(g=(pl.col("attn") | new_step.fill_null(True)).cast(pl.Int64).cum_sum())
-    df = df.with_columns(tail=(pl.col("g") * big + pl.col("gemm").clip(0, big - 1)).cum_max() - pl.col("g") * big)
-    med = (df.filter(pl.col("gemm") > 0).group_by("step").agg(med=pl.col("gemm").median()))
-    df = df.join(med, on="step", how="left", maintain_order="left")
-    df = df.with_columns(samp=pl.col("strong") | (pl.col("topk") & (pl.col("tail") >= LM_HEAD_RATIO * pl.col("med"))
-                                                  .fill_null(False)))
-    # pieces, numbered over the whole frame: a piece ends with its sampling kernel or its step
-    # (a run of sampling kernels, e.g. the several kernels of one radix top-k, ends ONE piece: the cut comes after
-    # its last kernel)
-    cut = pl.col("samp").shift(1, fill_value=False) & ~pl.col("samp")
-    df = df.with_columns(piece=(cut | new_step.fill_null(True)).cast(pl.Int64).cum_sum() - 1)
-    pieces = df.group_by("piece", maintain_order=True).agg(step=pl.col("step").first(), g=pl.col("gemm").sum(),
-                                                           a=pl.col("attn").any(), s=pl.col("samp").any())
-    pieces = pieces.with_columns(is_fwd=(pl.col("g") > 0) & pl.col("a") & pl.col("s"))
-    # forward number of each forward piece within its step; glue pieces join the next forward of their step
-    pieces = pieces.with_columns(fwd_here=pl.when(pl.col("is_fwd")).then(
-        pl.col("is_fwd").cast(pl.Int64).cum_sum().over("step") - 1))
-    # a piece of sampling kernels alone (a multi-kernel top-k split by its memsets) is the tail of the forward
-    # before it; other glue (copies, tree building) belongs to the forward after it
-    tail = pl.col("s") & ~pl.col("is_fwd")
-    pieces = pieces.with_columns(fwd=pl.when(tail).then(pl.col("fwd_here").forward_fill().over("step"))
-                                 .otherwise(pl.col("fwd_here").backward_fill().over("step")))
-    per_fwd = pieces.filter(pl.col("is_fwd")).group_by("step", "fwd").agg(gemm_ns=pl.col("g").sum())
-    per_fwd = per_fwd.with_columns(
-        target=(pl.col("gemm_ns") == pl.col("gemm_ns").max().over("step"))
-        & (pl.col("fwd") == pl.col("fwd").filter(pl.col("gemm_ns") == pl.col("gemm_ns").max()).min().over("step")),
-        n_fwd=pl.len().over("step"))
-    pieces = pieces.join(per_fwd, on=["step", "fwd"], how="left", maintain_order="left")
-    # back to rows: piece ids are 0..n-1 in order, so a gather
-    out = pieces.select("step", "fwd", is_forward_piece="is_fwd", gemm_ns="gemm_ns", target="target",
-                        n_fwd=pl.col("n_fwd").fill_null(0).cast(pl.Int64))[df["piece"]]
-    if order is not None:
-        out = out[order.arg_sort()]
-    return out
+    return _forward_parts(acts)[0]
+
+
+def draft_model_steps(per_fwd: pl.DataFrame) -> pl.DataFrame:
+    """Per step with two or more forwards (``per_fwd``: :func:`_forward_parts`' table), the shape of the forwards
+    besides the target's and whether they show a draft model (module docstring, 3.): ``step``, ``n_draft``,
+    ``before`` (those before the target forward), ``d_attn`` / ``d_gemm`` (the largest draft forward's attention
+    kernels and GEMMs), ``d_attn_sum``, ``d_gemm_min``, ``t_attn`` / ``t_gemm`` (the target forward's), ``spec``."""
+    t = per_fwd.filter(pl.col("target")).select("step", t_fwd="fwd", t_attn="n_attn", t_gemm="n_gemm")
+    d = per_fwd.filter(~pl.col("target")).join(t, on="step")
+    per = d.group_by("step").agg(
+        n_draft=pl.len(), before=(pl.col("fwd") < pl.col("t_fwd")).sum(), d_attn=pl.col("n_attn").max(),
+        d_attn_sum=pl.col("n_attn").sum(), d_gemm=pl.col("n_gemm").max(), d_gemm_min=pl.col("n_gemm").min(),
+        t_attn=pl.col("t_attn").first(), t_gemm=pl.col("t_gemm").first())
+    return per.with_columns(spec=(pl.col("n_draft") >= MIN_DRAFT_FORWARDS)
+                            & (pl.col("t_attn") >= TARGET_RATIO * pl.col("d_attn"))
+                            & (pl.col("t_gemm") >= TARGET_RATIO * pl.col("d_gemm"))
+                            & (pl.col("d_attn_sum") <= pl.col("t_attn"))
+                            & (pl.col("d_gemm") <= DRAFT_SPREAD * pl.col("d_gemm_min"))).sort("step")
+
+
+def _n(x: float, one: str, many: str | None = None) -> str:
+    """``3 forwards``, ``1 forward``.
+
+    >>> _n(3, "forward"), _n(1.0, "layer"), _n(2.5, "GEMM")
+    ('3 forwards', '1 layer', '2.5 GEMMs')
+    """
+    return f"{x:g} {one if x == 1 else (many or one + 's')}"
+
+
+def spec_kernel_evidence(acts: pl.DataFrame, limit: int = 3) -> str | None:
+    """The speculative-decoding kernels by name in ``acts`` (category ``drafting`` by name), the most frequent
+    first with their counts, e.g. ``"speculative-decoding kernels by name: build_tree_efficient x16"``."""
+    k = acts.filter((pl.col("category") == "drafting") & (pl.col("kind") == "kernel"))
+    if k.height == 0:
+        return None
+    top = (k.group_by(pl.col("name").cast(pl.String)).len().sort(["len", "name"], descending=[True, False]))
+    names = ", ".join(f"{n[:60]} x{c}" for n, c in top.head(limit).iter_rows())
+    more = f" and {top.height - limit} more" if top.height > limit else ""
+    return f"speculative-decoding kernels by name: {names}{more} ({k.height} kernels in the analysed steps)"
 
 
 def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
@@ -138,8 +223,8 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
     if ranges_found:
         return none, Drafting("ranges", 0, steps, None, None, None)
     if acts.height == 0:
-        return none, Drafting("not_detected", 0, 0, None, None, None)
-    by_name = int((acts["category"] == "drafting").sum())
+        return none, Drafting("not_detected", 0, 0, None, None, NOT_DETECTED_VERDICT,
+                              ("no GPU activity in the analysed steps",))
     ok = None
     if phases is not None:
         ok = phases.filter(pl.col("phase").is_in(["decode", "unknown"]))["step"].cast(pl.Int64).implode()
@@ -153,49 +238,112 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
     two = acts.select(pl.col("step").cast(pl.Int64)).filter(samp).group_by("step").len().filter(pl.col("len") >= 2)
     if ok is not None:
         two = two.filter(pl.col("step").is_in(ok))
-    if not (steps and two.height >= MIN_SPEC_SHARE * steps):
-        return none, _not_structure(by_name, steps, None)
-    f = forwards(acts)
+    if not steps:
+        return none, _not_structure(acts, steps, None, (
+            "no decode step to look at (every step is a prefill or training step)",))
+    if two.height < MIN_SPEC_SHARE * steps:
+        return none, _not_structure(acts, steps, None, (
+            f"no second token-producing forward: {two.height} of {steps} steps hold two or more sampling or "
+            "top-k kernels",))
+    rows, per_fwd = _forward_parts(acts)
     if ok is not None:
-        f = f.with_columns(n_fwd=pl.when(pl.col("step").is_in(ok)).then(pl.col("n_fwd")).otherwise(0))
-    per_step = f.group_by("step").agg(n=pl.col("n_fwd").first())
-    spec = per_step.filter(pl.col("n") >= 2)
+        per_fwd = per_fwd.filter(pl.col("step").is_in(ok))
+    per = draft_model_steps(per_fwd)
+    spec = per.filter(pl.col("spec"))
     if steps and spec.height >= MIN_SPEC_SHARE * steps:
-        is_draft = f["is_forward_piece"].is_not_null() & f["fwd"].is_not_null() & ~f["target"].fill_null(True) \
-            & (f["n_fwd"] >= 2)
-        key = f.select(pl.when(is_draft).then(pl.struct("step", "fwd")).alias("k"))["k"]
+        in_spec = rows["step"].is_in(spec["step"].implode())
+        is_draft = rows["fwd"].is_not_null() & ~rows["target"].fill_null(True) & in_spec
+        key = rows.select(pl.when(is_draft).then(pl.struct("step", "fwd")).alias("k"))["k"]
         ids = key.to_frame().select(pl.when(pl.col("k").is_not_null()).then(
             pl.col("k").rank("dense").cast(pl.Int64) - 1).alias("draft"))["draft"]
-        n_fwd = float(spec["n"].median())
-        info = Drafting("structure", spec.height, steps, n_fwd, n_fwd - 1, None)
-        info.warning = (f"no draft ranges: drafting found by structure: {spec.height} of {steps} steps run "
-                        f"{n_fwd:g} token-producing forwards, the target's (the most GEMM time) and "
-                        f"{n_fwd - 1:g} draft forward{'s' if n_fwd != 2 else ''}; their GPU work (graph-replayed "
-                        "or eager) counts as drafting")
-        return ids, info
-    return none, _not_structure(by_name, steps, float(per_step["n"].median()) if per_step.height else None)
+        med = {c: float(spec[c].median()) for c in ("n_draft", "before", "d_attn", "d_gemm", "t_attn", "t_gemm")}
+        k, after = med["n_draft"], med["n_draft"] - med["before"]
+        evidence = (
+            f"{spec.height} of {steps} steps run {_n(k, 'draft forward')} besides the target forward: "
+            f"{med['before']:g} before it" + (f" and {after:g} after it" if after else ""),
+            f"the draft forwards are a smaller model: {_n(med['d_attn'], 'layer')} and {_n(med['d_gemm'], 'GEMM')} "
+            f"a forward against the target forward's {_n(med['t_attn'], 'layer')} and {_n(med['t_gemm'], 'GEMM')} "
+            "(layers counted by attention kernels; each forward ends in a sampling or top-k kernel)",
+        )
+        n_fwd = k + 1
+        warning = (f"no draft ranges: drafting found by structure: {spec.height} of {steps} steps run {n_fwd:g} "
+                   f"token-producing forwards, the target's ({_n(med['t_attn'], 'layer')}, the most GEMM time) and "
+                   f"{_n(k, 'draft forward')} of a {med['d_attn']:g}-layer model; their GPU work (graph-replayed "
+                   "or eager) counts as drafting")
+        return ids, Drafting("structure", spec.height, steps, n_fwd, k, warning, evidence)
+    multi = per.height
+    if not multi:
+        return none, _not_structure(acts, steps, 1.0, (
+            f"no second token-producing forward: {two.height} of {steps} steps hold two or more sampling or "
+            "top-k kernels, but no second one ends a forward (a top-k after a small GEMM is an MoE router's, not "
+            "sampling)",))
+    med = {c: float(per[c].median()) for c in ("n_draft", "d_attn", "d_attn_sum", "d_gemm", "t_attn", "t_gemm")}
+    why = (f"no draft model: {multi} of {steps} steps run two or more token-producing forwards, but "
+           f"{'none shows' if spec.height == 0 else f'only {spec.height} show'} a model distinct from the target: "
+           f"besides the heaviest forward ({_n(med['t_attn'], 'layer')}, {_n(med['t_gemm'], 'GEMM')}) they run "
+           f"{_n(med['n_draft'], 'forward')} of up to {_n(med['d_attn'], 'layer')} ({med['d_attn_sum']:g} in all) "
+           f"and {_n(med['d_gemm'], 'GEMM')} (a draft model runs at least {MIN_DRAFT_FORWARDS} forwards a step, "
+           f"each at most 1/{TARGET_RATIO} of the target's layers and GEMMs, all together no more layers than the "
+           "target)")
+    return none, _not_structure(acts, steps, med["n_draft"] + 1, (why,))
 
 
-def _not_structure(by_name: int, steps: int, forwards_per_step: float | None) -> Drafting:
-    """No draft forwards found: drafting is the ``by_name`` speculative kernels, or not detected."""
+def _not_structure(acts: pl.DataFrame, steps: int, forwards_per_step: float | None,
+                   why: tuple[str, ...]) -> Drafting:
+    """No draft model found: drafting is the speculative kernels named by the taxonomy, or not detected."""
+    by_name = spec_kernel_evidence(acts)
     if by_name:
+        n = int(((acts["category"] == "drafting") & (acts["kind"] == "kernel")).sum())
         return Drafting("kernels", 0, steps, None, None,
-                        f"no draft ranges and no draft forwards found: drafting is only the {by_name} "
-                        "speculative-decoding kernels named by the taxonomy (the draft forwards are not in it)")
-    return Drafting("not_detected", 0, steps, forwards_per_step, None, NOT_DETECTED_VERDICT)
+                        f"no draft ranges and no draft forwards found: drafting is only the {n} "
+                        "speculative-decoding kernels named by the taxonomy (the draft forwards are not in it)",
+                        (by_name, *why))
+    return Drafting("not_detected", 0, steps, forwards_per_step, None, NOT_DETECTED_VERDICT,
+                    (*why, SPEC_KERNELS_ABSENT))
+
+
+# The gap between consecutive kernels of one CUDA graph replayed WITHOUT a profiler (H200). Nsight's and the torch
+# profiler's per-node tracing inflate it to ~0.63 us; the unprofiled phase timings of the six spec-*-graph captures
+# (CUDA events around the draft, verify and draft-extend graphs, against the traced kernels of the same graphs)
+# give 0.32-0.41 us (median 0.37): the plain step without an unprofiled time re-costs the verify graph's gaps at it.
+UNPROFILED_NODE_GAP_US = 0.37
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    """The target (verify) forward of the speculative steps (means per step, traced): what the step without
+    speculation keeps of a speculative step (:func:`verify_costs`)."""
+
+    verify_ms: float  # wall span on the GPU timeline, its sampling included
+    busy_ms: float  # GPU time of its work: the part that scales with tokens (launch gaps do not)
+    token_factor: float | None  # a (K+1)-token forward over a 1-token one, the draft model's own; None: no pair
+    graph_nodes: float  # its kernels replayed from a graph right after another node of the same graph launch
+    graph_gap_ms: float  # the traced gaps before those nodes (inflated by per-node tracing)
+
+    @property
+    def unprofiled_graph_gap_ms(self) -> float:
+        """The same nodes' gaps in an unprofiled replay (:data:`UNPROFILED_NODE_GAP_US` each)."""
+        return self.graph_nodes * UNPROFILED_NODE_GAP_US / 1e3
 
 
 def step_forwards(acts: pl.DataFrame) -> pl.DataFrame:
     """The analysed steps' activities with their forward (:func:`forwards`, by name category): ``step``, ``start``,
-    ``end``, ``dur``, ``fwd``, ``target``. Computed once per breakdown for :func:`draft_forward_counts` and
-    :func:`verify_costs`. ``acts``: the analysed steps' activities with ``name_category`` (attribution adds it to
-    speculative traces) or ``category`` by name."""
+    ``end``, ``dur``, ``graphed``, ``launch``, ``fwd``, ``target``; ``target`` is set only in the steps that show a
+    draft model (:func:`draft_model_steps`: null elsewhere, where the heaviest forward may be a piece of one).
+    Computed once per breakdown for :func:`draft_forward_counts` and :func:`verify_costs`. ``acts``: the analysed
+    steps' activities with ``name_category`` (attribution adds it to speculative traces) or ``category`` by name."""
     cat = "name_category" if "name_category" in acts.columns else "category"
-    a = acts.filter(pl.col("step").is_not_null()).select("step", "start", "end", "dur", "name", "kind",
+    extra = [pl.col(c) if c in acts.columns else pl.lit(None, t).alias(c)
+             for c, t in (("graphed", pl.Boolean), ("launch", pl.Int64))]
+    a = acts.filter(pl.col("step").is_not_null()).select("step", "start", "end", "dur", "name", "kind", *extra,
                                                          category=pl.col(cat).cast(pl.String))
+    keep = ("step", "start", "end", "dur", "graphed", "launch")
     if a.height == 0:
-        return a.select("step", "start", "end", "dur", fwd=pl.lit(None, pl.Int64), target=pl.lit(None, pl.Boolean))
-    return a.select("step", "start", "end", "dur").hstack(forwards(a).select("fwd", "target"))
+        return a.select(*keep, fwd=pl.lit(None, pl.Int64), target=pl.lit(None, pl.Boolean))
+    rows, per_fwd = _forward_parts(a)
+    spec = draft_model_steps(per_fwd).filter(pl.col("spec"))["step"].implode()
+    return a.select(*keep).hstack(rows.select("fwd", target=pl.when(pl.col("step").is_in(spec))
+                                              .then(pl.col("target"))))
 
 
 def draft_forward_counts(x: pl.DataFrame) -> tuple[int, int] | None:
@@ -213,22 +361,29 @@ def draft_forward_counts(x: pl.DataFrame) -> tuple[int, int] | None:
     return int(per["n"].median()), int(per["before"].median())
 
 
-def verify_costs(x: pl.DataFrame) -> tuple[float | None, float | None, float | None]:
+def verify_costs(x: pl.DataFrame) -> VerifyCost | None:
     """What the step without speculation would keep of a speculative step, from its forwards
-    (``x``: :func:`step_forwards`): ``(verify_ms, verify_busy_ms, token_factor)``.
+    (``x``: :func:`step_forwards`); None when no step has a target forward.
 
-    ``verify_ms``: the mean wall span of each step's target (verify) forward on the GPU timeline, its sampling
-    included; ``verify_busy_ms``: the GPU time of its work (the part that scales with tokens: the launch gaps of an
-    eager forward do not). ``token_factor``: how much more a forward over K+1 tokens costs than over one, measured
-    on the draft model itself when the step holds both (SGLang's draft-extend forward runs K+1 tokens after the
-    verify, its draft graph one token per forward): GPU time of the draft forward after the target's / the mean of
-    those before it; None when the step has no such pair.
+    ``token_factor``: how much more a forward over K+1 tokens costs than over one, measured on the draft model
+    itself when the step holds both (SGLang's draft-extend forward runs K+1 tokens after the verify, its draft
+    graph one token per forward): GPU time of the draft forward after the target's / the mean of those before it.
+    ``graph_nodes`` / ``graph_gap_ms``: the verify forward's graph-replayed kernels that follow another node of
+    the same graph launch, and the traced gaps before them (the GPU idle from the work before, in start order).
     """
     tgt = x.filter(pl.col("target").fill_null(False))
     if tgt.height == 0:
-        return None, None, None
+        return None
+    tgt = tgt.sort("step", "start", maintain_order=True)
+    first = pl.col("step") != pl.col("step").shift(1)
+    tgt = tgt.with_columns(
+        gap=pl.when(first.fill_null(True)).then(0).otherwise(
+            (pl.col("start") - pl.col("end").cum_max().shift(1)).clip(0)),
+        node=(pl.col("graphed").fill_null(False) & (pl.col("launch") == pl.col("launch").shift(1))
+              & ~first).fill_null(False))
     per = tgt.group_by("step").agg(span=pl.col("end").max() - pl.col("start").min(), busy=pl.col("dur").sum(),
-                                   t_fwd=pl.col("fwd").first())
+                                   t_fwd=pl.col("fwd").first(), nodes=pl.col("node").sum(),
+                                   node_gap=pl.col("gap").filter(pl.col("node")).sum())
     verify_ms = float(per["span"].mean()) / 1e6
     verify_busy_ms = min(float(per["busy"].mean()) / 1e6, verify_ms)
     d = (x.filter(~pl.col("target").fill_null(True) & pl.col("fwd").is_not_null())
@@ -241,4 +396,5 @@ def verify_costs(x: pl.DataFrame) -> tuple[float | None, float | None, float | N
     factor = float(ratio.median()) if ratio.len() else None
     if factor is not None:
         factor = min(max(factor, 1.0), 2.0)  # (a K+1-token forward costs at least one token's, and not 2x here)
-    return verify_ms, verify_busy_ms, factor
+    return VerifyCost(verify_ms=verify_ms, busy_ms=verify_busy_ms, token_factor=factor,
+                      graph_nodes=float(per["nodes"].mean()), graph_gap_ms=float(per["node_gap"].mean()) / 1e6)

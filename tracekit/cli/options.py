@@ -81,7 +81,8 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 _ANALYSIS_TABLE = [
     ("device", int, None, "GPU to analyse (default: the busiest)."),
     ("step_range", str, "REGEX", "Range names (NVTX / torch annotations) that mark a decode step (Python re.search)."),
-    ("draft_range", str, "REGEX", "Range names whose GPU work is drafting."),
+    ("draft_range", str, "REGEX", "Range names whose GPU work is drafting; 'none' turns drafting detection off "
+                                  "(no ranges, no structure, no speculative kernels)."),
     ("phase", click.Choice(PHASE_CHOICES), None, "Which steps to analyse by their detected phase [default: decode]."),
     ("weight_bytes", BYTES, "N", "Weight bytes one step reads, summed over all GPUs: 27e9, 27GB, 25.1GiB, 512MiB "
                                  "(default: --model, manifest, else the trace)."),
