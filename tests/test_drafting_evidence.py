@@ -11,6 +11,7 @@ structure is known by construction (``tests/factory.py``): the LoRA-on-MoE decod
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 
@@ -304,6 +305,8 @@ def test_plain_step_without_manifest_takes_out_node_tracing(name):
     assert abs(d["predicted_step_ms"] - measured) < abs(traced - measured)
     assert "graph nodes' gaps at 0.37 µs each unprofiled" in d["verdict"]
     assert "as traced (no unprofiled time" in d["verdict"]
+    r = next(x for x in plain_rows() if x["name"] == name)  # (what docs/validation.md prints)
+    assert r["now"] == pytest.approx(d["predicted_step_ms"]) and r["before"] == pytest.approx(traced)
 
 
 def test_eager_torch_plain_step_miss_is_the_manifests_own_timing():
@@ -376,3 +379,72 @@ def test_moe_capture_is_not_drafting(name):
     d = tracekit.breakdown(tracekit.load(sample_trace(name))).advice["drafting"]
     assert not manifest(name).get("spec")
     assert d["detection"] == "not_detected", d["evidence"]
+
+
+# --------------------------------------------------------------------- docs/validation.md, "Drafting on evidence"
+
+SPEC_CAPTURES = ["spec-small-graph", "spec-small-graph-nomark", "spec-small-graph-torch", "spec-small-graph-torch-nomark",
+                 "spec-large-graph", "spec-large-graph-nomark", "spec-small-eager", "spec-small-eager-nomark",
+                 "spec-small-eager-torch", "spec-small-eager-torch-nomark", "spec-large-eager"]
+
+
+@functools.cache
+def plain_rows() -> list[dict]:
+    """Per SGLang-shaped spec capture: the measured plain step (manifest) against the predicted one with the
+    manifest (unprofiled step known) and without it (a field trace), before and after the node-gap re-costing."""
+    rows = []
+    for name in SPEC_CAPTURES:
+        m = manifest(name)
+        t = tracekit.load(sample_trace(name))
+        with_m = tracekit.breakdown(t).advice["drafting"]["predicted_step_ms"]
+        b = tracekit.breakdown(without_manifest(t))
+        v, measured = b.facts.verify, m["unprofiled_plain_step_ms"]
+        before = v.verify_ms - v.busy_ms * (1 - 1 / (v.token_factor or 1.0)) + b.gaps["between_steps"]
+        now = b.advice["drafting"]["predicted_step_ms"]
+        rows.append(dict(name=name, mode=m["mode"], profiler=m["profiler"], measured=measured, with_manifest=with_m,
+                         with_error=100 * (with_m / measured - 1), before=before,
+                         before_error=100 * (before / measured - 1), now=now, now_error=100 * (now / measured - 1),
+                         nodes=v.graph_nodes, traced_gap_us=1e3 * v.graph_gap_ms / v.graph_nodes if v.graph_nodes
+                         else None, detection=b.advice["drafting"]["detection"]))
+    return rows
+
+
+def _short(evidence: list[str] | tuple[str, ...]) -> str:
+    """The evidence line that decided (the range one, the structure one, or why not), for a table cell."""
+    lines = [e for e in evidence if not e.startswith(("no range matches", "no --draft-range"))] or list(evidence)
+    return lines[0]
+
+
+@functools.cache
+def sample_detection_rows() -> list[dict]:
+    rows = []
+    for d in sorted(p for p in SAMPLES.iterdir() if p.is_dir() and (p / "manifest.json").is_file()):
+        a = attribute(tracekit.load(sample_trace(d.name), kernel_dims=False))
+        rows.append(dict(name=d.name, speculative=bool(manifest(d.name).get("spec")), detection=a.draft_detection,
+                         evidence=_short(a.draft_evidence)))
+    return rows
+
+
+@functools.cache
+def shared_detection_rows() -> list[dict]:
+    root, facts = _facts()
+    rows = []
+    for rel, f in facts.items():
+        try:
+            a = attribute(tracekit.load(root / rel, kernel_dims=False))
+            det, ev = a.draft_detection, _short(a.draft_evidence)
+        except TracekitError as e:
+            det, ev = "refused (exit 2)", str(e).split(": ", 1)[-1].split(";")[0]
+        rows.append(dict(rel=rel, workload=f.get("workload"), speculative=f.get("speculative"), detection=det,
+                         evidence=ev))
+    return rows
+
+
+def field_failure_rows() -> list[dict]:
+    """The LoRA-on-MoE step rebuilt (both variants): forwards per step, detection and the evidence now."""
+    rows = []
+    for o in (4, 20):
+        acts, _, info = detect(build(lora_moe_step(o)))
+        n = forwards(acts).group_by("step").agg(pl.col("n_fwd").first())["n_fwd"].max()
+        rows.append(dict(o_proj_us=o, forwards=n, detection=info.detection, evidence=info.evidence[0]))
+    return rows
