@@ -79,7 +79,7 @@ def report(path: str, device: int | None = None) -> dict:
             "mean_step_ms": float(period.mean()) if period.len() else None,
             "drafting_kernel_ms_per_step": {"ranges_or_names": ranged, "structure": by_struct,
                                             "detection": info.detection, "forwards_per_step": info.forwards_per_step,
-                                            "warning": info.warning},
+                                            "warning": info.warning, "evidence": list(info.evidence)},
         }
     return out
 

@@ -65,8 +65,8 @@ DRAFT_SPREAD = 1.5
 DETECTIONS = ("ranges", "structure", "kernels", "not_detected")
 OFF = "none"  # --draft-range none: no draft ranges, no structure, no speculative kernels
 OFF_EVIDENCE = "drafting detection turned off by --draft-range none"
-NOT_DETECTED_VERDICT = ("drafting not detected: no draft ranges, no recognisable draft forward or graph and no "
-                        "speculative kernels (pass --draft-range REGEX if the trace marks the draft phase)")
+NOT_DETECTED_VERDICT = ("drafting not detected: no draft ranges, no recognisable draft graph and no speculative "
+                        "kernels (pass --draft-range REGEX if the trace marks them)")
 SPEC_KERNELS_ABSENT = "no speculative-decoding kernels by name (tree building, verify sampling, draft bookkeeping)"
 
 
