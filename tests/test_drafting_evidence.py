@@ -305,8 +305,6 @@ def test_plain_step_without_manifest_takes_out_node_tracing(name):
     assert abs(d["predicted_step_ms"] - measured) < abs(traced - measured)
     assert "graph nodes' gaps at 0.37 µs each unprofiled" in d["verdict"]
     assert "as traced (no unprofiled time" in d["verdict"]
-    r = next(x for x in plain_rows() if x["name"] == name)  # (what docs/validation.md prints)
-    assert r["now"] == pytest.approx(d["predicted_step_ms"]) and r["before"] == pytest.approx(traced)
 
 
 def test_eager_torch_plain_step_miss_is_the_manifests_own_timing():
