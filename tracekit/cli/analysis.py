@@ -122,7 +122,7 @@ def _all_devices(path: Path, opts):
 
     trace = load(path, True)
     devs = devices_with_activity(trace)
-    results = [rank_result(run(trace, **dataclasses.replace(opts, device=d).breakdown_kwargs(run)), trace,
+    results = [rank_result(run(trace, **dataclasses.replace(opts, device=d).analysis_kwargs()), trace,
                            rules=opts.rules) for d in devs]
     return results, [f"gpu{d}" for d in devs]
 
