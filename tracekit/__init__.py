@@ -162,8 +162,9 @@ ceiling.__signature__ = api_signature(ceiling, "ceiling")
 
 
 def history(db: str | Path, *, path_contains: str | None = None, last: int | None = None) -> dict:
-    """The runs saved with ``tracekit breakdown --save DB`` (schema ``tracekit.history/1``), oldest first,
-    each with its change against the previous run of the same trace and a ``regression`` flag.
+    """The runs saved with ``tracekit breakdown --save DB`` (schema ``tracekit.history/2``), oldest first,
+    each with its reference step (unprofiled where known), its change against the previous run of the same trace
+    and reference source, and a ``regression`` flag.
 
     >>> import tempfile, os
     >>> db = os.path.join(tempfile.mkdtemp(), "runs.db")
@@ -171,8 +172,8 @@ def history(db: str | Path, *, path_contains: str | None = None, last: int | Non
     >>> from tracekit.runs import save_runs
     >>> save_runs(db, [b, b], timestamp="2026-01-01T00:00:00+00:00", git={})
     [1, 2]
-    >>> [(r["id"], r["step_count"], r["delta_mean_ms"], r["regression"]) for r in history(db)["runs"]]
-    [(1, 4, None, False), (2, 4, 0.0, False)]
+    >>> [(r["id"], r["reference_source"], r["delta_ms"], r["regression"]) for r in history(db)["runs"]]
+    [(1, 'traced', None, False), (2, 'traced', 0.0, False)]
     """
     from tracekit.runs import history as _history
 

@@ -18,10 +18,12 @@ from tracekit.cli.output import emit
 @side_option("measured_step_ms", "new")
 @output_options(("table", "md", "json"))
 def diff(base, new, opts, base_measured_step_ms, new_measured_step_ms, fmt, output, color):
-    """Two breakdowns side by side: deltas per category and step statistic, advice that changed.
+    """Two breakdowns side by side: the reference steps, deltas per category and step statistic, advice that changed.
 
     Both traces are analysed with the same options; each side's unprofiled step comes from its flag, else its
-    own manifest. A side may be a breakdown saved with `--format json` (tracekit.breakdown/2). Example:
+    own manifest, and the headline compares the two reference steps (unprofiled where each side has one; an
+    unprofiled and a traced step are not compared). A side may be a breakdown saved with `breakdown --format
+    json` by this version. Example:
     tracekit diff sample_traces/hf-small-eager/trace.sqlite sample_traces/hf-small-graph/trace.sqlite.gz --format md
     """
     import tracekit
