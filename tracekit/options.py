@@ -52,7 +52,7 @@ import dataclasses
 import inspect
 import math
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 

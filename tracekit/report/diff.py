@@ -171,10 +171,10 @@ def render_diff(d: dict, console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from tracekit.report.terminal import print_warnings
+    from tracekit.report.terminal import print_warnings, sentence
 
-    console.print(rich_text(headline(d), 600, style="bold"))
-    console.print(rich_text(time_base_line(d), 600))
+    sentence(console, headline(d), style="bold")
+    sentence(console, time_base_line(d))
     console.print(Text.assemble("base ", rich_text(d["base"]["source"]["path"]), " → new ",
                                 rich_text(d["new"]["source"]["path"])))
     t = Table(title="per step (ms)", title_justify="left")
@@ -186,6 +186,5 @@ def render_diff(d: dict, console) -> None:
     changed = d["delta"]["advice_changed"]
     console.print(Text("advice that changed" if changed else "advice: no lever changed", style="bold"))
     for a in changed:
-        console.print(Text("• ") + rich_text(_advice_line(a).replace("**", ""), 300) + Text(": ")
-                      + rich_text(a["verdict"]["new"], 1000))
+        sentence(console, f"{_advice_line(a).replace('**', '')}: {a['verdict']['new']}", "• ")
     print_warnings(console, d["delta"]["warnings"])
