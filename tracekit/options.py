@@ -376,9 +376,6 @@ CeilingOptions = _options_class(
     shares with ``breakdown`` are the same declarations). Building it checks every value and the rules between
     them (one weights source; a GPU or a bandwidth).""")
 
-# Fields that say where or how to run, not what to compute: never passed to the analysis.
-NOT_ANALYSIS = tuple(o.name for o in options_of("files"))
-
 
 # ───────────────────────────── the Python API's signatures ─────────────────────────────
 

@@ -44,7 +44,6 @@ class Amount(click.ParamType):
 
 BYTES = Amount("bytes")
 COUNT = Amount("count")
-POSITIVE = click.FloatRange(min=0, min_open=True)
 _PATH = click.Path(path_type=Path)
 
 # Option kind (tracekit.options.KINDS) -> the click type that turns text into a value (checked afterwards).
@@ -165,6 +164,6 @@ def side_options(opts: AnalysisOptions, side: str, **changes) -> AnalysisOptions
         raise _usage_error(TracekitError(msg)) from None
 
 
-__all__ = ["Amount", "BYTES", "COUNT", "POSITIVE", "FORMATS", "CLICK_TYPES", "output_options", "format_option",
+__all__ = ["Amount", "BYTES", "COUNT", "FORMATS", "CLICK_TYPES", "output_options", "format_option",
            "trace_arguments", "click_option", "device_option", "rules_option", "analysis_options", "ceiling_options",
            "side_option", "side_options"]
