@@ -191,10 +191,12 @@ class Option:
                 return value  # (a device profile's JSON object, already read)
             if not isinstance(value, (str, Path)):
                 raise bad("a path")
-            p = Path(value)
-            if not p.exists() or (k == "file" and not p.is_file()):
-                what = "file" if k == "file" else "model directory, Hugging Face snapshot or config.json"
-                raise TracekitError(f"{flag} {value}: no such {what}")
+            p = Path(value).expanduser()
+            if k == "model" and not p.exists():  # (load_model's words: the check it would make later)
+                raise TracekitError(f"{flag} {value} does not exist (give a model directory, a Hugging Face snapshot "
+                                    "or a config.json)")
+            if k == "file" and not p.is_file():
+                raise TracekitError(f"{flag} {value}: no such file")
             return p
         if k == "flag":
             if not isinstance(value, bool):
