@@ -30,6 +30,7 @@ EXTERNAL_ENV = "TRACEKIT_EXTERNAL_TRACES"
 SHARED = Path(os.environ.get(EXTERNAL_ENV) or os.environ.get("TRACEKIT_SHARED_TRACES")
               or ROOT.parent / "shared" / "external_traces")
 _SKIP_TAG = "external trace not present"
+_SESSION_CACHE: dict[str, str | None] = {}  # the session's cache dir (and the $TRACEKIT_CACHE it replaced)
 
 
 def shared(rel: str) -> Path:
@@ -83,7 +84,8 @@ def sample_sqlite(name: str) -> Path:
     if p.name.endswith(".sqlite"):
         return p
     key = hashlib.sha256(f"{p.resolve()}|{p.stat().st_size}|{p.stat().st_mtime_ns}".encode()).hexdigest()[:12]
-    out = Path(os.environ["TRACEKIT_CACHE"]) / "test-samples" / f"{name}-{key}.sqlite"  # (the session's cache)
+    # (in the session's cache dir, whatever a test points $TRACEKIT_CACHE at meanwhile)
+    out = Path(_SESSION_CACHE.get("dir") or tempfile.gettempdir()) / "test-samples" / f"{name}-{key}.sqlite"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f"{out.name}.{__import__('os').getpid()}.tmp")
@@ -91,9 +93,6 @@ def sample_sqlite(name: str) -> Path:
             shutil.copyfileobj(src, dst)
         tmp.replace(out)
     return out
-
-
-_SESSION_CACHE: dict[str, str | None] = {}
 
 
 def pytest_configure(config):

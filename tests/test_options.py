@@ -263,3 +263,12 @@ def test_help_shows_every_keyword():
         assert f"{o.name}: '{o.annotation}' = {o.default!r}" in text
     diff = CliRunner().invoke(cli, ["diff", "--help"], terminal_width=200).output
     assert "--base-measured-step-ms" in diff and "--new-measured-step-ms" in diff and "--measured-tok-s" not in diff
+
+
+def test_every_kind_is_parsed_on_the_command_line_and_checked():
+    from tracekit.cli.options import CLICK_TYPES
+    from tracekit.options import KINDS
+
+    assert set(CLICK_TYPES) | {"choice", "flag"} == set(KINDS)
+    assert {o.kind for o in OPTIONS} <= set(KINDS)
+    assert all(o.choices for o in OPTIONS if o.kind == "choice")
