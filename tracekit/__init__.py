@@ -62,7 +62,9 @@ def breakdown(trace: Trace, **options) -> Breakdown:
     """Per-decode-step breakdown of ``trace``: the split of each step's period, roofline and advice.
 
     ``step_range`` / ``draft_range``: regexes (``re.search``) over range names marking a step / drafting
-    (default: auto-detected steps, ``(?i)\\bdraft``). ``device``: the GPU (default: the busiest).
+    (default: auto-detected steps, ``(?i)\\bdraft``); ``draft_range="none"`` turns drafting detection off (no
+    ranges, no structure, no speculative kernels: ``advice.drafting.detection`` is ``not_detected``). ``device``: the
+    GPU (default: the busiest).
     ``rules``: a TOML file of extra kernel rules. ``weight_bytes`` (an int or text such as ``"27GB"``), ``peak_bw``
     (GB/s), ``accept_len`` and ``tokens_per_step`` override the manifest and the trace; ``device_profile`` is a
     synthetic-workload device profile (its path or JSON object). ``measured_step_ms`` / ``measured_tok_s``: the

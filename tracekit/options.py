@@ -216,7 +216,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("step_range", "str | None", "regex",
            "Range names (NVTX / torch annotations) that mark a decode step (Python re.search).", metavar="REGEX",
            contract=("steps.pattern",)),
-    Option("draft_range", "str | None", "regex", "Range names whose GPU work is drafting.", default=DEFAULT_DRAFT_RANGE,
+    Option("draft_range", "str | None", "regex",
+           "Range names whose GPU work is drafting; 'none' turns drafting detection off (no ranges, no structure, no "
+           "speculative kernels).", default=DEFAULT_DRAFT_RANGE,
            metavar="REGEX", contract=("advice.drafting.detection",)),
     Option("phase", "Phase", "choice", "Which steps to analyse by their detected phase.", default="decode",
            choices=PHASE_CHOICES, contract=("steps.phase",)),
@@ -370,7 +372,8 @@ AnalysisOptions = _options_class(
     Build it with names (keyword-only); building checks every value. ``None`` means "not given": the manifest,
     the trace or the shipped tables decide. ``weight_bytes`` is summed over all GPUs (``tp`` divides it) and may
     be given as text (``"27GB"``); ``device_profile`` is the path of a ``tracekit capture --workload synthetic``
-    device profile (or its JSON object). ``engine`` says where several files run, never what is computed.""")
+    device profile (or its JSON object). ``draft_range="none"`` turns drafting detection off
+    (``tracekit.analyses.drafting.is_off``). ``engine`` says where several files run, never what is computed.""")
 
 CeilingOptions = _options_class(
     "CeilingOptions", options_of("ceiling"), _CeilingChecks,
