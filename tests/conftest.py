@@ -1,13 +1,22 @@
-"""Shared test fixtures: where the real traces are.
+"""Shared test fixtures: where the real traces are, and a test session that leaves nothing behind.
 
 Traces by other people that may not be redistributed are read in place from ``../shared/external_traces``
 (beside the checkout), or from the folder ``$TRACEKIT_EXTERNAL_TRACES`` names. Where that folder is absent the
-tests that need it skip, and pytest's summary says so in one line (with how to point the tests at a copy).
+tests that need it skip. pytest's summary accounts for every skip: one line per reason with its count (the
+external traces' line says how to point the tests at a copy). The committed samples (``sample_traces/``,
+``tests/data/``) never skip: a missing one fails (:func:`sample`).
+
+The session reads gzipped samples through a cache directory of its own (``$TRACEKIT_CACHE``, set here for the
+session and every subprocess a test starts), removed when the session ends: the suite leaves no decompressed
+copies in ``~/.cache/tracekit``.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -21,6 +30,7 @@ EXTERNAL_ENV = "TRACEKIT_EXTERNAL_TRACES"
 SHARED = Path(os.environ.get(EXTERNAL_ENV) or os.environ.get("TRACEKIT_SHARED_TRACES")
               or ROOT.parent / "shared" / "external_traces")
 _SKIP_TAG = "external trace not present"
+_SESSION_CACHE: dict[str, str | None] = {}  # the session's cache dir (and the $TRACEKIT_CACHE it replaced)
 
 
 def shared(rel: str) -> Path:
@@ -69,14 +79,13 @@ def sample_sqlite(name: str) -> Path:
     trace.sqlite, or its .sqlite.gz decompressed once into a temp folder (never beside the sample)."""
     import gzip
     import hashlib
-    import shutil
-    import tempfile
 
     p = sample_trace(name)
     if p.name.endswith(".sqlite"):
         return p
     key = hashlib.sha256(f"{p.resolve()}|{p.stat().st_size}|{p.stat().st_mtime_ns}".encode()).hexdigest()[:12]
-    out = Path(tempfile.gettempdir()) / "tracekit-test-samples" / f"{name}-{key}.sqlite"
+    # (in the session's cache dir, whatever a test points $TRACEKIT_CACHE at meanwhile)
+    out = Path(_SESSION_CACHE.get("dir") or tempfile.gettempdir()) / "test-samples" / f"{name}-{key}.sqlite"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f"{out.name}.{__import__('os').getpid()}.tmp")
@@ -86,15 +95,44 @@ def sample_sqlite(name: str) -> Path:
     return out
 
 
+def pytest_configure(config):
+    """The session's own cache dir (the readers decompress .sqlite.gz samples into it), for this process and the
+    subprocesses tests start; removed at the end (pytest_unconfigure)."""
+    _SESSION_CACHE["previous"] = os.environ.get("TRACEKIT_CACHE")
+    _SESSION_CACHE["dir"] = tempfile.mkdtemp(prefix="tracekit-test-cache-")
+    os.environ["TRACEKIT_CACHE"] = _SESSION_CACHE["dir"]
+
+
+def pytest_unconfigure(config):
+    if _SESSION_CACHE.get("dir"):
+        shutil.rmtree(_SESSION_CACHE.pop("dir"), ignore_errors=True)
+        previous = _SESSION_CACHE.pop("previous", None)
+        if previous is None:
+            os.environ.pop("TRACEKIT_CACHE", None)
+        else:
+            os.environ["TRACEKIT_CACHE"] = previous
+
+
 def pytest_report_header(config):
     state = "found" if SHARED.is_dir() else f"ABSENT (set {EXTERNAL_ENV}=DIR)"
     return f"tracekit external traces: {SHARED} {state}"
 
 
+def skip_reason(report) -> str:
+    """The reason a test was skipped, as ``-rs`` shows it."""
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
 def pytest_terminal_summary(terminalreporter):
-    """One line in the summary when tests skipped for want of the external traces (not silent in a fresh clone)."""
-    n = sum(1 for r in terminalreporter.stats.get("skipped", []) if _SKIP_TAG in str(r.longrepr))
-    if n:
-        terminalreporter.write_line(
-            f"tracekit: {n} tests skipped because the external traces are not at {SHARED}; "
-            f"set {EXTERNAL_ENV}=DIR (a copy of ../shared/external_traces) to run them", yellow=True)
+    """Every skip accounted for: the count per reason, the external traces' reasons folded into one line."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    external = f"the external traces are not at {SHARED}; set {EXTERNAL_ENV}=DIR (a copy of ../shared/external_traces) to run them"
+    reasons = Counter(external if _SKIP_TAG in skip_reason(r) else skip_reason(r) for r in skipped)
+    terminalreporter.write_line(f"tracekit: {len(skipped)} tests skipped, for {len(reasons)} "
+                                f"reason{'s' if len(reasons) != 1 else ''} (-rs lists each test):", yellow=True)
+    for reason, n in reasons.most_common():
+        terminalreporter.write_line(f"  {n:>4}  {reason}", yellow=True)

@@ -31,10 +31,7 @@ IN_ANALYSED_STEP = """EXISTS (SELECT 1 FROM NVTX_EVENTS n WHERE n.globalTid = r.
 
 
 def index():
-    p = SAMPLES / "index.json"
-    if not p.exists():
-        pytest.skip("sample traces not captured")
-    return json.loads(p.read_text())["traces"]
+    return json.loads(sample("index.json").read_text())["traces"]
 
 
 def sql(path, query):
@@ -56,18 +53,14 @@ def kernel_sum_ms(path, where):
 
 @pytest.fixture(scope="module")
 def results():
-    out = {}
-    for name in NSYS_SAMPLES:
-        if (SAMPLES / name / "manifest.json").exists():
-            out[name] = tracekit.breakdown(tracekit.load(sample_trace(name)))
-    if not out:
-        pytest.skip("sample traces not captured")
-    return out
+    # (every one is committed: a missing sample is a failure, never a skip)
+    return {name: tracekit.breakdown(tracekit.load(sample_trace(name))) for name in NSYS_SAMPLES
+            if sample(f"{name}/manifest.json")}
 
 
 @pytest.mark.parametrize("name", NSYS_SAMPLES)
 def test_partition_sums_to_step_time(results, name):
-    b = results.get(name) or pytest.skip(f"{name} absent")
+    b = results[name]
     total = sum(v for v in b.per_step_ms.values() if v is not None)
     assert total == pytest.approx(b.steps["mean_ms"], rel=0.005)
     assert all(v >= -1e-9 for v in b.per_step_ms.values() if v is not None)
@@ -75,7 +68,7 @@ def test_partition_sums_to_step_time(results, name):
 
 @pytest.mark.parametrize("name", NSYS_SAMPLES)
 def test_step_count_equals_step_ranges(results, name):
-    b = results.get(name) or pytest.skip(f"{name} absent")
+    b = results[name]
     path = sample_sqlite(name)
     n = sql(path, """SELECT count(*) FROM NVTX_EVENTS n WHERE eventType = 59 AND
                      COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId)) LIKE 'decode_step %'""")[0]
@@ -87,7 +80,7 @@ def test_step_count_equals_step_ranges(results, name):
 
 @pytest.mark.parametrize("name", NSYS_SAMPLES)
 def test_gemm_time_equals_sql_sum(results, name):
-    b = results.get(name) or pytest.skip(f"{name} absent")
+    b = results[name]
     path = sample_sqlite(name)
     in_draft = IN_RANGE.format(pattern="draft")
     want = kernel_sum_ms(path, f"{GEMM_LIKE} AND {IN_ANALYSED_STEP} AND NOT {in_draft}") / b.steps["count"]
@@ -168,7 +161,7 @@ def test_single_gpu_without_collectives_has_no_communication_saving(results):
 
 
 def test_roofline_from_the_manifest(results):
-    b = results.get("hf-large-eager") or pytest.skip("absent")
+    b = results["hf-large-eager"]
     man = json.loads((SAMPLES / "hf-large-eager" / "manifest.json").read_text())
     r = b.roofline
     assert r["weight_bytes_per_step"] == man["weight_bytes_per_step"] and r["weight_bytes_source"] == "manifest"
@@ -204,8 +197,7 @@ def test_allreduce_implementation_cost_within_15pct_of_measured(workload):
     unprofiled step difference against the all-reduce's estimated cost from the symm trace alone."""
     ix = index()
     s, n = f"tp1-{workload}-symm1-graph", f"tp1-{workload}-nccl-graph"
-    if s not in ix or n not in ix:
-        pytest.skip("tp1 captures absent")
+    assert s in ix and n in ix, "the tp1 captures are committed (sample_traces/index.json)"
     c = tracekit.breakdown(tracekit.load(SAMPLES.parent / ix[s]["path"])).advice["communication"]
     measured = ix[s]["unprofiled_step_ms"] - ix[n]["unprofiled_step_ms"]
     assert c["implementation_cost_ms"] == pytest.approx(measured, rel=0.15)

@@ -293,10 +293,42 @@ def test_external_trace_tests_skip_with_a_visible_reason(tmp_path):
                        capture_output=True, text=True, cwd=ROOT, env=env)
     assert r.returncode == 0 and "SKIPPED [1]" in r.stdout, r.stdout
     assert f"external trace not present: {tmp_path / 'nowhere'}" in r.stdout  # -rs: the reason
-    assert (f"tracekit: 1 tests skipped because the external traces are not at {tmp_path / 'nowhere'}; "
-            "set TRACEKIT_EXTERNAL_TRACES=DIR") in r.stdout
+    assert "tracekit: 1 tests skipped, for 1 reason (-rs lists each test):" in r.stdout
+    assert (f"     1  the external traces are not at {tmp_path / 'nowhere'}; set TRACEKIT_EXTERNAL_TRACES=DIR"
+            in r.stdout)
     if SHARED.is_dir():
         env["TRACEKIT_EXTERNAL_TRACES"] = str(SHARED)
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
                            capture_output=True, text=True, cwd=ROOT, env=env)
         assert r.returncode == 0 and "SKIPPED" not in r.stdout and "tests skipped" not in r.stdout, r.stdout
+
+
+def test_the_skip_summary_accounts_for_every_skip(tmp_path):
+    """One line per reason with its count, summing to the number skipped (the external traces' many paths folded
+    into one reason), whatever the reasons are."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_skips.py").write_text(
+        "import pytest\nfrom conftest import shared\n\n"
+        "def test_a():\n    shared('one/trace.json')\n\n"
+        "def test_b():\n    shared('two/trace.sqlite')\n\n"
+        "@pytest.mark.parametrize('i', range(3))\ndef test_c(i):\n    pytest.skip('needs torch (the GPU-host side)')\n\n"
+        "@pytest.mark.skipif(True, reason='needs sglang')\ndef test_d():\n    pass\n\n"
+        "def test_e():\n    pass\n")
+    env = {**os.environ, "TRACEKIT_EXTERNAL_TRACES": str(tmp_path / "nowhere")}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_skips.py"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    head = lines.index("tracekit: 6 tests skipped, for 3 reasons (-rs lists each test):")
+    counts = {line.split(maxsplit=1)[1]: int(line.split()[0]) for line in lines[head + 1:head + 4]}
+    assert counts == {"needs torch (the GPU-host side)": 3, "needs sglang": 1,
+                      f"the external traces are not at {tmp_path / 'nowhere'}; set TRACEKIT_EXTERNAL_TRACES=DIR "
+                      "(a copy of ../shared/external_traces) to run them": 2}
+    assert sum(counts.values()) == 6 and "1 passed, 6 skipped" in r.stdout

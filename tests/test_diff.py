@@ -1,4 +1,5 @@
-"""tracekit diff: the tracekit.diff/2 JSON, the PR markdown (stable, escaped) and the CLI, on real traces."""
+"""tracekit diff: the tracekit.diff/3 JSON (reference steps compared), the PR markdown (stable, escaped) and the CLI,
+on real traces."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
+from tracekit.analyses.breakdown import SCHEMA as BREAKDOWN_SCHEMA
 from tracekit.analyses.diff import change, diff
+from tracekit.categories import LEVERS
 from tracekit.cli import cli
 from tracekit.report.diff import diff_md, headline
 
@@ -28,7 +31,7 @@ def test_schema_and_deltas_are_the_breakdowns_numbers(pair):
     base, new = pair
     d = diff(base, new).to_dict()
     assert list(d) == ["schema", "base", "new", "delta"]
-    assert d["schema"] == "tracekit.diff/2"
+    assert d["schema"] == "tracekit.diff/3" and d["base"]["schema"] == d["new"]["schema"] == BREAKDOWN_SCHEMA
     assert d["base"] == base.to_dict() and d["new"] == new.to_dict()
     for k, c in d["delta"]["per_step_ms"].items():
         b, n = base.per_step_ms[k], new.per_step_ms[k]
@@ -54,8 +57,11 @@ def test_schema_and_deltas_are_the_breakdowns_numbers(pair):
 
 
 def test_headline_names_the_largest_change(pair):
+    # neither trace has an unprofiled time: the traced steps are the reference, and the headline says so
     d = diff(*pair).to_dict()
-    assert headline(d) == "step 17.4 → 10.4 ms (−40%): attention −5.7 ms"
+    assert d["delta"]["reference_step_ms"]["basis"] == "traced"
+    assert headline(d) == ("traced step 17.369 → 10.367 ms (−40%; no unprofiled time on either side); in the traced "
+                           "step: attention −5.693 ms")
 
 
 def test_self_diff_is_zero_and_within_noise(pair):
@@ -79,9 +85,10 @@ def test_markdown_is_stable_escaped_and_collapsible(pair):
     assert r1.exit_code == 0, r1.output
     assert r1.output == r2.output
     lines = r1.output.splitlines()
-    assert lines[0] == "### tracekit diff: step 17.4 → 10.4 ms (−40%): attention −5.7 ms"
-    assert "| **step mean** | 17.369 | 10.367 | −7.003 | −40% |" in lines
-    assert "| step p90 | 18.977 | 10.367 | −8.610 | −45% |" in lines
+    assert lines[0] == ("### tracekit diff: traced step 17.369 → 10.367 ms (−40%; no unprofiled time on either side); "
+                        "in the traced step: attention −5.693 ms")
+    assert "| **traced mean** | 17.369 | 10.367 | −7.003 | −40% |" in lines
+    assert "| traced p90 | 18.977 | 10.367 | −8.610 | −45% |" in lines
     assert "<details><summary>details</summary>" in lines and "</details>" in lines
     # Names and paths are escaped (markdown metacharacters, HTML).
     assert "nsysai\\_mfu\\_2gpu" in r1.output
@@ -104,11 +111,12 @@ def test_json_and_table_cli(pair):
     r = runner.invoke(cli, ["diff", str(MFU), str(shared(SGLANG)), "--format", "json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    assert d["schema"] == "tracekit.diff/2"
+    assert d["schema"] == "tracekit.diff/3"
     assert d["delta"]["per_step_ms"]["gemm"]["abs"] == pytest.approx(4.079, abs=0.01)
     r = runner.invoke(cli, ["diff", str(MFU), str(MFU)])
     assert r.exit_code == 0, r.output
-    assert "step 17.4 → 17.4 ms (±0%)" in r.output
+    assert "traced step 17.369 → 17.369 ms (±0%; no unprofiled time on either side) (within step-to-step noise)" \
+        in " ".join(r.output.split())  # (the table wraps at 80 columns, on words)
 
 
 def test_options_apply_to_both_sides():
@@ -127,19 +135,64 @@ def test_unusable_input_is_one_line_exit_2(tmp_path):
     assert r.output.startswith("tracekit: error: ") and r.output.count("\n") == 1
 
 
-def test_eager_vs_graph_headline_shows_the_idle_drop():
-    eager = sample("hf-small-eager/trace.sqlite")
-    graph = sample_trace("hf-small-graph")
+def manifest_ms(path) -> float:
+    return json.loads((path.parent / "manifest.json").read_text())["unprofiled_step_ms"]
+
+
+def test_eager_vs_graph_headline_compares_the_unprofiled_steps():
+    """The bundled eager and graph captures both carry a manifest: the headline is their unprofiled steps (what a
+    user's tokens/s follows), not the traced ones (inflated 2.2x by the profiler)."""
+    eager, graph = sample("hf-small-eager/trace.sqlite"), sample_trace("hf-small-graph")
+    man = [manifest_ms(eager), manifest_ms(graph)]
+    assert [round(m, 3) for m in man] == [36.670, 2.822]
     r = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--format", "json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    st = d["delta"]["steps"]["mean_ms"]
-    assert st["abs"] < 0
+    ref = d["delta"]["reference_step_ms"]
+    assert (ref["base"], ref["new"]) == (man[0], man[1]) and ref["abs"] == pytest.approx(man[1] - man[0])
+    assert ref["rel"] == pytest.approx((man[1] - man[0]) / man[0])
+    assert (ref["base_source"], ref["new_source"], ref["basis"]) == ("manifest", "manifest", "unprofiled")
+    assert d["delta"]["time_base"]["reference_step_ms"] == ref
     big = d["delta"]["largest_change"]
-    assert big in ("idle", "launch_gaps")
-    assert d["delta"]["per_step_ms"][big]["abs"] < 0
+    assert big in ("idle", "launch_gaps") and d["delta"]["per_step_ms"][big]["abs"] < 0
     md_text = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--format", "md"]).output
-    assert re.match(rf"### tracekit diff: step [\d.,]+ → [\d.,]+ ms \(−\d+%\): {big} −[\d.,]+ ms", md_text)
+    assert md_text.startswith(f"### tracekit diff: unprofiled step 36.670 → 2.822 ms (−92%); in the traced step: {big} −")
+    assert "| **unprofiled step** | 36.670 | 2.822 | −33.849 | −92% |" in md_text
+    table = CliRunner().invoke(cli, ["diff", str(eager), str(graph)]).output
+    assert table.startswith("unprofiled step 36.670 → 2.822 ms (−92%)")
+
+
+def test_an_unprofiled_step_is_not_compared_with_a_traced_one():
+    graph = sample_trace("hf-small-graph")
+    r = CliRunner().invoke(cli, ["diff", str(MFU), str(graph), "--format", "json"])
+    d = json.loads(r.output)
+    ref = d["delta"]["reference_step_ms"]
+    assert ref["basis"] == "mixed" and ref["abs"] is None and ref["rel"] is None
+    assert (ref["base_source"], ref["new_source"]) == ("traced", "manifest")
+    assert ref["new"] == manifest_ms(graph) and ref["base"] == d["base"]["time_base"]["traced_step_ms"]
+    assert any("pass --base-measured-step-ms" in w for w in d["delta"]["warnings"])
+    md_text = CliRunner().invoke(cli, ["diff", str(MFU), str(graph), "--format", "md"]).output
+    head = md_text.splitlines()[0]
+    assert head.startswith("### tracekit diff: step 17.369 ms traced → 2.822 ms unprofiled (manifest): not compared")
+    assert "%" not in head.split(";")[0]  # no change stated between the two
+    assert "| **reference step (traced → unprofiled)** | 17.369 | 2.822 | — | — |" in md_text
+    assert "the reference steps are not compared (one unprofiled, one traced)" in md_text
+    # a flag for the side without a manifest makes both unprofiled: now compared
+    r = CliRunner().invoke(cli, ["diff", str(MFU), str(graph), "--base-measured-step-ms", "10", "--format", "json"])
+    ref = json.loads(r.output)["delta"]["reference_step_ms"]
+    assert (ref["basis"], ref["base_source"], ref["abs"]) == ("unprofiled", "flag", pytest.approx(manifest_ms(graph) - 10))
+
+
+def test_every_lever_is_compared(pair):
+    """The host-stalls lever changes between the eager and graph captures; every lever of categories.LEVERS is
+    looked at (none is spelled out in the diff)."""
+    eager, graph = (tracekit.breakdown(tracekit.load(p)) for p in (sample("hf-small-eager/trace.sqlite"),
+                                                                   sample_trace("hf-small-graph")))
+    d = diff(eager, graph).to_dict()
+    changed = {a["lever"] for a in d["delta"]["advice_changed"]}
+    want = {k for k in LEVERS if d["base"]["advice"][k]["verdict"] != d["new"]["advice"][k]["verdict"]
+            or d["base"]["advice"][k]["applicable"] != d["new"]["advice"][k]["applicable"]}
+    assert changed == want and len(want) >= 3 and set(d["base"]["advice"]) == set(LEVERS)
 
 
 def test_each_side_has_its_own_time_base():
@@ -150,13 +203,13 @@ def test_each_side_has_its_own_time_base():
     r = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--format", "json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    tb = d["delta"]["time_base"]["reference_step_ms"]
+    tb = d["delta"]["reference_step_ms"]
     assert (tb["base"], tb["new"]) == (man[0], man[1]) and tb["abs"] == pytest.approx(man[1] - man[0])
     assert d["base"]["time_base"]["unprofiled_source"] == d["new"]["time_base"]["unprofiled_source"] == "manifest"
     md_text = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--format", "md"]).output
     assert ("time base: base 36.670 ms unprofiled (manifest), new 2.822 ms unprofiled (manifest); reference step "
             f"−{man[0] - man[1]:.3f} ms (−92%)") in md_text
-    assert "| reference step | 36.670 | 2.822 | −33.849 | −92% |" in md_text
+    assert "| **unprofiled step** | 36.670 | 2.822 | −33.849 | −92% |" in md_text
     # a flag per side replaces that side's manifest only
     r = CliRunner().invoke(cli, ["diff", str(eager), str(graph), "--base-measured-step-ms", "40",
                                  "--format", "json"])
@@ -175,13 +228,18 @@ def test_saved_breakdowns_as_sides(tmp_path):
     assert r.exit_code == 0, r.output
     live = json.loads(CliRunner().invoke(cli, ["diff", str(MFU), str(graph), "--format", "json"]).output)
     from_file = json.loads(CliRunner().invoke(cli, ["diff", str(MFU), str(saved), "--format", "json"]).output)
-    assert from_file == live  # a saved /2 breakdown is the same side as its trace
-    # a result saved as /1 (by an older tracekit) is refused with the reason, one line, exit 2
+    assert from_file == live  # a saved breakdown of the current schema is the same side as its trace
+    assert json.loads(saved.read_text())["schema"] == BREAKDOWN_SCHEMA
+    # a result saved under an older schema (/1, and /2 once breakdown is /3) is refused with the reason, exit 2
     v1 = DATA / "saved" / "saxpy_breakdown_v1.json"
     assert json.loads(v1.read_text())["schema"] == "tracekit.breakdown/1"
-    r = CliRunner().invoke(cli, ["diff", str(v1), str(saved)])
-    assert r.exit_code == 2 and r.output.count("\n") == 1
-    assert r.output.startswith(f"tracekit: error: {v1}: a saved tracekit.breakdown/1 result; diff compares "
-                               "tracekit.breakdown/2")
+    current = int(BREAKDOWN_SCHEMA.rsplit("/", 1)[1])
+    for version in range(1, current):
+        old = tmp_path / f"v{version}.json"
+        old.write_text(v1.read_text().replace("tracekit.breakdown/1", f"tracekit.breakdown/{version}", 1))
+        r = CliRunner().invoke(cli, ["diff", str(old), str(saved)])
+        assert r.exit_code == 2 and r.output.count("\n") == 1
+        assert r.output.startswith(f"tracekit: error: {old}: a saved tracekit.breakdown/{version} result; diff "
+                                   f"compares {BREAKDOWN_SCHEMA} breakdowns")
     r = CliRunner().invoke(cli, ["diff", str(MFU), str(saved), "--new-measured-step-ms", "3"])
     assert r.exit_code == 2 and "is a saved breakdown" in r.output

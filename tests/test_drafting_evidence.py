@@ -254,7 +254,7 @@ def test_draft_range_none_turns_detection_off(name):
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["advice"]["drafting"] == d
     opts = tracekit.AnalysisOptions(draft_range="none")
-    assert tracekit.breakdown(t, **opts.breakdown_kwargs()).advice["drafting"].to_dict() == d
+    assert tracekit.breakdown(t, **opts.analysis_kwargs()).advice["drafting"].to_dict() == d
 
 
 def test_draft_range_none_leaves_speculative_kernels_as_other():

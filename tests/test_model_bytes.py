@@ -21,7 +21,7 @@ from tracekit.model import (
     step_bytes,
 )
 
-from conftest import DATA, SAMPLES
+from conftest import DATA, sample
 
 CONFIGS = DATA / "configs"
 
@@ -125,10 +125,7 @@ def hf_model(size: str, **extra):
 def test_config_bytes_equal_what_torch_counted_on_the_h200(trace, size, spec):
     """The manifests' weight_bytes_per_step: numel x element_size of the real torch model on the H200 (target, lm_head
     included, embedding excluded unless tied) + the draft model x 3 forwards. Ours from the config alone."""
-    path = SAMPLES / trace / "manifest.json"
-    if not path.exists():
-        pytest.skip(f"{trace} not captured")
-    manifest = json.loads(path.read_text())
+    manifest = json.loads(sample(f"{trace}/manifest.json").read_text())  # (committed: missing is a failure)
     assert (manifest["spec"] or {}).get("draft_tokens", 0) == spec
     ours = step_bytes(hf_model(size)).weight_bytes_per_step
     if spec:

@@ -8,10 +8,11 @@ import sqlite3
 
 import pytest
 
+import tracekit
 from tracekit.model import discover_model, parse_command
 from tracekit.readers.nsys import read_nsys
 
-from conftest import SAMPLES, shared
+from conftest import sample, sample_sqlite, sample_trace, shared
 
 
 def argv_by_hand(path) -> tuple[str, ...]:
@@ -25,13 +26,11 @@ def argv_by_hand(path) -> tuple[str, ...]:
 
 @pytest.mark.parametrize("trace", ["tp1-hf-small-nccl-graph", "hf-large-eager"])
 def test_nsys_command_line_from_our_h200_captures(trace):
-    path = SAMPLES / trace / "trace.sqlite"
-    if not path.exists():
-        pytest.skip(f"{trace} not captured")
-    t = read_nsys(path)
-    assert t.meta.command == argv_by_hand(path)
+    # (the samples are committed gzipped: read through tracekit.load, checked against the SQL of the plain export)
+    t = tracekit.load(sample_trace(trace))
+    assert t.meta.command == argv_by_hand(sample_sqlite(trace))
     args = parse_command(t.meta.command)
-    manifest = json.loads((SAMPLES / trace / "manifest.json").read_text())
+    manifest = json.loads(sample(f"{trace}/manifest.json").read_text())
     if "--tp" in t.meta.command:
         assert args.tp == manifest["tp"] == 1
     assert args.model is None and args.engine is None       # our HF workload builds its model from a preset

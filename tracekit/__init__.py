@@ -23,7 +23,13 @@ __version__ = "0.1.0"
 from typing import TYPE_CHECKING
 
 from tracekit.errors import TracekitError  # noqa: E402
-from tracekit.options import DEFAULT_DRAFT_RANGE, AnalysisOptions  # noqa: E402
+from tracekit.options import (  # noqa: E402
+    DEFAULT_DRAFT_RANGE,
+    AnalysisOptions,
+    CeilingOptions,
+    api_signature,
+    bind_options,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
@@ -52,24 +58,21 @@ def load(path: str | Path, *, kernel_dims: bool = True) -> Trace:
     return _load(path, kernel_dims=kernel_dims)
 
 
-def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
-              device: int | None = None, rules: str | Path | None = None, weight_bytes: int | None = None,
-              peak_bw: float | None = None, accept_len: float | None = None, tokens_per_step: float | None = None,
-              device_profile: dict | None = None, measured_step_ms: float | None = None,
-              measured_tok_s: float | None = None, phase: str = "decode", model: str | Path | None = None,
-              tp: int | None = None, ep: int | None = None, context: int | None = None) -> Breakdown:
+def breakdown(trace: Trace, **options) -> Breakdown:
     """Per-decode-step breakdown of ``trace``: the split of each step's period, roofline and advice.
 
     ``step_range`` / ``draft_range``: regexes (``re.search``) over range names marking a step / drafting
     (default: auto-detected steps, ``(?i)\\bdraft``); ``draft_range="none"`` turns drafting detection off (no
-    ranges, no structure, no speculative kernels: ``advice.drafting.detection`` is ``not_detected``). ``device``: the GPU (default: the busiest).
-    ``rules``: a TOML file of extra kernel rules. ``weight_bytes``, ``peak_bw`` (GB/s), ``accept_len`` and
-    ``tokens_per_step`` override the manifest and the trace; ``device_profile`` is the dict of a
-    synthetic-workload device profile. ``measured_step_ms`` / ``measured_tok_s``: the step or throughput
-    measured without a profiler (every saving is stated against it; default: the manifest's). ``phase``:
-    decode | prefill | mixed | all (which steps are analysed). ``model`` (a model folder, HF snapshot or
-    config.json), ``tp``, ``ep`` and ``context`` give the bytes a step reads per GPU. The result's ``to_dict()``
-    is ``tracekit breakdown --format json`` (schema ``tracekit.breakdown/2``).
+    ranges, no structure, no speculative kernels: ``advice.drafting.detection`` is ``not_detected``). ``device``: the
+    GPU (default: the busiest).
+    ``rules``: a TOML file of extra kernel rules. ``weight_bytes`` (an int or text such as ``"27GB"``), ``peak_bw``
+    (GB/s), ``accept_len`` and ``tokens_per_step`` override the manifest and the trace; ``device_profile`` is a
+    synthetic-workload device profile (its path or JSON object). ``measured_step_ms`` / ``measured_tok_s``: the
+    step or throughput measured without a profiler (every saving is stated against it; default: the manifest's).
+    ``phase``: decode | prefill | mixed | all (which steps are analysed). ``model`` (a model folder, HF snapshot or
+    config.json), ``tp``, ``ep`` and ``context`` give the bytes a step reads per GPU. The keywords, their types and
+    defaults are the options declared in :data:`tracekit.options.OPTIONS` (the ``tracekit breakdown`` flags of the
+    same names). The result's ``to_dict()`` is ``tracekit breakdown --format json``.
 
     >>> b = breakdown(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), step_range="^saxpy$")
     >>> b.steps["marker"], round(b.per_step_ms["other"], 3), round(b.per_step_ms["idle"], 3)
@@ -77,11 +80,11 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     """
     from tracekit.analyses.breakdown import breakdown as _breakdown
 
-    return _breakdown(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules,
-                      weight_bytes=weight_bytes, peak_bw=peak_bw, accept_len=accept_len,
-                      tokens_per_step=tokens_per_step, device_profile=device_profile,
-                      measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s, phase=phase, model=model,
-                      tp=tp, ep=ep, context=context)
+    opts = bind_options(breakdown, AnalysisOptions, trace, **options)
+    return _breakdown(trace, **opts.analysis_kwargs())
+
+
+breakdown.__signature__ = api_signature(breakdown, "breakdown")
 
 
 def breakdown_file(path: str | Path, options: AnalysisOptions | None = None) -> Breakdown:
@@ -93,8 +96,7 @@ def breakdown_file(path: str | Path, options: AnalysisOptions | None = None) -> 
     """
     from tracekit.analyses.breakdown import breakdown as _breakdown
 
-    kwargs = (options or AnalysisOptions()).breakdown_kwargs(_breakdown)
-    return _breakdown(load(path, kernel_dims=False), **kwargs)
+    return _breakdown(load(path, kernel_dims=False), **(options or AnalysisOptions()).analysis_kwargs())
 
 
 def kernels(trace: Trace, *, device: int | None = None, top: int | None = None,
@@ -141,16 +143,13 @@ def diff(base: Breakdown, new: Breakdown) -> Diff:
     return _diff(base, new)
 
 
-def ceiling(*, gpu: str | None = None, weight_bytes: float | None = None, params: float | None = None,
-            dtype: str | None = None, model: str | Path | dict | None = None,
-            model_config: str | Path | dict | None = None, tp: int = 1, ep: int = 1,
-            accept_len: float | None = None, draft_bytes: float = 0, draft_forwards: float = 0,
-            draft_sharded: bool = True, batch: int = 1, kv_bytes_per_token: float | None = None, context: int = 0,
-            kv_dtype: str | None = None, peak_bw: float | None = None, measured_tok_s: float | None = None) -> Ceiling:
+def ceiling(**options) -> Ceiling:
     """The tok/s ceiling without a trace (schema ``tracekit.ceiling/1``): bytes a decode step must read
     per GPU over the GPU's peak bandwidth. Weights from ``weight_bytes`` (summed over GPUs), ``params`` (x
     ``dtype``) or ``model`` (a model folder / HF snapshot / config.json: safetensors headers only); see
-    :func:`tracekit.analyses.ceiling.ceiling` for every option.
+    :func:`tracekit.analyses.ceiling.ceiling` for what each option does. The keywords are the options declared
+    in :data:`tracekit.options.OPTIONS` for ``ceiling`` (the ``tracekit ceiling`` flags; those shared with
+    ``breakdown`` are the same declarations); "not given" means one GPU, one sequence, no KV term.
 
     >>> c = ceiling(gpu="NVIDIA H200", params=494005120, dtype="bf16")
     >>> round(c.floor_ms, 4), round(c.ceiling_tokens_per_s)
@@ -158,16 +157,16 @@ def ceiling(*, gpu: str | None = None, weight_bytes: float | None = None, params
     """
     from tracekit.analyses.ceiling import ceiling as _ceiling
 
-    return _ceiling(gpu=gpu, weight_bytes=weight_bytes, params=params, dtype=dtype, model=model,
-                    model_config=model_config, tp=tp, ep=ep, accept_len=accept_len, draft_bytes=draft_bytes,
-                    draft_forwards=draft_forwards, draft_sharded=draft_sharded, batch=batch,
-                    kv_bytes_per_token=kv_bytes_per_token, context=context, kv_dtype=kv_dtype, peak_bw=peak_bw,
-                    measured_tok_s=measured_tok_s)
+    return _ceiling(**bind_options(ceiling, CeilingOptions, **options).analysis_kwargs())
+
+
+ceiling.__signature__ = api_signature(ceiling, "ceiling")
 
 
 def history(db: str | Path, *, path_contains: str | None = None, last: int | None = None) -> dict:
-    """The runs saved with ``tracekit breakdown --save DB`` (schema ``tracekit.history/1``), oldest first,
-    each with its change against the previous run of the same trace and a ``regression`` flag.
+    """The runs saved with ``tracekit breakdown --save DB`` (schema ``tracekit.history/2``), oldest first,
+    each with its reference step (unprofiled where known), its change against the previous run of the same trace
+    and reference source, and a ``regression`` flag.
 
     >>> import tempfile, os
     >>> db = os.path.join(tempfile.mkdtemp(), "runs.db")
@@ -175,8 +174,8 @@ def history(db: str | Path, *, path_contains: str | None = None, last: int | Non
     >>> from tracekit.runs import save_runs
     >>> save_runs(db, [b, b], timestamp="2026-01-01T00:00:00+00:00", git={})
     [1, 2]
-    >>> [(r["id"], r["step_count"], r["delta_mean_ms"], r["regression"]) for r in history(db)["runs"]]
-    [(1, 4, None, False), (2, 4, 0.0, False)]
+    >>> [(r["id"], r["reference_source"], r["delta_ms"], r["regression"]) for r in history(db)["runs"]]
+    [(1, 'traced', None, False), (2, 'traced', 0.0, False)]
     """
     from tracekit.runs import history as _history
 
@@ -184,4 +183,4 @@ def history(db: str | Path, *, path_contains: str | None = None, last: int | Non
 
 
 __all__ = ["load", "breakdown", "breakdown_file", "kernels", "info", "diff", "ceiling", "history",
-           "AnalysisOptions", "DEFAULT_DRAFT_RANGE", "TracekitError", "__version__"]
+           "AnalysisOptions", "CeilingOptions", "DEFAULT_DRAFT_RANGE", "TracekitError", "__version__"]

@@ -35,8 +35,8 @@ STEP_CATEGORIES: tuple[str, ...] = BUSY_CATEGORIES + GAP_CATEGORIES
 PRIORITY: tuple[str, ...] = ("drafting", "gemm", "attention", "other", "communication", "memory", UNATTRIBUTED)
 # gaps keys: launch_gaps + idle by cause.
 GAP_CAUSES: tuple[str, ...] = ("launch_overhead", "host_stalls", "graph_bubbles", "between_steps")
-# advice keys, display order.
-LEVERS: tuple[str, ...] = ("cuda_graphs", "communication", "drafting", "memory_bandwidth")
+# advice keys, display order (every lever: diff and the renderers iterate over this list).
+LEVERS: tuple[str, ...] = ("cuda_graphs", "communication", "drafting", "memory_bandwidth", "host_stalls")
 # Range names whose GPU work is drafting (--draft-range's default; Python re.search).
 DEFAULT_DRAFT_RANGE = r"(?i)\bdraft"
 # Step phases (steps.phase) and what --phase accepts.

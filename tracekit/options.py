@@ -1,33 +1,62 @@
-"""The options of the analysis commands, as one frozen value, and the one parser of byte amounts.
+"""Every option of the analysis commands, declared ONCE; the command line, the options objects and the Python
+API's signatures are derived from that declaration.
 
-:class:`AnalysisOptions` is what ``breakdown``, ``diff``, ``plot`` and ``export`` (and the per-rank
-workers of a multi-file breakdown) pass around instead of a dozen positional parameters. The command
-line builds it with one shared decorator (``tracekit.cli.options.analysis_options``); a script builds it
-directly::
+One declaration per option
+--------------------------
+An :class:`Option` holds everything about one user-facing input: its name (the Python keyword and the field of
+the options object; the flag is the name with dashes), its type as the API shows it, its default, its help text,
+its *kind* (how a value is checked, and how the command line parses text into it), and the contract JSON key it
+feeds. :data:`OPTIONS` lists every one, in ``--help`` order, and says which analyses take it. From that list:
 
-    opts = AnalysisOptions(step_range=r"^decode_step \\d+$", weight_bytes=parse_amount("27GB"))
-    result = tracekit.breakdown(tracekit.load("run.sqlite"), **opts.breakdown_kwargs())
+* :class:`AnalysisOptions` (``breakdown``, ``diff``, ``plot``, ``export`` and the per-rank workers) and
+  :class:`CeilingOptions` (``ceiling``) are frozen dataclasses *generated* from the options they take. Building
+  one checks every value, once (:meth:`Option.check`: the one validator; the command line's click types only
+  parse text), so the command line and the Python API refuse the same values with the same words.
+* ``tracekit.cli.options`` makes the click options from the same records (:func:`tracekit.cli.options.click_option`).
+* ``tracekit.breakdown`` and ``tracekit.ceiling`` get their explicit keyword signature from it
+  (:func:`api_signature`: ``help()``, ``inspect.signature`` and IDEs that read ``__signature__`` show every keyword
+  with its type and default); their body builds the options object and passes :meth:`analysis_kwargs` on.
 
-Every field defaults to "not given" (``None``), so the precedence of the contract applies: flag >
-manifest beside the trace > the trace itself > shipped tables. Importing this module imports neither
-polars nor click.
+``tests/test_options.py`` fails when the command line, the options objects, the API signatures and the analyses'
+own keyword parameters (``tracekit.analyses.breakdown.breakdown``, ``tracekit.analyses.ceiling.ceiling``: the
+*use* of each option) disagree on a name, a default or a type. So adding an option is one
+``Option(...)`` here plus its use: the new keyword of the analysis that reads it. sqlite-utils is the model: every
+command is a thin call of a documented function with the same parameter names.
+
+A script builds an options object directly (text amounts parse as on the command line)::
+
+    opts = AnalysisOptions(step_range=r"^decode_step \\d+$", weight_bytes="27GB")
+    result = tracekit.breakdown_file("run.sqlite", opts)
+
+Every breakdown option defaults to "not given" (``None``) unless it has a real default (``--draft-range``,
+``--phase``), so the precedence of the contract applies: flag > manifest beside the trace > the trace itself >
+shipped tables. Importing this module imports neither polars nor click.
 
 >>> AnalysisOptions(weight_bytes=parse_amount("25.1GiB")).weight_bytes
 26950919782
+>>> AnalysisOptions(weight_bytes="27GB").weight_bytes
+27000000000
 >>> AnalysisOptions(measured_step_ms=20.0, measured_tok_s=48.0)
 Traceback (most recent call last):
 ...
 tracekit.errors.TracekitError: give --measured-step-ms or --measured-tok-s, not both
+>>> AnalysisOptions(tp=0)
+Traceback (most recent call last):
+...
+tracekit.errors.TracekitError: --tp must be a whole number >= 1, got 0
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
+from tracekit.analyses.ceiling import DTYPES  # the dtypes of --params / --dtype / --kv-dtype (standard library only)
 from tracekit.categories import DEFAULT_DRAFT_RANGE, PHASE_CHOICES
 from tracekit.errors import TracekitError
 
@@ -65,82 +94,312 @@ def parse_amount(text: str | float | int, kind: AmountKind = "bytes") -> float:
     return value * _COUNT[unit]
 
 
-# Fields that say where or how to run, not what to compute: never passed to the analysis.
-NOT_ANALYSIS = ("engine",)
+# ───────────────────────────── the declaration ─────────────────────────────
+
+# How a value is checked (and, on the command line, how text becomes one: tracekit.cli.options.CLICK_TYPES):
+KINDS = {
+    "text": "a string",
+    "regex": "a Python regular expression (re.search over range names)",
+    "index": "a whole number >= 0",
+    "count": "a whole number >= 1",
+    "count0": "a whole number >= 0",
+    "positive": "a number > 0",
+    "number0": "a number >= 0",
+    "bytes": "a byte amount > 0 (27e9, 27GB, 25.1GiB)",
+    "bytes0": "a byte amount >= 0 (27e9, 27GB, 25.1GiB)",
+    "params": "a parameter count > 0 (27e9, 27B, 8.03G)",
+    "choice": "one of the choices",
+    "file": "an existing file",
+    "model": "an existing model directory, Hugging Face snapshot or config.json",
+    "flag": "true or false",
+    "engine": "process, dask or dask=ADDRESS",
+}
 
 
 @dataclass(frozen=True)
-class AnalysisOptions:
-    """Every option of the analysis commands (``breakdown``, ``diff``, ``plot``, ``export``).
+class Option:
+    """One user-facing input of the analysis commands (see the module docstring).
 
-    Fields are keyword-only in spirit: build it with names. ``None`` means "not given": the manifest,
-    the trace or the shipped tables decide. ``weight_bytes`` is summed over all GPUs (``tp`` divides it);
-    ``device_profile`` is the path of a ``tracekit capture --workload synthetic`` device profile.
-    ``draft_range="none"`` turns drafting detection off (``tracekit.analyses.drafting.is_off``).
+    ``name``: the Python keyword and options-object field; the flag is ``--`` + the name with dashes unless
+    ``flags`` spells it (aliases, or a ``--on/--off`` pair for a ``flag``). ``annotation``: the type as the API
+    shows it. ``default``: ``None`` = not given (the manifest, the trace or the shipped tables decide).
+    ``used_by``: ``"breakdown"`` (``tracekit.breakdown`` and everything that runs it: diff, plot, export),
+    ``"ceiling"``, ``"files"`` (how several files run; an options-object field and a ``breakdown`` flag, never
+    an analysis keyword). ``contract``: the JSON keys it feeds (``ceiling:`` keys are ``tracekit.ceiling/1``'s,
+    the others ``tracekit.breakdown``'s). ``ceiling_help``: the help text where ``ceiling``'s meaning is narrower
+    (no trace, no manifest).
     """
 
-    device: int | None = None
-    step_range: str | None = None
-    draft_range: str | None = DEFAULT_DRAFT_RANGE
-    weight_bytes: int | None = None
-    peak_bw: float | None = None
-    accept_len: float | None = None
-    tokens_per_step: float | None = None
-    rules: Path | None = None
-    device_profile: Path | None = None
-    measured_step_ms: float | None = None
-    measured_tok_s: float | None = None
-    phase: Phase | None = None
-    model: Path | None = None
-    tp: int | None = None
-    ep: int | None = None
-    context: int | None = None
-    engine: str | None = None
+    name: str
+    annotation: str
+    kind: str
+    help: str
+    default: object = None
+    metavar: str | None = None
+    used_by: tuple[str, ...] = ("breakdown",)
+    contract: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
+    ceiling_help: str | None = None
+
+    @property
+    def flag(self) -> str:
+        """The flag as errors name it (``--measured-step-ms``)."""
+        return self.flags[0].split("/")[0] if self.flags else f"--{self.name.replace('_', '-')}"
+
+    def check(self, value):
+        """``value`` checked against this option's kind and normalised (text amounts parsed, paths as ``Path``,
+        ``--draft-range ''`` as None); a :class:`TracekitError` naming the flag otherwise. None passes: not given."""
+        if value is None:
+            return None
+        k, flag = self.kind, self.flag
+
+        def bad(what: str):
+            return TracekitError(f"{flag} must be {what}, got {value!r}")
+
+        if k in ("text", "regex", "engine"):
+            if not isinstance(value, str):
+                raise bad("text")
+            if k == "regex" and value == "":
+                return None  # --draft-range '': drafting by range off
+            if k == "engine":
+                from tracekit.engines import parse_engine
+
+                parse_engine(value)
+            return value
+        if k in ("index", "count", "count0"):
+            low = 1 if k == "count" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise bad(f"a whole number >= {low}")
+            return value
+        if k in ("positive", "number0"):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if not ok or value < 0 or (k == "positive" and value == 0):
+                raise bad("a positive number" if k == "positive" else "a number >= 0")
+            return value
+        if k in ("bytes", "bytes0", "params"):
+            amount = parse_amount(value, "count" if k == "params" else "bytes")
+            if amount == 0 and k != "bytes0":
+                raise bad("a positive amount")
+            return int(round(amount)) if k != "params" else amount
+        if k == "choice":
+            if value not in self.choices:
+                raise TracekitError(f"{flag} {value!r}: use one of {', '.join(self.choices)}")
+            return value
+        if k in ("file", "model"):
+            if isinstance(value, dict) and "dict" in self.annotation:
+                return value  # (a device profile's JSON object, already read)
+            if not isinstance(value, (str, Path)):
+                raise bad("a path")
+            p = Path(value).expanduser()
+            if k == "model" and not p.exists():  # (load_model's words: the check it would make later)
+                raise TracekitError(f"{flag} {value} does not exist (give a model directory, a Hugging Face snapshot "
+                                    "or a config.json)")
+            if k == "file" and not p.is_file():
+                raise TracekitError(f"{flag} {value}: no such file")
+            return p
+        if k == "flag":
+            if not isinstance(value, bool):
+                raise bad("true or false")
+            return value
+        raise AssertionError(f"option {self.name}: unknown kind {k!r}")  # a declaration error, not a user's
+
+
+_BREAKDOWN_AND_CEILING = ("breakdown", "ceiling")
+
+# Every analysis option, in --help order. Add one here, then use it (the analysis keyword of the same name).
+OPTIONS: tuple[Option, ...] = (
+    # ceiling's GPU (breakdown reads it from the trace)
+    Option("gpu", "str | None", "text", "GPU name as a trace or nvidia-smi shows it, e.g. 'RTX A6000', 'NVIDIA H200'.",
+           metavar="NAME", used_by=("ceiling",), contract=("ceiling:gpu.name",)),
+    Option("device", "int | None", "index", "GPU to analyse (default: the busiest).", contract=("gpu.device",)),
+    Option("step_range", "str | None", "regex",
+           "Range names (NVTX / torch annotations) that mark a decode step (Python re.search).", metavar="REGEX",
+           contract=("steps.pattern",)),
+    Option("draft_range", "str | None", "regex",
+           "Range names whose GPU work is drafting; 'none' turns drafting detection off (no ranges, no structure, no "
+           "speculative kernels).", default=DEFAULT_DRAFT_RANGE,
+           metavar="REGEX", contract=("advice.drafting.detection",)),
+    Option("phase", "Phase", "choice", "Which steps to analyse by their detected phase.", default="decode",
+           choices=PHASE_CHOICES, contract=("steps.phase",)),
+    Option("weight_bytes", "int | None", "bytes",
+           "Weight bytes one step reads, summed over all GPUs: 27e9, 27GB, 25.1GiB, 512MiB "
+           "(default: --model, manifest, else the trace).", metavar="N", used_by=_BREAKDOWN_AND_CEILING,
+           contract=("roofline.weight_bytes_per_step", "ceiling:bytes_per_step_per_gpu"),
+           ceiling_help="Weight bytes a step reads (whole model, all GPUs): 27e9, 13.5GB, 25.1GiB."),
+    Option("params", "float | None", "params", "Parameter count read per step (with --dtype): 27e9, 27B.",
+           metavar="N", used_by=("ceiling",), contract=("ceiling:bytes_per_step_per_gpu",)),
+    Option("dtype", "str | None", "choice",
+           "Weight dtype for --params (default bf16) or a bare config.json (default: its own).",
+           choices=DTYPES, used_by=("ceiling",)),
+    Option("model", "str | Path | None", "model",
+           "Model directory, HF cache snapshot or config.json: weight and KV bytes from its tensors.",
+           metavar="PATH", used_by=_BREAKDOWN_AND_CEILING, flags=("--model", "--model-config"),
+           contract=("roofline.weight_bytes_source", "roofline.kv_bytes_per_step", "ceiling:bytes_per_step_per_gpu"),
+           ceiling_help="Model folder / HF snapshot (config.json + safetensors headers) or a config.json."),
+    Option("tp", "int | None", "count",
+           "GPUs the weights are split over (default: manifest, else the trace's all-reduce group).", metavar="N",
+           used_by=_BREAKDOWN_AND_CEILING, contract=("roofline.tp", "ceiling:roofline.tp"),
+           ceiling_help="Tensor-parallel GPUs the weights are split over (default: 1)."),
+    Option("ep", "int | None", "count", "Expert-parallel GPUs (experts split over EP instead of TP; default 1).",
+           metavar="N", used_by=_BREAKDOWN_AND_CEILING, contract=("roofline.weight_bytes_per_step",),
+           ceiling_help="Expert-parallel GPUs the experts are split over (with --model; default 1)."),
+    Option("context", "int | None", "count0",
+           "Tokens of KV cache each sequence reads per step (default: from the trace where visible).", metavar="N",
+           used_by=_BREAKDOWN_AND_CEILING, contract=("roofline.kv_bytes_per_step", "ceiling:bytes_per_step_per_gpu"),
+           ceiling_help="Context length whose KV cache each step reads (default: none, no KV term)."),
+    Option("peak_bw", "float | None", "positive", "Peak memory bandwidth in GB/s (default: manifest > trace > GPU table).",
+           metavar="GBPS", used_by=_BREAKDOWN_AND_CEILING, contract=("gpu.peak_bw_gbps", "ceiling:gpu.peak_bw_gbps"),
+           ceiling_help="Peak memory bandwidth, GB/s; overrides the GPU table."),
+    Option("accept_len", "float | None", "positive",
+           "Mean tokens emitted per speculative step per sequence, the bonus token included.", metavar="X",
+           used_by=_BREAKDOWN_AND_CEILING, contract=("roofline.tokens_per_step", "ceiling:tokens_per_step")),
+    Option("tokens_per_step", "float | None", "positive",
+           "Tokens a step produces without speculation (batch size; default 1 or the manifest's).", metavar="N",
+           contract=("roofline.tokens_per_step",)),
+    # ceiling's speculative-decoding and batch inputs (breakdown reads them from the trace and the manifest)
+    Option("draft_bytes", "int | None", "bytes0", "Draft model weight bytes (speculative decoding).", metavar="N",
+           used_by=("ceiling",), contract=("ceiling:bytes_per_step_per_gpu",)),
+    Option("draft_forwards", "float | None", "number0",
+           "Draft forward passes per step (a --model's MTP layers when no --draft-bytes).", metavar="K",
+           used_by=("ceiling",), contract=("ceiling:bytes_per_step_per_gpu",)),
+    Option("draft_sharded", "bool", "flag",
+           "Whether the draft model is split over --tp (--draft-replicated: each GPU reads all of it).",
+           default=True, used_by=("ceiling",), flags=("--draft-sharded/--draft-replicated",)),
+    Option("batch", "int | None", "count", "Sequences decoded per step (default: 1).", metavar="N",
+           used_by=("ceiling",), contract=("ceiling:tokens_per_step",)),
+    Option("kv_bytes_per_token", "int | None", "bytes",
+           "KV cache bytes per token, whole model (all layers, K and V).", metavar="N", used_by=("ceiling",),
+           contract=("ceiling:bytes_per_step_per_gpu",)),
+    Option("kv_dtype", "str | None", "choice", "KV cache dtype with --model (default: the model's dtype).",
+           choices=DTYPES, used_by=("ceiling",)),
+    Option("measured_step_ms", "float | None", "positive",
+           "Step time measured without a profiler (default: the manifest's); savings are stated against it.",
+           metavar="X", contract=("time_base.unprofiled_step_ms",)),
+    Option("measured_tok_s", "float | None", "positive",
+           "Whole-batch tokens/s measured without a profiler (instead of --measured-step-ms).", metavar="X",
+           used_by=_BREAKDOWN_AND_CEILING, contract=("time_base.unprofiled_step_ms", "ceiling:measured_tokens_per_s"),
+           ceiling_help="Your measured tokens/s, to compare with the ceiling."),
+    Option("rules", "str | Path | None", "file", "Extra kernel-classification rules (TOML), tried before the shipped ones.",
+           contract=("kernel_ms_per_step",)),
+    Option("device_profile", "str | Path | dict | None", "file",
+           "Device profile JSON from `tracekit capture --workload synthetic` (graph replay cost).",
+           contract=("advice.cuda_graphs.predicted_step_ms",)),
+    Option("engine", "str | None", "engine",
+           "Where the per-file stage of several files runs: a local process pool, a local Dask cluster, or the Dask "
+           "scheduler at ADDRESS (tcp://HOST:PORT) [default: process].", metavar="process|dask|dask=ADDRESS",
+           used_by=("files",)),
+)
+OPTION: dict[str, Option] = {o.name: o for o in OPTIONS}
+
+
+def options_of(analysis: str) -> tuple[Option, ...]:
+    """The options ``analysis`` (``"breakdown"``, ``"ceiling"``, ``"files"``) takes, in declaration order."""
+    return tuple(o for o in OPTIONS if analysis in o.used_by)
+
+
+# ───────────────────────────── the options objects, generated ─────────────────────────────
+
+class _Options:
+    """What every generated options class does: check each value once, say which were given, hand the analysis
+    its keywords."""
+
+    ANALYSIS: str = ""  # the analysis whose keywords analysis_kwargs() returns
 
     def __post_init__(self):
-        if self.measured_step_ms is not None and self.measured_tok_s is not None:
-            raise TracekitError("give --measured-step-ms or --measured-tok-s, not both")
-        if self.phase is not None and self.phase not in PHASE_CHOICES:
-            raise TracekitError(f"--phase {self.phase!r}: use one of {', '.join(PHASE_CHOICES)}")
-        for name in ("weight_bytes", "peak_bw", "accept_len", "tokens_per_step", "measured_step_ms",
-                     "measured_tok_s", "tp", "ep"):
-            v = getattr(self, name)
-            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise TracekitError(f"--{name.replace('_', '-')} must be a positive number, got {v!r}")
-        if self.context is not None and self.context < 0:
-            raise TracekitError(f"--context must be >= 0, got {self.context}")
-        if self.weight_bytes is not None and not isinstance(self.weight_bytes, int):
-            object.__setattr__(self, "weight_bytes", int(round(self.weight_bytes)))
-        if self.draft_range == "":
-            object.__setattr__(self, "draft_range", None)
-        if self.engine is not None:
-            from tracekit.engines import parse_engine
+        for f in fields(self):
+            value = f.metadata["option"].check(getattr(self, f.name))
+            object.__setattr__(self, f.name, value)
+        self._check_together()
 
-            parse_engine(self.engine)
+    def _check_together(self) -> None:
+        """Rules between options (not of one value)."""
 
     def given(self) -> dict:
         """The fields that differ from their defaults (what a user actually passed)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
 
-    def breakdown_kwargs(self, fn=None) -> dict:
-        """Keyword arguments for ``fn`` (default: :func:`tracekit.analyses.breakdown.breakdown`).
+    def analysis_kwargs(self) -> dict:
+        """The keyword arguments of the analysis (``tracekit.analyses.<ANALYSIS>.<ANALYSIS>``): every option it
+        takes, by name; a device-profile path is read here (its JSON object)."""
+        values = {o.name: getattr(self, o.name) for o in options_of(self.ANALYSIS)}
+        if "device_profile" in values and not isinstance(values["device_profile"], (dict, type(None))):
+            values["device_profile"] = read_json_object(values["device_profile"], "device profile")
+        return values
 
-        Options ``fn`` does not take yet are left out while they hold their default; given, they raise
-        :class:`TracekitError` (never silently ignored). ``device_profile`` is read here (a JSON file).
-        """
-        import inspect
 
-        if fn is None:
-            from tracekit.analyses.breakdown import breakdown as fn
-        accepted = set(inspect.signature(fn).parameters)
-        values = asdict(self)
-        if "device_profile" in accepted:
-            values["device_profile"] = read_json_object(self.device_profile, "device profile")
-        unsupported = [k for k in self.given() if k not in accepted and k not in NOT_ANALYSIS]
-        if unsupported:
-            flags = ", ".join(f"--{k.replace('_', '-')}" for k in unsupported)
-            raise TracekitError(f"{flags}: not supported by this version's breakdown yet; leave it out")
-        return {k: v for k, v in values.items() if k in accepted}
+class _AnalysisChecks(_Options):
+    ANALYSIS = "breakdown"
+
+    def _check_together(self) -> None:
+        if self.measured_step_ms is not None and self.measured_tok_s is not None:
+            raise TracekitError("give --measured-step-ms or --measured-tok-s, not both")
+
+
+class _CeilingChecks(_Options):
+    ANALYSIS = "ceiling"
+
+    def _check_together(self) -> None:
+        if not self.gpu and self.peak_bw is None:
+            raise TracekitError("give --gpu NAME or --peak-bw GBPS")
+        if self.draft_bytes and not self.draft_forwards:
+            raise TracekitError("--draft-bytes needs --draft-forwards K (draft forward passes per step)")
+        if (self.params is not None and (self.weight_bytes is not None or self.model is not None)) or \
+                (self.weight_bytes is None and self.params is None and self.model is None):
+            raise TracekitError("give exactly one of --weight-bytes N, --params N (with --dtype) or --model PATH "
+                                "(--weight-bytes may go with --model: it replaces the weights term)")
+
+    def analysis_kwargs(self) -> dict:
+        """The given values only: what "not given" means without a trace (one GPU, one sequence, no KV term) is
+        ``tracekit.analyses.ceiling.ceiling``'s to say."""
+        return {k: v for k, v in super().analysis_kwargs().items() if v is not None}
+
+
+def _options_class(name: str, options: tuple[Option, ...], base: type, doc: str) -> type:
+    """A frozen, keyword-only dataclass with one field per option (type, default and the Option as metadata)."""
+    cls = dataclasses.make_dataclass(
+        name, [(o.name, o.annotation, dataclasses.field(default=o.default, metadata={"option": o})) for o in options],
+        bases=(base,), frozen=True, kw_only=True)
+    cls.__module__, cls.__qualname__, cls.__doc__ = __name__, name, doc
+    return cls
+
+
+AnalysisOptions = _options_class(
+    "AnalysisOptions", tuple(o for o in OPTIONS if {"breakdown", "files"} & set(o.used_by)), _AnalysisChecks,
+    """Every option of the analysis commands (``breakdown``, ``diff``, ``plot``, ``export``), generated from
+    :data:`OPTIONS` (one field per option that ``breakdown`` or ``files`` uses).
+
+    Build it with names (keyword-only); building checks every value. ``None`` means "not given": the manifest,
+    the trace or the shipped tables decide. ``weight_bytes`` is summed over all GPUs (``tp`` divides it) and may
+    be given as text (``"27GB"``); ``device_profile`` is the path of a ``tracekit capture --workload synthetic``
+    device profile (or its JSON object). ``draft_range="none"`` turns drafting detection off
+    (``tracekit.analyses.drafting.is_off``). ``engine`` says where several files run, never what is computed.""")
+
+CeilingOptions = _options_class(
+    "CeilingOptions", options_of("ceiling"), _CeilingChecks,
+    """Every option of ``tracekit ceiling``, generated from :data:`OPTIONS` (the options ``ceiling`` uses; those it
+    shares with ``breakdown`` are the same declarations). Building it checks every value and the rules between
+    them (one weights source; a GPU or a bandwidth).""")
+
+
+# ───────────────────────────── the Python API's signatures ─────────────────────────────
+
+def api_signature(fn, analysis: str) -> inspect.Signature:
+    """``fn``'s signature with its ``**options`` replaced by one keyword-only parameter per option of
+    ``analysis`` (type and default from :data:`OPTIONS`). The facade functions of ``tracekit`` carry it as
+    ``__signature__``: ``help(tracekit.breakdown)`` lists every keyword."""
+    sig = inspect.signature(fn)
+    head = [p for p in sig.parameters.values() if p.kind not in (p.VAR_KEYWORD, p.KEYWORD_ONLY)]
+    kw = [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=o.annotation)
+          for o in options_of(analysis)]
+    return sig.replace(parameters=head + kw)
+
+
+def bind_options(fn, options_class: type, *args, **kwargs):
+    """The options object of a call ``fn(*args, **kwargs)`` of a facade whose ``__signature__`` is
+    :func:`api_signature`'s: an unknown keyword is a ``TypeError``, as for any function."""
+    fn.__signature__.bind(*args, **kwargs)
+    return options_class(**kwargs)
 
 
 def read_json_object(path: Path | None, what: str) -> dict | None:
@@ -158,4 +417,6 @@ def read_json_object(path: Path | None, what: str) -> dict | None:
     return data
 
 
-__all__ = ["AnalysisOptions", "DEFAULT_DRAFT_RANGE", "Phase", "parse_amount", "read_json_object"]
+__all__ = ["Option", "OPTIONS", "OPTION", "KINDS", "DTYPES", "options_of", "AnalysisOptions", "CeilingOptions",
+           "api_signature", "bind_options", "DEFAULT_DRAFT_RANGE", "Phase", "parse_amount",
+           "read_json_object"]

@@ -10,18 +10,23 @@ multi-rank breakdown appends one row per rank). Columns:
   to a commit; ``label``: ``$TRACEKIT_RUN_LABEL`` when set;
 * ``device``, ``gpu_name``, ``peak_bw_gbps``;
 * ``step_count``, ``step_excluded``, ``step_marker``, ``step_pattern``, ``step_mean_ms``,
-  ``step_median_ms``, ``step_p10_ms``, ``step_p90_ms``;
+  ``step_median_ms``, ``step_p10_ms``, ``step_p90_ms`` (the *traced* steps);
+* ``reference_step_ms`` and ``reference_source``: the step every saving is stated against — the unprofiled step
+  (``"flag"``: ``--measured-step-ms`` / ``--measured-tok-s``; ``"manifest"``: the capture's) where known, else the
+  traced mean (``"traced"``). Rows saved before these columns existed get them from their ``breakdown_json``
+  when they are read (``time_base`` of a ``/2`` result; the traced mean of a ``/1`` one);
 * one ``<key>_ms`` column per ``per_step_ms`` key (``gemm_ms``, ..., ``idle_ms``);
 * the roofline: ``weight_bytes_per_step``, ``floor_ms``, ``ceiling_tokens_per_s``,
   ``fraction_of_ceiling``, ``gemm_achieved_bw_gbps``;
-* ``breakdown_json``: the full breakdown JSON (``tracekit.breakdown/2``; rows saved by an older tracekit hold
-  ``/1``: ``history`` keeps them, shows them as saved with a note, and compares each run only with the
-  previous run of the same trace path saved under the same schema, since the definitions changed).
+* ``breakdown_json``: the full breakdown JSON (``tracekit.analyses.breakdown.SCHEMA``; rows saved by an older
+  tracekit hold ``/1`` or ``/2``: ``history`` keeps them, shows them as saved with a note, and compares each run
+  only with the previous run of the same trace path saved under the same schema, since the definitions changed).
 
-The database is the only file tracekit writes besides the outputs a user names; it is
-opened read-only by ``history``. ``history`` flags a run as a regression when its mean
-step is more than 5% slower than the previous run of the same trace path *and* slower
-than that run's p90 (so step-to-step noise alone does not flag it).
+The database is the only file tracekit writes besides the outputs a user names; it is opened read-only by
+``history``. ``history`` compares each run's *reference step* with the previous run of the same trace path, the
+same schema and the same reference source (an unprofiled step is never compared with a traced one, nor a
+flag's with a manifest's), and flags a regression when it is more than 5% slower — and, for traced steps, also
+slower than that run's p90 (so the profiled step-to-step noise alone does not flag it).
 """
 
 from __future__ import annotations
@@ -35,18 +40,24 @@ from pathlib import Path
 from tracekit.categories import STEP_CATEGORIES
 from tracekit.errors import TracekitError
 
-SCHEMA = "tracekit.history/1"
-BREAKDOWN_SCHEMA = "tracekit.breakdown/2"  # what breakdown --save writes now
+SCHEMA = "tracekit.history/2"
 PER_STEP_KEYS = list(STEP_CATEGORIES)
 REGRESSION_REL = 0.05
-FLOAT_COLS = (["peak_bw_gbps", "step_mean_ms", "step_median_ms", "step_p10_ms", "step_p90_ms", "floor_ms",
-               "ceiling_tokens_per_s", "fraction_of_ceiling", "gemm_achieved_bw_gbps"]
+FLOAT_COLS = (["peak_bw_gbps", "step_mean_ms", "step_median_ms", "step_p10_ms", "step_p90_ms", "reference_step_ms",
+               "floor_ms", "ceiling_tokens_per_s", "fraction_of_ceiling", "gemm_achieved_bw_gbps"]
               + [f"{k}_ms" for k in PER_STEP_KEYS])
 COLUMNS = {"id": int, "timestamp": str, "path": str, "trace_bytes": int, "format": str, "producer_version": str,
            "graph_trace_mode": str, "git_commit": str, "git_branch": str, "git_dirty": int, "label": str,
            "device": int, "gpu_name": str, "step_count": int, "step_excluded": int, "step_marker": str,
-           "step_pattern": str, "weight_bytes_per_step": int, "breakdown_json": str,
+           "step_pattern": str, "reference_source": str, "weight_bytes_per_step": int, "breakdown_json": str,
            **{c: float for c in FLOAT_COLS}}
+
+
+def breakdown_schema() -> str:
+    """The schema ``breakdown --save`` writes now (``tracekit.analyses.breakdown.SCHEMA``, its one home)."""
+    from tracekit.analyses.breakdown import SCHEMA as current
+
+    return current
 
 
 def _git(*args) -> str | None:
@@ -77,7 +88,10 @@ def _now() -> str:
 
 def run_row(b, *, timestamp: str | None = None, git: dict | None = None) -> dict:
     """The ``runs`` row for one Breakdown."""
+    from tracekit.analyses.diff import reference_step
+
     d = b.to_dict()
+    ref, ref_source = reference_step(d)
     st, roof, src, gpu = d["steps"], d["roofline"], d["source"], d["gpu"]
     try:
         size = os.path.getsize(src["path"])
@@ -92,6 +106,7 @@ def run_row(b, *, timestamp: str | None = None, git: dict | None = None) -> dict
         "step_count": st["count"], "step_excluded": st["excluded"], "step_marker": st["marker"],
         "step_pattern": st["pattern"],
         **{f"step_{k}": st[k] for k in ("mean_ms", "median_ms", "p10_ms", "p90_ms")},
+        "reference_step_ms": ref, "reference_source": ref_source,
         **{f"{k}_ms": d["per_step_ms"].get(k) for k in PER_STEP_KEYS},
         "weight_bytes_per_step": roof.get("weight_bytes_per_step"), "floor_ms": roof.get("floor_ms"),
         "ceiling_tokens_per_s": roof.get("ceiling_tokens_per_s"),
@@ -131,8 +146,9 @@ def save_runs(path, results, *, timestamp: str | None = None, git: dict | None =
 
 
 def load_runs(path, *, path_contains: str | None = None, last: int | None = None):
-    """The ``runs`` table as a polars frame (oldest first), with ``delta_mean_ms``, ``delta_rel`` and
-    ``regression`` against the previous run of the same trace path."""
+    """The ``runs`` table as a polars frame (oldest first), with ``schema``, ``reference_step_ms`` /
+    ``reference_source`` for every row, and ``delta_ms``, ``delta_rel`` and ``regression`` against the previous run
+    of the same trace path, schema and reference source."""
     import polars as pl
 
     path = Path(path)
@@ -151,13 +167,19 @@ def load_runs(path, *, path_contains: str | None = None, last: int | None = None
     df = pl.DataFrame(data, schema=schema, orient="row")
     # the schema each run was saved under (its JSON's first key): a definition change is not a regression
     df = df.with_columns(schema=pl.col("breakdown_json").str.extract(r'"schema"\s*:\s*"(tracekit\.breakdown/\d+)"'))
-    prev_mean = pl.col("step_mean_ms").shift(1).over("path", "schema")
-    prev_p90 = pl.col("step_p90_ms").shift(1).over("path", "schema")
+    df = _with_reference(df)
+    # each run against the previous run of the same trace, schema and reference source
+    by = ("path", "schema", "reference_source")
+    prev = pl.col("reference_step_ms").shift(1).over(*by)
+    prev_p90 = pl.col("step_p90_ms").shift(1).over(*by)
     df = df.with_columns(
-        delta_mean_ms=pl.col("step_mean_ms") - prev_mean,
-        delta_rel=(pl.col("step_mean_ms") - prev_mean) / prev_mean,
+        prev_source=pl.col("reference_source").shift(1).over("path", "schema"),
+        delta_ms=pl.col("reference_step_ms") - prev,
+        delta_rel=(pl.col("reference_step_ms") - prev) / prev,
     ).with_columns(
-        regression=((pl.col("delta_rel") > REGRESSION_REL) & (pl.col("step_mean_ms") > prev_p90)).fill_null(False))
+        regression=((pl.col("delta_rel") > REGRESSION_REL)
+                    & ((pl.col("reference_source") != "traced") | (pl.col("reference_step_ms") > prev_p90)))
+        .fill_null(False))
     if path_contains:
         df = df.filter(pl.col("path").str.contains(path_contains, literal=True))
     if last:
@@ -165,18 +187,51 @@ def load_runs(path, *, path_contains: str | None = None, last: int | None = None
     return df
 
 
+def _with_reference(df):
+    """``reference_step_ms`` / ``reference_source`` for every row; rows saved before those columns existed take
+    them from their JSON (a ``time_base`` of ``/2``; a ``/1`` result had none: its traced mean)."""
+    import polars as pl
+
+    for c, dtype in (("reference_step_ms", pl.Float64), ("reference_source", pl.String)):
+        if c not in df.columns:
+            df = df.with_columns(pl.lit(None, dtype).alias(c))
+    js = pl.col("breakdown_json")
+    unprofiled = js.str.json_path_match("$.time_base.unprofiled_step_ms").cast(pl.Float64)
+    source = js.str.json_path_match("$.time_base.unprofiled_source")
+    return df.with_columns(
+        reference_step_ms=pl.coalesce("reference_step_ms", unprofiled, "step_mean_ms"),
+        reference_source=pl.coalesce("reference_source",
+                                     pl.when(unprofiled.is_not_null()).then(source.fill_null("flag")),
+                                     pl.lit("traced")))
+
+
 def history(path, *, path_contains: str | None = None, last: int | None = None) -> dict:
-    """The ``tracekit.history/1`` dict: ``{"schema", "db", "runs": [...], "regressions": [ids], "warnings"}``."""
+    """The ``tracekit.history/2`` dict: ``{"schema", "db", "breakdown_schema", "runs": [...], "regressions": [ids],
+    "warnings"}`` (``breakdown_schema``: what ``--save`` writes now; runs of other schemas were saved by an older
+    tracekit).
+
+    Each run carries every column but ``breakdown_json``, plus its ``schema``, ``delta_ms`` / ``delta_rel`` (its
+    reference step against the previous run of the same trace, schema and reference source; null when there is
+    none) and ``regression``."""
+    import polars as pl
+
     df = load_runs(path, path_contains=path_contains, last=last)
-    keep = [c for c in df.columns if c != "breakdown_json"]
+    current = breakdown_schema()
+    keep = [c for c in df.columns if c not in ("breakdown_json", "prev_source")]
     runs = df.select(keep).to_dicts()
     warnings = [] if runs else ["the history holds no runs" + (" matching the filter" if path_contains else "")]
-    old = [r["id"] for r in runs if r["schema"] != BREAKDOWN_SCHEMA]
-    if old:
-        ids = ", ".join(map(str, old[:10])) + (f" and {len(old) - 10} more" if len(old) > 10 else "")
-        warnings.append(f"run(s) {ids} were saved by an older tracekit (schema "
-                        f"{next(r['schema'] for r in runs if r['schema'] != BREAKDOWN_SCHEMA) or 'unknown'}): shown "
+    old = [r for r in runs if r["schema"] != current]
+    for schema in dict.fromkeys(r["schema"] for r in old):
+        ids = [r["id"] for r in old if r["schema"] == schema]
+        listed = ", ".join(map(str, ids[:10])) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+        warnings.append(f"run(s) {listed} were saved by an older tracekit (schema {schema or 'unknown'}): shown "
                         "as saved, under that version's definitions (e.g. the last step counted, savings against the "
                         "traced step); Δ compares each run only with the previous one of the same schema")
-    return {"schema": SCHEMA, "db": str(path), "runs": runs,
+    switched = df.filter(pl.col("prev_source").is_not_null() & (pl.col("prev_source") != pl.col("reference_source")))
+    if switched.height:
+        ids = ", ".join(map(str, switched["id"].to_list()[:10]))
+        warnings.append(f"run(s) {ids}: the reference step's source differs from the previous run of the same trace "
+                        "(an unprofiled step is not compared with a traced one, nor a --measured-step-ms with a "
+                        "manifest's): Δ compares runs of the same source only")
+    return {"schema": SCHEMA, "db": str(path), "breakdown_schema": current, "runs": runs,
             "regressions": df.filter("regression")["id"].to_list(), "warnings": warnings}

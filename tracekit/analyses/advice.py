@@ -37,8 +37,8 @@ DEFAULT_REPLAY_GAP_US = 0.58
 GRAPHED_SHARE = 0.8  # contract: not applicable when >= 80% of kernel time is graph replay
 SMALL_SAVING = 0.05  # a lever that saves less than this share of the step "would save little"
 MEMORY_BOUND = 0.7  # fraction of the bandwidth floor from which a step is called memory-bound
-# Levers in display order: the contract's four, then host stalls (an extension key).
-ALL_LEVERS = (*LEVERS, "host_stalls")
+# Levers in display order: every one, named in tracekit.categories.
+ALL_LEVERS = LEVERS
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ One pipeline of typed, immutable values (../shared/spec/CONTRACT.md, ``tracekit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
@@ -172,7 +173,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
               device: int | None = None, rules=None, weight_bytes: int | None = None, peak_bw: float | None = None,
               accept_len: float | None = None, tokens_per_step: float | None = None,
               device_profile: dict | None = None, measured_step_ms: float | None = None,
-              measured_tok_s: float | None = None, phase: str | None = "decode", model: str | None = None,
+              measured_tok_s: float | None = None, phase: str = "decode", model: str | Path | None = None,
               tp: int | None = None, ep: int | None = None, context: int | None = None) -> Breakdown:
     """Per-step breakdown of ``trace`` (see the module docstring and ``docs/definitions.md``)."""
     phase = phase or "decode"

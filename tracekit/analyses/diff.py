@@ -1,33 +1,38 @@
-"""Two breakdowns side by side: what changed between a base and a new run (schema ``tracekit.diff/2``).
+"""Two breakdowns side by side: what changed between a base and a new run (schema ``tracekit.diff/3``).
 
 ``diff(base, new)`` takes two :class:`~tracekit.analyses.breakdown.Breakdown` results and
 returns a :class:`Diff` whose ``to_dict()`` is the contract JSON::
 
-    {"schema": "tracekit.diff/2", "base": <breakdown/2>, "new": <breakdown/2>, "delta": {...}}
+    {"schema": "tracekit.diff/3", "base": <breakdown>, "new": <breakdown>, "delta": {...}}
 
-``delta`` holds, for every number compared, ``{"base", "new", "abs", "rel"}`` where
-``abs = new - base`` (ms unless the key says otherwise) and ``rel = abs / base``
-(``null`` when either side is ``null`` or ``base`` is 0):
+(the embedded breakdowns are of ``tracekit.analyses.breakdown.SCHEMA``). ``delta`` holds, for every number
+compared, ``{"base", "new", "abs", "rel"}`` where ``abs = new - base`` (ms unless the key says otherwise) and
+``rel = abs / base`` (``null`` when either side is ``null`` or ``base`` is 0):
 
-* ``steps``: ``mean_ms``, ``median_ms``, ``p10_ms``, ``p90_ms``, ``spread_ms`` (p90 − p10, the
-  step-to-step noise of each side) and ``count``; plus ``within_noise``: true when the
-  mean moved by less than the larger of the two p10–p90 half-spreads, i.e. the change
-  may be noise.
-* ``time_base``: ``reference_step_ms``, ``unprofiled_step_ms`` and ``traced_step_ms`` (each side's own
-  unprofiled step: its flag, else its manifest); savings and step changes a user acts on are these.
-* ``per_step_ms``, ``gaps`` (by cause) and ``kernel_ms_per_step``: every key of the breakdown's blocks.
+* ``reference_step_ms``: the two *reference* steps, what every saving is stated against and what the headline
+  compares: each side's unprofiled step (its flag, else its manifest) where it has one, else its traced step.
+  Besides the four numbers: ``base_source`` / ``new_source`` (``"flag"``, ``"manifest"`` or ``"traced"``) and
+  ``basis``: ``"unprofiled"`` (both sides unprofiled), ``"traced"`` (neither has an unprofiled time) or
+  ``"mixed"`` — an unprofiled step against a traced one, which is not a change: ``abs`` and ``rel`` are null.
+* ``steps``: the *traced* steps' ``mean_ms``, ``median_ms``, ``p10_ms``, ``p90_ms``, ``spread_ms`` (p90 − p10, the
+  step-to-step noise of each side) and ``count``; plus ``within_noise``: true when the traced mean moved by less
+  than the larger of the two p10–p90 half-spreads, i.e. the change may be noise.
+* ``time_base``: ``reference_step_ms`` (the same object as above), ``unprofiled_step_ms`` and ``traced_step_ms``
+  (each compared only with its own kind).
+* ``per_step_ms``, ``gaps`` (by cause) and ``kernel_ms_per_step``: every key of the breakdown's blocks (shares of
+  the traced step).
 * ``roofline``: ``floor_ms``, ``fraction_of_ceiling``, ``ceiling_tokens_per_s``,
   ``gemm_achieved_bw_gbps``.
 * ``largest_change``: the ``per_step_ms`` key with the largest absolute change (ties: the
   first in ``per_step_ms`` order), or null.
-* ``advice_changed``: one entry per lever whose ``applicable`` flipped or whose verdict
-  text changed: ``{"lever", "applicable": {"base", "new"}, "applicable_flipped": bool,
+* ``advice_changed``: one entry per lever (every lever of ``tracekit.categories.LEVERS``) whose ``applicable``
+  flipped or whose verdict text changed: ``{"lever", "applicable": {"base", "new"}, "applicable_flipped": bool,
   "verdict": {"base", "new"}, "max_saving_ms": {"base", "new", "abs", "rel"}}``.
-* ``warnings``: why the comparison may mislead (different GPUs, step markers, graph modes).
+* ``warnings``: why the comparison may mislead (different GPUs, step markers, graph modes, time bases).
 
-A side may also be a breakdown saved earlier (``breakdown --format json``): :func:`read_saved` reads one of
-schema ``tracekit.breakdown/2``; a ``/1`` result is refused with the reason (its savings are against the
-traced step, its blocks are not those of ``/2``: analyse the trace again).
+A side may also be a breakdown saved earlier (``breakdown --format json``): :func:`read_saved` reads one of the
+current schema; an older one (``/1``, ``/2``) is refused with the reason (its blocks and definitions are not
+this version's: analyse the trace again).
 
 :func:`diff` is pure: no files, no printing. The renderers (``tracekit/report/diff.py``) show only numbers
 from this dict.
@@ -40,10 +45,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracekit.analyses.breakdown import SCHEMA as BREAKDOWN_SCHEMA
 from tracekit.categories import GAP_CAUSES, LEVERS
 from tracekit.errors import TracekitError
 
-SCHEMA = "tracekit.diff/2"
+SCHEMA = "tracekit.diff/3"
 STEP_KEYS = ["mean_ms", "median_ms", "p10_ms", "p90_ms"]
 ROOFLINE_KEYS = ["floor_ms", "fraction_of_ceiling", "ceiling_tokens_per_s", "gemm_achieved_bw_gbps"]
 
@@ -77,7 +83,6 @@ class Diff:
 
 
 _SAVED = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"tracekit\.breakdown/(\d+)"')
-BREAKDOWN_SCHEMA = "tracekit.breakdown/2"
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,8 @@ class SavedBreakdown:
 def read_saved(path) -> SavedBreakdown | None:
     """The saved breakdown in ``path``, or None when ``path`` is not one (a trace: analyse it). Only the
     first bytes are read to tell (a Kineto trace can be gigabytes). A ``/1`` result is a
-    :class:`TracekitError` with the reason; so is a saved multi-rank result."""
+    :class:`TracekitError` with the reason; so is an older schema's (``/1``, ``/2``), and a saved multi-rank
+    result."""
     path = Path(path)
     if not path.name.lower().endswith(".json") or not path.is_file():
         return None
@@ -104,7 +110,7 @@ def read_saved(path) -> SavedBreakdown | None:
     version = m.group(1).decode()
     if f"tracekit.breakdown/{version}" != BREAKDOWN_SCHEMA:
         raise TracekitError(f"{path}: a saved tracekit.breakdown/{version} result; diff compares "
-                            f"{BREAKDOWN_SCHEMA} breakdowns (savings against the unprofiled step, gaps by cause), "
+                            f"{BREAKDOWN_SCHEMA} breakdowns (reference steps, this version's definitions), "
                             "which it cannot be converted to: run tracekit diff on the trace files again")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -120,6 +126,30 @@ def _spread(st: dict):
     if st.get("p90_ms") is None or st.get("p10_ms") is None:
         return None
     return st["p90_ms"] - st["p10_ms"]
+
+
+def reference_step(b: dict) -> tuple[float | None, str]:
+    """A breakdown dict's reference step and its source: ``(ms, "flag" | "manifest")`` when it has an unprofiled
+    step, else ``(traced ms, "traced")``.
+
+    >>> reference_step({"time_base": {"unprofiled_step_ms": 2.8, "unprofiled_source": "manifest",
+    ...                               "traced_step_ms": 6.1}})
+    (2.8, 'manifest')
+    """
+    tb = b.get("time_base") or {}
+    if tb.get("unprofiled_step_ms") is not None:
+        return tb["unprofiled_step_ms"], tb.get("unprofiled_source") or "flag"
+    return tb.get("traced_step_ms", (b.get("steps") or {}).get("mean_ms")), "traced"
+
+
+def reference_change(b: dict, n: dict) -> dict:
+    """``delta.reference_step_ms``: :func:`change` of the two reference steps, with each side's source and the
+    ``basis``; an unprofiled step against a traced one is not a change (``abs``/``rel`` null, basis ``mixed``)."""
+    (bv, bs), (nv, ns) = reference_step(b), reference_step(n)
+    kinds = {"traced" if s == "traced" else "unprofiled" for s in (bs, ns)}
+    basis = kinds.pop() if len(kinds) == 1 else "mixed"
+    c = change(bv, nv) if basis != "mixed" else {"base": bv, "new": nv, "abs": None, "rel": None}
+    return {**c, "base_source": bs, "new_source": ns, "basis": basis}
 
 
 def diff(base, new) -> Diff:
@@ -138,8 +168,9 @@ def diff(base, new) -> Diff:
     kernel = {k: change(b["kernel_ms_per_step"].get(k), n["kernel_ms_per_step"].get(k))
               for k in dict.fromkeys([*b["kernel_ms_per_step"], *n["kernel_ms_per_step"]])}
     roof = {k: change(b["roofline"].get(k), n["roofline"].get(k)) for k in ROOFLINE_KEYS}
-    tb = {k: change(b["time_base"].get(k), n["time_base"].get(k))
-          for k in ("reference_step_ms", "unprofiled_step_ms", "traced_step_ms")}
+    ref = reference_change(b, n)
+    tb = {"reference_step_ms": ref,
+          **{k: change(b["time_base"].get(k), n["time_base"].get(k)) for k in ("unprofiled_step_ms", "traced_step_ms")}}
     gaps = {k: change(b["gaps"].get(k), n["gaps"].get(k)) for k in GAP_CAUSES}
 
     largest = None
@@ -175,11 +206,12 @@ def diff(base, new) -> Diff:
         warnings.append("a trace has whole-graph CUDA graph records: its compute categories are null "
                         "(capture again with --cuda-graph-trace=node)")
     if steps["within_noise"]:
-        warnings.append("the mean step moved by less than half the p10–p90 spread: the change may be noise")
+        warnings.append("the traced mean step moved by less than half the p10–p90 spread: the change may be noise")
 
-    if (b["time_base"]["unprofiled_step_ms"] is None) != (n["time_base"]["unprofiled_step_ms"] is None):
-        warnings.append("only one side has an unprofiled step time: its reference step is unprofiled, the other's "
-                        "is traced (pass --base-measured-step-ms / --new-measured-step-ms)")
-    delta = {"steps": steps, "time_base": tb, "per_step_ms": per_step, "gaps": gaps, "kernel_ms_per_step": kernel, "roofline": roof,
+    if ref["basis"] == "mixed":
+        missing = "base" if ref["base_source"] == "traced" else "new"
+        warnings.append(f"only one side has an unprofiled step: an unprofiled and a traced step are not compared "
+                        f"(pass --{missing}-measured-step-ms X, the {missing.upper()} step measured without a profiler)")
+    delta = {"reference_step_ms": ref, "steps": steps, "time_base": tb, "per_step_ms": per_step, "gaps": gaps, "kernel_ms_per_step": kernel, "roofline": roof,
              "largest_change": largest, "advice_changed": changed, "warnings": warnings}
     return Diff(base=base, new=new, delta=delta)

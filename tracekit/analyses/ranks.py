@@ -92,7 +92,7 @@ def analyse_files(files, options=None, *, engine: str | None = None, workers: in
     if options is None or isinstance(options, AnalysisOptions):
         options = options or AnalysisOptions()
         engine = engine or options.engine
-        kwargs = options.breakdown_kwargs()  # (a device profile is read here, once)
+        kwargs = options.analysis_kwargs()  # (a device profile is read here, once)
     else:
         kwargs = dict(options)
     return map_files(stage, files, kwargs, engine=engine, workers=workers, fmt=fmt)

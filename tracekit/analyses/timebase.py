@@ -15,10 +15,7 @@ profiler when it is known (``--measured-step-ms`` / ``--measured-tok-s``, else t
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
-
-from tracekit.errors import TracekitError
 
 HOST_BOUND = 0.2  # launch_gaps + idle >= this share of the traced step: host-bound
 
@@ -42,12 +39,8 @@ def time_base(traced_step_ms: float, *, measured_step_ms: float | None, measured
     """The time base of a breakdown whose analysed steps average ``traced_step_ms``.
 
     ``measured_tok_s`` (whole-batch throughput) converts as step ms = 1000 × ``tokens_per_step`` ÷ tok/s, where
-    ``tokens_per_step`` = accept length × batch. Raises ``TracekitError`` when both flags are given."""
-    if measured_step_ms is not None and measured_tok_s is not None:
-        raise TracekitError("give --measured-step-ms or --measured-tok-s, not both")
-    for name, v in (("--measured-step-ms", measured_step_ms), ("--measured-tok-s", measured_tok_s)):
-        if v is not None and (not math.isfinite(v) or v <= 0):
-            raise TracekitError(f"{name} must be a positive number, got {v}")
+    ``tokens_per_step`` = accept length × batch. The flags arrive checked (positive, not both:
+    ``tracekit.options``, where every option is declared and validated once)."""
     unprof, source = None, None
     if measured_step_ms is not None:
         unprof, source = float(measured_step_ms), "flag"

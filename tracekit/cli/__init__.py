@@ -4,7 +4,7 @@
 * ``options``: the shared option decorators (one ``AnalysisOptions`` for the analysis commands).
 * ``output``: the console, ``-o FILE`` and ``emit`` (``tracekit.report.render`` picks the renderer).
 * one module per command family, registered below, in one place: ``analysis`` (info, kernels,
-  breakdown), ``diff``, ``plot`` (plot, export), ``history``, ``ceiling``, ``capture``.
+  breakdown), ``diff``, ``plot`` (plot, export), ``history``, ``ceiling``, ``capture``, ``cache``.
 
 No module here imports polars, pyarrow or rich at import time (``tracekit --help`` stays fast, and
 ``tracekit capture`` runs on a GPU host without polars); commands import what they need when they run.
@@ -13,10 +13,10 @@ No module here imports polars, pyarrow or rich at import time (``tracekit --help
 
 from __future__ import annotations
 
-from tracekit.cli import analysis, capture, ceiling, diff, history, plot
+from tracekit.cli import analysis, cache, capture, ceiling, diff, history, plot
 from tracekit.cli.app import cli, main
 
-for _family in (analysis, diff, plot, history, ceiling, capture):
+for _family in (analysis, diff, plot, history, ceiling, capture, cache):
     for _command in _family.COMMANDS:
         cli.add_command(_command)
 

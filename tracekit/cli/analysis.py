@@ -42,8 +42,10 @@ def info(traces, device, fmt, output, color):
 @device_option("Restrict to this GPU (default: all GPUs).")
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Show only the N largest (default: all).")
 @rules_option
+@click.option("--wide", is_flag=True,
+              help="Whole kernel names in the table on a terminal too (piped or -o FILE, they are always whole).")
 @output_options()
-def kernels(traces, device, top, rules, fmt, output, color):
+def kernels(traces, device, top, rules, wide, fmt, output, color):
     """Every kernel name with its category, count, total and mean time and share.
 
     Totals are over all GPUs unless --device is given, so they equal
@@ -54,7 +56,7 @@ def kernels(traces, device, top, rules, fmt, output, color):
     files = expand_traces(traces)
     if len(files) == 1:
         emit("kernels", tracekit.kernels(load(files[0], fmt == "json"), device=device, top=top, rules=rules), fmt,
-             output, color)
+             output, color, wide)
         return
     from tracekit.analyses.ranks import kernels_ranks
 
@@ -63,7 +65,7 @@ def kernels(traces, device, top, rules, fmt, output, color):
     multi = kernels_ranks(full, files)
     if top is not None:
         multi["ranks"] = [{**r, "kernels": r["kernels"][:top]} for r in multi["ranks"]]
-    emit("kernels", multi, fmt, output, color)
+    emit("kernels", multi, fmt, output, color, wide)
 
 
 @click.command()
@@ -122,7 +124,7 @@ def _all_devices(path: Path, opts):
 
     trace = load(path, True)
     devs = devices_with_activity(trace)
-    results = [rank_result(run(trace, **dataclasses.replace(opts, device=d).breakdown_kwargs(run)), trace,
+    results = [rank_result(run(trace, **dataclasses.replace(opts, device=d).analysis_kwargs()), trace,
                            rules=opts.rules) for d in devs]
     return results, [f"gpu{d}" for d in devs]
 

@@ -113,6 +113,7 @@ def cli(debug):
     tracekit diff BASE NEW     two breakdowns side by side
     tracekit ceiling ...       the tok/s ceiling without a trace
     tracekit capture ...       (GPU host) capture a decode loop under nsys / torch profiler
+    tracekit cache info|clear  the cache of decompressed / converted exports
     """
 
 

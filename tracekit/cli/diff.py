@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import click
 
-from tracekit.cli.options import POSITIVE, analysis_options, output_options
+from tracekit.cli.options import analysis_options, output_options, side_option, side_options
 from tracekit.cli.output import emit
 
 
@@ -15,21 +14,21 @@ from tracekit.cli.output import emit
 @click.argument("base", type=click.Path(exists=False, path_type=Path))
 @click.argument("new", type=click.Path(exists=False, path_type=Path))
 @analysis_options(measured=False)
-@click.option("--base-measured-step-ms", type=POSITIVE, default=None, metavar="X",
-              help="BASE's step time measured without a profiler (default: its manifest's).")
-@click.option("--new-measured-step-ms", type=POSITIVE, default=None, metavar="X",
-              help="NEW's step time measured without a profiler (default: its manifest's).")
+@side_option("measured_step_ms", "base")
+@side_option("measured_step_ms", "new")
 @output_options(("table", "md", "json"))
 def diff(base, new, opts, base_measured_step_ms, new_measured_step_ms, fmt, output, color):
-    """Two breakdowns side by side: deltas per category and step statistic, advice that changed.
+    """Two breakdowns side by side: the reference steps, deltas per category and step statistic, advice that changed.
 
     Both traces are analysed with the same options; each side's unprofiled step comes from its flag, else its
-    own manifest. A side may be a breakdown saved with `--format json` (tracekit.breakdown/2). Example:
+    own manifest, and the headline compares the two reference steps (unprofiled where each side has one; an
+    unprofiled and a traced step are not compared). A side may be a breakdown saved with `breakdown --format
+    json` by this version. Example:
     tracekit diff sample_traces/hf-small-eager/trace.sqlite sample_traces/hf-small-graph/trace.sqlite.gz --format md
     """
     import tracekit
 
-    sides = [_side(path, dataclasses.replace(opts, measured_step_ms=ms), name)
+    sides = [_side(path, side_options(opts, name, measured_step_ms=ms), name)
              for path, ms, name in ((base, base_measured_step_ms, "base"), (new, new_measured_step_ms, "new"))]
     emit("diff", tracekit.diff(*sides).to_dict(), fmt, output, color)
 

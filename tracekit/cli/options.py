@@ -2,26 +2,28 @@
 
 * :func:`output_options`: ``--format``, ``-o/--output``, ``--color/--no-color``.
 * :data:`trace_arguments`: ``TRACE...`` (files, or directories of rank files).
-* :func:`analysis_options`: every option of the analysis commands, handed to the command as ONE frozen
-  :class:`tracekit.options.AnalysisOptions` (parameter ``opts``), so no command passes a dozen values by
-  position and a new option is added in one place.
+* :func:`click_option`: the click option of one declared :class:`tracekit.options.Option` — flag, default, help
+  and metavar from the declaration; its click type only *parses* text (:data:`CLICK_TYPES`), the options object
+  checks the value (one validator, shared with the Python API).
+* :func:`analysis_options` / :func:`ceiling_options`: every declared option of ``breakdown`` / ``ceiling``, handed
+  to the command as ONE frozen options object (parameter ``opts``); an invalid value or combination is a
+  one-line usage error (exit 2).
 * :data:`BYTES` / :data:`COUNT`: amounts such as ``27e9``, ``27GB``, ``25.1GiB`` (bytes) or ``27B``
-  (a count), parsed by :func:`tracekit.options.parse_amount` (shared with ``ceiling``).
+  (a count), parsed by :func:`tracekit.options.parse_amount`.
 
+No option of an analysis is written here: they are declared once in :data:`tracekit.options.OPTIONS`.
 Imports click and the standard library only.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import fields
 from pathlib import Path
 
 import click
 
-from tracekit.categories import PHASE_CHOICES
 from tracekit.errors import TracekitError
-from tracekit.options import DEFAULT_DRAFT_RANGE, AnalysisOptions, parse_amount
+from tracekit.options import OPTION, AnalysisOptions, CeilingOptions, Option, options_of, parse_amount
 
 FORMATS = ("table", "md", "json", "csv")
 
@@ -42,7 +44,16 @@ class Amount(click.ParamType):
 
 BYTES = Amount("bytes")
 COUNT = Amount("count")
-POSITIVE = click.FloatRange(min=0, min_open=True)
+_PATH = click.Path(path_type=Path)
+
+# Option kind (tracekit.options.KINDS) -> the click type that turns text into a value (checked afterwards).
+CLICK_TYPES = {
+    "text": click.STRING, "regex": click.STRING, "engine": click.STRING,
+    "index": click.INT, "count": click.INT, "count0": click.INT,
+    "positive": click.FLOAT, "number0": click.FLOAT,
+    "bytes": BYTES, "bytes0": BYTES, "params": COUNT,
+    "file": _PATH, "model": _PATH,
+}
 
 
 def format_option(choices=FORMATS):
@@ -68,82 +79,91 @@ trace_arguments = click.argument("traces", nargs=-1, required=True,
                                  type=click.Path(exists=False, path_type=Path), metavar="TRACE...")
 
 
+def click_option(o: Option, *, name: str | None = None, flags: tuple[str, ...] | None = None,
+                 help: str | None = None):
+    """The click option of the declared option ``o``. ``name``/``flags``/``help`` rename it for a variant
+    (``diff``'s ``--base-measured-step-ms``; ``kernels``' ``--device``, which restricts instead of picking)."""
+    decls = flags or o.flags or (f"--{o.name.replace('_', '-')}",)
+    kw = dict(default=o.default, help=help or o.help, show_default=o.default is not None and o.kind != "flag")
+    if o.kind == "flag":
+        return click.option(*decls, name or o.name, is_flag=True, **kw)
+    type_ = click.Choice(o.choices) if o.kind == "choice" else CLICK_TYPES[o.kind]
+    return click.option(*decls, name or o.name, type=type_, metavar=o.metavar, **kw)
+
+
 def device_option(help_text: str):
-    return click.option("--device", type=int, default=None, help=help_text)
+    return click_option(OPTION["device"], help=help_text)
 
 
-
-_INT_1 = click.IntRange(min=1)
-_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
-
-# The analysis options in --help order: (AnalysisOptions field, type, metavar, help); the flag is the field's name
-# with dashes, every default None (not given) but --draft-range's.
-_ANALYSIS_TABLE = [
-    ("device", int, None, "GPU to analyse (default: the busiest)."),
-    ("step_range", str, "REGEX", "Range names (NVTX / torch annotations) that mark a decode step (Python re.search)."),
-    ("draft_range", str, "REGEX", "Range names whose GPU work is drafting; 'none' turns drafting detection off "
-                                  "(no ranges, no structure, no speculative kernels)."),
-    ("phase", click.Choice(PHASE_CHOICES), None, "Which steps to analyse by their detected phase [default: decode]."),
-    ("weight_bytes", BYTES, "N", "Weight bytes one step reads, summed over all GPUs: 27e9, 27GB, 25.1GiB, 512MiB "
-                                 "(default: --model, manifest, else the trace)."),
-    ("model", click.Path(exists=True, path_type=Path), "PATH",
-     "Model directory, HF cache snapshot or config.json: weight and KV bytes from its tensors."),
-    ("tp", _INT_1, "N", "GPUs the weights are split over (default: manifest, else the trace's all-reduce group)."),
-    ("ep", _INT_1, "N", "Expert-parallel GPUs (experts split over EP instead of TP; default 1)."),
-    ("context", click.IntRange(min=0), "N",
-     "Tokens of KV cache each sequence reads per step (default: from the trace where visible)."),
-    ("peak_bw", POSITIVE, "GBPS", "Peak memory bandwidth in GB/s (default: manifest > trace > GPU table)."),
-    ("accept_len", POSITIVE, "X", "Mean tokens emitted per speculative step per sequence, the bonus token included."),
-    ("tokens_per_step", POSITIVE, "N",
-     "Tokens a step produces without speculation (batch size; default 1 or the manifest's)."),
-    ("measured_step_ms", POSITIVE, "X",
-     "Step time measured without a profiler (default: the manifest's); savings are stated against it."),
-    ("measured_tok_s", POSITIVE, "X", "Whole-batch tokens/s measured without a profiler (instead of --measured-step-ms)."),
-    ("rules", _FILE, None, "Extra kernel-classification rules (TOML), tried before the shipped ones."),
-    ("device_profile", _FILE, None,
-     "Device profile JSON from `tracekit capture --workload synthetic` (graph replay cost)."),
-]
+rules_option = click_option(OPTION["rules"])
 
 
-def _option(field: str, type_, metavar: str | None, help_text: str):
-    default = DEFAULT_DRAFT_RANGE if field == "draft_range" else None
-    return click.option(f"--{field.replace('_', '-')}", field, type=type_, default=default, metavar=metavar,
-                        show_default=default is not None, help=help_text)
+def _usage_error(e: TracekitError):
+    return click.UsageError(str(e), ctx=click.get_current_context(silent=True))
 
 
-_ANALYSIS = [(row[0], _option(*row)) for row in _ANALYSIS_TABLE]
-_ENGINE = ("engine", _option("engine", str, "process|dask|dask=ADDRESS",
-                             "Where the per-file stage of several files runs: a local process pool, a local Dask "
-                             "cluster, or the Dask scheduler at ADDRESS (tcp://HOST:PORT) [default: process]."))
-rules_option = dict(_ANALYSIS)["rules"]
-FIELDS = {f.name for f in fields(AnalysisOptions)}
-assert {name for name, _ in _ANALYSIS} | {_ENGINE[0]} == FIELDS, "every AnalysisOptions field has its option"
+def _options_decorator(options: tuple[Option, ...], cls: type, help_for=lambda o: o.help):
+    """Add ``options`` to a command and pass their values as one ``opts`` of ``cls`` (checked: usage error)."""
+    names = {o.name for o in options}
 
-
-def analysis_options(fn=None, *, engine: bool = False, measured: bool = True):
-    """Add the analysis options to a command and pass them as one ``opts: AnalysisOptions``.
-
-    ``engine``: add ``--engine`` (breakdown of several files: where they run, :mod:`tracekit.engines`). ``measured=False`` leaves out ``--measured-step-ms`` /
-    ``--measured-tok-s`` (``diff`` has a pair per side instead). Inconsistent values (both measured
-    flags) are a one-line usage error, exit 2.
-    """
     def deco(f):
         @functools.wraps(f)
         def wrapper(*args, **kwargs):
-            values = {name: kwargs.pop(name) for name in list(kwargs) if name in FIELDS}
+            values = {name: kwargs.pop(name) for name in list(kwargs) if name in names}
             try:
-                kwargs["opts"] = AnalysisOptions(**values)
+                kwargs["opts"] = cls(**values)
             except TracekitError as e:
-                raise click.UsageError(str(e), ctx=click.get_current_context(silent=True)) from None
+                raise _usage_error(e) from None
             return f(*args, **kwargs)
 
-        opts = [o for name, o in _ANALYSIS if measured or not name.startswith("measured_")]
-        for opt in reversed(opts + ([_ENGINE[1]] if engine else [])):
-            wrapper = opt(wrapper)
+        for o in reversed(options):
+            wrapper = click_option(o, help=help_for(o))(wrapper)
         return wrapper
 
+    return deco
+
+
+def analysis_options(fn=None, *, engine: bool = False, measured: bool = True):
+    """Add the analysis options (:func:`tracekit.options.options_of` ``"breakdown"``) to a command and pass them as
+    one ``opts: AnalysisOptions``.
+
+    ``engine``: add ``--engine`` (breakdown of several files: where they run, :mod:`tracekit.engines`).
+    ``measured=False`` leaves out ``--measured-step-ms`` / ``--measured-tok-s`` (``diff`` has a measured step per
+    side instead: :func:`side_option`). Inconsistent values (both measured flags) are a one-line usage error, exit 2.
+    """
+    options = tuple(o for o in options_of("breakdown") if measured or not o.name.startswith("measured_"))
+    deco = _options_decorator(options + (options_of("files") if engine else ()), AnalysisOptions)
     return deco if fn is None else deco(fn)
 
 
-__all__ = ["Amount", "BYTES", "COUNT", "POSITIVE", "FORMATS", "output_options", "format_option",
-           "trace_arguments", "device_option", "rules_option", "analysis_options"]
+def ceiling_options(fn):
+    """Add ``ceiling``'s declared options (shared ones with ``ceiling``'s narrower help) as ``opts: CeilingOptions``."""
+    return _options_decorator(options_of("ceiling"), CeilingOptions, lambda o: o.ceiling_help or o.help)(fn)
+
+
+def side_option(name: str, side: str):
+    """The declared option ``name`` for one side of ``diff`` (``--base-measured-step-ms``): same type and check."""
+    o = OPTION[name]
+    flag = f"--{side}-{name.replace('_', '-')}"
+    return click_option(o, name=f"{side}_{name}", flags=(flag,),
+                        help=f"{side.upper()}'s {o.help[0].lower()}{o.help[1:]}".replace("the manifest's",
+                                                                                         "its manifest's"))
+
+
+def side_options(opts: AnalysisOptions, side: str, **changes) -> AnalysisOptions:
+    """``opts`` with one side's values (``side_options(opts, "base", measured_step_ms=20.0)``), checked as the
+    declaration says; a usage error naming the side's flag otherwise."""
+    import dataclasses
+
+    try:
+        return dataclasses.replace(opts, **changes)
+    except TracekitError as e:
+        msg = str(e)
+        for name in changes:
+            msg = msg.replace(OPTION[name].flag, f"--{side}-{OPTION[name].flag[2:]}")
+        raise _usage_error(TracekitError(msg)) from None
+
+
+__all__ = ["Amount", "BYTES", "COUNT", "FORMATS", "CLICK_TYPES", "output_options", "format_option",
+           "trace_arguments", "click_option", "device_option", "rules_option", "analysis_options", "ceiling_options",
+           "side_option", "side_options"]

@@ -21,11 +21,12 @@ NOT_TRACES = {"manifest.json", "device_profile.json", "index.json", "workload_fa
 FILE_WIDTH = 160
 
 
-def console(color: bool | None = None, file=None):
+def console(color: bool | None = None, file=None, wide: bool = False):
     """The rich console of a command: stdout (or ``file``) with the colour rule above.
 
     A pipe closed by its reader (``| head``) ends the command quietly with exit 0 (rich's own
-    handler would exit 1, the internal-error code).
+    handler would exit 1, the internal-error code). ``wide`` (``--wide``): names whole on a terminal too
+    (``tracekit.report.terminal.full_names``; output that is not a terminal always has them whole).
     """
     from rich.console import Console
 
@@ -34,9 +35,12 @@ def console(color: bool | None = None, file=None):
             raise BrokenPipeError
 
     if file is not None:
-        return _Console(file=file, width=FILE_WIDTH, color_system=None, soft_wrap=False)
-    no_color = (color is False) or (color is None and bool(os.environ.get("NO_COLOR")))
-    return _Console(no_color=no_color, force_terminal=True if color else None, soft_wrap=False)
+        out = _Console(file=file, width=FILE_WIDTH, color_system=None, soft_wrap=False)
+    else:
+        no_color = (color is False) or (color is None and bool(os.environ.get("NO_COLOR")))
+        out = _Console(no_color=no_color, force_terminal=True if color else None, soft_wrap=False)
+    out.wide = wide
+    return out
 
 
 def write_text(text: str, output: Path | None) -> None:
@@ -50,14 +54,15 @@ def write_text(text: str, output: Path | None) -> None:
         raise TracekitError(f"cannot write {output}: {e.strerror or e}") from None
 
 
-def emit(kind: str, result, fmt: str, output: Path | None = None, color: bool | None = None) -> None:
+def emit(kind: str, result, fmt: str, output: Path | None = None, color: bool | None = None,
+         wide: bool = False) -> None:
     """Render ``result`` (a ``tracekit.report.render`` kind) in ``fmt`` to stdout or ``output``."""
     import io
 
     from tracekit.report import render
 
     buf = io.StringIO() if output is not None else None
-    text = render(kind, result, fmt, lambda: console(color, buf))
+    text = render(kind, result, fmt, lambda: console(color, buf, wide))
     if text is None and buf is not None:
         text = buf.getvalue()
     if text is not None:

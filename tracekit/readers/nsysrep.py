@@ -2,7 +2,7 @@
 
 Never next to the user's file (the input is never modified and nothing is written beside
 it). The cache key is the report's size, mtime and path, so an unchanged report is
-exported once.
+exported once; the cache is bounded (:mod:`tracekit.readers.cache`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,7 @@ import subprocess
 from pathlib import Path
 
 from tracekit.errors import TracekitError
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("TRACEKIT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tracekit")
-    return Path(base)
+from tracekit.readers.cache import cache_dir, evict, hit
 
 
 def export_to_cache(report: Path) -> Path:
@@ -31,7 +26,7 @@ def export_to_cache(report: Path) -> Path:
     st = report.stat()
     key = hashlib.sha256(f"{report.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
     out = cache_dir() / f"{report.stem}-{key}.sqlite"
-    if out.exists():
+    if out.exists() and hit(out):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp.sqlite")
@@ -44,4 +39,5 @@ def export_to_cache(report: Path) -> Path:
         last = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
         raise TracekitError(f"{report}: `nsys export` failed (exit {proc.returncode}): {last[0]}")
     tmp.replace(out)
+    evict(keep=out)
     return out

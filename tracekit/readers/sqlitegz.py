@@ -4,7 +4,8 @@ read as an export.
 Never next to the user's file (the input is never modified and nothing is written beside it), and
 SQLite cannot read a compressed file in place. The cache key is the file's resolved path, size and
 mtime (as for ``.nsys-rep``), so an unchanged file is decompressed once; a partial decompression
-never becomes a cache entry (written to a temporary name, then renamed).
+never becomes a cache entry (written to a temporary name, then renamed). The cache is bounded
+(:mod:`tracekit.readers.cache`: least recently used entries go first).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import zlib
 from pathlib import Path
 
 from tracekit.errors import TracekitError
-from tracekit.readers.nsysrep import cache_dir
+from tracekit.readers.cache import cache_dir, evict, hit
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -39,7 +40,7 @@ def decompress_to_cache(path: Path) -> Path:
     stem = path.name[:-len(".gz")] if path.name.endswith(".gz") else path.name
     stem = stem[:-len(".sqlite")] if stem.endswith(".sqlite") else stem
     out = cache_dir() / f"{stem}-{key}.sqlite"
-    if out.exists():
+    if out.exists() and hit(out):
         return out
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -58,4 +59,5 @@ def decompress_to_cache(path: Path) -> Path:
         raise TracekitError(f"{path}: damaged gzip file ({e}); check the download, or gunzip it to see how much "
                             f"is readable")
     os.replace(tmp, out)
+    evict(keep=out)
     return out

@@ -1,4 +1,4 @@
-"""Renderers of ``tracekit diff`` (schema ``tracekit.diff/2``): markdown for a PR comment, and the rich table.
+"""Renderers of ``tracekit diff`` (schema ``tracekit.diff/3``): markdown for a PR comment, and the rich table.
 
 Everything shown is read from ``Diff.to_dict()`` (the ``--format json`` output), so the three formats
 agree; the analysis is ``tracekit.analyses.diff.diff``. The markdown is stable: the same two traces give
@@ -13,12 +13,6 @@ from tracekit.report._fmt import MINUS, MISSING, num
 from tracekit.report.safe import md, rich_text
 
 ROW_ORDER = list(STEP_CATEGORIES)
-
-def _digits(*values) -> int:
-    """Decimals for ms values: 1 when every value is at least 1 ms, else 3."""
-    vals = [abs(v) for v in values if v is not None]
-    return 1 if vals and min(vals) >= 1 else 3
-
 
 def _num(x, nd=3) -> str:
     return num(x, nd, minus=True)
@@ -43,16 +37,27 @@ def _rel(c) -> str:
     return _signed(pct, 0) + "%"
 
 
+def _source(src: str) -> str:
+    return "traced" if src == "traced" else f"unprofiled ({src})"
+
+
 def headline(d: dict) -> str:
-    """``step 23.5 → 3.7 ms (−84%): idle −19.6 ms`` — the category with the largest absolute change."""
-    m = d["delta"]["steps"]["mean_ms"]
-    nd = _digits(m["base"], m["new"])
-    text = f"step {_num(m['base'], nd)} → {_num(m['new'], nd)} ms ({_rel(m)})"
+    """The two reference steps, then the traced step's category with the largest absolute change:
+    ``unprofiled step 36.670 → 2.822 ms (−92%); in the traced step: launch_gaps −77.202 ms``. An unprofiled step
+    against a traced one is named, never stated as a change."""
+    r = d["delta"]["reference_step_ms"]
+    if r["basis"] == "unprofiled":
+        text = f"unprofiled step {_num(r['base'])} → {_num(r['new'])} ms ({_rel(r)})"
+    elif r["basis"] == "traced":
+        text = f"traced step {_num(r['base'])} → {_num(r['new'])} ms ({_rel(r)}; no unprofiled time on either side)"
+    else:
+        text = (f"step {_num(r['base'])} ms {_source(r['base_source'])} → {_num(r['new'])} ms "
+                f"{_source(r['new_source'])}: not compared (an unprofiled and a traced step)")
     big = d["delta"]["largest_change"]
     if big is not None:
         c = d["delta"]["per_step_ms"][big]
-        text += f": {big} {_signed(c['abs'], nd if abs(c['abs']) >= 0.05 else 3)} ms"
-    if d["delta"]["steps"].get("within_noise"):
+        text += f"; in the traced step: {big} {_signed(c['abs'])} ms"
+    if r["basis"] == "traced" and d["delta"]["steps"].get("within_noise"):
         text += " (within step-to-step noise)"
     return text
 
@@ -67,35 +72,42 @@ def _side_base(b: dict) -> str:
 
 def time_base_line(d: dict) -> str:
     """Each side's time base, and the change of the reference step (what savings are stated against)."""
-    c = d["delta"]["time_base"]["reference_step_ms"]
-    if all((d[k].get("time_base") or {}).get("unprofiled_step_ms") is None for k in ("base", "new")):
+    c = d["delta"]["reference_step_ms"]
+    if c["basis"] == "traced":
         text = (f"time base: both steps traced, no unprofiled time (savings are upper bounds): base "
                 f"{_num(c['base'])} ms, new {_num(c['new'])} ms")
     else:
         text = f"time base: base {_side_base(d['base'])}, new {_side_base(d['new'])}"
-    if c["abs"] is not None:
+    if c["basis"] == "mixed":
+        text += "; the reference steps are not compared (one unprofiled, one traced)"
+    elif c["abs"] is not None:
         text += f"; reference step {_signed(c['abs'])} ms ({_rel(c)})"
     return text
 
 
 def _rows(d: dict):
-    """(label, base, new, Δ, Δ%) rows shared by markdown and the terminal table."""
+    """(label, base, new, Δ, Δ%, strong) rows shared by markdown and the terminal table; ``strong``: the row the
+    headline compares."""
     delta = d["delta"]
     rows = []
     st = delta["steps"]
-    c = delta["time_base"]["reference_step_ms"]
-    rows.append(("reference step", _num(c["base"]), _num(c["new"]), _signed(c["abs"]), _rel(c)))
-    for key, label in (("mean_ms", "step mean"), ("median_ms", "step median"), ("p10_ms", "step p10"),
-                       ("p90_ms", "step p90"), ("spread_ms", "spread p90−p10")):
+    c = delta["reference_step_ms"]
+    if c["basis"] == "unprofiled":
+        rows.append(("unprofiled step", _num(c["base"]), _num(c["new"]), _signed(c["abs"]), _rel(c), True))
+    elif c["basis"] == "mixed":
+        label = f"reference step ({_source(c['base_source']).split(' ')[0]} → {_source(c['new_source']).split(' ')[0]})"
+        rows.append((label, _num(c["base"]), _num(c["new"]), MISSING, MISSING, True))
+    for key, label in (("mean_ms", "traced mean"), ("median_ms", "traced median"), ("p10_ms", "traced p10"),
+                       ("p90_ms", "traced p90"), ("spread_ms", "spread p90−p10")):
         c = st[key]
-        rows.append((label, _num(c["base"]), _num(c["new"]), _signed(c["abs"]), _rel(c)))
+        strong = key == "mean_ms" and delta["reference_step_ms"]["basis"] == "traced"
+        rows.append((label, _num(c["base"]), _num(c["new"]), _signed(c["abs"]), _rel(c), strong))
     for k in ROW_ORDER:
         c = delta["per_step_ms"].get(k)
         if c is not None:
-            rows.append((k, _num(c["base"]), _num(c["new"]), _signed(c["abs"]), _rel(c)))
+            rows.append((k, _num(c["base"]), _num(c["new"]), _signed(c["abs"]), _rel(c), False))
     c = st["count"]
-    rows.append(("steps analysed", str(c["base"]), str(c["new"]), _signed(c["abs"], 0), "")
-                )
+    rows.append(("steps analysed", str(c["base"]), str(c["new"]), _signed(c["abs"], 0), "", False))
     return rows
 
 
@@ -115,8 +127,7 @@ def diff_md(d: dict) -> str:
     base, new, delta = d["base"], d["new"], d["delta"]
     out = [f"### tracekit diff: {headline(d)}", "", md(time_base_line(d), 600), "",
            "| per step (ms) | base | new | Δ | Δ % |", "|---|---:|---:|---:|---:|"]
-    for label, b, n, a, r in _rows(d):
-        strong = label == "step mean"
+    for label, b, n, a, r, strong in _rows(d):
         out.append(f"| {'**' + label + '**' if strong else label} | {b} | {n} | {a} | {r} |")
     out.append("")
     if delta["advice_changed"]:
@@ -160,21 +171,20 @@ def render_diff(d: dict, console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from tracekit.report.terminal import print_warnings
+    from tracekit.report.terminal import print_warnings, sentence
 
-    console.print(Text(headline(d), style="bold"))
-    console.print(rich_text(time_base_line(d), 600))
+    sentence(console, headline(d), style="bold")
+    sentence(console, time_base_line(d))
     console.print(Text.assemble("base ", rich_text(d["base"]["source"]["path"]), " → new ",
                                 rich_text(d["new"]["source"]["path"])))
     t = Table(title="per step (ms)", title_justify="left")
     for col in ("", "base", "new", "Δ", "Δ %"):
         t.add_column(col, justify="left" if not col else "right")
-    for row in _rows(d):
-        t.add_row(*row)
+    for *row, strong in _rows(d):
+        t.add_row(*row, style="bold" if strong else None)
     console.print(t)
     changed = d["delta"]["advice_changed"]
     console.print(Text("advice that changed" if changed else "advice: no lever changed", style="bold"))
     for a in changed:
-        console.print(Text("• ") + rich_text(_advice_line(a).replace("**", ""), 300) + Text(": ")
-                      + rich_text(a["verdict"]["new"], 1000))
+        sentence(console, f"{_advice_line(a).replace('**', '')}: {a['verdict']['new']}", "• ")
     print_warnings(console, d["delta"]["warnings"])

@@ -157,11 +157,12 @@ def info_md(result: dict) -> str:
 
 
 def kernels_md(result: dict) -> str:
-    if "ranks" in result:
-        return "\n".join(kernels_md(r) for r in result["ranks"]) + ("\n" + _table_md(result) if "table" in result else "")
+    if "ranks" in result:  # each rank's table under its rank and file
+        return "\n".join(f"### rank {row[0]}: {md(row[1], 500)}\n\n" + kernels_md(r)
+                         for r, row in zip(result["ranks"], result["table"])) + "\n" + _table_md(result)
     out = ["| kernel | category | rule | count | total ms | mean µs | share |", "|---|---|---|---:|---:|---:|---:|"]
-    for r in result["kernels"]:
-        out.append(f"| {md(r['name'], 100)} | {r['category']} | {r['rule'] or '**no rule**'} | {r['count']:,} | "
+    for r in result["kernels"]:  # (names whole: a pasted table is where they are read)
+        out.append(f"| {md(r['name'], 4000)} | {r['category']} | {r['rule'] or '**no rule**'} | {r['count']:,} | "
                    f"{num(r['total_ms'])} | {num(r['mean_us'], 1)} | {100 * r['share']:.1f}% |")
     if result["warnings"]:
         out += [""] + [f"- warning: {md(w, 500)}" for w in result["warnings"]]

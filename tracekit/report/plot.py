@@ -7,11 +7,16 @@ only draw it: ``render_matplotlib`` (PNG/SVG, Agg backend, no display needed) an
 ``render_html`` (one self-contained file: inline SVG + a few lines of inline JS, no CDN, no
 network; every name HTML-escaped). The representative step is the step whose period is
 closest to the median step (the earliest on ties).
+
+The title is whole (the headline wrapped over as many lines as it needs, never cut), and the bars carry two
+level lines: the traced mean step (the bars' own mean) and, where known, the unprofiled step every saving is
+stated against (``time_base``) — a profiled eager step can be twice the real one, and the picture says so.
 """
 
 from __future__ import annotations
 
 import html
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +32,8 @@ COLORS = {"gemm": "#4c72b0", "attention": "#c44e52", "communication": "#dd8452",
           "other": "#8172b3", "memory": "#937860", "unattributed": "#da8bc3", "launch_gaps": "#ff9896",
           "idle": "#c7c7c7"}
 GAP_LANE = "GPU gaps"
+TITLE_CHARS = 150  # characters per title line at the figure's width and font size
+STEP_LINES = {"traced": "#444444", "unprofiled": "#2ca02c"}  # the level lines over the bars
 
 
 @dataclass
@@ -34,7 +41,8 @@ class PlotData:
     """What the pictures show. ``bars``: step, period_ms and the ``per_step_ms`` keys per step (ms,
     exactly ``Breakdown.per_step``); ``timeline``: the representative step's GPU activities (``start_us``,
     ``end_us`` relative to the step start, ``category``, ``name``, ``kind``); ``gaps``: its GPU-idle
-    intervals (``start_us``, ``end_us``, ``kind`` = launch_gaps | idle)."""
+    intervals (``start_us``, ``end_us``, ``kind`` = launch_gaps | idle); ``traced_step_ms`` /
+    ``unprofiled_step_ms`` / ``unprofiled_source``: the breakdown's ``time_base`` (the level lines over the bars)."""
 
     title: str
     headline: str
@@ -44,6 +52,25 @@ class PlotData:
     timeline: pl.DataFrame
     gaps: pl.DataFrame
     null_categories: list[str]
+    traced_step_ms: float | None = None
+    unprofiled_step_ms: float | None = None
+    unprofiled_source: str | None = None
+
+    def step_lines(self) -> list[tuple[str, float, str]]:
+        """``(kind, ms, label)`` of the level lines: the traced mean, and the unprofiled step where known."""
+        out = []
+        if self.traced_step_ms is not None:
+            out.append(("traced", self.traced_step_ms, f"traced mean step {self.traced_step_ms:.3f} ms"))
+        if self.unprofiled_step_ms is not None:
+            out.append(("unprofiled", self.unprofiled_step_ms,
+                        f"unprofiled step {self.unprofiled_step_ms:.3f} ms ({self.unprofiled_source or 'given'}): "
+                        "what savings are stated against"))
+        return out
+
+    def title_lines(self) -> list[str]:
+        """The title and the headline, whole, wrapped on words."""
+        return textwrap.wrap(f"{self.title} — {self.headline}", TITLE_CHARS, break_long_words=False,
+                             break_on_hyphens=False)
 
 
 def representative_step(per_step: pl.DataFrame, median_ms: float) -> int:
@@ -75,8 +102,11 @@ def plot_data(b, acts: pl.DataFrame) -> PlotData:
     ]).filter(pl.col("end") > pl.col("start")).select(
         start_us=(pl.col("start") - p_start) / 1e3, end_us=(pl.col("end") - p_start) / 1e3, kind="kind")
     # The folder tells runs apart (every capture names its file trace.sqlite).
+    tb = b.time_base
     return PlotData(title=tail(b.source["path"], 2), headline=headline(b), bars=bars, step=step,
-                    step_period_ms=(p_end - p_start) / 1e6, timeline=timeline, gaps=gaps, null_categories=nulls)
+                    step_period_ms=(p_end - p_start) / 1e6, timeline=timeline, gaps=gaps, null_categories=nulls,
+                    traced_step_ms=tb.traced_step_ms, unprofiled_step_ms=tb.unprofiled_step_ms,
+                    unprofiled_source=tb.unprofiled_source)
 
 
 def _mpl_text(s: str, limit: int = 120) -> str:
@@ -95,9 +125,11 @@ def figure(data: PlotData):
     # Fixed margins, not constrained layout: the layout solver measured every text twice and cost a third of
     # the drawing (benchmarks/startup.py).
     fig = Figure(figsize=(13, 8), dpi=110)
-    fig.subplots_adjust(left=0.08, right=0.985, top=0.93, bottom=0.065, hspace=0.42)
+    lines = data.title_lines()
+    fig.subplots_adjust(left=0.08, right=0.985, top=0.955 - 0.025 * len(lines), bottom=0.065, hspace=0.42)
     ax_bar, ax_tl = fig.subplots(2, 1, height_ratios=[1.15, 1])
-    fig.suptitle(_mpl_text(f"{data.title} — {data.headline}", 160), fontsize=11)
+    fig.suptitle("\n".join(_mpl_text(line, TITLE_CHARS + 50) for line in lines), fontsize=11, y=0.99,
+                 va="top")
 
     n = data.bars.height
     x = list(range(n))
@@ -115,14 +147,22 @@ def figure(data: PlotData):
                     ha="center", fontsize=8, arrowprops={"arrowstyle": "->", "lw": 0.8})
     pad = max(0.0, (10 - n) / 2)  # a lone step should not be a slab across the whole axis
     ax_bar.set_xlim(-0.6 - pad, n - 0.4 + pad)
-    ax_bar.set_ylim(0, max(bottom) * 1.15 if n and max(bottom) > 0 else 1)
+    top = max([*bottom, *(ms for _, ms, _ in data.step_lines())], default=0)
+    ax_bar.set_ylim(0, top * 1.15 if top > 0 else 1)
+    for kind, ms, label in data.step_lines():  # the traced mean, and the unprofiled step beside it
+        ax_bar.axhline(ms, color=STEP_LINES[kind], linestyle="--" if kind == "traced" else "-", linewidth=1.2,
+                       gid=f"{kind}_step", label=label)
     ax_bar.set_ylabel("ms per step")
     ax_bar.set_xlabel(f"step (in time order, {n} step{'s' if n != 1 else ''})")
     if n <= 40:
         ax_bar.set_xticks(x, [str(s) for s in data.bars["step"].to_list()], fontsize=7)
     note = f" (null in this trace: {', '.join(data.null_categories)})" if data.null_categories else ""
     ax_bar.set_title("where each step goes (exclusive time)" + note, fontsize=10, loc="left")
-    ax_bar.legend(ncols=9, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+    ax_bar.legend(ncols=9, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False,
+                  handles=[c for c in ax_bar.collections])
+    for kind, ms, label in data.step_lines():
+        ax_bar.annotate(label, xy=(1, ms), xycoords=("axes fraction", "data"), xytext=(-4, 3),
+                        textcoords="offset points", ha="right", va="bottom", fontsize=8, color=STEP_LINES[kind])
 
     lanes = [c for c in LANES if data.timeline.filter(pl.col("category") == c).height] + [GAP_LANE]
     for y, lane in enumerate(lanes):
@@ -167,7 +207,8 @@ def render_html(data: PlotData) -> str:
     W, H1, PAD = 1100, 300, 50
     n = data.bars.height
     totals = data.bars.select(pl.sum_horizontal(*[pl.col(k).fill_null(0) for k in BAR_KEYS]).alias("t"))["t"]
-    ymax = (float(totals.max()) if n else 1.0) * 1.1 or 1.0
+    levels = data.step_lines()
+    ymax = max([float(totals.max()) if n else 1.0, *(ms for _, ms, _ in levels)]) * 1.1 or 1.0
     bw = (W - 2 * PAD) / max(n, 1)
     sy = (H1 - 40) / ymax
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H1 + 30}" class="bars">',
@@ -185,6 +226,13 @@ def render_html(data: PlotData) -> str:
                              f'<title>step {s}: {k} {v:.3f} ms</title></rect>')
             bottom[i] += v
     parts.append(f'<line x1="{PAD}" y1="{H1}" x2="{W - PAD}" y2="{H1}" stroke="#333"/>')
+    for kind, ms, label in levels:  # the traced mean, and the unprofiled step beside it
+        y = H1 - ms * sy
+        dash = ' stroke-dasharray="6 4"' if kind == "traced" else ""
+        parts.append(f'<line class="{kind}_step" x1="{PAD}" y1="{y:.2f}" x2="{W - PAD}" y2="{y:.2f}" '
+                     f'stroke="{STEP_LINES[kind]}" stroke-width="1.5"{dash}><title>{_e(label)}</title></line>'
+                     f'<text x="{W - PAD}" y="{y - 3:.2f}" font-size="11" text-anchor="end" '
+                     f'fill="{STEP_LINES[kind]}">{_e(label)}</text>')
     parts.append("</svg>")
 
     lanes = [c for c in LANES if data.timeline.filter(pl.col("category") == c).height] + [GAP_LANE]
@@ -222,7 +270,7 @@ def render_html(data: PlotData) -> str:
         "margin-right:4px;vertical-align:middle}#tip{font-family:monospace;min-height:1.4em;background:#f4f4f4;"
         "padding:4px 8px;white-space:pre-wrap;word-break:break-all}rect:hover{stroke:#000;stroke-width:1}</style>",
         "</head><body>",
-        f"<h2>{_e(data.title)}</h2>", f"<p><b>{_e(data.headline)}</b></p>", nulls,
+        f"<h2>{_e(data.title)}</h2>", f"<p><b>{_e(data.headline, 4000)}</b></p>", nulls,
         f'<div class="legend">{legend}</div>', '<div id="tip">hover a bar or a kernel</div>',
         "".join(parts),
         f"<h3>step {data.step} (median step, {data.step_period_ms:.3f} ms): GPU activity by category</h3>",

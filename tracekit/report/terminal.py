@@ -1,28 +1,83 @@
-"""Rich terminal tables. Renderers take the console (tests inject a StringIO one)."""
+"""Rich terminal tables. Renderers take the console (tests inject a StringIO one).
+
+Output a user pastes (what is not a terminal: a pipe, ``-o FILE``, a StringIO console) is never cut short:
+
+* ``kernels`` shows names whole (:func:`full_names`: not a terminal, or ``--wide``), last on each row; the table
+  grows as wide as its longest name instead of ending the name in ``…`` (:func:`print_wide`);
+* a sentence (headline, verdict, warning) is never cut mid-word (:func:`sentence`): on a terminal it wraps on
+  words, its continuation lines indented under its first word; elsewhere it is one whole line (the window it is
+  pasted into wraps it);
+* every table of several files or ranks is titled with its rank and file.
+"""
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from tracekit.report._fmt import MISSING, num, pct
-from tracekit.report.safe import rich_text
+from tracekit.report.safe import plain, rich_text
 
 CAT_STYLE = {"gemm": "cyan", "attention": "magenta", "communication": "yellow", "drafting": "green",
              "other": "blue", "memory": "bright_black", "unattributed": "red", "launch_gaps": "red",
              "idle": "bright_black"}
 
 
+SENTENCE_LIMIT = 4000  # characters of one sentence shown (a safety cap for text that quotes trace names)
+
+
+def full_names(console: Console) -> bool:
+    """Whether names are shown whole: always when the output is not a terminal (piped, ``-o FILE``: text a user
+    pastes), and on a terminal with ``--wide`` (the command line sets ``console.wide``)."""
+    return bool(getattr(console, "wide", False)) or not console.is_terminal
+
+
+def print_wide(console: Console, table: Table) -> None:
+    """``table`` at the width its content needs, however wide (full names, nothing cut), each line without the
+    trailing padding (a pasted line ends where its text does)."""
+    from rich.measure import Measurement
+
+    need = Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+    for line in console.render_lines(table, console.options.update_width(max(need, 1)), pad=False):
+        text = Text.assemble(*[(seg.text, seg.style) for seg in line if not seg.control])
+        text.rstrip()
+        console.print(text, soft_wrap=True, crop=False)
+
+
+def sentence(console: Console, text, prefix: str = "", style: str = "", prefix_style: str = "") -> None:
+    """One sentence (untrusted text: shown, never parsed as markup), never cut mid-word: on a terminal it wraps on
+    words with its continuation lines indented under its first word; elsewhere it is one line."""
+    body = rich_text(text, SENTENCE_LIMIT, style=style)
+    if not console.is_terminal:
+        console.print(Text(prefix, style=prefix_style) + body, soft_wrap=True)
+        return
+    if not prefix:
+        console.print(body)
+        return
+    grid = Table.grid()
+    grid.add_column(no_wrap=True)
+    grid.add_column(ratio=1)
+    grid.add_row(Text(prefix, style=prefix_style), body)
+    console.print(grid)
+
+
 def print_warnings(console: Console, warnings) -> None:
     """``warning: ...`` lines (untrusted text: shown, never parsed as markup)."""
     for w in warnings:
-        console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
+        sentence(console, w, "warning: ", prefix_style="yellow")
+
+
+def _rank_titles(result: dict) -> list[str]:
+    """``rank 0: PATH`` for every file of a multi-file result (its cross table's first two columns)."""
+    return [f"rank {row[0]}: {plain(row[1], 500)}" for row in result.get("table") or []]
 
 
 def render_info(result: dict, console: Console) -> None:
     if "ranks" in result:
-        for r in result["ranks"]:
+        for r, title in zip(result["ranks"], _rank_titles(result)):
+            console.print(Text(title, style="bold"))
             render_info(r, console)
             console.print()
         _cross_table(result, console)
@@ -68,28 +123,36 @@ def _cross_table(result: dict, console: Console) -> None:
     for row in result["table"]:
         t.add_row(*[rich_text(row[i]) if isinstance(row[i], str) else
                     (f"{row[i]:,}" if isinstance(row[i], int) else num(row[i])) for i in idx])
-    console.print(t)
+    (print_wide if full_names(console) else Console.print)(console, t)
 
 
-def render_kernels(result: dict, console: Console) -> None:
+def render_kernels(result: dict, console: Console, title: str | None = None) -> None:
     if "ranks" in result:
-        for r in result["ranks"]:
-            render_kernels(r, console)
+        for r, rank_title in zip(result["ranks"], _rank_titles(result)):
+            render_kernels(r, console, rank_title)
         _cross_table(result, console)
         return
-    t = Table(expand=True)
-    t.add_column("kernel", overflow="ellipsis", ratio=1, no_wrap=True)
+    full = full_names(console)
+    # a whole name goes last (a row reads: the numbers, then the name as long as it is), in a light frame
+    t = Table(expand=not full, title=title, title_justify="left", title_style="bold",
+              box=box.SIMPLE_HEAD if full else box.HEAVY_HEAD, pad_edge=not full)
+    if not full:
+        t.add_column("kernel", overflow="ellipsis", ratio=1, no_wrap=True)
     t.add_column("category")
     t.add_column("rule")
     t.add_column("count", justify="right")
     t.add_column("total (ms)", justify="right")
     t.add_column("mean (µs)", justify="right")
     t.add_column("share", justify="right")
+    if full:
+        t.add_column("kernel", no_wrap=True)
     for r in result["kernels"]:
         rule = Text("no rule", style="bold red") if r["rule"] is None else Text(r["rule"])
-        t.add_row(rich_text(r["name"]), Text(r["category"], style=CAT_STYLE.get(r["category"], "")), rule,
-                  f"{r['count']:,}", num(r["total_ms"]), num(r["mean_us"], 1), f"{100 * r['share']:.1f}%")
-    console.print(t)
+        name = rich_text(r["name"], SENTENCE_LIMIT)
+        cells = [Text(r["category"], style=CAT_STYLE.get(r["category"], "")), rule, f"{r['count']:,}",
+                 num(r["total_ms"]), num(r["mean_us"], 1), f"{100 * r['share']:.1f}%"]
+        t.add_row(*([*cells, name] if full else [name, *cells]))
+    (print_wide if full else Console.print)(console, t)
     print_warnings(console, result["warnings"])
 
 
@@ -100,9 +163,9 @@ def render_breakdown(b, console: Console) -> None:
     st, gpu, roof = d["steps"], d["gpu"], d["roofline"]
     src = d["source"]
     # The headline first (the answer), what it is stated against, then what was read; the command line is not echoed.
-    # (one line however long, as the markdown heading: the terminal wraps it, copy-paste keeps it whole)
-    console.print(rich_text(headline(b), 1000, style="bold"), soft_wrap=True)
-    console.print(rich_text(time_base_line(d), 500, style="italic"), soft_wrap=True)
+    # (piped: one line however long, as the markdown heading; on a terminal: wrapped on words)
+    sentence(console, headline(b), style="bold")
+    sentence(console, time_base_line(d), style="italic")
     console.print(Text.assemble("trace ", rich_text(src["path"]), f" ({src['format']}, ",
                                 rich_text(src["producer_version"] or "unknown version"),
                                 f", graph trace mode {src['graph_trace_mode']})"))
@@ -139,6 +202,7 @@ def render_breakdown(b, console: Console) -> None:
     if top.height:
         biggest = biggest_category(b)
         rows = top.filter(top["category"] == biggest).head(5) if biggest else top.head(5)
+        # (names shortened to fit: `tracekit kernels` lists them whole)
         t = Table(title=f"top kernels of {biggest or 'all categories'}", title_justify="left", expand=True)
         t.add_column("kernel", overflow="ellipsis", ratio=1, no_wrap=True)
         t.add_column("per step", justify="right")
@@ -158,5 +222,5 @@ def render_breakdown(b, console: Console) -> None:
                       f"{num(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
     console.print(Text("verdicts", style="bold"))
     for line in verdict_lines(b):
-        console.print(Text("• ") + rich_text(line, 1000))
+        sentence(console, line, "• ")
     print_warnings(console, d["warnings"])
