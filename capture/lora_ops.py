@@ -21,23 +21,23 @@ arguments, simplified (one weight tensor per linear with the slices stacked, ins
 tables; no PDL, no tuned config files). ``impl="torch"`` computes the same sums with torch ops (the CPU smoke
 run and the reference the Triton kernels are tested against, in Triton's interpreter on a CPU).
 
-Only imported by ``lora_decode.py`` on the GPU host (or tests): triton is imported when a kernel is first
-needed.
+Only imported by ``lora_decode.py`` on the GPU host (or tests). The kernels are defined at import (module level,
+as vLLM's are) when triton can be imported; without it only ``impl="torch"`` works.
 """
 
 from __future__ import annotations
-
-import functools
 
 SHRINK_KERNEL = "_lora_shrink_kernel"
 EXPAND_KERNEL = "_lora_expand_kernel"
 
 
-@functools.lru_cache(maxsize=1)
-def _kernels():
+try:  # the kernels are defined at import where triton exists (the GPU host); a CPU needs none
     import triton
     import triton.language as tl
+except Exception:  # noqa: BLE001 - no triton (a CPU host), or one that cannot load here
+    triton = tl = None
 
+if triton is not None:
     @triton.jit
     def _lora_shrink_kernel(input_ptr, lora_ptr, out_ptr, M, N: tl.constexpr, K: tl.constexpr,
                             token_indices_sorted_by_lora_ids, num_tokens_per_lora, lora_token_start_loc, lora_ids,
@@ -138,7 +138,12 @@ def _kernels():
             tiled_c += tl.load(c_ptr, mask=c_mask, other=0.0)
         tl.store(c_ptr, tiled_c, mask=c_mask)
 
+
+def _kernels():
+    if triton is None:
+        raise RuntimeError("the Triton kernels need triton (pip install triton); use the torch path on a CPU")
     return _lora_shrink_kernel, _lora_expand_kernel
+
 
 
 def _pow2_at_least(n: int, lo: int = 16) -> int:

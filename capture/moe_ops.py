@@ -26,8 +26,6 @@ definition ``tracekit/model/step.py`` (``expected_experts``) uses.
 
 from __future__ import annotations
 
-import functools
-
 FUSED_MOE_KERNEL = "fused_moe_kernel"
 IMPLS = ("grouped_mm", "triton", "loop")
 
@@ -117,11 +115,13 @@ def moe_align_block_size(torch, ids, experts: int, block_m: int):
     return sorted_token_ids, expert_ids, pad_end[-1:]
 
 
-@functools.lru_cache(maxsize=1)
-def _kernel():
+try:  # the kernels are defined at import where triton exists (the GPU host); a CPU needs none
     import triton
     import triton.language as tl
+except Exception:  # noqa: BLE001 - no triton (a CPU host), or one that cannot load here
+    triton = tl = None
 
+if triton is not None:
     @triton.jit
     def fused_moe_kernel(a_ptr, b_ptr, c_ptr, topk_weights_ptr, sorted_token_ids_ptr, expert_ids_ptr,
                          num_tokens_post_padded_ptr, N, K: tl.constexpr, EM, num_valid_tokens,
@@ -160,7 +160,12 @@ def _kernel():
         c_ptrs = c_ptr + stride_cm * offs_token[:, None] + stride_cn * offs_cn[None, :]
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=token_mask[:, None] & (offs_cn[None, :] < N))
 
+
+def _kernel():
+    if triton is None:
+        raise RuntimeError("the Triton kernels need triton (pip install triton); use the torch path on a CPU")
     return fused_moe_kernel
+
 
 
 def _invoke(a, w, c, topk_weights, sorted_ids, expert_ids, num_post, mul_routed_weight: bool, top_k: int,
