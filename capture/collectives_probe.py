@@ -229,13 +229,17 @@ def main(argv=None) -> int:
     for name, fn, why in ops:
         row = {"op": name, "available": fn is not None, "note": why}
         if fn is not None:
+            print(f"probe: {name} ...", flush=True)     # progress: a hang still leaves the ops done so far in the log
             try:
                 fn()
                 torch.cuda.synchronize()
                 if args.detect == "torch":
                     row.update(gpu_work(torch, fn))
+                    print(f"probe: {name}: {row['kernels_per_call']:g} kernel(s), {row['memcpy_per_call']:g} memcpy "
+                          f"per call {row['kernel_names']}", flush=True)
             except Exception as e:  # noqa: BLE001
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                print(f"probe: {name}: {row['error']}", flush=True)
         rows.append(row)
     if args.detect == "none":       # the nsys pass: one NVTX range per op, inside the capture range
         torch.cuda.synchronize()
@@ -266,7 +270,8 @@ def main(argv=None) -> int:
     try:
         dist.destroy_process_group()
     finally:
-        os.unlink(store_file)
+        if os.path.exists(store_file):     # FileStore may have removed it already
+            os.unlink(store_file)
     return 0
 
 

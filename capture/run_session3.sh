@@ -26,12 +26,13 @@ rm -rf "$RES"; mkdir -p "$RES"
 TK=(python3 -m tracekit.capture)          # the driver alone: no polars needed on the GPU host
 STEP_TIMEOUT=${STEP_TIMEOUT:-150}
 BUDGET_S=${BUDGET_S:-400}                 # optional captures start only before this many seconds
+HARD_S=${HARD_S:-465}                     # nothing runs past this many seconds (the call must end within 8 minutes)
 T0=$SECONDS
 
 if [ "${SMOKE:-}" = cpu ]; then   # CPU dry run of the same plan
   SMALL=tiny; NSYSP=torch; GRAPH=eager; DEV=(--device cpu); PEAK=()
   S16=(--steps 3 --timed-steps 3 --warmup 1); S12=("${S16[@]}"); PROMPT=(--prompt-len 64 --batch 2)
-  STEP_TIMEOUT=${SMOKE_TIMEOUT:-600}; BUDGET_S=100000
+  STEP_TIMEOUT=${SMOKE_TIMEOUT:-600}; BUDGET_S=100000; HARD_S=100000
 else
   SMALL=small; NSYSP=nsys; GRAPH=graph; DEV=(); PEAK=(--peak-bw "${PEAK_BW:-4800}")
   S16=(--steps 16 --timed-steps 40); S12=(--steps 12 --timed-steps 40); PROMPT=(--prompt-len 512 --batch 4)
@@ -48,12 +49,18 @@ fi
 
 FAILED=()
 SKIPPED=()
+left() {  # left N: the seconds a step may take (at most N, never past HARD_S); 0 when under 20 s remain
+  local remain=$((HARD_S - (SECONDS - T0)))
+  if [ "$remain" -lt 20 ]; then echo 0; elif [ "$remain" -lt "$1" ]; then echo "$remain"; else echo "$1"; fi
+}
 cap() {  # cap NAME tracekit-capture-args...   (nsys exports gzipped in place, the .nsys-rep left out)
   local name=$1; shift
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
+  local tmo; tmo=$(left "$STEP_TIMEOUT")
+  if [ "$tmo" -eq 0 ]; then echo "== $name: skipped (past ${HARD_S} s)"; SKIPPED+=("$name"); return 0; fi
   echo; echo "== $name [$((SECONDS - T0)) s]: tracekit capture $*"
   local t0=$SECONDS
-  if timeout "$STEP_TIMEOUT" "${TK[@]}" --out "$RES/$name" "$@"; then
+  if timeout "$tmo" "${TK[@]}" --out "$RES/$name" "$@"; then
     [ -f "$RES/$name/trace.sqlite" ] && python3 -c "import sys; from tracekit.capture import gzip_capture_export as g; g(sys.argv[1])" "$RES/$name"
     echo "== $name: ok in $((SECONDS - t0)) s; $(ls -l "$RES/$name" | awk 'NR>1 {printf "%s %s  ", $9, $5}')"
     python3 - "$RES/$name/manifest.json" <<'EOF' || true
@@ -76,9 +83,10 @@ optional() {  # optional NAME ...: cap only while the budget allows
 kern_sum() {  # nsys stats on a COPY of the export (stats may add tables to the file it reads)
   local d=$RES/$1
   [ -n "${NSYS:-}" ] && [ -f "$d/trace.sqlite.gz" ] || return 0
+  local t; t=$(left 60); [ "$t" -gt 0 ] || return 0
   local tmp; tmp=$(mktemp -d)
   gunzip -c "$d/trace.sqlite.gz" > "$tmp/t.sqlite"
-  timeout 60 "$NSYS" stats --report cuda_gpu_kern_sum --format csv -o "$tmp/ks" "$tmp/t.sqlite" >/dev/null 2>"$tmp/err" \
+  timeout "$t" "$NSYS" stats --report cuda_gpu_kern_sum --format csv -o "$tmp/ks" "$tmp/t.sqlite" >/dev/null 2>"$tmp/err" \
     && mv "$tmp"/ks*cuda_gpu_kern_sum*.csv "$d/nsys_stats_kern_sum.csv" \
     && echo "== $1: nsys_stats_kern_sum.csv ($(wc -l < "$d/nsys_stats_kern_sum.csv") lines)" \
     || { echo "== $1: nsys stats failed"; cat "$tmp/err"; }
@@ -118,13 +126,18 @@ bundle moe_nsys.tar.gz moe-small-graph-nomark moe-small-eager-nomark moe-small-g
 # 4. collectives at world size 1: which launch a GPU kernel (and a reduce-scatter/all-gather loop if they do)
 CD=$RES/collectives; mkdir -p "$CD"
 echo; echo "== collectives probe [$((SECONDS - T0)) s]"
-timeout 120 python3 capture/collectives_probe.py --json-out "$CD/probe_torch.json" 2>&1 | tee "$CD/probe_torch.txt" \
-  || { echo "== collectives probe: FAILED"; FAILED+=(collectives-probe); }
-if [ -n "${NSYS:-}" ] && [ "${SMOKE:-}" != cpu ]; then
+PROBE_OK=0
+if [ "$(left 90)" -gt 0 ] && timeout "$(left 90)" python3 capture/collectives_probe.py --json-out "$CD/probe_torch.json" 2>&1 \
+     | tee "$CD/probe_torch.txt"; then
+  PROBE_OK=1
+else
+  echo "== collectives probe: FAILED or skipped"; FAILED+=(collectives-probe)
+fi
+if [ -n "${NSYS:-}" ] && [ "${SMOKE:-}" != cpu ] && [ "$PROBE_OK" = 1 ] && [ "$(left 90)" -gt 0 ]; then
   echo "== collectives probe under nsys [$((SECONDS - T0)) s]"
-  if timeout 120 "$NSYS" profile -t cuda,nvtx --capture-range=cudaProfilerApi --capture-range-end=stop \
+  if timeout "$(left 90)" "$NSYS" profile -t cuda,nvtx --capture-range=cudaProfilerApi --capture-range-end=stop \
        --force-overwrite=true -o "$CD/probe" python3 capture/collectives_probe.py --detect none > "$CD/probe_nsys_run.txt" 2>&1 \
-     && timeout 60 "$NSYS" export --type sqlite -o "$CD/probe.sqlite" "$CD/probe.nsys-rep" >/dev/null 2>&1; then
+     && timeout "$(left 60)" "$NSYS" export --type sqlite -o "$CD/probe.sqlite" "$CD/probe.nsys-rep" >/dev/null 2>&1; then
     python3 capture/collectives_probe.py --from-sqlite "$CD/probe.sqlite" --json-out "$CD/probe_nsys.json" 2>&1 \
       | tee "$CD/probe_nsys.txt"
     gzip -9 -n "$CD/probe.sqlite"; rm -f "$CD/probe.nsys-rep"
