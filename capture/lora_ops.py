@@ -165,14 +165,17 @@ class LoRAMeta:
         self.active_lora_ids = torch.full((max_loras + 1,), -1, dtype=L, device=device)
         self.num_tokens_per_lora = torch.zeros(max_loras + 1, dtype=L, device=device)
         self.lora_token_start_loc = torch.zeros(max_loras + 2, dtype=L, device=device)
+        self.no_lora_flag_cpu = torch.zeros(1, dtype=torch.bool)
 
     def prepare(self, mapping_cpu) -> None:
         """``prepare_tensors``: the host mapping (a CPU tensor, -1 = no adapter) -> the kernels' metadata.
-        ``torch.unique`` waits for the GPU (its output size is data-dependent), as in vLLM."""
+        The no-LoRA flag read and ``torch.unique`` (its output size is data-dependent) wait for the GPU, as in
+        vLLM. (vLLM returns early when no token has an adapter; here every step has some.)"""
         torch = self.torch
         m = mapping_cpu.numel()
         self.token_lora_mapping[:m].copy_(mapping_cpu, non_blocking=True)
         mapping = self.token_lora_mapping[:m]
+        self.no_lora_flag_cpu[0] = torch.all(mapping == -1)      # a device-to-host read, as in vLLM
         _, idx = torch.sort(mapping, stable=True)
         self.token_indices_sorted_by_lora_ids[:m].copy_(idx)
         ids, counts = torch.unique(mapping, sorted=True, return_counts=True)

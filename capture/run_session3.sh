@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 RES=${RES:-/tmp/tk_session3}
 rm -rf "$RES"; mkdir -p "$RES"
 . capture/gpu_env.sh
-TK=(python3 -m tracekit.capture)          # the driver alone: no polars needed on the GPU host
+TK=(python3 -m tracekit capture)          # imports neither polars nor rich (absent on the GPU host)
 STEP_TIMEOUT=${STEP_TIMEOUT:-150}
 BUDGET_S=${BUDGET_S:-400}                 # optional captures start only before this many seconds
 HARD_S=${HARD_S:-465}                     # nothing runs past this many seconds (the call must end within 8 minutes)

@@ -810,13 +810,16 @@ def test_new_workloads_are_wired(tmp_path):
     assert r.exit_code == 0 and "lora" in r.output and "moe" in r.output
 
 
-def test_python_m_tracekit_capture_runs_the_command_without_polars():
-    """run_session*.sh call ``python3 -m tracekit.capture`` on the GPU host, which has no polars (nor rich)."""
-    code = ("import runpy, sys; sys.modules['polars'] = None; sys.modules['rich'] = None; "
-            "sys.argv = ['tracekit.capture', '--help']; runpy.run_module('tracekit.capture', run_name='__main__')")
+def test_python_m_tracekit_capture_needs_no_analyzer_dependency():
+    """run_session*.sh call ``python3 -m tracekit capture`` on the GPU host, which has no polars (nor rich, pyarrow)."""
+    code = ("import runpy, sys\n"
+            "for m in ('polars', 'rich', 'pyarrow', 'adbc_driver_sqlite', 'msgspec'): sys.modules[m] = None\n"
+            "sys.argv = ['tracekit', 'capture', '--help']; runpy.run_module('tracekit', run_name='__main__')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "Usage: tracekit capture" in out.stdout and "--workload" in out.stdout
+    for script in ("run_session.sh", "run_session3.sh"):
+        assert "TK=(python3 -m tracekit capture)" in (CAPTURE_DIR / script).read_text()
 
 
 def test_run_session3_script_parses():

@@ -15,8 +15,9 @@ runs, the workload's Python is checked for what the workload imports (one-line e
 Workloads: ``WORKLOADS`` below (``spec``/``serve``/``kv``/``lora``/``moe`` are the engine-shaped plain-torch loops of
 ``capture/llama_torch.py``).
 
-``python -m tracekit.capture --workload X ...`` runs the same command as ``tracekit capture`` (the GPU host's
-scripts call it so: nothing but this module, ``tracekit.cli.capture`` and click is imported).
+On the GPU host the run scripts call ``python3 -m tracekit capture ...``: neither polars nor rich is imported for it
+(``tests/test_capture.py``). (``python -m tracekit.capture`` ran the driver before the CLI moved to ``tracekit/cli``;
+it does nothing now.)
 """
 
 from __future__ import annotations
@@ -432,8 +433,3 @@ __all__ = ["capture", "find_nsys", "nsys_profile_cmd", "nsys_export_cmd", "build
            "workload_cmd", "workload_script", "launch_prefix", "tp_args", "worker_env", "rank_file",
            "merge_rank_facts", "MANIFEST_KEYS", "MANIFEST_SCHEMA", "ALLREDUCE_CHOICES", "NO_MULTICAST_ENV"]
 
-
-if __name__ == "__main__":  # python -m tracekit.capture ...: the capture command alone
-    from tracekit.cli.capture import capture_command
-
-    capture_command(prog_name="tracekit capture")
