@@ -169,8 +169,10 @@ if [ -n "$SP_ARGS" ]; then
   optional sp-nomark --workload sp "${DEV[@]}" --profiler "$NSYSP" $SP_ARGS "${S16[@]}" "${PEAK[@]}" --no-markers \
     $([ "${SMOKE:-}" = cpu ] && echo --layers 2 --hidden 256 --ffn 512)
   [ -d "$RES/sp-nomark" ] && mv "$RES/sp-nomark" "$CD/"
-else
+elif [ "$PROBE_OK" = 1 ]; then
   echo "== no reduce-scatter + all-gather pair launches a kernel at world size 1: no sp capture (the probe tables above are the evidence)"
+else
+  echo "== no sp capture: the probe did not finish"
 fi
 bundle collectives.tar.gz collectives
 
