@@ -12,6 +12,11 @@ Protocol between a workload and the driver (``tracekit/capture.py``):
 * it writes its facts (weight bytes, dtype, unprofiled step time, versions, ...) as JSON to
   ``--facts-out``; the driver turns them into ``manifest.json``.
 
+Shared by every workload (issue 26: one copy each): :func:`graphed` (capture a step in a CUDA graph
+after side-stream warm-up runs, replay it), :func:`median_ms` (median time of a call: CUDA events or
+``perf_counter``), :func:`time_steps` (the unprofiled timing), :func:`profiled_phase`, and
+:func:`contract_facts` + :func:`write_facts` (the manifest's contract keys, written the same way by all).
+
 Only torch is needed here (no polars, no tracekit).
 """
 
@@ -72,6 +77,55 @@ def sync(device) -> None:
 
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def graphed(fn: Callable[[], object], warm: int = 2, pool=None) -> Callable[[], object]:
+    """Capture ``fn`` (over static buffers) in a CUDA graph after ``warm`` runs on a side stream; return
+    ``replay()``, which replays the graph and returns what ``fn`` returned during the capture (its static
+    output). ``replay.graph`` is the ``torch.cuda.CUDAGraph``. ``fn``'s side effects during warm-up and capture
+    (a KV length advanced, a token written) are the caller's to undo."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warm):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, pool=pool):
+        out = fn()
+    torch.cuda.synchronize()
+
+    def replay():
+        g.replay()
+        return out
+
+    replay.graph = g
+    return replay
+
+
+def median_ms(fn: Callable[[], object], reps: int, device) -> float:
+    """Median duration of ``fn()`` over ``reps`` calls: CUDA events around each call on a GPU (the
+    call's GPU time, the host waiting after each), ``perf_counter`` on a CPU."""
+    import torch
+
+    cuda = str(device).startswith("cuda")
+    times = []
+    for _ in range(reps):
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
 
 
 def time_steps(step_fn: Callable[[int], None], n: int, device, start_index: int = 0) -> dict:
@@ -188,6 +242,25 @@ def finish(args, facts: dict, tp_facts: dict | None, dist_) -> int:
         dist_.barrier()
         dist_.close()
     return 0
+
+
+def contract_facts(workload: str, args, device, *, weight_bytes: int | None, tokens_per_step: int, timing: dict,
+                   dtype: str | None = None, spec=None, tp: int = 1, framework: str | None = None) -> dict:
+    """The manifest's contract keys that every workload reports the same way (the driver adds the rest):
+    ``unprofiled_step_ms`` is the median of ``timing`` (:func:`time_steps`), rounded to the ns."""
+    return {
+        "workload": workload,
+        "mode": args.mode,
+        "steps": args.steps,
+        "gpu_name": gpu_name(device),
+        "weight_bytes_per_step": None if weight_bytes is None else int(weight_bytes),
+        "dtype": dtype if dtype is not None else args.dtype,
+        "tp": tp,
+        "spec": spec,
+        "tokens_per_step": int(tokens_per_step),
+        "unprofiled_step_ms": round(timing["median_ms"], 6),
+        "versions": versions(framework),
+    }
 
 
 def write_facts(args, facts: dict) -> None:

@@ -420,30 +420,12 @@ def shard_weight_bytes(model) -> dict:
 
 
 def _graphed(fn, decoder, dev, warm: int = 3):
-    """Capture ``fn`` (an eager step over static buffers) in a CUDA graph; return replay().
-    The capture advances the KV cache length like one real step, so it is undone after."""
-    import torch
-
+    """Capture ``fn`` (an eager step over static buffers) in a CUDA graph (``_common.graphed``); return
+    replay(). The capture advances the KV cache length like one real step, so it is undone after."""
     lengths = [t.clone() for t in decoder.lengths()]
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(warm):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn()
-    torch.cuda.synchronize()
+    replay = _common.graphed(fn, warm=warm)
     for t, v in zip(decoder.lengths(), lengths):
         t.copy_(v)
-
-    def replay():
-        g.replay()
-        return out
-
-    replay.graph = g
     return replay
 
 

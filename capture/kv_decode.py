@@ -126,17 +126,7 @@ def main(argv=None) -> int:
                 f"{kv_step / 1e9:.2f} GB -> {(tb['bytes'] + kv_step) / timing['median_ms'] / 1e6:.0f} GB/s")
     prof = _common.profiled_phase(step, args, start_index=args.timed_steps)
     facts = {
-        "workload": "kv",
-        "mode": args.mode,
-        "steps": args.steps,
-        "gpu_name": _common.gpu_name(dev),
-        "weight_bytes_per_step": tb["bytes"],
-        "dtype": args.dtype,
-        "tp": 1,
-        "spec": None,
-        "tokens_per_step": B,
-        "unprofiled_step_ms": round(timing["median_ms"], 6),
-        "versions": _common.versions(None),
+        **_common.contract_facts("kv", args, dev, weight_bytes=tb["bytes"], tokens_per_step=B, timing=timing),
         "batch": B,
         "context": C,
         "kv_bytes_per_token": kvpt,

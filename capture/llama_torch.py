@@ -16,6 +16,17 @@ rows (``[B, kv_heads, group*q, head_dim]``), so every cached K/V byte of the win
 With ``lengths`` the window is masked to each sequence's length (+ causal among the new tokens);
 without, every token of the window is attended (the KV workload: exactly ``context`` tokens).
 
+Prefill (``Target.forward(..., window=None)``): the prompt's tokens go through the same layers, their K/V
+written to the cache, and attention is causal over the new tokens only (an extend batch without a cached
+prefix, as SGLang's ``forward_extend`` runs one), with grouped-query heads given to SDPA as they are
+(``enable_gqa``). Hooks: ``linear(layer, name, x, w)`` replaces ``F.linear`` of a layer's projections (the LoRA
+workload adds its adapter delta there) and ``mlp(layer, h)`` replaces the dense gate_up/SiLU/down (the MoE
+workload's routed experts); without them every kernel is as before.
+
+Mixture of experts (``MOE_SIZES``, ``Config.experts``): each layer holds a router ``[experts, hidden]`` and
+stacked expert weights ``w13 [experts, 2*moe_ffn, hidden]`` / ``w2 [experts, hidden, moe_ffn]`` (vLLM's
+``FusedMoE`` layout) instead of the dense gate_up/down; ``capture/moe_decode.py`` runs them.
+
 The MTP/NEXTN draft (``MTPDraft``) is DeepSeek-V3's multi-token-prediction module as SGLang's
 ``deepseek_nextn.py`` runs it: ``eh_proj(cat(enorm(embed(token)), hnorm(hidden)))``, one decoder
 layer, ``shared_head.norm``, and the TARGET's lm_head and embedding (shared, as
@@ -27,6 +38,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+try:  # imported as tracekit.workloads.llama_torch
+    from . import _common  # type: ignore
+except ImportError:  # run as `python capture/X.py` (capture/ on sys.path)
+    import _common  # type: ignore
+
 # name: hidden, layers, heads, kv_heads, ffn, vocab, tied embeddings
 SIZES = {
     # a few MB: CPU tests and smoke runs
@@ -35,6 +51,13 @@ SIZES = {
     "small": dict(hidden=896, layers=24, heads=14, kv_heads=2, ffn=4864, vocab=151936, tied=True),
     # a Llama-3-8B shape: 15.0 GB of bf16 weights read per step (16.1 GB in all), memory-bound
     "large": dict(hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336, vocab=128256, tied=False),
+}
+# MoE shapes (capture/moe_decode.py): ffn = the routed experts' intermediate size (moe_ffn); no shared expert
+MOE_SIZES = {
+    "tiny": dict(hidden=256, layers=2, heads=4, kv_heads=2, ffn=128, vocab=2048, tied=True, experts=8, top_k=2),
+    # 16 routed experts, top-2 (Mixtral-style softmax router, renormalised), 2.2 GB of experts, 16 layers
+    "small": dict(hidden=1024, layers=16, heads=16, kv_heads=4, ffn=1408, vocab=32768, tied=False, experts=16,
+                  top_k=2),
 }
 
 
@@ -49,6 +72,8 @@ class Config:
     tied: bool
     rope_theta: float = 500000.0
     eps: float = 1e-5
+    experts: int = 0           # routed experts per layer (0: dense MLP)
+    top_k: int = 0             # experts each token picks
 
     @property
     def head_dim(self) -> int:
@@ -76,6 +101,10 @@ def config(size: str) -> Config:
     return Config(**SIZES[size])
 
 
+def moe_config(size: str) -> Config:
+    return Config(**MOE_SIZES[size])
+
+
 def _nbytes(t) -> int:
     return int(t.numel() * t.element_size())
 
@@ -95,12 +124,23 @@ class Layer:
         self.qkv = w((cfg.heads + 2 * cfg.kv_heads) * D, H)
         self.o = w(H, cfg.heads * D)
         self.post_norm = torch.ones(H, device=device, dtype=dtype)
-        self.gate_up = w(2 * cfg.ffn, H)
-        self.down = w(H, cfg.ffn)
+        if cfg.experts:   # routed experts instead of the dense MLP (vLLM FusedMoE: w13 = gate|up, w2 = down)
+            self.router = w(cfg.experts, H)
+            self.w13 = w(cfg.experts, 2 * cfg.ffn, H)
+            self.w2 = w(cfg.experts, H, cfg.ffn)
+        else:
+            self.gate_up = w(2 * cfg.ffn, H)
+            self.down = w(H, cfg.ffn)
 
     def tensors(self) -> dict:
-        return {"input_norm": self.input_norm, "qkv": self.qkv, "o": self.o, "post_norm": self.post_norm,
-                "gate_up": self.gate_up, "down": self.down}
+        t = {"input_norm": self.input_norm, "qkv": self.qkv, "o": self.o, "post_norm": self.post_norm}
+        if hasattr(self, "router"):
+            return {**t, "router": self.router, "w13": self.w13, "w2": self.w2}
+        return {**t, "gate_up": self.gate_up, "down": self.down}
+
+    def expert_nbytes(self) -> int:
+        """Bytes of the routed experts' weights (0 for a dense layer)."""
+        return _nbytes(self.w13) + _nbytes(self.w2) if hasattr(self, "w13") else 0
 
     def nbytes(self) -> int:
         return sum(_nbytes(t) for t in self.tensors().values())
@@ -164,29 +204,47 @@ def window_mask(lengths, q: int, window: int, group: int, dtype):
     return m.repeat(1, group, 1).unsqueeze(1)
 
 
-def decoder_layer(cfg: Config, layer: Layer, x, cos, sin, k_cache, v_cache, bidx, slots, window: int, mask):
-    """One layer over ``x [B, Q, H]``; writes K/V at ``slots [B, Q]`` of ``k_cache/v_cache [B, kvh, L, D]``
-    and attends over the first ``window`` cached tokens."""
+def _plain_linear(name, x, w):
     import torch.nn.functional as F
 
+    return F.linear(x, w)
+
+
+def decoder_layer(cfg: Config, layer: Layer, x, cos, sin, k_cache, v_cache, bidx, slots, window, mask,
+                  linear=None, mlp=None):
+    """One layer over ``x [B, Q, H]``; writes K/V at ``slots [B, Q]`` of ``k_cache/v_cache [B, kvh, L, D]``
+    and attends over the first ``window`` cached tokens (``window`` None: prefill, causal attention over the
+    ``Q`` new tokens alone). ``linear(name, x, w)`` replaces ``F.linear`` for qkv/o/gate_up/down; ``mlp(h)``
+    replaces the dense MLP."""
+    import torch.nn.functional as F
+
+    lin = linear or _plain_linear
     B, Q, H = x.shape
     D, nh, nkv = cfg.head_dim, cfg.heads, cfg.kv_heads
     h = F.rms_norm(x, (H,), layer.input_norm, cfg.eps)
-    qkv = F.linear(h, layer.qkv)
+    qkv = lin("qkv", h, layer.qkv)
     q, k, v = qkv.split([nh * D, nkv * D, nkv * D], dim=-1)
     q = _rotate(q.view(B, Q, nh, D), cos, sin)
     k = _rotate(k.view(B, Q, nkv, D), cos, sin)
+    v = v.view(B, Q, nkv, D)
     k_cache[bidx, :, slots] = k
-    v_cache[bidx, :, slots] = v.view(B, Q, nkv, D)
-    g = nh // nkv
-    qg = q.view(B, Q, nkv, g, D).permute(0, 2, 3, 1, 4).reshape(B, nkv, g * Q, D)
-    att = F.scaled_dot_product_attention(qg, k_cache[:, :, :window], v_cache[:, :, :window], attn_mask=mask)
-    att = att.view(B, nkv, g, Q, D).permute(0, 3, 1, 2, 4).reshape(B, Q, nh * D)
-    x = x + F.linear(att, layer.o)
+    v_cache[bidx, :, slots] = v
+    if window is None:     # prefill: causal over the new tokens (no cached prefix)
+        att = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             is_causal=True, enable_gqa=nh != nkv)
+        att = att.transpose(1, 2).reshape(B, Q, nh * D)
+    else:
+        g = nh // nkv
+        qg = q.view(B, Q, nkv, g, D).permute(0, 2, 3, 1, 4).reshape(B, nkv, g * Q, D)
+        att = F.scaled_dot_product_attention(qg, k_cache[:, :, :window], v_cache[:, :, :window], attn_mask=mask)
+        att = att.view(B, nkv, g, Q, D).permute(0, 3, 1, 2, 4).reshape(B, Q, nh * D)
+    x = x + lin("o", att, layer.o)
     h = F.rms_norm(x, (H,), layer.post_norm, cfg.eps)
-    gu = F.linear(h, layer.gate_up)
+    if mlp is not None:
+        return x + mlp(h)
+    gu = lin("gate_up", h, layer.gate_up)
     a = F.silu(gu[..., :cfg.ffn]) * gu[..., cfg.ffn:]
-    return x + F.linear(a, layer.down)
+    return x + lin("down", a, layer.down)
 
 
 class Target:
@@ -215,19 +273,26 @@ class Target:
         return {"bytes": int(total), "layers_bytes": int(layers), "lm_head_bytes": int(head),
                 "embedding_bytes": int(_nbytes(self.embed)), "params": int(params), "tied": self.cfg.tied}
 
-    def forward(self, tokens, positions, cache: KVCache, slots, window: int, lengths=None, logits_at=None):
+    def forward(self, tokens, positions, cache: KVCache, slots, window, lengths=None, logits_at=None,
+                linear=None, mlp=None):
         """Returns (hidden after the final norm [B, Q, H], pre-norm hidden [B, Q, H], logits).
-        ``logits_at``: None = logits for every token ([B, Q, V]); "last" = only the last token ([B, V])."""
+        ``logits_at``: None = logits for every token ([B, Q, V]); "last" = only the last token ([B, V]).
+        ``window`` None: a prefill (causal attention over the Q new tokens; ``lengths`` unused).
+        ``linear(i, name, x, w)`` / ``mlp(i, h)``: per-layer hooks (see ``decoder_layer``)."""
+        import functools
+
         import torch.nn.functional as F
 
         B, Q = tokens.shape
         x = F.embedding(tokens, self.embed)
         cos, sin = self.rope.cos_sin(positions, self.dtype)
-        mask = None if lengths is None else window_mask(lengths, Q, window, self.cfg.heads // self.cfg.kv_heads,
-                                                        self.dtype)
+        mask = None if (lengths is None or window is None) else window_mask(
+            lengths, Q, window, self.cfg.heads // self.cfg.kv_heads, self.dtype)
         bidx = _bidx(B, Q, tokens.device)
         for i, layer in enumerate(self.layers):
-            x = decoder_layer(self.cfg, layer, x, cos, sin, cache.k[i], cache.v[i], bidx, slots, window, mask)
+            x = decoder_layer(self.cfg, layer, x, cos, sin, cache.k[i], cache.v[i], bidx, slots, window, mask,
+                              linear=None if linear is None else functools.partial(linear, i),
+                              mlp=None if mlp is None else functools.partial(mlp, i))
         h = F.rms_norm(x, (self.cfg.hidden,), self.norm, self.cfg.eps)
         hs = h[:, -1] if logits_at == "last" else h
         return h, x, F.linear(hs, self.lm_head)
@@ -306,8 +371,6 @@ def linear_weights(target: Target) -> list:
 def gemm_probe(target: Target, rows: int, reps: int = 20) -> dict:
     """Achieved bandwidth of the target's weight GEMMs alone: all of them (layers + lm_head) for an
     input of ``rows`` tokens, captured in one CUDA graph and replayed; median of ``reps`` replays."""
-    import statistics
-
     import torch
     import torch.nn.functional as F
 
@@ -323,24 +386,9 @@ def gemm_probe(target: Target, rows: int, reps: int = 20) -> dict:
         for w in ws:
             F.linear(xs[w.shape[1]], w)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        run()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        run()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    ms = statistics.median(times)
-    del g
+    replay = _common.graphed(run, warm=1)
+    ms = _common.median_ms(replay, reps, target.device)
+    del replay
     return {"rows": rows, "weight_bytes": int(nbytes), "median_ms": round(ms, 6),
             "achieved_gbps": round(nbytes / ms / 1e6, 1), "gemms": len(ws), "reps": reps}
 
@@ -348,8 +396,6 @@ def gemm_probe(target: Target, rows: int, reps: int = 20) -> dict:
 def attention_probe(target: Target, cache: KVCache, window: int, batch: int, reps: int = 20) -> dict:
     """Achieved bandwidth of attention alone: one SDPA per layer over ``window`` cached tokens
     (q = 1 token per sequence, GQA folded into the rows as in the model), graphed, median of ``reps``."""
-    import statistics
-
     import torch
     import torch.nn.functional as F
 
@@ -364,51 +410,15 @@ def attention_probe(target: Target, cache: KVCache, window: int, batch: int, rep
     # eagerly first: a backend that cannot run this shape raises here, not inside a graph capture
     F.scaled_dot_product_attention(q, cache.k[0][:, :, :window], cache.v[0][:, :, :window])
     torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        run()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        run()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    ms = statistics.median(times)
+    replay = _common.graphed(run, warm=1)
+    ms = _common.median_ms(replay, reps, target.device)
     kv = cfg.kv_bytes_per_token(target.dtype.itemsize) * window * batch
-    del g
+    del replay
     return {"window": window, "batch": batch, "kv_bytes": int(kv), "median_ms": round(ms, 6),
             "achieved_gbps": round(kv / ms / 1e6, 1), "reps": reps}
 
 
-def graphed(fn, warm: int = 2, pool=None):
-    """Capture ``fn`` (over static buffers) in a CUDA graph after ``warm`` side-stream runs; returns
-    ``replay()``. ``fn``'s side effects during warm-up/capture are the caller's to undo."""
-    import torch
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(warm):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, pool=pool):
-        fn()
-    torch.cuda.synchronize()
-
-    def replay():
-        g.replay()
-
-    replay.graph = g
-    return replay
+graphed = _common.graphed   # one CUDA-graph capture/replay helper for every workload (capture/_common.py)
 
 
 def round_up(n: int, m: int) -> int:

@@ -16,7 +16,7 @@ PART=${1:-A}
 RES=${RES:-/tmp/tk_session}
 mkdir -p "$RES"
 . capture/gpu_env.sh
-TK=(python3 -m tracekit.capture)          # the driver alone: no polars needed on the GPU host
+TK=(python3 -m tracekit capture)          # imports neither polars nor rich (absent on the GPU host)
 STEP_TIMEOUT=${STEP_TIMEOUT:-170}
 T0=$SECONDS
 

@@ -20,6 +20,20 @@ Shaped like SGLang's scheduler in its normal (non-overlap) loop, ``Scheduler.eve
 
 With ``--no-markers`` there are no ranges at all; the stall stays. The manifest records the stall's
 range name, its target and measured durations, and the unprofiled step time.
+
+``--prefill-in-window`` (issue 24: a serving window that starts with a prefill): the requests arrive fresh
+when profiling starts, so the FIRST profiled step is a prefill and the rest are decode steps. The prefill step
+is shaped like SGLang's extend batch (``Scheduler.get_next_batch_to_run`` -> ``ScheduleBatch.prepare_for_extend``
+-> ``run_batch``/``forward_extend`` -> ``process_batch_result_prefill``): the scheduler's Python work, the flat
+prompt ids and the sequence lengths built on the host and copied with ``torch.tensor(...).to(device,
+non_blocking=True)`` (as ``prepare_for_extend`` does), positions computed on the device, the target over the
+``--prompt-len`` P tokens of each of the B sequences (GEMMs of B*P rows; causal attention over the P new
+tokens; K/V written to the cache), logits of the last token only (``LogitsProcessor``), then the same stall,
+bitmask and sampling as a decode step, and the token read. It runs EAGERLY in graph mode too (SGLang replays
+CUDA graphs for decode batches only; extend runs eagerly unless piecewise graphs are on); the decode steps
+after it replay their graphs. The manifest's ``phases`` lists each profiled step's phase in order
+(``["prefill", "decode", ...]``), ``prefill`` has P, B and the unprofiled prefill step time, and
+``unprofiled_step_ms`` stays the DECODE step (timed before profiling, from a random cache of P tokens).
 """
 
 from __future__ import annotations
@@ -40,6 +54,7 @@ else:
     import markers  # type: ignore
 
 SCHEDULER_RANGE = "scheduler"
+PREFILL_RANGE = "prefill"     # around the prefill forward (with markers only)
 
 
 def parse_args(argv=None):
@@ -52,6 +67,9 @@ def parse_args(argv=None):
     p.add_argument("--stall-ms", type=float, default=0.5, help="CPU work of the injected host stall, per step")
     p.add_argument("--stall-range", default="grammar_mask", help="range name around the injected stall")
     p.add_argument("--scheduler-ms", type=float, default=0.1, help="Python scheduler work per step")
+    p.add_argument("--prefill-in-window", action="store_true",
+                   help="the first profiled step is a prefill of --prompt-len tokens per sequence, then decode")
+    p.add_argument("--prefill-timed-steps", type=int, default=5, help="unprofiled prefill steps timed (median)")
     args = p.parse_args(argv)
     if args.mode == "compile":
         p.error("--mode compile: the serve workload runs eager or graph")
@@ -88,7 +106,7 @@ def main(argv=None) -> int:
     dtype = getattr(torch, args.dtype)
     cfg = lt.config(args.size)
     B, V = args.batch, cfg.vocab
-    phase_len = max(args.timed_steps, args.steps) + args.warmup + 2
+    phase_len = max(args.timed_steps, args.steps, args.prefill_timed_steps) + args.warmup + 2
     window = lt.round_up(args.prompt_len + phase_len + 2, 64)
     _common.log(f"serve: {args.size} model ({cfg.layers} layers), batch {B}, mode {args.mode}, stall "
                 f"{args.stall_ms} ms in '{args.stall_range}', markers {'on' if markers.enabled() else 'off'}")
@@ -156,6 +174,41 @@ def main(argv=None) -> int:
             positions[b] += 1
         out_tokens.append(toks)
 
+    P = args.prompt_len
+    prompt_rng = __import__("random").Random(args.seed + 3)
+    prompt_ids = [[prompt_rng.randrange(3, V) for _ in range(P)] for _ in range(B)]   # the requests' prompts
+    prefill_pos = torch.arange(P, device=dev).view(1, P).expand(B, P)
+
+    def prefill_forward(ids):
+        _, _, logits = target.forward(ids, prefill_pos, cache, prefill_pos, None, logits_at="last")
+        logits_buf.copy_(logits)
+
+    def prefill_step(i):
+        """One extend batch of the B fresh requests (see the module docstring), then sampling as in decode."""
+        t0 = time.perf_counter()
+        with markers.range_(SCHEDULER_RANGE):
+            busy_python(args.scheduler_ms, state)
+            flat = [t for ids in prompt_ids for t in ids]                        # prepare_for_extend
+            input_ids = torch.tensor(flat, dtype=torch.int64).to(dev, non_blocking=True)
+            seq_lens = torch.tensor([P] * B, dtype=torch.int64).to(dev, non_blocking=True)
+        sched_ms.append((time.perf_counter() - t0) * 1e3)
+        lens.copy_(seq_lens)
+        with markers.range_(PREFILL_RANGE):
+            prefill_forward(input_ids.view(B, P))
+        if cuda:
+            torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        with markers.range_(args.stall_range):
+            busy_python(args.stall_ms, state)
+            host_mask[:, 0] = -1 ^ (1 << (state[0] % 3))
+        stall_ms.append((time.perf_counter() - t1) * 1e3)
+        dev_mask.copy_(host_mask, non_blocking=True)
+        s_core()
+        toks = tok.view(-1).tolist()                                             # process_batch_result_prefill
+        for b in range(B):
+            positions[b] = P
+        out_tokens.append(toks)
+
     def reset():
         positions[:] = [args.prompt_len] * B
         lens.fill_(args.prompt_len)
@@ -174,8 +227,21 @@ def main(argv=None) -> int:
     head = list(out_tokens[:8])
     _common.log(f"unprofiled step: median {timing['median_ms']:.3f} ms; stall median "
                 f"{statistics.median(stall_timed):.3f} ms, scheduler {statistics.median(sched_timed):.3f} ms")
+    prefill_timing = None
+    if args.prefill_in_window:
+        prefill_timing = _common.time_steps(prefill_step, args.prefill_timed_steps, dev, start_index=0)
+        _common.log(f"unprofiled prefill step ({B} x {P} tokens): median {prefill_timing['median_ms']:.3f} ms")
     reset()
-    prof = _common.profiled_phase(step, args, start_index=args.timed_steps)
+    first = args.timed_steps
+    phases = ["decode"] * args.steps
+    window_step = step
+    if args.prefill_in_window:
+        positions[:] = [0] * B        # fresh requests: nothing cached yet; the first profiled step prefills them
+        phases[0] = "prefill"
+
+        def window_step(i):
+            (prefill_step if i == first else step)(i)
+    prof = _common.profiled_phase(window_step, args, start_index=first)
     stall_prof = list(stall_ms)
 
     def stats(v):
@@ -183,17 +249,7 @@ def main(argv=None) -> int:
                 "max_ms": round(max(v), 6), "n": len(v)} if v else None
 
     facts = {
-        "workload": "serve",
-        "mode": args.mode,
-        "steps": args.steps,
-        "gpu_name": _common.gpu_name(dev),
-        "weight_bytes_per_step": tb["bytes"],
-        "dtype": args.dtype,
-        "tp": 1,
-        "spec": None,
-        "tokens_per_step": B,
-        "unprofiled_step_ms": round(timing["median_ms"], 6),
-        "versions": _common.versions(None),
+        **_common.contract_facts("serve", args, dev, weight_bytes=tb["bytes"], tokens_per_step=B, timing=timing),
         "model": {"arch": "llama (plain torch, fused qkv/gate_up)", "size": args.size, "params": tb["params"],
                   "weight_bytes": tb["bytes"], "embedding_bytes": tb["embedding_bytes"],
                   "tied_embeddings": tb["tied"], "layers": cfg.layers, "hidden": cfg.hidden, "vocab": V,
@@ -214,13 +270,26 @@ def main(argv=None) -> int:
             "pageable_h2d_per_step": 1,
         },
         "graphs": graphs,
-        "markers": ({"step": "decode_step <i>", "scheduler": SCHEDULER_RANGE, "stall": args.stall_range}
+        "markers": ({"step": "decode_step <i>", "scheduler": SCHEDULER_RANGE, "stall": args.stall_range,
+                     **({"prefill": PREFILL_RANGE} if args.prefill_in_window else {})}
                     if markers.enabled() else None),
         "unprofiled": timing,
         "profiled": prof,
         "nvtx_backend": markers.nvtx_backend_name() if markers.enabled() else None,
         "tokens_head": head,
     }
+    if args.prefill_in_window:
+        facts["phases"] = phases
+        facts["speculative"] = False
+        facts["prefill"] = {
+            "step_index": first, "profiled_step": 0, "prompt_len": P, "batch": B, "tokens": B * P,
+            "unprofiled_prefill_step_ms": round(prefill_timing["median_ms"], 6), "unprofiled_prefill": prefill_timing,
+            "mode": "eager (also in graph mode: SGLang graphs decode batches only)",
+            "attention": "causal SDPA over the P new tokens (enable_gqa), K/V written to cache slots 0..P-1",
+            "logits": "last token of each sequence", "range": PREFILL_RANGE if markers.enabled() else None,
+            "host_to_device": "flat prompt ids and seq_lens: torch.tensor(...).to(device, non_blocking=True)",
+        }
+        facts["decode_steps_profiled"] = args.steps - 1
     _common.write_facts(args, facts)
     return 0
 

@@ -301,17 +301,9 @@ def main(argv=None) -> int:
     weight_bytes_per_step = tb["bytes"] + db["bytes"] * draft_forwards
     kvpt = cfg.kv_bytes_per_token(dtype.itemsize)
     facts = {
-        "workload": "spec",
-        "mode": args.mode,
-        "steps": args.steps,
-        "gpu_name": _common.gpu_name(dev),
-        "weight_bytes_per_step": int(weight_bytes_per_step),
-        "dtype": args.dtype,
-        "tp": 1,
-        "spec": {"draft_tokens": K, "accept_len": round(accept_len, 4) if accept_len is not None else None},
-        "tokens_per_step": B,
-        "unprofiled_step_ms": round(timing["median_ms"], 6),
-        "versions": _common.versions(None),
+        **_common.contract_facts(
+            "spec", args, dev, weight_bytes=weight_bytes_per_step, tokens_per_step=B, timing=timing,
+            spec={"draft_tokens": K, "accept_len": round(accept_len, 4) if accept_len is not None else None}),
         "model": {"arch": "llama (plain torch, fused qkv/gate_up)", "size": args.size, "params": tb["params"],
                   "weight_bytes": tb["bytes"], "layers_bytes": tb["layers_bytes"], "lm_head_bytes": tb["lm_head_bytes"],
                   "embedding_bytes": tb["embedding_bytes"], "tied_embeddings": tb["tied"], "layers": cfg.layers,

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -168,18 +167,7 @@ def main(argv=None) -> int:
 
     core = layers
     if args.mode == "graph":
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                layers()
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            layers()
-
-        def core():
-            graph.replay()
+        core = _common.graphed(layers, warm=3)
 
     host = torch.zeros(1, dtype=dtype, pin_memory=dev.type == "cuda")
 
@@ -246,25 +234,6 @@ def tp_choice(allreduce: str, tp: int | None) -> tuple[str, int | None]:
     return allreduce, None
 
 
-def _median_time_ms(fn, reps: int, dev) -> float:
-    import torch
-
-    times = []
-    for _ in range(reps):
-        if dev.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 def device_profile(dev, dtype, args) -> dict:
     """Copy bandwidth, GEMV bandwidth, eager-launch vs graph-replay cost per tiny kernel."""
     import torch
@@ -277,7 +246,7 @@ def device_profile(dev, dtype, args) -> dict:
     a = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     b = torch.empty_like(a)
     b.copy_(a)
-    ms = _median_time_ms(lambda: b.copy_(a), 10, dev)
+    ms = _common.median_ms(lambda: b.copy_(a), 10, dev)
     out["copy"] = {"bytes_per_copy": nbytes, "median_ms": ms,
                    "bandwidth_gbps": 2 * nbytes / (ms * 1e-3) / 1e9,
                    "convention": "read + write bytes / time"}
@@ -287,7 +256,7 @@ def device_profile(dev, dtype, args) -> dict:
     w = torch.randn(H, N, device=dev, dtype=dtype) * 0.02
     x = torch.randn(1, H, device=dev, dtype=dtype)
     x @ w
-    ms = _median_time_ms(lambda: x @ w, 20, dev)
+    ms = _common.median_ms(lambda: x @ w, 20, dev)
     wb = w.numel() * w.element_size()
     out["gemv"] = {"weight_bytes": wb, "median_ms": ms, "bandwidth_gbps": wb / (ms * 1e-3) / 1e9,
                    "shape": [1, H, N]}
@@ -301,21 +270,14 @@ def device_profile(dev, dtype, args) -> dict:
             t.add_(1.0)
 
     many()
-    eager_ms = _median_time_ms(many, 5, dev)
+    eager_ms = _common.median_ms(many, 5, dev)
     res = {"kernels": n, "eager_ms": eager_ms, "eager_us_per_kernel": eager_ms * 1e3 / n}
     if cuda:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            many()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            many()
-        g.replay()
-        graph_ms = _median_time_ms(g.replay, 10, dev)
+        replay = _common.graphed(many, warm=1)
+        replay()
+        graph_ms = _common.median_ms(replay, 10, dev)
         # the kernel's own duration, from one launch's events, is a floor for both paths
-        one_ms = _median_time_ms(lambda: t.add_(1.0), 50, dev)
+        one_ms = _common.median_ms(lambda: t.add_(1.0), 50, dev)
         res.update(graph_ms=graph_ms, graph_us_per_kernel=graph_ms * 1e3 / n,
                    saving_us_per_kernel=(eager_ms - graph_ms) * 1e3 / n,
                    single_kernel_event_ms=one_ms)

@@ -790,3 +790,232 @@ def test_engine_workloads_tiny_torch_capture_on_cpu(tmp_path, workload, extra, m
     ann = [e for e in json.load(gzip.open(tmp_path / "nm" / "trace.json.gz"))["traceEvents"]
            if e.get("cat") == "user_annotation"]
     assert ann == [] and m2.get("markers") is None
+
+
+# ---------------------------------------------------------------- session 3: serve prefill window, lora, moe, sp, probe
+
+HAVE_TRITON = HAVE_TORCH and importlib.util.find_spec("triton") is not None
+
+
+def test_new_workloads_are_wired(tmp_path):
+    for name, script in (("lora", "lora_decode.py"), ("moe", "moe_decode.py"), ("sp", "sp_decode.py")):
+        assert cap.workload_script(name) == CAPTURE_DIR / script
+        assert cap.WORKLOAD_MODULES[name] == ("torch",)          # triton only on the GPU path, imported there
+        c = cap.workload_cmd(cap.workload_script(name), profiler="nsys", steps=5, mode="graph", spec=None,
+                             out_dir=tmp_path, extra=["--size", "tiny", "--no-markers"], python="py")
+        assert c[:2] == ["py", str(CAPTURE_DIR / script)] and c[c.index("--steps") + 1] == "5"
+        assert c[c.index("--mode") + 1] == "graph" and c[-3:] == ["--size", "tiny", "--no-markers"]
+        assert "--tp" not in c
+    r = runner().invoke(capture_command, ["--help"])
+    assert r.exit_code == 0 and "lora" in r.output and "moe" in r.output
+
+
+def test_python_m_tracekit_capture_needs_no_analyzer_dependency():
+    """run_session*.sh call ``python3 -m tracekit capture`` on the GPU host, which has no polars (nor rich, pyarrow)."""
+    code = ("import runpy, sys\n"
+            "for m in ('polars', 'rich', 'pyarrow', 'adbc_driver_sqlite', 'msgspec'): sys.modules[m] = None\n"
+            "sys.argv = ['tracekit', 'capture', '--help']; runpy.run_module('tracekit', run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "Usage: tracekit capture" in out.stdout and "--workload" in out.stdout
+    for script in ("run_session.sh", "run_session3.sh"):
+        assert "TK=(python3 -m tracekit capture)" in (CAPTURE_DIR / script).read_text()
+
+
+def test_run_session3_script_parses():
+    script = CAPTURE_DIR / "run_session3.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    tarballs = set(__import__("re").findall(r"bundle (\S+\.tar\.gz)", text))
+    assert len(tarballs) <= 7                       # + session3.log: at most 8 files come back from the device
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="needs torch (the GPU-host side); CI has none")
+def test_serve_prefill_in_window_on_cpu(tmp_path, monkeypatch):
+    """The first profiled step is a prefill of B x P tokens, the rest decode (issue 24): pinned against the
+    GEMM input shapes the torch profiler recorded, not against the manifest alone."""
+    import gzip
+
+    monkeypatch.setattr(cap, "missing_modules", REAL_MISSING_MODULES)
+    B, P, steps = 2, 32, 3
+    m = cap.capture(workload="serve", profiler="torch", out=tmp_path / "s", steps=steps, mode="eager",
+                    extra=("--size", "tiny", "--device", "cpu", "--timed-steps", "2", "--warmup", "1",
+                           "--prefill-in-window", "--prompt-len", str(P), "--batch", str(B), "--no-markers",
+                           "--prefill-timed-steps", "2"))
+    assert m["phases"] == ["prefill", "decode", "decode"] and m["steps"] == steps and m["speculative"] is False
+    assert m["prefill"]["prompt_len"] == P and m["prefill"]["batch"] == B and m["tokens_per_step"] == B
+    assert m["prefill"]["unprofiled_prefill_step_ms"] > 0 and m["unprofiled_step_ms"] > 0
+    ev = json.load(gzip.open(tmp_path / "s" / "trace.json.gz"))["traceEvents"]
+    assert not [e for e in ev if e.get("cat") == "user_annotation"]          # no markers at all
+    lin = [e["args"]["Input Dims"][0] for e in ev if e.get("cat") == "cpu_op" and e.get("name") == "aten::linear"
+           and e.get("args", {}).get("Input Dims")]
+    H, layers = 256, 2                                                        # llama_torch SIZES["tiny"]
+    assert sum(d == [B, P, H] for d in lin) == 3 * layers                     # qkv, o, gate_up: the prompt's rows
+    assert sum(d == [B, 1, H] for d in lin) == 3 * layers * (steps - 1)       # the same per decode step
+    assert sum(d == [B, H] for d in lin) == steps                             # lm_head: last token only, each step
+    sdpa = [e["args"].get("Input Dims") for e in ev if e.get("name") == "aten::scaled_dot_product_attention"]
+    assert sum(d[0][2] == P for d in sdpa) == layers                          # causal over the P new tokens
+
+
+def _tiny_lora_bytes_per_adapter(rank: int) -> int:
+    # tiny: hidden 256, 4 heads of 64 (2 KV heads), ffn 512, 2 layers; A [rank, K] per slice, B [N, rank]; bf16
+    H, q, kv, ffn, layers = 256, 256, 128, 512, 2
+    per_layer = (3 * rank * H + (q + 2 * kv) * rank) + (rank * q + H * rank) + (2 * rank * H + 2 * ffn * rank) \
+        + (rank * ffn + H * rank)
+    return per_layer * layers * 2
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="needs torch (the GPU-host side); CI has none")
+def test_lora_moe_sp_workloads_on_cpu(tmp_path):
+    def run(script, *args):
+        facts = tmp_path / f"{script}.json"
+        r = subprocess.run([sys.executable, str(CAPTURE_DIR / script), "--device", "cpu", "--steps", "1",
+                            "--timed-steps", "2", "--warmup", "0", "--facts-out", str(facts), *args],
+                           capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.loads(facts.read_text())
+
+    f = run("lora_decode.py", "--size", "tiny", "--batch", "3", "--adapters", "2", "--rank", "8")
+    assert f["speculative"] is False and f["spec"] is None and f["lora"]["impl"] == "torch"
+    assert f["lora"]["rank"] == 8 and f["lora"]["mapping"] == [0, 1, 0] and f["lora"]["adapters_active"] == 2
+    per = _tiny_lora_bytes_per_adapter(8)
+    assert f["lora"]["bytes_per_adapter"] == per
+    assert f["weight_bytes_per_step"] == f["lora"]["base_weight_bytes_per_step"] + 2 * per
+    assert f["lora"]["unprofiled_base_step_ms"] > 0
+
+    from tracekit.model.step import expected_experts
+
+    f = run("moe_decode.py", "--size", "tiny", "--batch", "8", "--experts", "loop")
+    m = f["moe"]
+    assert f["speculative"] is False and m["impl"] == "loop" and (m["experts"], m["top_k"]) == (8, 2)
+    e = expected_experts(8, 2, 8)                                    # the analyzer's definition
+    assert m["expected_distinct_experts"] == pytest.approx(e, abs=1e-6)
+    # tiny MoE by hand (bf16 = 2 bytes): per layer qkv (4 + 2*2 heads) x 64 x 256, o 256 x 256, 2 norms, router
+    # 8 x 256; 2 layers; tied lm_head 2048 x 256 + the final norm; experts 8 x (2*128*256 + 256*128) per layer
+    non_expert = 2 * (2 * (8 * 64 * 256 + 256 * 256 + 2 * 256 + 8 * 256) + 2048 * 256 + 256)
+    experts = 2 * 2 * 8 * (2 * 128 * 256 + 256 * 128)
+    assert m["non_expert_bytes_per_step"] == non_expert and m["expert_bytes_stored"] == experts
+    assert f["weight_bytes_per_step"] == round(non_expert + experts * e / 8)
+    assert 1 <= m["measured_distinct_experts"] <= 8
+
+    f = run("sp_decode.py", "--rs", "local", "--ag", "local", "--layers", "2", "--hidden", "128", "--ffn", "256",
+            "--tokens", "4")
+    assert f["sp"]["per_step"] == {"reduce_scatter": 2, "all_gather": 2} and f["tp"] == 1
+    assert f["weight_bytes_per_step"] == 2 * (2 * 128 * 256 + 128) * 2
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="needs torch (the GPU-host side); CI has none")
+def test_moe_grouped_and_aligned_paths_match_the_loop():
+    import torch
+
+    mo = _load_workload("moe_ops")
+    g = torch.Generator().manual_seed(3)
+    T, H, F_, E, k = 6, 64, 32, 8, 2
+    h = torch.randn(T, H, generator=g).to(torch.bfloat16)
+    router = torch.randn(E, H, generator=g).to(torch.bfloat16)
+    w13 = (torch.randn(E, 2 * F_, H, generator=g) * 0.1).to(torch.bfloat16)
+    w2 = (torch.randn(E, H, F_, generator=g) * 0.1).to(torch.bfloat16)
+    w, ids = mo.route(torch, h, router, k)
+    assert torch.allclose(w.float().sum(-1), torch.ones(T), atol=1e-2)
+    ref = mo.experts_loop(torch, h, w13, w2, w, ids).float()
+    if hasattr(torch, "_grouped_mm"):
+        out = mo.experts_grouped_mm(torch, h, w13, w2, w, ids).float()
+        assert (out - ref).abs().max() <= 2e-2 * ref.abs().max()
+    # moe_align_block_size: every (token, k) row once, in its expert's padded block, blocks labelled by expert
+    sorted_ids, expert_ids, n = mo.moe_align_block_size(torch, ids, E, 4)
+    flat = ids.reshape(-1).tolist()
+    valid = [(i, r) for i, r in enumerate(sorted_ids.tolist()) if r < T * k]
+    assert sorted(r for _, r in valid) == list(range(T * k))
+    for i, r in valid:
+        assert expert_ids[i // 4].item() == flat[r]
+    counts = [flat.count(x) for x in range(E)]
+    assert n.item() == sum(-(-c // 4) * 4 for c in counts)
+    assert all(e == -1 for e in expert_ids.tolist()[n.item() // 4:])
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="needs torch + triton (the GPU-host side): the kernels run in Triton's "
+                                            "CPU interpreter here")
+def test_triton_lora_and_moe_kernels_match_torch_in_the_interpreter(tmp_path):
+    """The GPU path's Triton kernels (_lora_shrink_kernel/_lora_expand_kernel, fused_moe_kernel) against the
+    torch reference, in TRITON_INTERPRET=1 on a CPU (float16: the interpreter mishandles bfloat16)."""
+    code = textwrap.dedent("""
+        import sys, torch
+        import lora_ops as lo, moe_ops as mo
+        torch.manual_seed(0)
+        dt = torch.float16
+        M, K, R, n = 5, 96, 16, 3
+        slices = (48, 16, 16)
+        x = torch.randn(M, K, dtype=dt)
+        a = torch.randn(len(slices), n, R, K, dtype=dt) * 0.1
+        b = torch.randn(n, sum(slices), R, dtype=dt) * 0.1
+        meta = lo.LoRAMeta(torch, n, 8, "cpu")
+        meta.prepare(torch.tensor([2, -1, 0, 2, 1]))
+        starts, ns = torch.tensor([0, 48, 64]), torch.tensor(slices)
+        bt, y0 = torch.empty(len(slices), M, R), torch.randn(M, sum(slices), dtype=dt)
+        lo.lora_shrink(x, a, bt, meta, 0.5, "torch")
+        for sk in (1, 2):
+            bq = torch.empty_like(bt)
+            lo.lora_shrink(x, a, bq, meta, 0.5, "triton", split_k=sk)
+            assert (bq - bt).abs().max() < 1e-3, sk
+        assert bt[:, 1].abs().max() == 0                       # the token without an adapter
+        yt, yq = y0.clone(), y0.clone()
+        lo.lora_expand(bt, b, yt, meta, starts, ns, slices, "torch")
+        lo.lora_expand(bt, b, yq, meta, starts, ns, slices, "triton")
+        assert (yt.float() - yq.float()).abs().max() < 1e-2 and (yt - y0).abs().max() > 0.05
+        assert torch.equal(yt[1], y0[1])
+        T, H, F, E = 5, 64, 32, 8
+        h = torch.randn(T, H, dtype=dt)
+        w13, w2 = torch.randn(E, 2 * F, H, dtype=dt) * 0.1, torch.randn(E, H, F, dtype=dt) * 0.1
+        w, ids = mo.route(torch, h, torch.randn(E, H, dtype=dt), 2)
+        ref = mo.experts_loop(torch, h, w13, w2, w, ids).float()
+        out = mo.experts_triton(torch, h, w13, w2, w, ids).float()
+        assert (out - ref).abs().max() < 1e-2 * max(1.0, ref.abs().max().item()), (out - ref).abs().max()
+        print("ok")
+    """)
+    env = dict(__import__("os").environ, TRITON_INTERPRET="1", PYTHONPATH=str(CAPTURE_DIR))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+def _probe_sqlite(path: Path) -> None:
+    """A minimal nsys-export-shaped file: two probe ranges, one kernel and one memcpy launched inside them."""
+    con = sqlite3.connect(path)
+    con.executescript("""
+        create table StringIds (id integer primary key, value text);
+        create table NVTX_EVENTS (start int, end int, text text, textId int, globalTid int, eventType int);
+        create table CUPTI_ACTIVITY_KIND_RUNTIME (start int, end int, correlationId int, globalTid int, nameId int);
+        create table CUPTI_ACTIVITY_KIND_KERNEL (start int, end int, correlationId int, shortName int,
+                                                demangledName int);
+        create table CUPTI_ACTIVITY_KIND_MEMCPY (start int, end int, correlationId int);
+        insert into StringIds values (1, 'one_shot_all_reduce_kernel'), (2, 'probe nccl all_gather_into_tensor');
+        insert into NVTX_EVENTS values (100, 200, 'probe symm one_shot_all_reduce', null, 7, 59),
+                                       (300, 400, null, 2, 7, 59);
+        insert into CUPTI_ACTIVITY_KIND_RUNTIME values (110, 120, 1, 7, 0), (130, 140, 2, 7, 0), (150, 160, 3, 7, 0),
+                                                        (310, 320, 4, 7, 0), (330, 340, 5, 8, 0);
+        insert into CUPTI_ACTIVITY_KIND_KERNEL values (500, 510, 1, 1, 1), (520, 530, 2, 1, 1), (540, 550, 3, 1, 1),
+                                                       (560, 570, 5, 1, 1);
+        insert into CUPTI_ACTIVITY_KIND_MEMCPY values (600, 610, 4);
+    """)
+    con.commit()
+    con.close()
+
+
+def test_collectives_probe_reads_nsys_ranges(tmp_path, capsys):
+    probe = _load_workload("collectives_probe")
+    db = tmp_path / "p.sqlite"
+    _probe_sqlite(db)
+    rows = {r["op"]: r for r in probe.from_sqlite(str(db))}
+    assert rows["symm one_shot_all_reduce"]["kernels_per_call"] == 1.0      # 3 launches / 3 calls
+    assert rows["symm one_shot_all_reduce"]["kernel_names"] == ["one_shot_all_reduce_kernel"]
+    ag = rows["nccl all_gather_into_tensor"]
+    assert ag["kernels_per_call"] == 0 and ag["memcpy_per_call"] == pytest.approx(1 / 3)   # other thread's kernel
+    s = probe.summary(list(rows.values()))
+    assert s["rs_ag_capture_possible_on_one_gpu"] is False and s["all_gather_kernel_ops"] == []
+    assert "needs >= 2 GPUs" in s["verdict"]
+    s = probe.summary([{"op": "nccl reduce_scatter_tensor", "kernels_per_call": 1.0},
+                       {"op": "symm _low_contention_all_gather", "kernels_per_call": 2.0}])
+    assert s["rs_ag_capture_possible_on_one_gpu"] is True
+    out = tmp_path / "probe.json"
+    assert probe.main(["--from-sqlite", str(db), "--json-out", str(out)]) == 0
+    assert "symm one_shot_all_reduce" in capsys.readouterr().out
+    assert json.loads(out.read_text())["summary"]["reduce_scatter_kernel_ops"] == []

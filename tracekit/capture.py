@@ -12,8 +12,12 @@ facts (weight bytes, unprofiled step time, versions, ...) through a small JSON f
 this driver merges into the manifest, with ``trace_files`` (name, size, sha256 of the first MiB of every trace
 file written), so that the manifest applies to its own trace only (``tracekit.manifest``). Before anything
 runs, the workload's Python is checked for what the workload imports (one-line error, exit 2, no folder left).
-Workloads: ``WORKLOADS`` below (``spec``/``serve``/``kv`` are the engine-shaped plain-torch loops of
+Workloads: ``WORKLOADS`` below (``spec``/``serve``/``kv``/``lora``/``moe`` are the engine-shaped plain-torch loops of
 ``capture/llama_torch.py``).
+
+On the GPU host the run scripts call ``python3 -m tracekit capture ...``: neither polars nor rich is imported for it
+(``tests/test_capture.py``). (``python -m tracekit.capture`` ran the driver before the CLI moved to ``tracekit/cli``;
+it does nothing now.)
 """
 
 from __future__ import annotations
@@ -38,11 +42,16 @@ MANIFEST_KEYS = ("schema", "workload", "profiler", "mode", "steps", "gpu_name", 
                  "versions", "command", "trace_files")
 # --workload NAME -> its script in capture/. spec / serve / kv: plain-torch engine-shaped loops (llama_torch.py):
 # SGLang-style EAGLE/MTP speculative decoding, a serving loop with host stalls, a KV-cache-heavy batch decode.
+# lora / moe / sp: a decode loop with LoRA adapters (vLLM-shaped Triton shrink/expand), a mixture-of-experts decode
+# loop (grouped GEMMs or a Triton fused_moe_kernel), a sequence-parallel loop (reduce-scatter + all-gather per layer).
 WORKLOADS = {"hf": "hf_decode.py", "synthetic": "synthetic.py", "sglang": "sglang_decode.py",
-             "spec": "spec_decode.py", "serve": "serve_decode.py", "kv": "kv_decode.py"}
-# what each workload's Python must be able to import (checked before anything runs or is written)
+             "spec": "spec_decode.py", "serve": "serve_decode.py", "kv": "kv_decode.py",
+             "lora": "lora_decode.py", "moe": "moe_decode.py", "sp": "sp_decode.py"}
+# what each workload's Python must be able to import (checked before anything runs or is written); lora/moe
+# need triton only for their GPU kernels, which they import when they launch them
 WORKLOAD_MODULES = {"hf": ("torch", "transformers"), "synthetic": ("torch",), "sglang": ("torch", "sglang"),
-                    "spec": ("torch",), "serve": ("torch",), "kv": ("torch",)}
+                    "spec": ("torch",), "serve": ("torch",), "kv": ("torch",), "lora": ("torch",), "moe": ("torch",),
+                    "sp": ("torch",)}
 FACTS_FILE = "workload_facts.json"
 # tensor parallelism (capture/tp.py): workloads launched one process per GPU by torchrun
 TP_WORKLOADS = ("hf", "synthetic")

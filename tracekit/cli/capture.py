@@ -21,7 +21,8 @@ from tracekit.errors import TracekitError
 @click.option("--workload", type=click.Choice(sorted(WORKLOADS)), required=True,
               help="sglang (a real SGLang engine), hf (transformers, random weights), synthetic (calibration), "
                    "spec / serve / kv (plain-torch loops shaped like SGLang's speculative worker, scheduler, long "
-                   "context; docs/capture.md)")
+                   "context), lora / moe / sp (LoRA adapters, routed experts, sequence-parallel collectives; "
+                   "docs/capture.md)")
 @click.option("--profiler", type=click.Choice(["nsys", "torch"]), required=True)
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="output folder")
 @click.option("--steps", type=click.IntRange(1), default=16, show_default=True, help="profiled decode steps")
