@@ -448,7 +448,7 @@ def _pace_text(cr: CrossRank, lab: dict, pace: int | None) -> str:
     per = f"of the {cr.matched_per_step:.3g} collective(s) per step"
     if pace is not None:
         rest = [(shares[i], i) for i in range(n) if i != pace]
-        nxt = max(rest) if rest else None
+        nxt = min(rest, key=lambda x: (-x[0], x[1])) if rest else None
         after = f" (next: rank {lab[cr.rank_ids[nxt[1]]]} at {100 * nxt[0]:.0f}%)" if nxt else ""
         return (f"rank {lab[cr.pacing_rank]} sets the pace: it arrives last at {100 * shares[pace]:.0f}% {per}{after}, "
                 "and the others wait for it")
@@ -493,12 +493,12 @@ def _verdict(cr: CrossRank, labels: list[str], pace: int | None, split: CommSpli
     save = cr.faster_collectives_saving_ms
     i = cr.rank_ids.index(cr.saving_rank) if cr.saving_rank is not None else None
     step_w = steps[i] if i is not None else None
-    whose = "" if pace is not None else ", the slowest,"
+    whose = "" if pace is not None else "the slowest; "
     if save is not None and who is not None:
-        txt += (f"; faster {kinds} could save at most {save:.3f} ms per step on rank {who}{whose} "
-                f"({100 * save / step_w if step_w else 0:.0f}% of its {step_w:.3f} ms step: the exposed transfer)")
+        txt += (f"; faster {kinds} could save at most {save:.3f} ms per step on rank {who} ({whose}"
+                f"{100 * save / step_w if step_w else 0:.0f}% of its {step_w:.3f} ms step: the exposed transfer)")
     elif who is not None:
-        txt += f"; faster {kinds} could save at most the transfer on rank {who}{whose} (its exposed share is unknown)"
+        txt += f"; faster {kinds} could save at most the transfer on rank {who} ({whose}its exposed share is unknown)"
     txt += "; the skew goes only by evening out work or launch times across ranks"
     top = cr.collectives[0] if cr.collectives else None
     if top and top["latency_bound"]:
