@@ -254,7 +254,8 @@ def communication_lever(f: StepFacts) -> Lever:
     if split is not None and split.basis != "none" and split.exposed_transfer_ms is not None:
         saving = min(split.exposed_transfer_ms, exposed)
         if split.ranks == 1:
-            verdict = f"{split.kernel_ms:.3f} ms of communication kernels per step{counts}, all of it transfer ({split.how})"
+            verdict = (f"{split.kernel_ms:.3f} ms of communication kernels per step{counts}, all of it transfer "
+                       f"({split.how})")
         else:
             where = split.how if split.how else "measured across the ranks"
             verdict = (f"{split.kernel_ms:.3f} ms of communication kernels per step{counts}: ≈{split.transfer_ms:.3f} "

@@ -6,7 +6,10 @@ ranks. Definitions (../shared/spec/CONTRACT.md):
 
 * **kind** of a collective: the NCCL args' ``Collective name`` where recorded, else the kernel name
   (``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``broadcast``, ``reduce``,
-  ``send_recv``); custom, fused all-reduce+norm, symmetric-memory and one/two-shot kernels are all-reduces.
+  ``send_recv``); custom, fused all-reduce+norm, symmetric-memory and one/two-shot kernels are all-reduces;
+  NCCL ``SendRecv`` kernels are send-recvs; a kernel whose name does not say (``ncclDevKernel_Generic``) takes
+  the kind of the ``nccl:<collective>`` annotation or ``c10d::`` op it was launched in. ``by_kind`` and the
+  verdicts use NCCL's names (:data:`NCCL_KIND`: all-reduce, all-gather, ...).
   ``implementation`` is the kernel rule's ``sub`` (``nccl``, ``custom_ar``, ``fused_ar_norm``, ``symm_mem``...).
 * **message bytes** (NCCL's "size": the whole buffer, the output of an all-gather, the input of a
   reduce-scatter): ``max(In msg nelems, Out msg nelems) x dtype size`` from Kineto NCCL kernel args; for
@@ -28,7 +31,12 @@ ranks. Definitions (../shared/spec/CONTRACT.md):
 * **hidden communication** (``advice.communication.hidden_communication_ms``): communication kernel time
   overlapped by compute (gemm, attention, other, drafting) on *other* streams. Activities of one stream are
   serialised first (each starts at the later of its own start and the end of the activities before it on
-  that stream), so programmatic-dependent-launch overlap on one stream hides nothing.
+  that stream), so programmatic-dependent-launch overlap on one stream hides nothing. Per kernel
+  (:func:`kernel_exposure`): ``exposed`` + ``hidden`` = its serialised time.
+* **transfer and wait** (:class:`CommSplit`): a collective kernel runs from the rank's arrival until the last
+  rank's data is in; the transfer is its duration when this rank arrives last, the rest is waiting for the
+  other ranks. From one file, :func:`split_one_rank` (each recurring collective's fastest instances); across
+  rank files, :mod:`tracekit.analyses.ranks`. ``advice.communication.max_saving_ms`` = the exposed transfer.
 """
 
 from __future__ import annotations
@@ -210,18 +218,22 @@ def kernel_exposure(acts: pl.DataFrame | None) -> pl.DataFrame:
             parts.append(c.with_columns(hidden=pl.lit(0, pl.Int64)))
             continue
         seg = merge(k.with_columns(g=pl.lit(0)), ["g"]).collect().select(s_start="start", s_end="end")
-        seg = seg.with_columns(before=(pl.col("s_end") - pl.col("s_start")).cum_sum() - (pl.col("s_end") - pl.col("s_start")))
+        length = pl.col("s_end") - pl.col("s_start")
+        seg = seg.with_columns(before=length.cum_sum() - length)
 
-        def covered(col: str) -> pl.DataFrame:  # the length of the segments' union before each kernel's ``col``
-            j = c.select("_i", col).sort(col).join_asof(seg, left_on=col, right_on="s_start", strategy="backward")
-            f = pl.col("before") + (pl.col(col) - pl.col("s_start")).clip(0, pl.col("s_end") - pl.col("s_start"))
-            return j.select("_i", **{f"F_{col}": f.fill_null(0)})
-
-        c = c.join(covered("start"), on="_i").join(covered("end"), on="_i")
+        c = c.join(_covered(c, seg, "start"), on="_i").join(_covered(c, seg, "end"), on="_i")
         parts.append(c.with_columns(hidden=(pl.col("F_end") - pl.col("F_start")).cast(pl.Int64)))
     out = pl.concat([p.select("pid", "correlation", "start0", "step", "start", "end", "hidden") for p in parts])
-    return out.select("pid", "correlation", "start0", "step", exposed=pl.col("end") - pl.col("start") - pl.col("hidden"),
-                      hidden="hidden").cast(schema)
+    return out.select("pid", "correlation", "start0", "step", "hidden",
+                      exposed=pl.col("end") - pl.col("start") - pl.col("hidden")).cast(schema)
+
+
+def _covered(c: pl.DataFrame, seg: pl.DataFrame, col: str) -> pl.DataFrame:
+    """``_i`` and ``F_<col>``: the length of the disjoint segments ``seg`` (s_start, s_end, before = their length
+    before each) that lies before each row's ``col``."""
+    j = c.select("_i", col).sort(col).join_asof(seg, left_on=col, right_on="s_start", strategy="backward")
+    f = pl.col("before") + (pl.col(col) - pl.col("s_start")).clip(0, pl.col("s_end") - pl.col("s_start"))
+    return j.select("_i", **{f"F_{col}": f.fill_null(0)})
 
 
 def hidden_communication(acts: pl.DataFrame | None) -> float:
@@ -514,7 +526,8 @@ def split_one_rank(kernels: pl.DataFrame, n_steps: int, *, ranks: int | None = N
     kernels = kernels.with_row_index("_r")
     k = kernels.filter(pl.col("step").is_not_null()).with_columns(
         dur=(pl.col("end") - pl.col("arrival")).clip(lower_bound=0), raw=pl.col("end") - pl.col("start"),
-        exposed=pl.col("exposed").fill_null(0), kind=pl.col("kind").cast(pl.String), name=pl.col("name").cast(pl.String),
+        exposed=pl.col("exposed").fill_null(0), kind=pl.col("kind").cast(pl.String),
+        name=pl.col("name").cast(pl.String),
         _g=pl.col("group").cast(pl.String).fill_null(""), _b=pl.col("bytes").fill_null(-1))
     if k.height == 0:
         return CommSplit(basis="none", kernel_ms=0.0, transfer_ms=0.0, wait_ms=0.0, exposed_ms=0.0,

@@ -186,8 +186,8 @@ def _long(summaries: list[CommSummary]) -> pl.DataFrame:
     """Every rank's communication kernels, one frame, with the matching ``key`` and ``seq`` (order per key)."""
     frames = [s.kernels.with_columns(pl.col("name", "impl", "kind", "group").cast(pl.String), rank=pl.lit(i, pl.Int32))
               for i, s in enumerate(summaries)]  # per rank, not per event
-    frames = [f.rename({"transfer": "t_est"}) if "transfer" in f.columns else f.with_columns(t_est=pl.lit(None, pl.Int64))
-              for f in frames]
+    frames = [f.rename({"transfer": "t_est"}) if "transfer" in f.columns
+              else f.with_columns(t_est=pl.lit(None, pl.Int64)) for f in frames]
     df = pl.concat(frames, how="vertical_relaxed")
     if df.height == 0:
         return df.with_columns(key=pl.lit(None, pl.String), seq=pl.lit(None, pl.Int64))
