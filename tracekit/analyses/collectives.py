@@ -517,8 +517,11 @@ def split_one_rank(kernels: pl.DataFrame, n_steps: int, *, ranks: int | None = N
     in a step; its transfer per call is a low quantile of its instances' durations (arrival to end), the
     median of the share at which this rank may be expected to arrive last: 1/(2n) for n ranks in its
     communicator (:data:`DEFAULT_RANKS` where unknown), held within 1/16..1/4. Each instance is charged the
-    smaller of that and its own duration, the rest is wait. A collective that does not recur is charged in full
-    (an upper bound). Where less than :data:`SPLIT_SHARE` of the time is in recurring collectives, no split:
+    smaller of that and its own duration, the rest is wait. A *place* of it (its n-th instance in each step) whose
+    two fastest instances agree within :data:`FLOOR_TOL` and lie above :data:`FLOOR_ABOVE` times that transfer is
+    a larger message under the same kernel (sizes unknown) and keeps its own floor; a rank that waits there by the
+    same amount every step is then counted as transfer (an overestimate: the saving stays an upper bound). A
+    collective that does not recur is charged in full (an upper bound). Where less than :data:`SPLIT_SHARE` of the time is in recurring collectives, no split:
     ``basis`` ``"none"``. ``one_rank`` (the evidence that the communicator holds one rank): every kernel is
     transfer, nothing waits. The exposed transfer = each instance's transfer x the exposed share of its kernel.
     """
@@ -748,7 +751,8 @@ def collectives_verdict(rows: list[dict], *, across_ranks: bool = False) -> str 
     size = f" of {_bytes(r['bytes'])}" if r["bytes"] else ""
     if r["latency_bound"]:
         fix = ("it is already a one-shot/custom kernel: fewer (fused) calls or overlapping them with compute help"
-               if r["implementation"] != "nccl" else "a one-shot / custom all-reduce or fewer, fused calls help")
+               if r["implementation"] != "nccl" else "a one-shot / custom all-reduce or fewer, fused calls help"
+               if r["kind"] == "all_reduce" else "fewer, fused calls or overlapping them with compute help")
         if r["latency_bound_basis"] == "bytes":
             move_us = r["bytes"] * (bus_factor(r["kind"], r["group_size"]) or 1.0) / (r["link_gbps"] * 1e3)
             why = (f"the link moves its bytes in {move_us:.2f} µs against ≈{r['latency_us']:.1f} µs of latency "
