@@ -70,9 +70,18 @@ def test_several_files_give_the_cross_rank_object():
     assert [row[w] for row in d["table"]] == cr["wait_ms_by_rank"]
     assert {row[x] for row in d["table"]} == {cr["transfer_ms"]}  # the same matched transfer on every rank
     waits = cr["wait_ms_by_rank"]
-    # PROVENANCE.md: the all-reduce totals differ by rank: waiting skew; the pacing rank waits least
+    # PROVENANCE.md: the all-reduce totals differ by rank: waiting skew
     assert waits.index(max(waits)) != waits.index(min(waits))
-    assert cr["verdict"].startswith(f"rank {cr['pacing_rank']} sets the pace") and "skew" in cr["verdict"]
+    # the ranks arrive last at 27/28/20/25% of the collectives: no rank leads by 10 points, so none sets the pace
+    assert cr["pacing_rank"] is None
+    assert cr["verdict"].startswith("no single rank sets the pace: ranks 0, 1, 2 and 3") and "skew" in cr["verdict"]
+    # each rank's advice.communication uses the matched transfer (each collective's, capped by the rank's own
+    # kernel, which ends a fraction of a us earlier on some ranks), and its own wait
+    for i, rank in enumerate(d["ranks"]):
+        comm = rank["advice"]["communication"]
+        assert comm["split_basis"] == "cross-rank"
+        assert comm["transfer_ms"] == pytest.approx(cr["transfer_ms"], rel=0.005)
+        assert comm["wait_ms"] == pytest.approx(waits[i], rel=1e-9)
 
 
 def test_all_devices_of_one_report():
@@ -123,7 +132,7 @@ def test_gb300_rank0_hides_no_communication_on_its_one_stream():
     # programmatic-dependent-launch overlap on the one stream is serialised away: nothing is hidden (it read
     # "0.727 ms more overlaps compute" before), and the exposed time is the serialised communication kernel time
     assert comm["hidden_communication_ms"] == 0.0
-    assert "0.000 ms more overlaps compute on other streams" in comm["verdict"]
+    assert "overlaps compute" not in comm["verdict"]
     assert d["per_step_ms"]["communication"] > 0.8
     rows = {(r["kind"], r["implementation"]): r for r in comm["collectives"]}
     assert set(rows) == {("all_reduce", "fused_ar_norm"), ("all_reduce", "custom_ar"), ("all_gather", "nccl")}

@@ -1,4 +1,4 @@
-"""Advice: which lever (CUDA graphs, host work, all-reduce, drafting, fewer bytes) is worth pulling.
+"""Advice: which lever (CUDA graphs, host work, faster collectives, drafting, fewer bytes) is worth pulling.
 
 :func:`advise` is pure: it takes the facts a breakdown measured (:class:`StepFacts`) and returns an
 immutable :class:`Advice`. Each lever has ``predicted_step_ms`` (the step with that lever pulled as far as it
@@ -114,6 +114,7 @@ class StepFacts:
     longest_in_step: dict | None = None  # the largest gap inside a step (gaps.largest entry)
     verify: VerifyCost | None = None  # speculative steps: the target (verify) forward (tracekit.analyses.drafting)
     draft_evidence: tuple = ()  # advice.drafting.evidence: what the detection rests on
+    comm_split: object | None = None  # collectives.CommSplit: transfer against waiting, per kind (communication lever)
 
 
 def pct(x: float) -> str:
@@ -213,31 +214,75 @@ def host_stalls_lever(f: StepFacts) -> Lever:
 
 
 def _comm_measures(f: StepFacts) -> dict:
-    """What the JSON reports of the step's communication whatever the advice: hidden time and the collectives."""
-    return {"hidden_communication_ms": f.hidden_comm_ms, "collectives": [dict(r) for r in f.collectives]}
+    """What the JSON reports of the step's communication whatever the advice: hidden time, transfer and wait,
+    the kinds and the collectives."""
+    split = f.comm_split
+    measures = {"hidden_communication_ms": f.hidden_comm_ms}
+    if split is not None:
+        measures.update(split.to_json())
+    else:
+        measures.update(transfer_ms=None, wait_ms=None, split_basis="none", by_kind=[])
+    measures["collectives"] = [dict(r) for r in f.collectives]
+    return measures
+
+
+def _kinds(split) -> str:
+    """'all-gather/reduce-scatter': the collective kinds that hold most of the saving (NCCL's names)."""
+    kinds = split.kinds_that_matter() if split is not None and split.by_kind else []
+    return "/".join(kinds) if kinds else "collectives"
 
 
 def communication_lever(f: StepFacts) -> Lever:
+    """Faster collectives: what the exposed part of their *transfer* costs per step (contract: waiting for other
+    ranks is excluded; without a split, the exposed communication, an upper bound that includes waiting)."""
     exposed = f.per_step_ms.get("communication")
     kernel = f.kernel_ms.get("communication")
+    split = f.comm_split
     if exposed is None:
         return _lever(f, False, None, "communication cannot be measured: graph work has no per-kernel rows",
                       **_comm_measures(f))
     if not kernel:
-        return _lever(f, False, f.reference_ms, "no communication kernels in the step: an all-reduce change cannot "
+        return _lever(f, False, f.reference_ms, "no communication kernels in the step: faster collectives cannot "
                                                 "help", **_comm_measures(f))
     # only compute on another stream hides communication (same-stream overlap is serialised away)
     hidden = f.hidden_comm_ms if f.hidden_comm_ms is not None else max(0.0, kernel - exposed)
-    verdict = (f"exposed communication is {exposed:.3f} ms per step ({pct(exposed / f.reference_ms)} of "
-               f"{_base(f)}; {hidden:.3f} ms more overlaps compute on other streams): the most a faster all-reduce "
-               "could save")
+    what = _kinds(split)
+    lever_name = f"faster {what}"
+    hedge = f.upper_bounds or not f.reference_source  # no unprofiled time: every saving is an upper bound
+    at_most = "at most " if hedge else ""
+    counts = ""
+    if split is not None and split.by_kind:
+        counts = " (" + ", ".join(f"{r['count_per_step']:.3g} {r['kind']}" for r in split.by_kind) + " per step)"
+    hid = f"; {hidden:.3f} ms more overlaps compute on other streams" if hidden > 0.0005 else ""
+    if split is not None and split.basis != "none" and split.exposed_transfer_ms is not None:
+        saving = min(split.exposed_transfer_ms, exposed)
+        if split.ranks == 1:
+            verdict = (f"{split.kernel_ms:.3f} ms of communication kernels per step{counts}, all of it transfer "
+                       f"({split.how})")
+        else:
+            where = split.how if split.how else "measured across the ranks"
+            verdict = (f"{split.kernel_ms:.3f} ms of communication kernels per step{counts}: ≈{split.transfer_ms:.3f} "
+                       f"ms transfer and ≈{split.wait_ms:.3f} ms waiting for other ranks ({where})")
+        verdict += (f"; {lever_name} could save {at_most}{saving:.3f} ms per step ({pct(saving / f.reference_ms)} of "
+                    f"{_base(f)}), the exposed part of the transfer{_bound(f)}{hid}")
+        if split.ranks != 1 and (split.wait_ms or 0) > 0.0005:
+            verdict += ("; the wait goes only by evening out the ranks' work and launch times, not by faster "
+                        "collectives")
+            if split.basis == "fastest-instances":
+                verdict += " (analyse every rank's file together for the measured split)"
+    else:
+        saving = exposed
+        why = f" ({split.how})" if split is not None and split.how else ""
+        verdict = (f"exposed communication is {exposed:.3f} ms per step{counts} ({pct(exposed / f.reference_ms)} of "
+                   f"{_base(f)}{hid}): {lever_name} could save at most that — an upper bound that includes waiting "
+                   f"for other ranks{why}{_bound(f)}")
     cost = f.comm_overheads
     if cost and (cost["staging_ms"] > 0 or cost["node_ms"] > 0):
         parts = [f"its staging copies ({cost['staging_ms']:.3f} ms)"] if cost["staging_ms"] > 0 else []
         if cost["node_ms"] > 0:
             parts.append(f"{cost['nodes_per_step']:.0f} graph nodes ({cost['node_ms']:.3f} ms)")
-        verdict += (f"; counting {' and '.join(parts)}, the all-reduce costs "
-                    f"{exposed + cost['staging_ms'] + cost['node_ms']:.3f} ms per step")
+        verdict += (f"; counting {' and '.join(parts)}, the {what} costs "
+                    f"{saving + cost['staging_ms'] + cost['node_ms']:.3f} ms per step")
     from tracekit.analyses.collectives import collectives_verdict
 
     about = collectives_verdict(list(f.collectives))
@@ -246,12 +291,13 @@ def communication_lever(f: StepFacts) -> Lever:
         verdict += "; " + about
     extra = _comm_measures(f)
     extra["hidden_communication_ms"] = hidden
+    extra["lever_name"] = lever_name
     if cost:
-        # extension keys (the contract's max_saving_ms stays the exposed kernel time)
-        total = exposed + cost["staging_ms"] + cost["node_ms"]
+        # extension keys: the collectives' cost with their staging copies and graph nodes
+        total = saving + cost["staging_ms"] + cost["node_ms"]
         extra.update(staging_ms=cost["staging_ms"], graph_node_ms=cost["node_ms"], implementation_cost_ms=total,
                      free_allreduce_step_ms=max(0.0, f.reference_ms - total))
-    return _lever(f, True, max(0.0, f.reference_ms - exposed), verdict, **extra)
+    return _lever(f, True, max(0.0, f.reference_ms - saving), verdict, **extra)
 
 
 def drafting_lever(f: StepFacts) -> Lever:

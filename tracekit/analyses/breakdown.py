@@ -45,7 +45,8 @@ from tracekit.categories import (
 from tracekit.trace import Trace
 
 SCHEMA = "tracekit.breakdown/2"
-LEVER_NAMES = {"cuda_graphs": "CUDA graphs", "communication": "a free all-reduce", "drafting": "no drafting",
+# (communication: the lever names the collective kinds that matter, ``lever_name``, e.g. "faster all-gather/reduce-scatter")
+LEVER_NAMES = {"cuda_graphs": "CUDA graphs", "communication": "faster collectives", "drafting": "no drafting",
                "host_stalls": "no host stalls"}
 
 
@@ -157,7 +158,8 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
         k = advice.ranked[0]
         lever = advice[k]
         bound = " at most" if upper_bounds else ""
-        top = f"{LEVER_NAMES[k]} →{bound} ≈{lever.predicted_step_ms:.3f} ms (−{lever.max_saving_ms:.3f} ms)"
+        name = lever.extra.get("lever_name") or LEVER_NAMES[k]
+        top = f"{name} →{bound} ≈{lever.predicted_step_ms:.3f} ms (−{lever.max_saving_ms:.3f} ms)"
         if (lever.max_saving_fraction or 0) < SMALL_SAVING:
             top = f"no lever saves {pct(SMALL_SAVING)} of the step (the most: {top})"
         parts.append(top)
@@ -177,7 +179,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
               tp: int | None = None, ep: int | None = None, context: int | None = None) -> Breakdown:
     """Per-step breakdown of ``trace`` (see the module docstring and ``docs/definitions.md``)."""
     phase = phase or "decode"
-    from tracekit.analyses.collectives import hidden_communication, step_collectives
+    from tracekit.analyses.collectives import one_rank_evidence, split_one_rank, step_communication
     from tracekit.analyses.communication import collective_overheads
     from tracekit.gpus import lookup, resolve_peak_bw
 
@@ -243,8 +245,9 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
                         "unprofiled step; shares of the traced step include the profiler's own overhead")
 
     # ---- the step's collectives, and the size of the communicator its all-reduces use (the roofline's TP)
-    comm_rows, trace_tp, trace_tp_ev = step_collectives(trace, acts, device=attr.device, n_steps=max(1, n),
-                                                        gpu_name=gpu_name or man.get("gpu_name"), rules=rules)
+    sc = step_communication(trace, acts, device=attr.device, n_steps=max(1, n),
+                            gpu_name=gpu_name or man.get("gpu_name"), rules=rules)
+    comm_rows, trace_tp, trace_tp_ev = sc.rows, sc.tp, sc.tp_evidence
 
     # ---- roofline
     # the speculative steps' forwards, once: the draft reads for --model without a manifest, the plain step
@@ -259,6 +262,9 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
                             weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
                             draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev))
     warnings.extend(rwarn)
+    # transfer against waiting for the other ranks, from this file alone (tracekit.analyses.collectives)
+    comm_split = split_one_rank(sc.kernels, max(1, n), ranks=roof["tp"] if roof["tp_source"] != "default" else None,
+                                one_rank=one_rank_evidence(trace, sc.kernels, roof["tp"], roof["tp_source"], ep))
 
     # ---- advice
     gap = DEFAULT_REPLAY_GAP_US
@@ -289,7 +295,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         weight_bytes_source=roof["weight_bytes_source"], kv_bytes_source=roof["kv_bytes_source"],
         attention_achieved_bw_gbps=roof["attention_achieved_bw_gbps"],
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
-        collectives=tuple(comm_rows), hidden_comm_ms=hidden_communication(acts), link=link,
+        collectives=tuple(comm_rows), hidden_comm_ms=comm_split.hidden_ms, comm_split=comm_split, link=link,
         longest_between=between[0] if between else None, verify=verify,
         longest_in_step=next((x for x in st.largest if x["cause"] != "between_steps"), None))
     advice = advise(facts)
@@ -301,6 +307,19 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
                      kernel_ms_per_step=kernel_ms, roofline=roof, advice=advice, headline=head,
                      warnings=tuple(warnings), per_step=per_step, top_kernels=top, activities=acts, facts=facts,
                      rank=trace.meta.rank, manifest=manifest)
+
+
+def re_advise(d: dict, facts: StepFacts) -> dict:
+    """A breakdown's contract dict ``d`` with its advice and headline computed again from ``facts`` (what changes
+    when several ranks are analysed together: the communication lever's transfer comes from matching the ranks,
+    :mod:`tracekit.analyses.ranks`)."""
+    from tracekit.analyses.timebase import TimeBase
+
+    advice = advise(facts)
+    tb = TimeBase(**d["time_base"])
+    head = headline(tb, d["per_step_ms"], d["gaps"], advice, d["roofline"], d["steps"]["phase"], facts.busy_ms,
+                    facts.upper_bounds, facts.decode_advice)
+    return {**d, "advice": advice.to_dict(), "headline": head}
 
 
 def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw: float | None, tokens: float,
@@ -425,5 +444,5 @@ def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int):
     return None, None
 
 
-__all__ = ["Breakdown", "breakdown", "step_table", "headline", "devices_with_activity", "pick_device", "SCHEMA",
+__all__ = ["Breakdown", "breakdown", "step_table", "headline", "re_advise", "devices_with_activity", "pick_device", "SCHEMA",
            "DEFAULT_DRAFT_RANGE"]

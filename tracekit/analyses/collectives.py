@@ -6,7 +6,10 @@ ranks. Definitions (../shared/spec/CONTRACT.md):
 
 * **kind** of a collective: the NCCL args' ``Collective name`` where recorded, else the kernel name
   (``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``broadcast``, ``reduce``,
-  ``send_recv``); custom, fused all-reduce+norm, symmetric-memory and one/two-shot kernels are all-reduces.
+  ``send_recv``); custom, fused all-reduce+norm, symmetric-memory and one/two-shot kernels are all-reduces;
+  NCCL ``SendRecv`` kernels are send-recvs; a kernel whose name does not say (``ncclDevKernel_Generic``) takes
+  the kind of the ``nccl:<collective>`` annotation or ``c10d::`` op it was launched in. ``by_kind`` and the
+  verdicts use NCCL's names (:data:`NCCL_KIND`: all-reduce, all-gather, ...).
   ``implementation`` is the kernel rule's ``sub`` (``nccl``, ``custom_ar``, ``fused_ar_norm``, ``symm_mem``...).
 * **message bytes** (NCCL's "size": the whole buffer, the output of an all-gather, the input of a
   reduce-scatter): ``max(In msg nelems, Out msg nelems) x dtype size`` from Kineto NCCL kernel args; for
@@ -28,7 +31,12 @@ ranks. Definitions (../shared/spec/CONTRACT.md):
 * **hidden communication** (``advice.communication.hidden_communication_ms``): communication kernel time
   overlapped by compute (gemm, attention, other, drafting) on *other* streams. Activities of one stream are
   serialised first (each starts at the later of its own start and the end of the activities before it on
-  that stream), so programmatic-dependent-launch overlap on one stream hides nothing.
+  that stream), so programmatic-dependent-launch overlap on one stream hides nothing. Per kernel
+  (:func:`kernel_exposure`): ``exposed`` + ``hidden`` = its serialised time.
+* **transfer and wait** (:class:`CommSplit`): a collective kernel runs from the rank's arrival until the last
+  rank's data is in; the transfer is its duration when this rank arrives last, the rest is waiting for the
+  other ranks. From one file, :func:`split_one_rank` (each recurring collective's fastest instances); across
+  rank files, :mod:`tracekit.analyses.ranks`. ``advice.communication.max_saving_ms`` = the exposed transfer.
 """
 
 from __future__ import annotations
@@ -52,7 +60,7 @@ _KIND_PATTERNS = (
     (r"(?i)reduce_?scatter|ReduceScatter|rsag", "reduce_scatter"),
     (r"(?i)all_?gather", "all_gather"),
     (r"(?i)all_?to_?all|alltoall", "all_to_all"),
-    (r"(?i)send_?recv|\bsend\b|\brecv\b", "send_recv"),
+    (r"(?i)send_?recv|(^|[^a-z])i?(send|recv)([^a-z]|$)", "send_recv"),
     (r"(?i)broadcast", "broadcast"),
     (r"(?i)all_?reduce|cross_device_reduce|rmsNormLamport", "all_reduce"),
     (r"(?i)nccl\w*_reduce_|^reduce$", "reduce"),
@@ -67,7 +75,8 @@ KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"
 SUMMARY_SCHEMA = {
     "start": pl.Int64, "end": pl.Int64, "arrival": pl.Int64, "stream": pl.Int64, "name": pl.Categorical,
     "impl": pl.Categorical, "kind": pl.Categorical, "step": pl.Int64, "group": pl.Categorical,
-    "group_size": pl.Int32, "bytes": pl.Int64,
+    "group_size": pl.Int32, "bytes": pl.Int64, "exposed": pl.Int64, "hidden": pl.Int64,
+    "transfer": pl.Int64,
 }
 
 
@@ -177,33 +186,67 @@ def _is_comm(names: pl.Series, rules=None) -> tuple[pl.Series, pl.Series]:
     return (table["category"].gather(pos).fill_null("other") == "communication"), table["sub"].gather(pos)
 
 
+def kernel_exposure(acts: pl.DataFrame | None) -> pl.DataFrame:
+    """Per communication kernel of a breakdown's ``activities`` (serialised on their stream, clipped to their
+    step): ``exposed`` = its time not overlapped by compute (gemm, attention, other, drafting) on OTHER streams,
+    ``hidden`` = the rest. Keys ``pid``, ``correlation``, ``start0`` (the recorded start) and ``step``.
+
+    One pass per stream that carries communication (a handful): the compute of the other streams is merged into
+    disjoint segments once, and each kernel's overlap with them is read off their cumulative length (two as-of
+    joins), so ten million compute activities cost one sort, not a loop."""
+    from tracekit.intervals import merge
+
+    schema = {"pid": pl.Int64, "correlation": pl.Int64, "start0": pl.Int64, "step": pl.Int64, "exposed": pl.Int64,
+              "hidden": pl.Int64}
+    if acts is None or acts.height == 0:
+        return pl.DataFrame(schema=schema)
+    comm_rows = (pl.col("category") == "communication") & (pl.col("kind") == "kernel")
+    start0 = "start0" if "start0" in acts.columns else "start"
+    comm = acts.filter(comm_rows).select("pid", "correlation", "stream", "start", "end", pl.col("step").cast(pl.Int64),
+                                         start0=start0)
+    if comm.height == 0:
+        return pl.DataFrame(schema=schema)
+    comm = comm.with_columns(end=pl.max_horizontal("start", "end"))
+    streams = comm["stream"].unique().to_list()
+    compute = acts.filter(pl.col("category").is_in(["gemm", "attention", "other", "drafting"])
+                          & (pl.col("end") > pl.col("start"))).select("start", "end", "stream")
+    parts = []
+    for s in streams:  # a handful of communication streams, not events
+        c = comm.filter(pl.col("stream") == s).with_row_index("_i")
+        k = compute.filter(pl.col("stream") != s)
+        if k.height == 0:
+            parts.append(c.with_columns(hidden=pl.lit(0, pl.Int64)))
+            continue
+        seg = merge(k.with_columns(g=pl.lit(0)), ["g"]).collect().select(s_start="start", s_end="end")
+        length = pl.col("s_end") - pl.col("s_start")
+        seg = seg.with_columns(before=length.cum_sum() - length)
+
+        c = c.join(_covered(c, seg, "start"), on="_i").join(_covered(c, seg, "end"), on="_i")
+        parts.append(c.with_columns(hidden=(pl.col("F_end") - pl.col("F_start")).cast(pl.Int64)))
+    out = pl.concat([p.select("pid", "correlation", "start0", "step", "start", "end", "hidden") for p in parts])
+    return out.select("pid", "correlation", "start0", "step", "hidden",
+                      exposed=pl.col("end") - pl.col("start") - pl.col("hidden")).cast(schema)
+
+
+def _covered(c: pl.DataFrame, seg: pl.DataFrame, col: str) -> pl.DataFrame:
+    """``_i`` and ``F_<col>``: the length of the disjoint segments ``seg`` (s_start, s_end, before = their length
+    before each) that lies before each row's ``col``."""
+    j = c.select("_i", col).sort(col).join_asof(seg, left_on=col, right_on="s_start", strategy="backward")
+    f = pl.col("before") + (pl.col(col) - pl.col("s_start")).clip(0, pl.col("s_end") - pl.col("s_start"))
+    return j.select("_i", **{f"F_{col}": f.fill_null(0)})
+
+
 def hidden_communication(acts: pl.DataFrame | None) -> float:
     """Communication kernel time per step overlapped by compute on OTHER streams (ms).
 
-    ``acts``: a Breakdown's ``activities`` (start, end, stream, kind, category, step). Same-stream overlap
-    (programmatic dependent launch) is removed first by serialising each stream.
+    ``acts``: a Breakdown's ``activities`` (start, end, stream, kind, category, step), serialised per stream
+    (programmatic-dependent-launch overlap on one stream hides nothing); the sum over
+    :func:`kernel_exposure`'s kernels.
     """
-    from tracekit.intervals import union_length
-
     if acts is None or acts.height == 0:
         return 0.0
     n = acts["step"].drop_nulls().n_unique() or 1
-    comm_rows = (pl.col("category") == "communication") & (pl.col("kind") == "kernel")
-    if not acts.select(comm_rows.any()).item():
-        return 0.0
-    a = _serialised(acts.select("start", "end", "stream", "kind", "category"))
-    a = a.with_columns(start=pl.col("arrival")).filter(pl.col("end") > pl.col("start"))
-    comm = a.filter(comm_rows)
-    compute = a.filter(pl.col("category").is_in(["gemm", "attention", "other", "drafting"]))
-    hidden = 0
-    for s in comm["stream"].unique().to_list():  # a handful of communication streams, not events
-        c = comm.filter(pl.col("stream") == s).select("start", "end", g=pl.lit(0))
-        k = compute.filter(pl.col("stream") != s).select("start", "end", g=pl.lit(0))
-        if k.height == 0:
-            continue
-        length = lambda f: (union_length(f, ["g"]).collect()["union_ns"].sum() or 0)  # noqa: E731
-        hidden += length(c) + length(k) - length(pl.concat([c, k]))
-    return hidden / 1e6 / n
+    return float(kernel_exposure(acts)["hidden"].sum() or 0) / 1e6 / n
 
 
 def tp_from_trace(trace: Trace) -> tuple[int | None, str]:
@@ -243,9 +286,11 @@ def tp_from_trace(trace: Trace) -> tuple[int | None, str]:
 
 
 def _step_of(comm: pl.DataFrame, acts: pl.DataFrame | None) -> pl.DataFrame:
-    """``comm`` with ``step``: the analysed step of each kernel (from the breakdown's activities)."""
+    """``comm`` with ``step`` (the analysed step of each kernel, from the breakdown's activities) and ``exposed``
+    (its time no compute on another stream overlaps, :func:`kernel_exposure`; null outside the analysed steps)."""
     if acts is None or acts.height == 0:
-        return comm.with_columns(step=pl.lit(None, pl.Int64))
+        return comm.with_columns(step=pl.lit(None, pl.Int64), exposed=pl.lit(None, pl.Int64),
+                                 hidden=pl.lit(None, pl.Int64))
     # (``start0``: the recorded start; the partition's ``start`` is serialised and clipped)
     start = "start0" if "start0" in acts.columns else "start"
     # (only the activities of these kernels' correlations: a unique() over every activity of ten million
@@ -253,7 +298,10 @@ def _step_of(comm: pl.DataFrame, acts: pl.DataFrame | None) -> pl.DataFrame:
     mine = pl.col("correlation").is_in(comm["correlation"].unique().implode())
     a = acts.filter((pl.col("kind") == "kernel") & mine).select("pid", "correlation", start=start, step="step").unique(
         ["pid", "correlation", "start"], keep="first")
-    return comm.join(a, on=["pid", "correlation", "start"], how="left")
+    e = kernel_exposure(acts).select("pid", "correlation", "exposed", "hidden", start="start0").unique(
+        ["pid", "correlation", "start"], keep="first")
+    return comm.join(a, on=["pid", "correlation", "start"], how="left").join(
+        e, on=["pid", "correlation", "start"], how="left")
 
 
 def _op_bytes(comm: pl.DataFrame, trace: Trace) -> pl.DataFrame:
@@ -283,6 +331,32 @@ def _op_bytes(comm: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     j = j.select(*comm.columns, "op_bytes")
     rest = c.filter(pl.col("l_start").is_null()).select(*comm.columns).with_columns(op_bytes=pl.lit(None, pl.Int64))
     return pl.concat([j, rest]).sort("start")
+
+
+def _launch_name(comm: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+    """``comm`` with ``launched_in``: the innermost ``nccl:<collective>`` annotation (Kineto record_function,
+    NVTX) or ``c10d::<collective>`` op open on the launching thread when each kernel was launched, where the
+    kernel's own name does not say which collective it is (``ncclDevKernel_Generic``)."""
+    none = comm.with_columns(launched_in=pl.lit(None, pl.String))
+    unknown = kind_of(pl.col("name"), pl.col("impl")) == "other"
+    if comm.height == 0 or trace.launches.height == 0 or not comm.select(
+            (unknown & pl.col("collective").is_null()).any()).item():
+        return none
+    names = [f.filter(pl.col("name").str.contains(r"^(?:nccl:|c10d::)")).select("pid", "tid", "start", "end", "name")
+             for f in (trace.ranges, trace.ops) if f.height]
+    names = [f for f in names if f.height]
+    if not names:
+        return none
+    ann = pl.concat(names).select("pid", l_tid="tid", a_start="start", a_end="end",
+                                  launched_in=pl.col("name").str.replace(r"^(?:nccl:|c10d::)_?", "")
+                                  .str.replace(r",.*$", "")).sort("a_start")
+    launches = trace.launches.filter(pl.col("kind") == "kernel").select(
+        "pid", "correlation", l_tid="tid", l_start="start").unique(["pid", "correlation"], keep="first")
+    c = comm.with_row_index("_i").join(launches, on=["pid", "correlation"], how="left")
+    have = c.filter(pl.col("l_start").is_not_null()).sort("l_start").join_asof(
+        ann, left_on="l_start", right_on="a_start", by=["pid", "l_tid"], strategy="backward", check_sortedness=False)
+    have = have.select("_i", launched_in=pl.when(pl.col("l_start") <= pl.col("a_end")).then(pl.col("launched_in")))
+    return c.join(have, on="_i", how="left").select(*comm.columns, "launched_in")
 
 
 def _on_device(df: pl.DataFrame, dev: int) -> pl.DataFrame:
@@ -337,25 +411,34 @@ def comm_kernels(trace: Trace | None, acts: pl.DataFrame | None, device: int, *,
                                      nccl_bytes=pl.max_horizontal("in_nelems", "out_nelems") * pl.col("dsize")),
                          on=["pid", "correlation", "start"], how="left")
         comm = _op_bytes(comm, trace)
+        comm = _launch_name(comm, trace)
     elif acts is not None:
         # a breakdown's activities are those of the analysed steps only, their ends clipped to the step period
         is_comm, _ = _is_comm(acts["name"], rules)
         narrow = acts.select("start", "end", "stream", comm=is_comm & (pl.col("kind") == "kernel"),
                              row=pl.int_range(0, pl.len(), dtype=pl.UInt32))
         arr = _serialised(narrow).filter("comm")
-        comm = acts[arr["row"]].select("start", "end", "stream", "pid", "correlation", "step",
+        start0 = "start0" if "start0" in acts.columns else "start"
+        comm = acts[arr["row"]].select("start", "end", "stream", "pid", "correlation", "step", start0=start0,
                                        name=pl.col("name").cast(pl.String)).with_columns(arrival=arr["arrival"])
+        e = kernel_exposure(acts).select("pid", "correlation", "start0", "exposed", "hidden").unique(
+            ["pid", "correlation", "start0"], keep="first")
+        comm = comm.join(e, on=["pid", "correlation", "start0"], how="left")
         _, sub = _is_comm(comm["name"], rules)
         comm = comm.with_columns(impl=sub, collective=pl.lit(None, pl.String), group_size=pl.lit(None, pl.Int32),
                                  pg_name=pl.lit(None, pl.String), nccl_bytes=pl.lit(None, pl.Int64),
-                                 op_bytes=pl.lit(None, pl.Int64)).sort("start")
+                                 op_bytes=pl.lit(None, pl.Int64), launched_in=pl.lit(None, pl.String)).sort("start")
         warnings.append("no trace given: collective sizes and communicators unknown")
     else:
         text = {k: (pl.String if v == pl.Categorical else v) for k, v in SUMMARY_SCHEMA.items()}
         comm = pl.DataFrame(schema={**text, "collective": pl.String, "pg_name": pl.String,
                                     "nccl_bytes": pl.Int64, "op_bytes": pl.Int64, "pid": pl.Int64,
-                                    "correlation": pl.Int64})
+                                    "correlation": pl.Int64, "launched_in": pl.String})
     kind = kind_of(pl.coalesce(pl.col("collective"), pl.col("name")), pl.col("impl"))
+    # a kernel whose name does not say (ncclDevKernel_Generic, a catch-all NCCL name): the collective the
+    # framework called, from the annotation it was launched in (``nccl:all_gather``, ``c10d::allreduce_``)
+    kind = pl.when((kind == "other") & pl.col("launched_in").is_not_null()).then(
+        kind_of(pl.col("launched_in"))).otherwise(kind)
     # kernels without NCCL args (graph replays) take the communicator size their name has where recorded, if one
     by_name = comm.filter(pl.col("group_size").is_not_null()).group_by("name").agg(
         named_size=pl.col("group_size").first(), sizes=pl.col("group_size").n_unique())
@@ -366,8 +449,201 @@ def comm_kernels(trace: Trace | None, acts: pl.DataFrame | None, device: int, *,
         group=pl.col("pg_name"),
         group_size=pl.col("group_size").cast(pl.Int32).fill_null(
             pl.when(pl.col("kind") == "all_reduce").then(pl.lit(tp, pl.Int32))),
-        bytes=pl.coalesce("nccl_bytes", "op_bytes").cast(pl.Int64)).sort("start").cast(SUMMARY_SCHEMA)
+        bytes=pl.coalesce("nccl_bytes", "op_bytes").cast(pl.Int64), exposed="exposed", hidden="hidden",
+        transfer=pl.lit(None, pl.Int64)).sort("start").cast(SUMMARY_SCHEMA)
     return kernels, warnings
+
+
+DEFAULT_RANKS = 4  # communicator size the fastest-instances quantile assumes where the trace does not record one
+MIN_INSTANCES = 4  # a recurring collective: at least this many instances in the analysed steps
+FLOOR_TOL = 0.02  # a place's two fastest instances within 2% of each other: a transfer floor, not waiting
+FLOOR_ABOVE = 2.0  # ... kept as that place's own transfer when above twice its collective's fastest instances
+SPLIT_SHARE = 0.5  # below this share of the communication time in recurring collectives: no split ("none")
+NCCL_KIND = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
+             "all_to_all": "all-to-all", "send_recv": "send-recv", "broadcast": "broadcast", "reduce": "reduce",
+             "other": "other"}
+
+
+@dataclass(frozen=True)
+class CommSplit:
+    """A rank's communication kernel time per step split into the data movement (``transfer_ms``) and waiting for
+    the other ranks (``wait_ms``), with the exposed part of each (ms per step; the contract's
+    ``advice.communication`` keys). ``basis``: ``"cross-rank"`` (the ranks' files matched,
+    :mod:`tracekit.analyses.ranks`), ``"fastest-instances"`` (this file alone, :func:`split_one_rank`) or
+    ``"none"`` (transfer and wait unknown: ``exposed_ms`` is the bound). ``kernels``: the communication
+    kernels it was computed from (:data:`SUMMARY_SCHEMA`, ``transfer`` filled), not compared or shipped."""
+
+    basis: str
+    kernel_ms: float  # communication kernel time, each kernel from its arrival (serialised start) to its end
+    transfer_ms: float | None
+    wait_ms: float | None
+    exposed_ms: float  # communication kernel time no compute on another stream overlaps
+    exposed_transfer_ms: float | None  # the transfer's share of it: what faster collectives could save
+    hidden_ms: float  # communication kernel time overlapped by compute on other streams
+    by_kind: tuple = ()  # per collective kind, NCCL's names, largest kernel time first
+    how: str = ""  # how transfer and wait were found, one clause for the verdict
+    ranks: int | None = None  # ranks in the communicator (1: nothing to wait for), where known
+    kernels: pl.DataFrame | None = field(default=None, compare=False, repr=False)
+
+    def to_json(self) -> dict:
+        """The contract keys of ``advice.communication`` this split fills."""
+        return {"transfer_ms": self.transfer_ms, "wait_ms": self.wait_ms, "split_basis": self.basis,
+                "by_kind": [dict(r) for r in self.by_kind]}
+
+    def kinds_that_matter(self, share: float = 0.8, most: int = 3) -> list[str]:
+        """The kinds (NCCL's names) that hold ``share`` of the exposed transfer (of the exposed time without a
+        split), largest first: what the lever is named after."""
+        key = "exposed_transfer_ms" if self.exposed_transfer_ms is not None else "exposed_ms"
+        rows = sorted(self.by_kind, key=lambda r: -(r.get(key) or 0))
+        total = sum(r.get(key) or 0 for r in rows)
+        out: list[str] = []
+        got = 0.0
+        for r in rows:
+            if len(out) >= most or (out and total and got >= share * total):
+                break
+            out.append(r["kind"])
+            got += r.get(key) or 0
+        return out
+
+
+def split_one_rank(kernels: pl.DataFrame, n_steps: int, *, ranks: int | None = None,
+                   one_rank: str | None = None) -> CommSplit:
+    """Transfer and wait of one rank's collectives from its own file (``split_basis: fastest-instances``).
+
+    A collective kernel runs from the rank's arrival until the last rank's data is in: its duration is the
+    transfer when this rank arrived last, the transfer plus a wait otherwise. A *recurring* collective is one
+    kind, kernel, communicator and message size (unknown sizes, as in graph replays, count as one size) with at
+    least :data:`MIN_INSTANCES` instances in the analysed steps, pooled over steps and over the positions it takes
+    in a step; its transfer per call is a low quantile of its instances' durations (arrival to end), the
+    median of the share at which this rank may be expected to arrive last: 1/(2n) for n ranks in its
+    communicator (:data:`DEFAULT_RANKS` where unknown), held within 1/16..1/4. Each instance is charged the
+    smaller of that and its own duration, the rest is wait. A *place* of it (its n-th instance in each step) whose
+    two fastest instances agree within :data:`FLOOR_TOL` and lie above :data:`FLOOR_ABOVE` times that transfer is
+    a larger message under the same kernel (sizes unknown) and keeps its own floor; a rank that waits there by the
+    same amount every step is then counted as transfer (an overestimate: the saving stays an upper bound). A
+    collective that does not recur is charged in full (an upper bound). Where less than :data:`SPLIT_SHARE` of the time is in recurring collectives, no split:
+    ``basis`` ``"none"``. ``one_rank`` (the evidence that the communicator holds one rank): every kernel is
+    transfer, nothing waits. The exposed transfer = each instance's transfer x the exposed share of its kernel.
+    """
+    n_steps = max(1, n_steps)
+    kernels = kernels.with_row_index("_r")
+    k = kernels.filter(pl.col("step").is_not_null()).with_columns(
+        dur=(pl.col("end") - pl.col("arrival")).clip(lower_bound=0), raw=pl.col("end") - pl.col("start"),
+        exposed=pl.col("exposed").fill_null(0), kind=pl.col("kind").cast(pl.String),
+        name=pl.col("name").cast(pl.String),
+        _g=pl.col("group").cast(pl.String).fill_null(""), _b=pl.col("bytes").fill_null(-1))
+    if k.height == 0:
+        return CommSplit(basis="none", kernel_ms=0.0, transfer_ms=0.0, wait_ms=0.0, exposed_ms=0.0,
+                         exposed_transfer_ms=0.0, hidden_ms=0.0, how="no communication kernels in the analysed steps",
+                         kernels=kernels.drop("_r"))
+    keys = ["kind", "name", "_g", "_b"]
+    cls = k.group_by(keys).agg(n_c=pl.len(), d=pl.col("dur").sort(),
+                               gs=pl.col("group_size").drop_nulls().mode().first())
+    n = pl.coalesce(pl.col("gs").cast(pl.Float64), pl.lit(ranks, pl.Float64), pl.lit(float(DEFAULT_RANKS)))
+    cls = cls.with_columns(q=(0.5 / n).clip(1 / 16, 1 / 4),
+                           alone=(pl.lit(one_rank is not None) | (pl.col("gs") == 1)).fill_null(False))
+    pos = pl.col("q") * (pl.col("n_c") - 1)
+    lo = pos.floor().cast(pl.Int64)
+    hi = pl.min_horizontal(lo + 1, pl.col("n_c") - 1)
+    at = lambda i: pl.col("d").list.get(i, null_on_oob=True)  # noqa: E731
+    cls = cls.with_columns(T=at(lo) + (pos - lo) * (at(hi) - at(lo)), recurring=pl.col("n_c") >= MIN_INSTANCES)
+    cls = cls.select(*keys, "alone", "recurring", T=pl.when(~pl.col("alone") & pl.col("recurring")).then("T"))
+    k = k.join(cls, on=keys, how="left")
+    # Where the size is unknown, one kernel may move messages of different sizes at different places in the step.
+    # A place (the n-th such collective of its step) whose fastest instances sit well above the collective's
+    # fastest and agree with each other (a floor: the transfer of a larger message, reached whenever this rank
+    # arrives last) keeps its own floor; a place that is only ever slower, by varying amounts, is waiting.
+    k = k.sort("start").with_columns(place=pl.int_range(pl.len()).over([*keys, "step"]))
+    places = k.group_by([*keys, "place"]).agg(m=pl.col("dur").sort().head(2), n_p=pl.len())
+    floor = pl.col("m").list.get(0, null_on_oob=True)
+    places = places.select(*keys, "place", floor=pl.when(
+        (pl.col("n_p") >= 2) & (pl.col("m").list.get(1, null_on_oob=True) <= floor * (1 + FLOOR_TOL))).then(floor))
+    k = k.join(places, on=[*keys, "place"], how="left").with_columns(
+        T=pl.when(pl.col("T").is_not_null() & (pl.col("floor") > FLOOR_ABOVE * pl.col("T"))).then("floor")
+        .otherwise("T"))
+    t = pl.when(pl.col("alone")).then(pl.col("dur")).otherwise(pl.min_horizontal("dur", pl.coalesce("T", "dur")))
+    k = k.with_columns(transfer=t.round(0).cast(pl.Int64))
+    k = k.with_columns(wait=pl.col("dur") - pl.col("transfer"),
+                       ex_t=pl.col("transfer") * (pl.col("exposed") / pl.col("dur")).fill_nan(0).clip(0, 1))
+    ms = lambda e: float(e or 0) / 1e6 / n_steps  # noqa: E731
+    total = k["dur"].sum()
+    covered = k.filter(pl.col("alone") | pl.col("recurring"))["dur"].sum()
+    alone = bool(k["alone"].all())
+    if alone:
+        basis = "fastest-instances"
+        how = f"one rank in the communicator, {one_rank}: nothing to wait for" if one_rank else (
+            "one rank in the communicator: nothing to wait for")
+    elif total and covered / total >= SPLIT_SHARE:
+        uncounted = 1 - covered / total
+        basis = "fastest-instances"
+        how = ("from this rank alone: each recurring collective's transfer at its fastest instances, when this rank "
+               "arrived last"
+               + (f"; {pct_text(uncounted)} of the time is in collectives that do not recur, counted whole"
+                  if uncounted > 0.005 else ""))
+    else:
+        basis = "none"
+        how = ("too few recurring collectives to tell transfer from waiting on one rank "
+               f"({pct_text(covered / total if total else 0)} of the communication time)")
+    split = basis != "none"
+    by_kind = (k.group_by("kind").agg(count=pl.len(), raw=pl.col("raw").sum(), exposed=pl.col("exposed").sum(),
+                                      transfer=pl.col("transfer").sum(), wait=pl.col("wait").sum(),
+                                      ex_t=pl.col("ex_t").sum())
+               .sort("raw", "kind", descending=[True, False]))
+    rows = tuple({"kind": NCCL_KIND.get(r["kind"], r["kind"].replace("_", "-")),
+                  "count_per_step": r["count"] / n_steps, "kernel_ms": ms(r["raw"]), "exposed_ms": ms(r["exposed"]),
+                  "transfer_ms": ms(r["transfer"]) if split else None, "wait_ms": ms(r["wait"]) if split else None,
+                  "exposed_transfer_ms": ms(r["ex_t"]) if split else None}
+                 for r in by_kind.iter_rows(named=True))
+    exposed = ms(k["exposed"].sum())
+    out_kernels = kernels.join(k.select("_r", t_est="transfer"), on="_r", how="left").sort("_r")
+    out_kernels = out_kernels.with_columns(transfer=pl.col("t_est")).drop("t_est", "_r").cast(SUMMARY_SCHEMA)
+    return CommSplit(
+        basis=basis, kernel_ms=ms(total), transfer_ms=ms(k["transfer"].sum()) if split else None,
+        wait_ms=ms(k["wait"].sum()) if split else None, exposed_ms=exposed,
+        exposed_transfer_ms=ms(k["ex_t"].sum()) if split else None,
+        hidden_ms=ms(k["hidden"].sum()), by_kind=rows, how=how,
+        ranks=1 if alone else ranks, kernels=out_kernels)
+
+
+def pct_text(x: float) -> str:
+    v = 100 * x
+    return f"{v:.1f}%" if abs(v) < 10 else f"{v:.0f}%"
+
+
+@dataclass(frozen=True)
+class StepComm:
+    """What a breakdown measures of its steps' collectives: the table per (kind, implementation), the
+    communication kernels, and the communicator size of the trace's all-reduces with its evidence."""
+
+    rows: list
+    kernels: pl.DataFrame
+    tp: int | None
+    tp_evidence: str
+
+
+def step_communication(trace: Trace, acts: pl.DataFrame | None, *, device: int, n_steps: int,
+                       gpu_name: str | None, rules=None) -> StepComm:
+    """The analysed steps' communication of ``trace`` (its communication kernels found once)."""
+    tp, tp_ev = tp_from_trace(trace)
+    kernels, _ = comm_kernels(trace, acts, device, tp=tp, rules=rules)
+    link, link_gbps = link_of(gpu_name)
+    return StepComm(_table(kernels, n_steps, link, link_gbps), kernels, tp, tp_ev)
+
+
+def one_rank_evidence(trace: Trace, kernels: pl.DataFrame, tp: int, tp_source: str | None, ep: int | None
+                      ) -> str | None:
+    """Why the communicator holds a single rank, or None: the trace's world size is 1, every communication kernel
+    records a communicator of 1, or tensor parallelism 1 was stated (flag, manifest, command line) for a trace
+    whose collectives are all all-reduces (the tensor-parallel collective) and no expert parallelism."""
+    if trace.meta.world_size == 1:
+        return "world size 1"
+    gs = kernels["group_size"].drop_nulls()
+    if gs.len() == kernels.height and kernels.height and (gs == 1).all():
+        return "its communicator has 1 rank"
+    kinds = kernels["kind"].cast(pl.String).unique().to_list()
+    if tp == 1 and tp_source in ("flag", "manifest", "command line") and (ep or 1) <= 1 and kinds == ["all_reduce"]:
+        return f"tensor parallelism 1 ({tp_source})"
+    return None
 
 
 def step_collectives(trace: Trace, acts: pl.DataFrame | None, *, device: int, n_steps: int,
@@ -383,19 +659,26 @@ def step_collectives(trace: Trace, acts: pl.DataFrame | None, *, device: int, n_
 
 def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
     """The communication of one analysed rank (a :class:`~tracekit.analyses.breakdown.Breakdown`), with sizes and
-    communicators when its ``trace`` is given (the Breakdown alone carries only the analysed steps' kernels)."""
+    communicators when its ``trace`` is given (the Breakdown alone carries only the analysed steps' kernels).
+    The kernels the breakdown already found (its ``facts.comm_split``) are not looked for again."""
     acts = b.activities
     dev = b.gpu["device"]
     n_steps = max(1, b.steps["count"])
     tp, tp_ev = tp_from_trace(trace) if trace is not None else (None, "no trace given")
-    kernels, warnings = comm_kernels(trace, acts, dev, tp=tp, rules=rules)
+    split = getattr(getattr(b, "facts", None), "comm_split", None)
+    if split is not None and split.kernels is not None:
+        kernels, warnings = split.kernels, []
+        hidden = split.hidden_ms
+    else:
+        kernels, warnings = comm_kernels(trace, acts, dev, tp=tp, rules=rules)
+        hidden = float(kernels.filter(pl.col("step").is_not_null())["hidden"].sum() or 0) / 1e6 / n_steps
     in_steps = kernels.filter(pl.col("step").is_not_null())
     serial = float((in_steps["end"] - in_steps["arrival"]).clip(0).sum() or 0) / 1e6 / n_steps
     link, link_gbps = link_of(b.gpu.get("name"))
     return CommSummary(
         path=b.source["path"], rank=b.rank, device=dev, gpu_name=b.gpu.get("name"),
         steps=b.steps["count"], step_ms=b.steps["mean_ms"], exposed_ms=b.per_step_ms.get("communication"),
-        kernel_ms=b.kernel_ms_per_step.get("communication"), hidden_ms=hidden_communication(acts),
+        kernel_ms=b.kernel_ms_per_step.get("communication"), hidden_ms=hidden,
         serial_ms=serial, tp=tp, tp_evidence=tp_ev, link=link, link_gbps=link_gbps, kernels=kernels,
         warnings=warnings)
 
@@ -468,7 +751,8 @@ def collectives_verdict(rows: list[dict], *, across_ranks: bool = False) -> str 
     size = f" of {_bytes(r['bytes'])}" if r["bytes"] else ""
     if r["latency_bound"]:
         fix = ("it is already a one-shot/custom kernel: fewer (fused) calls or overlapping them with compute help"
-               if r["implementation"] != "nccl" else "a one-shot / custom all-reduce or fewer, fused calls help")
+               if r["implementation"] != "nccl" else "a one-shot / custom all-reduce or fewer, fused calls help"
+               if r["kind"] == "all_reduce" else "fewer, fused calls or overlapping them with compute help")
         if r["latency_bound_basis"] == "bytes":
             move_us = r["bytes"] * (bus_factor(r["kind"], r["group_size"]) or 1.0) / (r["link_gbps"] * 1e3)
             why = (f"the link moves its bytes in {move_us:.2f} µs against ≈{r['latency_us']:.1f} µs of latency "
@@ -496,5 +780,6 @@ def _bytes(n: int | None) -> str:
     return f"{n} B"
 
 
-__all__ = ["CommSummary", "comm_summary", "comm_kernels", "step_collectives", "collective_table", "collectives_verdict", "hidden_communication",
+__all__ = ["CommSummary", "CommSplit", "StepComm", "split_one_rank", "step_communication", "one_rank_evidence",
+           "kernel_exposure", "NCCL_KIND", "comm_summary", "comm_kernels", "step_collectives", "collective_table", "collectives_verdict", "hidden_communication",
            "tp_from_trace", "bus_factor", "is_latency_bound", "HOP_LATENCY_US", "DTYPE_BYTES"]

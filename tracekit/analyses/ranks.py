@@ -24,10 +24,15 @@ Definitions (../shared/spec/CONTRACT.md, ``cross_rank``):
   its wait + the transfer.
 * Per-step figures are means over the first rank's analysed steps, of the collectives inside analysed steps of
   every rank; ``skew_ms`` = mean per step of the largest wait (the most-waiting rank's total wait in the step).
-* ``pacing_rank`` = the rank that arrives last at the most collectives (ties: the one that waits least);
-  ``slowest_rank`` = the rank with the longest mean step.
-* What a faster all-reduce could still save on the pacing rank = the smaller of its exposed communication and
-  the transfer: the others' waits are the pacing rank's lateness, which no all-reduce removes.
+* ``pacing_rank`` = the rank that arrives last at the most collectives, and only when it does so at least
+  :data:`PACE_MARGIN` (10 percentage points) more often than any other rank; otherwise null, and the verdict names
+  the ranks that share the pace (those within the margin of the most frequent), per collective kind where the
+  kinds have different last-arriving ranks. ``slowest_rank`` = the rank with the longest mean step.
+* Each rank's ``advice.communication`` is computed again from the match (``split_basis: "cross-rank"``): its
+  transfer is the matched collectives' transfer, its wait its own wait above, and what faster collectives could
+  save on it = the exposed part of that transfer (each collective's transfer x the exposed share of the rank's
+  kernel). Collectives of a rank left unmatched keep that rank's own estimate (``fastest-instances``). The
+  others' waits are the late rank's lateness, which no faster collective removes.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.analyses.collectives import CommSummary, _rows, comm_summary, row_dicts
+from tracekit.analyses.collectives import NCCL_KIND, CommSplit, CommSummary, _rows, comm_summary, row_dicts
 from tracekit.categories import STEP_CATEGORIES, UNATTRIBUTED
 
 COLUMNS = ["rank", "path", "device", "steps", "mean_ms", "p90_ms",
@@ -47,20 +52,23 @@ CLOCK_TOLERANCE_NS = 5_000  # matched collective ends of one host's GPUs agree w
 MATCH_TOLERANCE_NS = 5_000  # spread (median absolute deviation) of end differences of a right match
 VALID_TOLERANCE_NS = 20_000  # beyond this spread the ends do not line up: no trustworthy match
 MIN_SHIFT_MATCHES = 4  # an order offset is judged from at least this many matched collectives
+PACE_MARGIN = 0.10  # contract: a pacing rank arrives last this much more often than any other rank
 # the contract's cross_rank keys, and the extensions reported beside them (``cross_rank_detail``)
 CONTRACT_KEYS = ("ranks", "slowest_rank", "pacing_rank", "step_ms_by_rank", "skew_ms", "wait_ms_by_rank",
                  "transfer_ms", "exposed_communication_ms_by_rank", "clock_offset_ms_by_rank", "collectives", "verdict")
 DETAIL_KEYS = ("rank_ids", "last_arrival_share_by_rank", "comm_kernel_ms_by_rank", "hidden_communication_ms_by_rank",
                "matched_per_step", "steps", "communicator_size", "communicator_evidence",
-               "faster_allreduce_saving_ms", "warnings")
+               "last_arrival_share_by_kind", "faster_collectives_saving_ms", "saving_rank", "warnings")
 
 
 @dataclass
 class RankResult:
-    """What the per-file stage sends back: the rank's breakdown (contract dict) and its communication."""
+    """What the per-file stage sends back: the rank's breakdown (contract dict), its communication, and the facts
+    its advice was computed from (to compute it again with the cross-rank transfer)."""
 
     breakdown: dict
     comm: CommSummary
+    facts: object | None = None  # advice.StepFacts, without the communication kernels (they are in ``comm``)
 
     def to_dict(self) -> dict:
         return self.breakdown
@@ -68,7 +76,13 @@ class RankResult:
 
 def rank_result(b, trace=None, *, rules=None) -> RankResult:
     """A :class:`RankResult` from a Breakdown (and its trace, for sizes and communicators)."""
-    return RankResult(b.to_dict(), comm_summary(b, trace, rules=rules))
+    import dataclasses
+
+    facts = getattr(b, "facts", None)
+    split = getattr(facts, "comm_split", None)
+    if split is not None:
+        facts = dataclasses.replace(facts, comm_split=dataclasses.replace(split, kernels=None))
+    return RankResult(b.to_dict(), comm_summary(b, trace, rules=rules), facts)
 
 
 def analyse_rank(path, opts: dict) -> RankResult:
@@ -122,7 +136,9 @@ class CrossRank:
     steps: int | None = None
     communicator_size: int | None = None
     communicator_evidence: str | None = None
-    faster_allreduce_saving_ms: float | None = None
+    last_arrival_share_by_kind: dict | None = None  # {kind: [share per rank]}
+    faster_collectives_saving_ms: float | None = None  # the exposed transfer on ``saving_rank``
+    saving_rank: int | None = None  # the pacing rank, else the slowest
     warnings: list[str] = field(default_factory=list)
     # not serialised: what the multi-rank report shows beside it
     rank_dicts: list[dict] = field(default_factory=list, repr=False)
@@ -170,6 +186,8 @@ def _long(summaries: list[CommSummary]) -> pl.DataFrame:
     """Every rank's communication kernels, one frame, with the matching ``key`` and ``seq`` (order per key)."""
     frames = [s.kernels.with_columns(pl.col("name", "impl", "kind", "group").cast(pl.String), rank=pl.lit(i, pl.Int32))
               for i, s in enumerate(summaries)]  # per rank, not per event
+    frames = [f.rename({"transfer": "t_est"}) if "transfer" in f.columns
+              else f.with_columns(t_est=pl.lit(None, pl.Int64)) for f in frames]
     df = pl.concat(frames, how="vertical_relaxed")
     if df.height == 0:
         return df.with_columns(key=pl.lit(None, pl.String), seq=pl.lit(None, pl.Int64))
@@ -309,16 +327,78 @@ def cross_rank(results, labels=None) -> CrossRank:
     lasts = per_rank["lasts"].to_list()
     out.wait_ms_by_rank = waits
     out.last_arrival_share_by_rank = [c / counted.height for c in lasts]
+    by_kind = (m.group_by("kind", "rank").agg(lasts=pl.col("is_last").sum(), n=pl.len()).sort("kind", "rank"))
+    out.last_arrival_share_by_kind = {
+        NCCL_KIND.get(kind, kind): [float(x) for x in (g["lasts"] / g["n"]).to_list()]
+        for (kind,), g in by_kind.group_by("kind", maintain_order=True)}  # (a few kinds)
     out.transfer_ms = float(counted["transfer"].sum()) / 1e6 / n_steps
     by_step = m.group_by("ref_step", "rank").agg(w=pl.col("wait").sum()).group_by("ref_step").agg(pl.col("w").max())
     out.skew_ms = float(by_step["w"].sum()) / 1e6 / n_steps
     out.matched_per_step = counted.height / n_steps
-    pace = max(range(n_ranks), key=lambda i: (lasts[i], -waits[i]))
-    out.pacing_rank = ids[pace]
-    out.collectives = _cross_rows(m, n_steps, n_ranks, sums[pace])
-    if exposed[pace] is not None:
-        out.faster_allreduce_saving_ms = min(exposed[pace], out.transfer_ms)
-    out.verdict = _verdict(out, labels, pace)
+    shares = out.last_arrival_share_by_rank
+    lead = max(range(n_ranks), key=lambda i: (lasts[i], -waits[i]))
+    runner_up = max((shares[i] for i in range(n_ranks) if i != lead), default=0.0)
+    pace = lead if shares[lead] - runner_up >= PACE_MARGIN - 1e-12 else None
+    out.pacing_rank = ids[pace] if pace is not None else None
+    out.collectives = _cross_rows(m, n_steps, n_ranks, sums[pace if pace is not None else 0])
+    # each rank's advice.communication, computed again with the matched transfer
+    splits = _cross_splits(df, m, sums, n_steps, n_ranks)
+    res_facts = [r.facts for r in res]
+    for i, split in enumerate(splits):
+        if split is not None and res_facts[i] is not None:
+            import dataclasses
+
+            from tracekit.analyses.breakdown import re_advise
+
+            dicts[i] = re_advise(dicts[i], dataclasses.replace(res_facts[i], comm_split=split))
+    out.rank_dicts = dicts
+    who = pace if pace is not None else slowest
+    out.saving_rank = ids[who]
+    adv = dicts[who].get("advice", {}).get("communication", {})
+    if splits[who] is not None:
+        out.faster_collectives_saving_ms = adv.get("max_saving_ms") if adv.get("split_basis") == "cross-rank" else (
+            min(exposed[who], splits[who].exposed_transfer_ms) if exposed[who] is not None else
+            splits[who].exposed_transfer_ms)
+    out.verdict = _verdict(out, labels, pace, splits[who])
+    return out
+
+
+def _cross_splits(df: pl.DataFrame, m: pl.DataFrame, sums: list[CommSummary], n_steps: int,
+                  n_ranks: int) -> list[CommSplit | None]:
+    """Each rank's transfer and wait from the match (:class:`CommSplit`, basis ``cross-rank``): per matched
+    collective the transfer on the last-arriving rank and this rank's own wait; its exposed transfer = the transfer
+    x the exposed share of this rank's kernel. The rank's kernels in analysed steps that were not matched keep its
+    own single-file estimate (``t_est``)."""
+    ms = lambda e: float(e or 0) / 1e6 / n_steps  # noqa: E731
+    mine = df.filter(pl.col("step").is_not_null()).with_columns(
+        dur=(pl.col("end") - pl.col("arrival")).clip(lower_bound=0), raw=pl.col("end") - pl.col("start"),
+        exposed=pl.col("exposed").fill_null(0))
+    matched = m.select("rank", "key", "seq", x_transfer="transfer", x_wait="wait")
+    k = mine.join(matched, on=["rank", "key", "seq"], how="left")
+    t = pl.coalesce(pl.min_horizontal("x_transfer", "dur"), "t_est", "dur")
+    k = k.with_columns(tr=t, wt=pl.when(pl.col("x_wait").is_not_null()).then("x_wait").otherwise(pl.col("dur") - t))
+    k = k.with_columns(ex_t=pl.col("tr") * (pl.col("exposed") / pl.col("dur")).fill_nan(0).clip(0, 1),
+                       unmatched=pl.col("x_transfer").is_null())
+    per_kind = (k.group_by("rank", "kind").agg(count=pl.len(), raw=pl.col("raw").sum(), exp=pl.col("exposed").sum(),
+                                               tr=pl.col("tr").sum(), wt=pl.col("wt").sum(), ex_t=pl.col("ex_t").sum())
+                .sort("rank", "raw", "kind", descending=[False, True, False]))
+    per_rank = k.group_by("rank").agg(dur=pl.col("dur").sum(), exp=pl.col("exposed").sum(), tr=pl.col("tr").sum(),
+                                      wt=pl.col("wt").sum(), ex_t=pl.col("ex_t").sum(), hid=pl.col("hidden").sum(),
+                                      unmatched=(pl.col("dur") * pl.col("unmatched")).sum())
+    out: list[CommSplit | None] = [None] * len(sums)
+    for r in per_rank.iter_rows(named=True):  # one row per rank
+        i = r["rank"]
+        rows = tuple({"kind": NCCL_KIND.get(x["kind"], x["kind"]), "count_per_step": x["count"] / n_steps,
+                      "kernel_ms": ms(x["raw"]), "exposed_ms": ms(x["exp"]), "transfer_ms": ms(x["tr"]),
+                      "wait_ms": ms(x["wt"]), "exposed_transfer_ms": ms(x["ex_t"])}
+                     for x in per_kind.filter(pl.col("rank") == i).iter_rows(named=True))
+        how = f"measured across the {n_ranks} ranks"
+        if r["dur"] and r["unmatched"] / r["dur"] > 0.005:
+            how += (f"; {100 * r['unmatched'] / r['dur']:.0f}% of this rank's communication time could not be matched "
+                    "and keeps its own estimate")
+        out[i] = CommSplit(basis="cross-rank", kernel_ms=ms(r["dur"]), transfer_ms=ms(r["tr"]), wait_ms=ms(r["wt"]),
+                           exposed_ms=ms(r["exp"]), exposed_transfer_ms=ms(r["ex_t"]), hidden_ms=ms(r["hid"]),
+                           by_kind=rows, how=how, ranks=n_ranks)
     return out
 
 
@@ -353,36 +433,72 @@ def _cross_rows(m: pl.DataFrame, n_steps: int, n_ranks: int, pace: CommSummary) 
     return dicts
 
 
-def _verdict(cr: CrossRank, labels: list[str], pace: int | None) -> str:
+def _ranks_text(labels: list[str]) -> str:
+    """'ranks 0, 1 and 3'."""
+    if len(labels) == 1:
+        return f"rank {labels[0]}"
+    return "ranks " + ", ".join(labels[:-1]) + f" and {labels[-1]}"
+
+
+def _pace_text(cr: CrossRank, lab: dict, pace: int | None) -> str:
+    """Who sets the pace: the pacing rank with its margin, or the ranks that share the pace (per collective kind
+    where the kinds have different last-arriving ranks)."""
+    shares = cr.last_arrival_share_by_rank
+    n = cr.ranks
+    per = f"of the {cr.matched_per_step:.3g} collective(s) per step"
+    if pace is not None:
+        rest = [(shares[i], i) for i in range(n) if i != pace]
+        nxt = min(rest, key=lambda x: (-x[0], x[1])) if rest else None
+        after = f" (next: rank {lab[cr.rank_ids[nxt[1]]]} at {100 * nxt[0]:.0f}%)" if nxt else ""
+        return (f"rank {lab[cr.pacing_rank]} sets the pace: it arrives last at {100 * shares[pace]:.0f}% {per}{after}, "
+                "and the others wait for it")
+    top = max(shares)
+    sharing = [i for i in range(n) if shares[i] >= top - PACE_MARGIN]
+    names = _ranks_text([lab[cr.rank_ids[i]] for i in sharing])
+    vals = ", ".join(f"{100 * shares[i]:.0f}%" for i in sharing)
+    others = [i for i in range(n) if i not in sharing]
+    txt = (f"no single rank sets the pace: {names} arrive last about equally often ({vals} {per}"
+           + ("; " + ", ".join(f"rank {lab[cr.rank_ids[i]]} {100 * shares[i]:.0f}%" for i in others) if others else "")
+           + ")")
+    by_kind = cr.last_arrival_share_by_kind or {}
+    leaders = {kind: max(range(n), key=lambda i: v[i]) for kind, v in by_kind.items() if v}
+    if len(set(leaders.values())) > 1:
+        txt += "; by kind, " + ", ".join(
+            f"rank {lab[cr.rank_ids[i]]} is last at {100 * by_kind[kind][i]:.0f}% of the {kind}s"
+            for kind, i in sorted(leaders.items(), key=lambda kv: -by_kind[kv[0]][kv[1]]))
+    return txt
+
+
+def _verdict(cr: CrossRank, labels: list[str], pace: int | None, split: CommSplit | None = None) -> str:
     n = cr.ranks
     lab = {rid: labels[i] for i, rid in enumerate(cr.rank_ids)}
     steps = cr.step_ms_by_rank
     fast, slow = min(steps), max(steps)
     slow_txt = f"rank {lab[cr.slowest_rank]} has the longest step ({slow:.3f} ms; fastest {fast:.3f} ms)"
-    if pace is None:
+    if cr.last_arrival_share_by_rank is None:
         if cr.transfer_ms is None and cr.skew_ms is None and n > 1:
             return (f"{n} ranks: {slow_txt}; their collectives could not be matched across ranks, so skew and "
                     "transfer are unknown (see warnings)")
         return f"{n} ranks: {slow_txt}; no collectives in the analysed steps, so no rank waits for another"
-    p = lab[cr.pacing_rank]
-    share = cr.last_arrival_share_by_rank[pace]
     waits = cr.wait_ms_by_rank
     most = max(range(n), key=lambda i: waits[i] or 0)
-    save = cr.faster_allreduce_saving_ms
-    step_p = steps[pace]
-    txt = (f"rank {p} sets the pace: it arrives last at {100 * share:.0f}% of the {cr.matched_per_step:.3g} "
-           f"collective(s) per step, and the others wait for it — skew {cr.skew_ms:.3f} ms per step (rank {labels[most]} waits "
+    txt = (f"{_pace_text(cr, lab, pace)} — skew {cr.skew_ms:.3f} ms per step (rank {labels[most]} waits "
            f"{waits[most]:.3f} ms) against {cr.transfer_ms:.3f} ms of transfer")
     worst = max(cr.collectives, key=lambda r: r.get("skew_ms") or 0, default=None)
     if worst and cr.skew_ms and (worst.get("skew_ms") or 0) > 0.5 * cr.skew_ms and len(cr.collectives) > 1:
         txt += (f" (most of the skew at the {worst['count_per_step']:.0f} {worst['kind'].replace('_', '-')} "
                 f"({worst['implementation']}) per step: {worst['skew_ms']:.3f} ms)")
-    if save is not None:
-        txt += (f"; a faster all-reduce could save at most {save:.3f} ms per step on rank {p} "
-                f"({100 * save / step_p if step_p else 0:.0f}% of its {step_p:.3f} ms step)")
-    else:
-        txt += (f"; a faster all-reduce could save at most the transfer on rank {p} (its exposed communication "
-                "is unknown)")
+    who = lab[cr.saving_rank] if cr.saving_rank is not None else None
+    kinds = "/".join(split.kinds_that_matter()) if split is not None and split.by_kind else "collectives"
+    save = cr.faster_collectives_saving_ms
+    i = cr.rank_ids.index(cr.saving_rank) if cr.saving_rank is not None else None
+    step_w = steps[i] if i is not None else None
+    whose = "" if pace is not None else "the slowest; "
+    if save is not None and who is not None:
+        txt += (f"; faster {kinds} could save at most {save:.3f} ms per step on rank {who} ({whose}"
+                f"{100 * save / step_w if step_w else 0:.0f}% of its {step_w:.3f} ms step: the exposed transfer)")
+    elif who is not None:
+        txt += f"; faster {kinds} could save at most the transfer on rank {who} ({whose}its exposed share is unknown)"
     txt += "; the skew goes only by evening out work or launch times across ranks"
     top = cr.collectives[0] if cr.collectives else None
     if top and top["latency_bound"]:

@@ -105,13 +105,15 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
         from tracekit.analyses.ranks import analyse_files
 
         results, labels = analyse_files(files, opts, fmt=fmt), None
+    from tracekit.analyses.ranks import RankResult, cross_rank
+
+    cr = cross_rank(results, labels)
     if save is not None:
         from tracekit.runs import save_runs
 
-        save_runs(save, results)
-    from tracekit.analyses.ranks import cross_rank
-
-    emit("ranks", cross_rank(results, labels), fmt, output, color)
+        # each rank as the cross-rank analysis left it (its advice.communication from the matched transfer)
+        save_runs(save, [RankResult(d, None) for d in cr.rank_dicts])
+    emit("ranks", cr, fmt, output, color)
 
 
 def _all_devices(path: Path, opts):
