@@ -36,36 +36,10 @@ from dataclasses import asdict, dataclass
 
 import polars as pl
 
-# Bytes per element of the dtypes torch/Kineto report ("Input type") and the short
-# names users type. int4/fp4 pack two elements per byte.
-DTYPE_BYTES: dict[str, float] = {
-    "fp32": 4, "float32": 4, "float": 4, "fp16": 2, "float16": 2, "half": 2,
-    "bf16": 2, "bfloat16": 2, "fp8": 1, "float8": 1, "int8": 1, "uint8": 1,
-    "int4": 0.5, "fp4": 0.5, "nvfp4": 0.5, "mxfp4": 0.5,
-    "float64": 8, "double": 8,
-    # Kineto / c10 TypeMeta names
-    "c10::BFloat16": 2, "c10::Half": 2, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
-    "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "c10::Float8_e8m0fnu": 1,
-    "c10::Float4_e2m1fn_x2": 1,  # two fp4 values per stored element
-    "int32": 4, "int64": 8,
-    "signed char": 1, "unsigned char": 1, "short int": 2, "int": 4, "long int": 8,
-    "c10::qint8": 1, "c10::quint8": 1, "c10::quint4x2": 1, "bool": 1,
-}
+from tracekit.model.units import DTYPE_BITS, dtype_bytes
 
-
-def dtype_bytes(dtype: str) -> float:
-    """Bytes per element of a dtype name ('bf16', 'fp8', 'int4', 'c10::BFloat16', ...).
-
-    >>> dtype_bytes("bf16"), dtype_bytes("int4")
-    (2, 0.5)
-    """
-    key = dtype.strip()
-    if key in DTYPE_BYTES:
-        return DTYPE_BYTES[key]
-    low = key.lower().removeprefix("torch.")
-    if low in DTYPE_BYTES:
-        return DTYPE_BYTES[low]
-    raise ValueError(f"unknown dtype {dtype!r}; known: bf16, fp16, fp32, fp8, int8, int4")
+# Element sizes: the one table (tracekit.model.units); dtype_bytes is re-exported here for the roofline's callers.
+DTYPE_BYTES: dict[str, float] = {k: v / 8 for k, v in DTYPE_BITS.items()}  # by dtype_key(name)
 
 
 def bytes_per_step(
@@ -347,9 +321,9 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
                 .when(idx == 1).then(pl.col(f"a1_{field}"))
                 .when(idx == 2).then(pl.col(f"a2_{field}")))
 
-    def size(t: pl.Expr) -> pl.Expr:
-        return t.replace_strict(list(DTYPE_BYTES), [float(v) for v in DTYPE_BYTES.values()],
-                                default=None, return_dtype=pl.Float64)
+    def size(t: pl.Expr) -> pl.Expr:  # (dtype_key, in polars: lower case, no torch./c10:: prefix)
+        key = t.str.strip_chars().str.to_lowercase().str.strip_prefix("torch.").str.strip_prefix("c10::")
+        return key.replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Float64)
 
     df = df.with_columns(_w=w_idx, _b=b_idx)
     df = df.with_columns(
