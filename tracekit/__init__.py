@@ -68,7 +68,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     measured without a profiler (every saving is stated against it; default: the manifest's). ``phase``:
     decode | prefill | mixed | all (which steps are analysed). ``model`` (a model folder, HF snapshot or
     config.json), ``tp``, ``ep`` and ``context`` give the bytes a step reads per GPU. The result's ``to_dict()``
-    is ``tracekit breakdown --format json`` (schema ``tracekit.breakdown/2``).
+    is ``tracekit breakdown --format json`` (schema ``tracekit.breakdown/3``).
 
     >>> b = breakdown(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), step_range="^saxpy$")
     >>> b.steps["marker"], round(b.per_step_ms["other"], 3), round(b.per_step_ms["idle"], 3)

@@ -14,7 +14,7 @@ multi-rank breakdown appends one row per rank). Columns:
 * one ``<key>_ms`` column per ``per_step_ms`` key (``gemm_ms``, ..., ``idle_ms``);
 * the roofline: ``weight_bytes_per_step``, ``floor_ms``, ``ceiling_tokens_per_s``,
   ``fraction_of_ceiling``, ``gemm_achieved_bw_gbps``;
-* ``breakdown_json``: the full breakdown JSON (``tracekit.breakdown/2``; rows saved by an older tracekit hold
+* ``breakdown_json``: the full breakdown JSON (``tracekit.breakdown/3``; rows saved by an older tracekit hold
   ``/1``: ``history`` keeps them, shows them as saved with a note, and compares each run only with the
   previous run of the same trace path saved under the same schema, since the definitions changed).
 
@@ -32,11 +32,10 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from tracekit.categories import STEP_CATEGORIES
+from tracekit.categories import BREAKDOWN_SCHEMA, STEP_CATEGORIES  # (BREAKDOWN_SCHEMA: what breakdown --save writes now)
 from tracekit.errors import TracekitError
 
 SCHEMA = "tracekit.history/1"
-BREAKDOWN_SCHEMA = "tracekit.breakdown/2"  # what breakdown --save writes now
 PER_STEP_KEYS = list(STEP_CATEGORIES)
 REGRESSION_REL = 0.05
 FLOAT_COLS = (["peak_bw_gbps", "step_mean_ms", "step_median_ms", "step_p10_ms", "step_p90_ms", "floor_ms",

@@ -26,7 +26,7 @@ returns a :class:`Diff` whose ``to_dict()`` is the contract JSON::
 * ``warnings``: why the comparison may mislead (different GPUs, step markers, graph modes).
 
 A side may also be a breakdown saved earlier (``breakdown --format json``): :func:`read_saved` reads one of
-schema ``tracekit.breakdown/2``; a ``/1`` result is refused with the reason (its savings are against the
+schema ``tracekit.breakdown/3``; a ``/1`` result is refused with the reason (its savings are against the
 traced step, its blocks are not those of ``/2``: analyse the trace again).
 
 :func:`diff` is pure: no files, no printing. The renderers (``tracekit/report/diff.py``) show only numbers
@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracekit.categories import GAP_CAUSES, LEVERS
+from tracekit.categories import BREAKDOWN_SCHEMA, GAP_CAUSES, LEVERS
 from tracekit.errors import TracekitError
 
 SCHEMA = "tracekit.diff/2"
@@ -77,7 +77,6 @@ class Diff:
 
 
 _SAVED = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"tracekit\.breakdown/(\d+)"')
-BREAKDOWN_SCHEMA = "tracekit.breakdown/2"
 
 
 @dataclass(frozen=True)

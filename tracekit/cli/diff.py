@@ -24,7 +24,7 @@ def diff(base, new, opts, base_measured_step_ms, new_measured_step_ms, fmt, outp
     """Two breakdowns side by side: deltas per category and step statistic, advice that changed.
 
     Both traces are analysed with the same options; each side's unprofiled step comes from its flag, else its
-    own manifest. A side may be a breakdown saved with `--format json` (tracekit.breakdown/2). Example:
+    own manifest. A side may be a breakdown saved with `--format json` (tracekit.breakdown/3). Example:
     tracekit diff sample_traces/hf-small-eager/trace.sqlite sample_traces/hf-small-graph/trace.sqlite.gz --format md
     """
     import tracekit
