@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
+from tracekit.categories import BREAKDOWN_SCHEMA
 from tracekit.analyses.diff import change, diff
 from tracekit.cli import cli
 from tracekit.report.diff import diff_md, headline
@@ -182,6 +183,6 @@ def test_saved_breakdowns_as_sides(tmp_path):
     r = CliRunner().invoke(cli, ["diff", str(v1), str(saved)])
     assert r.exit_code == 2 and r.output.count("\n") == 1
     assert r.output.startswith(f"tracekit: error: {v1}: a saved tracekit.breakdown/1 result; diff compares "
-                               "tracekit.breakdown/2")
+                               f"{BREAKDOWN_SCHEMA}")
     r = CliRunner().invoke(cli, ["diff", str(MFU), str(saved), "--new-measured-step-ms", "3"])
     assert r.exit_code == 2 and "is a saved breakdown" in r.output

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
+from tracekit.categories import BREAKDOWN_SCHEMA
 from tracekit.cli import cli
 from tracekit.report.history import history_md
 from tracekit.runs import PER_STEP_KEYS, history, save_runs
@@ -115,7 +116,7 @@ def test_history_keeps_rows_saved_as_v1_with_a_note(tmp_path):
     old, new = h["runs"]
     v1 = json.loads(sqlite3.connect(V1_DB).execute("select breakdown_json from runs").fetchone()[0])
     assert v1["schema"] == "tracekit.breakdown/1" and old["schema"] == "tracekit.breakdown/1"
-    assert new["schema"] == "tracekit.breakdown/2"
+    assert new["schema"] == BREAKDOWN_SCHEMA
     # kept as saved: /1 counted the last of 5 saxpy steps, /2 excludes it (no following step)
     assert old["step_count"] == v1["steps"]["count"] == 5 and old["step_mean_ms"] == v1["steps"]["mean_ms"]
     assert new["step_count"] == now["steps"]["count"] == 4

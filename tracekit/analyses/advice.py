@@ -245,7 +245,7 @@ def cuda_graphs_lever(f: StepFacts) -> Lever:
                       f"{' ' if f.upper_bounds else ''}{saving:.3f} ms); the GPU is already kept busy",
                       key="cuda_graphs", assumed=assumed)
     stays = f"; {stalls:.3f} ms of host stalls inside the step stay (see host work)" if stalls > EPS_MS else ""
-    bound = "" if f.reference_source else " (the traced step includes the profiler's own overhead)"
+    bound = "" if f.reference_source else " (an upper bound: the traced step includes the profiler's own overhead)"
     detail = (f"the step would take about {predicted:.3f} ms with graphs{bound}: {n:.0f} launches issued one by "
               f"one become ≈{f.replay_gap_us:.2f} µs graph nodes{stays}; host work between steps is not modelled")
     return _lever(f, True, predicted, detail, key="cuda_graphs", action=f"CUDA graphs{part}", assumed=assumed)

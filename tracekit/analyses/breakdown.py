@@ -389,7 +389,8 @@ def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw:
     block = rb.roofline(peak_bw_gbps=bw, reference_step_ms=reference_ms, tokens_per_step=tokens,
                         gemm_ms=kernel_ms.get("gemm"), attention_ms=kernel_ms.get("attention"))
     block, refusal = physical_check(block, bw, gemm_ms=kernel_ms.get("gemm"), attention_ms=kernel_ms.get("attention"),
-                                    reference_step_ms=reference_ms, suspects=_suspects(rb, batch, tokens))
+                                    reference_step_ms=reference_ms, drafting_ms=kernel_ms.get("drafting"),
+                                    suspects=_suspects(rb, batch, tokens))
     if refusal:
         warnings.append(f"roofline refused: {refusal}")
     r = block.to_dict()

@@ -187,6 +187,17 @@ def load(model: str | Path | dict | Model, dtype: str | None = None) -> Model:
     return load_model(model, dtype=dtype)
 
 
+def _manifest_draft(man: dict) -> int | None:
+    """The draft's part of a capture manifest's ``weight_bytes_per_step``: its ``draft_bytes_per_step``, else the
+    draft model's weight bytes x its forwards per step (``draft_model``), else unknown."""
+    if man.get("draft_bytes_per_step") is not None:
+        return int(man["draft_bytes_per_step"])
+    dm = man.get("draft_model") or {}
+    if dm.get("weight_bytes") and dm.get("forwards_per_step"):
+        return int(dm["weight_bytes"]) * int(dm["forwards_per_step"])
+    return None
+
+
 def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, params: float | None = None,
                   dtype: str | None = None, model: str | Path | dict | Model | None = None,
                   kv_dtype: str | None = None, batch: int = 1, context: int | None = None,
@@ -239,8 +250,8 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
                                "layers kept in higher precision (e.g. lm_head) count as " + d)
     elif sb is not None:
         target, src = sb.weight_bytes_per_step - sb.draft_bytes_per_step, "model"
-    elif man.get("weight_bytes_per_step") is not None:
-        target, src = int(man["weight_bytes_per_step"]), "manifest"
+    elif man.get("weight_bytes_per_step") is not None:  # (target + draft x forwards, as the contract's key)
+        target, src = int(man["weight_bytes_per_step"]) - (_manifest_draft(man) or 0), "manifest"
     elif from_trace is not None:
         target, src = from_trace()
 
@@ -266,6 +277,8 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
                               if tp > 1 else ""))
     elif sb is not None and sb.draft_bytes_per_step:
         draft = sb.draft_bytes_per_step
+    elif src == "manifest":
+        draft = _manifest_draft(man)
 
     inputs = {"tp": tp, "tp_source": parallel.source, "ep": ep, "batch": batch, "context": context,
               "draft_forwards": draft_forwards, "verify_tokens": verify_tokens}

@@ -202,13 +202,17 @@ PEAK_TOLERANCE = 1.05
 
 def physical_check(block: RooflineBlock, peak_bw_gbps: float | None, *, gemm_ms: float | None = None,
                    attention_ms: float | None = None, reference_step_ms: float | None = None,
+                   drafting_ms: float | None = None,
                    suspects: list[str] | tuple[str, ...] = ()) -> tuple[RooflineBlock, str | None]:
     """Refuse a physically impossible roofline: ``(block, None)`` when it holds, else the block with no floor,
     ceiling, fraction of it or impossible bandwidth, and the reason (naming ``suspects``, the inputs to check).
 
     Impossible: the target's weight bytes over the gemm kernel time, or the KV bytes over the attention kernel
     time, above ``PEAK_TOLERANCE`` x the peak bandwidth; or a floor longer than ``PEAK_TOLERANCE`` x the whole
-    reference step. The bytes themselves stay (they are the inputs to check).
+    reference step. The bytes themselves stay (they are the inputs to check). When the weights hold a draft of
+    unknown size (``draft_bytes_per_step`` None) and the step has drafting kernels (``drafting_ms``), the draft's
+    GEMMs run as ``drafting``: the weights are checked against gemm + drafting time, and the gemm bandwidth
+    (weights over gemm time alone) is not stated.
 
     >>> b = step_roofline(weight_bytes_per_step=8e9, peak_bw_gbps=4000, reference_step_ms=3.0, gemm_ms=1.0)
     >>> b2, why = physical_check(b, 4000, gemm_ms=1.0, reference_step_ms=3.0, suspects=["--tp (1, default)"])
@@ -223,7 +227,14 @@ def physical_check(block: RooflineBlock, peak_bw_gbps: float | None, *, gemm_ms:
     problems: list[str] = []
     changes: dict = {}
     target = (block.weight_bytes_per_step or 0) - (block.draft_bytes_per_step or 0)
-    if block.gemm_achieved_bw_gbps is not None and block.gemm_achieved_bw_gbps > limit:
+    if block.draft_bytes_per_step is None and drafting_ms and block.gemm_achieved_bw_gbps is not None and gemm_ms:
+        changes["gemm_achieved_bw_gbps"] = None  # (its bytes include the draft's, read by drafting kernels)
+        if target / ((gemm_ms + drafting_ms) * 1e-3) / 1e9 > limit:
+            problems.append(f"{target / 1e9:.2f} GB of weights per GPU (a draft included) cannot be read in "
+                            f"{gemm_ms + drafting_ms:.3f} ms of gemm and drafting kernels at the peak "
+                            f"{peak_bw_gbps:,.0f} GB/s (that takes at least "
+                            f"{target / (peak_bw_gbps * 1e9) * 1e3:.3f} ms)")
+    elif block.gemm_achieved_bw_gbps is not None and block.gemm_achieved_bw_gbps > limit:
         problems.append(f"{target / 1e9:.2f} GB of weights per GPU cannot be read in {gemm_ms:.3f} ms of gemm kernels "
                         f"at the peak {peak_bw_gbps:,.0f} GB/s (that takes at least "
                         f"{target / (peak_bw_gbps * 1e9) * 1e3:.3f} ms)")
@@ -238,7 +249,7 @@ def physical_check(block: RooflineBlock, peak_bw_gbps: float | None, *, gemm_ms:
         problems.append(f"reading {block.bytes_per_step / 1e9:.2f} GB per GPU at the peak {peak_bw_gbps:,.0f} GB/s "
                         f"takes {block.floor_ms:.3f} ms, longer than the whole {reference_step_ms:.3f} ms step")
     if not problems:
-        return block, None
+        return replace(block, **changes) if changes else block, None
     changes.update(floor_ms=None, ceiling_steps_per_s=None, ceiling_tokens_per_s=None, fraction_of_ceiling=None)
     why = "; ".join(problems) + (f"; check {', '.join(suspects)}" if suspects else "")
     return replace(block, **changes), why

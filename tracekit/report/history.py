@@ -7,7 +7,7 @@ shown by the shortest tail of their path that tells them apart (every capture na
 
 from __future__ import annotations
 
-from tracekit.categories import STEP_CATEGORIES
+from tracekit.categories import BREAKDOWN_SCHEMA, STEP_CATEGORIES
 from tracekit.report._fmt import MINUS, distinct_tails, num
 from tracekit.report.safe import md, rich_text
 
@@ -30,7 +30,7 @@ def _commit(r) -> str:
 def _id(r) -> str:
     """The run id, with the schema of a run saved by an older tracekit (``3 (/1)``; the warnings explain)."""
     schema = r.get("schema") or ""
-    return str(r["id"]) + (f" ({schema.rsplit('breakdown', 1)[-1]})" if schema and not schema.endswith("/2") else "")
+    return str(r["id"]) + (f" ({schema.rsplit('breakdown', 1)[-1]})" if schema and schema != BREAKDOWN_SCHEMA else "")
 
 
 def _title(h: dict) -> str:
