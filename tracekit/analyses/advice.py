@@ -282,7 +282,10 @@ def host_work_lever(f: StepFacts) -> Lever:
         where.append(f"{bs:.3f} ms of host work between steps{what}")
     detail = (f"in the traced step the GPU waits for {' and '.join(where)}; move it off the critical path (overlap "
               "it with GPU work, make it asynchronous)")
-    if f.reference_source and saving < traced - EPS_MS:
+    if f.reference_source and saving <= EPS_MS:
+        detail += ("; the unprofiled step leaves no time besides its GPU work, graph bubbles and launches: all of it "
+                   "is the profiler's own overhead")
+    elif f.reference_source and saving < traced - EPS_MS:
         detail += (f"; on the unprofiled step that is at most {saving:.3f} ms (it leaves {max(0.0, room):.3f} ms "
                    "besides its GPU work): the rest is the profiler's own overhead")
     action = {"both": "removing the host stalls and the host work between steps",

@@ -172,6 +172,8 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
         if not v.unknown or (k == "memory_bandwidth" and (strong or facts.roofline_refused)):
             continue
         share = per_step_ms.get(k)
+        if k == "drafting" and share:  # the draft phase's wall time, its launch gaps included (as its verdict)
+            share = max(share, min(facts.draft_phase_ms, tb.traced_step_ms))
         what = f"{pct(share / tb.traced_step_ms)} of the traced step; " if share and tb.traced_step_ms else ""
         unknown.append(f"{k.replace('_', ' ')} ({what}pass {' or '.join(v.needs[:2])})")
     if top is not None and not strong:  # never "no lever" while a lever is unknown
