@@ -181,6 +181,7 @@ def _alone(name: str):
     from dataclasses import replace
 
     import tracekit
+
     from conftest import sample_trace
 
     return tracekit.breakdown(replace(tracekit.load(sample_trace(name)), manifest=None))
@@ -212,6 +213,7 @@ def test_host_work_is_scaled_to_the_unprofiled_step():
     """With an unprofiled step (the manifest's), host_work = (host_stalls + between_steps) x unprofiled / traced,
     capped by what the unprofiled step leaves besides its GPU work."""
     import tracekit
+
     from conftest import sample_trace
 
     b = tracekit.breakdown(tracekit.load(sample_trace("serve-small-graph")))
@@ -243,6 +245,7 @@ def test_graph_replay_host_time_is_not_launch_overhead():
     """In the GB300 decode steps (one full-graph replay each), the in-step gap before the graph launch is SGLang's
     host work before replay(): named so, and never offered as something CUDA graphs would remove."""
     import tracekit
+
     from conftest import shared
 
     b = tracekit.breakdown(tracekit.load(shared(

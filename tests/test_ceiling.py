@@ -387,6 +387,7 @@ def test_ceiling_and_breakdown_resolve_bytes_with_one_function(monkeypatch):
     weights agree. The GB300 rank file is SGLang TP4, batch 16 (its step[DECODE bs=16] annotations)."""
     import tracekit
     import tracekit.analyses.bytes as bytes_mod
+
     from conftest import shared
 
     gb300 = shared("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/"

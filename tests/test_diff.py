@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from tracekit.categories import BREAKDOWN_SCHEMA
 from tracekit.analyses.diff import change, diff
+from tracekit.categories import BREAKDOWN_SCHEMA
 from tracekit.cli import cli
 from tracekit.report.diff import diff_md, headline
 

@@ -25,14 +25,20 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, SHARED, sample_trace, shared
 
 import tracekit
 from tracekit.errors import TracekitError
+
+from conftest import SAMPLES, SHARED, sample_trace, shared
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (tomli is a dependency there)
+    import tomli as tomllib
 
 PEAK_TOLERANCE = 1.05
 NOT_DECODE = ("training", "prefill", "microbenchmark", "inference", "none")

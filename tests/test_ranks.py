@@ -14,7 +14,6 @@ import polars as pl
 import pytest
 
 import tracekit
-from tracekit.categories import BREAKDOWN_SCHEMA
 from tracekit.analyses.collectives import (
     collective_table,
     collectives_verdict,
@@ -25,6 +24,7 @@ from tracekit.analyses.collectives import (
 )
 from tracekit.analyses.kernels import kernel_summary
 from tracekit.analyses.ranks import CrossRank, analyse_rank, cross_rank, rank_result
+from tracekit.categories import BREAKDOWN_SCHEMA
 from tracekit.engines import map_files, parse_engine
 from tracekit.errors import TracekitError
 

@@ -453,6 +453,7 @@ def test_weight_bytes_beyond_the_gpu_name_the_input_to_check():
     """The counter-example of the field: --weight-bytes 60GB on one GB300 rank with --tp 1: 60 GB at 8,000 GB/s is
     7.5 ms, longer than any of the trace's decode steps (by hand): refused, no ceiling stated, the flags named."""
     import tracekit
+
     from conftest import shared
 
     p = shared(GB300_0)
@@ -476,6 +477,7 @@ def test_moe_model_on_one_gpu_of_four_is_refused():
     """--model Qwen3-30B-A3B at batch 16 with --tp 1 on a TP4 rank: every expert of 48 layers on one GPU (39.8 GB)
     cannot be read in the step's GEMM time; refused and --tp, --model, --tokens-per-step named."""
     import tracekit
+
     from conftest import shared
 
     d = tracekit.breakdown(tracekit.load(shared(GB300_0)), model=str(QWEN3_MOE), tp=1, tokens_per_step=16).to_dict()
@@ -492,10 +494,10 @@ def test_tp_from_the_process_groups_never_the_world_size():
     from dataclasses import replace
 
     import tracekit
-    from conftest import shared
     from tracekit.analyses.bytes import resolve_tp, tp_from_process_groups
-    from tracekit.trace import ProcessGroup, empty
-    from tracekit.trace import COLLECTIVES
+    from tracekit.trace import COLLECTIVES, ProcessGroup, empty
+
+    from conftest import shared
 
     p = shared(GB300_0)
     pgs = _raw(p)["distributedInfo"]["pg_config"]
@@ -538,6 +540,7 @@ def test_shapes_are_used_only_when_they_cover_the_gemms():
     from dataclasses import replace
 
     import tracekit
+
     from conftest import sample_trace, shared
 
     raw = _raw(shared("TraceLens/tests/traces/inference/vllm_decode_full/graph_execution.json.gz"))
@@ -564,6 +567,7 @@ def test_gemm_bandwidth_counts_the_target_not_the_draft(name):
     GEMMs (CUDA events on the H200, manifest `gemm_probe`): within 10% (before, 3,680 and 5,257 GB/s: the latter
     110% of the 4,800 GB/s peak)."""
     import tracekit
+
     from conftest import sample, sample_trace
 
     man = json.loads(sample(f"{name}/manifest.json").read_text())
