@@ -227,7 +227,8 @@ def cuda_graphs_lever(f: StepFacts) -> Lever:
     if _graphed(f):
         detail = (f"steps already replay CUDA graphs ({pct(f.graph_kernel_share)} of kernel time); the traced "
                   f"step's GPU-idle time is {g['launch_overhead']:.3f} ms of host work before the graph launches "
-                  f"(graphs cannot remove it: it is the host preparing each replay), {g['host_stalls']:.3f} ms of host "
+                  "(the host preparing each replay and the launch call itself, which a profiler slows: graphs are "
+                  f"already in use and cannot remove it), {g['host_stalls']:.3f} ms of host "
                   f"stalls, {g['graph_bubbles']:.3f} ms of graph bubbles and {g['between_steps']:.3f} ms between "
                   "steps" + _longest(f, f.longest_in_step))
         return _lever(f, False, f.reference_ms, detail, key="cuda_graphs", basis="none")
