@@ -16,6 +16,8 @@ import json
 import shutil
 import sqlite3
 
+import pytest
+
 from _robust import assert_breakdown_sane, assert_clean, run_cli
 from conftest import DATA, sample
 
@@ -170,3 +172,86 @@ def test_cut_off_step_ranges_are_excluded_and_counted(tmp_path):
     assert b["steps"]["count"] == 3 and b["steps"]["excluded"] == 2
     assert b["steps"]["excluded_reasons"] == {"cut by capture window": 1, "last step (no following step)": 1}
     assert any("cut off" in w for w in b["warnings"])
+
+
+# ───────────────────── hedging: every saving an upper bound without an unprofiled time (issue 23 item 4) ─────────────────────
+
+def _alone(name: str):
+    """The breakdown of a sample as if no manifest lay beside it (no unprofiled time, no accept length)."""
+    from dataclasses import replace
+
+    import tracekit
+
+    from conftest import sample_trace
+
+    return tracekit.breakdown(replace(tracekit.load(sample_trace(name)), manifest=None))
+
+
+def test_without_unprofiled_time_every_saving_is_an_upper_bound():
+    for name in ("hf-small-eager", "hf-small-graph", "spec-small-eager"):
+        b = _alone(name)
+        assert b.time_base.unprofiled_step_ms is None
+        for k, lever in b.advice.levers.items():
+            if (lever.max_saving_ms or 0) > 0.0005:
+                assert lever.basis == "upper_bound" and "at most" in lever.verdict, (name, k, lever.verdict)
+        assert "savings are upper bounds" in b.headline and "at most −" in b.headline, b.headline
+
+
+def test_the_host_work_lever_is_named_by_what_it_removes():
+    """The field case: a GPU-bound graph step whose gap table shows no host stalls must not be sold as 'no host
+    stalls': its GPU-idle time is between steps, and the lever (and the headline) say so."""
+    b = _alone("hf-small-graph")
+    g = b.gaps
+    assert g["host_stalls"] < 0.0005 < g["between_steps"]
+    hw = b.advice["host_work"]
+    assert hw.name == "no host work between steps" and "host stalls" not in hw.verdict
+    assert hw.max_saving_ms == pytest.approx(g["host_stalls"] + g["between_steps"])  # the contract's sum
+    assert "no host stalls" not in b.headline and "no host work between steps → at most" in b.headline
+
+
+def test_host_work_is_scaled_to_the_unprofiled_step():
+    """With an unprofiled step (the manifest's), host_work = (host_stalls + between_steps) x unprofiled / traced,
+    capped by what the unprofiled step leaves besides its GPU work."""
+    import tracekit
+
+    from conftest import sample_trace
+
+    b = tracekit.breakdown(tracekit.load(sample_trace("serve-small-graph")))
+    tb, g, f = b.time_base, b.gaps, b.facts
+    scaled = (g["host_stalls"] + g["between_steps"]) * tb.unprofiled_step_ms / tb.traced_step_ms
+    room = tb.unprofiled_step_ms - f.busy_ms - g["graph_bubbles"] - f.launched_per_step * f.replay_gap_us / 1000
+    hw = b.advice["host_work"]
+    assert hw.max_saving_ms == pytest.approx(min(scaled, max(0.0, room)))
+    assert hw.max_saving_ms > 0 and hw.basis == "estimated" and hw.verdict.startswith(
+        f"removing the host stalls and the host work between steps would save ≈{hw.max_saving_ms:.3f} ms")
+    # where the unprofiled step leaves no room, all the traced host time was the profiler's
+    z = tracekit.breakdown(tracekit.load(sample_trace("hf-small-graph"))).advice["host_work"]
+    assert z.max_saving_ms == 0 and not z.applicable and "profiler's own overhead" in z.verdict
+
+
+def test_an_unknown_lever_is_listed_never_no_lever():
+    """The field case: a speculative trace without a manifest (no accept length): drafting is unknown, the headline
+    lists it with the flag that resolves it and never says 'no lever'."""
+    b = _alone("spec-small-eager")
+    dr = b.advice["drafting"]
+    assert dr.applicable and dr.max_saving_ms is None and dr.basis == "unknown" and dr.needs == ("--accept-len",)
+    assert "unknown: drafting (" in b.headline and "pass --accept-len" in b.headline
+    assert "no lever" not in b.headline
+    d = b.to_dict()["advice"]["drafting"]
+    assert d["basis"] == "unknown" and d["needs"] == ["--accept-len"]
+
+
+def test_graph_replay_host_time_is_not_launch_overhead():
+    """In the GB300 decode steps (one full-graph replay each), the in-step gap before the graph launch is SGLang's
+    host work before replay(): named so, and never offered as something CUDA graphs would remove."""
+    import tracekit
+
+    from conftest import shared
+
+    b = tracekit.breakdown(tracekit.load(shared(
+        "lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/"
+        "current_base_lora/profile/base/bs16-TP-0.trace.json.gz")))
+    cg = b.advice["cuda_graphs"]
+    assert not cg.applicable and "host work before the graph launches" in cg.verdict
+    assert "launch overhead" not in cg.verdict and "launch overhead" not in b.headline
+    assert "host work before graph launches" in b.headline  # its share of the traced step, named so

@@ -381,3 +381,39 @@ def test_ceiling_weight_flag_replaces_only_the_weights_term():
     assert c.inputs["weight_bytes_source"] == "flag" and c.inputs["kv_bytes_source"] == "model"
     with pytest.raises(TracekitError, match="one of"):
         ceiling(gpu="NVIDIA H200", model=CONFIGS / "Llama-3.1-8B.json", params=8e9)
+
+
+def test_ceiling_and_breakdown_resolve_bytes_with_one_function(monkeypatch):
+    """`ceiling --model` and `breakdown --model` give the same bytes, from the same resolver
+    (tracekit.analyses.bytes.resolve_bytes; issue 26): spied on, it is called once by each, and the per-GPU
+    weights agree. The GB300 rank file is SGLang TP4, batch 16 (its step[DECODE bs=16] annotations)."""
+    import tracekit
+    import tracekit.analyses.bytes as bytes_mod
+
+    from conftest import shared
+
+    gb300 = shared("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/"
+                   "current_base_lora/profile/base/bs16-TP-0.trace.json.gz")
+    calls = []
+    real = bytes_mod.resolve_bytes
+
+    def spy(**kw):
+        calls.append(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(bytes_mod, "resolve_bytes", spy)
+    model = CONFIGS / "Qwen3-30B-A3B.json"
+    b = tracekit.breakdown(tracekit.load(gb300), model=str(model), tp=4, tokens_per_step=16)
+    c = ceiling(gpu="NVIDIA GB300", model=model, tp=4, batch=16)
+    assert len(calls) == 2 and {k: calls[0][k] for k in ("batch", "draft_forwards", "verify_tokens")} \
+        == {k: calls[1][k] for k in ("batch", "draft_forwards", "verify_tokens")}
+    assert b.roofline["weight_bytes_per_step"] == c.roofline["weight_bytes_per_step"] == c.bytes_per_step_per_gpu
+    assert b.roofline["weight_bytes_source"] == c.roofline["weight_bytes_source"] == "model"
+    assert b.roofline["tp"] == c.roofline["tp"] == 4
+    # and what the model library says for a 16-token forward on one of 4 GPUs
+    sb = step_bytes(load_model(model), tp=4, batch=16)
+    assert c.bytes_per_step_per_gpu == sb.weight_bytes_per_step
+    # --weight-bytes with --model: the flag replaces the target's weights in both (summed over GPUs, / tp)
+    b2 = tracekit.breakdown(tracekit.load(gb300), model=str(model), weight_bytes=int(24e9), tp=4, tokens_per_step=16)
+    c2 = ceiling(gpu="NVIDIA GB300", model=model, weight_bytes=24e9, tp=4, batch=16)
+    assert b2.roofline["weight_bytes_per_step"] == c2.bytes_per_step_per_gpu == 6_000_000_000

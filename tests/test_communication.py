@@ -140,7 +140,7 @@ def test_gb300_rank0_hides_no_communication_on_its_one_stream():
     # the one-shot custom all-reduce of the decode step is latency-bound (its own row, judged from its call time)
     assert rows[("all_reduce", "custom_ar")]["latency_bound"]
     # the TP size of the roofline: the communicator of the trace's all-reduces (SGLang TP4)
-    assert d["roofline"]["tp"] == 4 and d["roofline"]["tp_source"] == "trace"
+    assert d["roofline"]["tp"] == 4 and d["roofline"]["tp_source"] == "communicator"
     assert "4 ranks" in d["roofline"]["tp_evidence"]
 
 
@@ -160,7 +160,7 @@ def test_b200_multimem_all_reduce_row_and_totals_equal_kernels():
         assert r["total_ms"] == pytest.approx(k[r["kernel"]]["total_ms"], rel=1e-9)
         assert r["count"] == k[r["kernel"]]["count"]
     assert comm["hidden_communication_ms"] == 0.0
-    assert d["roofline"]["tp"] == 8 and d["roofline"]["tp_source"] == "trace"  # vLLM TP8
+    assert d["roofline"]["tp"] == 8 and d["roofline"]["tp_source"] == "communicator"  # vLLM TP8
 
 
 @pytest.mark.parametrize("rel, world", [

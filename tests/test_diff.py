@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from tracekit.analyses.breakdown import SCHEMA as BREAKDOWN_SCHEMA
 from tracekit.analyses.diff import change, diff
 from tracekit.categories import LEVERS
+from tracekit.categories import BREAKDOWN_SCHEMA
 from tracekit.cli import cli
 from tracekit.report.diff import diff_md, headline
 

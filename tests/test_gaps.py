@@ -77,5 +77,5 @@ def test_gb300_names_the_host_gap_between_steps():
     between = [x for x in b.gaps["largest"] if x["cause"] == "between_steps"]
     assert between and between[0]["before"] is not None
     assert b.gaps["between_steps"] > 0
-    assert "between steps" in b.advice["host_stalls"]["verdict"]
+    assert "between steps" in b.advice["host_work"]["verdict"]
     assert b.time_base.unprofiled_step_ms is None and "upper bounds" in b.headline

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from tracekit.analyses.breakdown import SCHEMA as BREAKDOWN_SCHEMA
+from tracekit.categories import BREAKDOWN_SCHEMA
 from tracekit.cli import cli
 from tracekit.report.history import history_md
 from tracekit.runs import PER_STEP_KEYS, history, save_runs

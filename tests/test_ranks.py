@@ -24,6 +24,7 @@ from tracekit.analyses.collectives import (
 )
 from tracekit.analyses.kernels import kernel_summary
 from tracekit.analyses.ranks import CrossRank, analyse_rank, cross_rank, rank_result
+from tracekit.categories import BREAKDOWN_SCHEMA
 from tracekit.engines import map_files, parse_engine
 from tracekit.errors import TracekitError
 
@@ -387,7 +388,7 @@ def test_cli_cross_rank_is_the_contract_object_and_the_waits_by_hand(gb300_cli, 
     cr = d["cross_rank"]
     assert set(cr) == CONTRACT and cr["ranks"] == 4
     assert [r["source"]["path"] for r in d["ranks"]] == [str(f) for f in gb300_files]  # single-file breakdowns
-    assert all(r["schema"] == "tracekit.breakdown/2" and "per_step_ms" in r for r in d["ranks"])
+    assert all(r["schema"] == BREAKDOWN_SCHEMA and "per_step_ms" in r for r in d["ranks"])
     assert d["cross_rank_detail"]["rank_ids"] == [0, 1, 2, 3]
     # the headline says who sets the pace (no one here), and splits skew from transfer
     assert d["headline"] == cr["verdict"]
@@ -436,7 +437,7 @@ def test_cli_engine_on_one_file_says_it_is_not_used():
     r = _cli("breakdown", DATA / "kineto" / "hta_nccl_data.json.gz", "--engine", "process", "--format", "json")
     assert r.exit_code == 0, r.output
     assert "--engine places the per-file work of several trace files" in r.stderr
-    assert json.loads(r.stdout)["schema"] == "tracekit.breakdown/2"
+    assert json.loads(r.stdout)["schema"] == BREAKDOWN_SCHEMA
 
 
 def test_directory_expansion_includes_gzipped_exports(tmp_path):

@@ -408,3 +408,170 @@ def test_weight_bytes_flag_is_summed_over_gpus():
     assert weight_bytes_per_gpu(27e9, 2) == 13_500_000_000
     with pytest.raises(ValueError):
         weight_bytes_per_gpu(1e9, 0)
+
+
+# --------------------------------------------------------------------------- physical sanity, TP sources, coverage
+# (issue 23 item 3: a roofline verdict never states a figure beyond the hardware; tp says where it came from)
+
+GB300_0 = ("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/"
+           "current_base_lora/profile/base/bs16-TP-0.trace.json.gz")
+QWEN3_MOE = ROOT / "tests" / "data" / "configs" / "Qwen3-30B-A3B.json"
+
+
+def _raw(path):
+    import gzip
+
+    return json.load(gzip.open(path))
+
+
+def _decode_step_max_ms(raw: dict) -> float:
+    """The longest step[DECODE ...] annotation of a Kineto trace, ms (by hand from the JSON)."""
+    return max(e["dur"] for e in raw["traceEvents"] if e.get("cat") == "user_annotation"
+               and e.get("name", "").startswith("step[DECODE")) / 1e3
+
+
+def test_physical_check_refuses_weights_beyond_peak_bandwidth():
+    from tracekit.analyses.roofline import physical_check, step_roofline
+
+    ok = step_roofline(weight_bytes_per_step=4e9, peak_bw_gbps=4800, reference_step_ms=2.0, gemm_ms=1.0)
+    assert physical_check(ok, 4800, gemm_ms=1.0, reference_step_ms=2.0) == (ok, None)   # 4,000 GB/s: holds
+    bad = step_roofline(weight_bytes_per_step=6e9, kv_bytes_per_step=1e9, peak_bw_gbps=4800, reference_step_ms=2.0,
+                        gemm_ms=1.0, attention_ms=1.0)
+    block, why = physical_check(bad, 4800, gemm_ms=1.0, attention_ms=1.0, reference_step_ms=2.0,
+                                suspects=["--tp (1, default)"])
+    # 6 GB in 1 ms = 6,000 GB/s > 1.05 x 4,800: no floor, ceiling, fraction or gemm bandwidth; KV (1,000 GB/s) stays
+    assert (block.floor_ms, block.ceiling_steps_per_s, block.fraction_of_ceiling, block.gemm_achieved_bw_gbps) == (
+        None, None, None, None)
+    assert block.attention_achieved_bw_gbps == pytest.approx(1000.0) and block.weight_bytes_per_step == 6e9
+    assert "takes at least 1.250 ms" in why and why.endswith("check --tp (1, default)")
+    # a floor longer than the whole step is impossible whatever the kernels
+    long = step_roofline(weight_bytes_per_step=12e9, peak_bw_gbps=4800, reference_step_ms=2.0)
+    assert physical_check(long, 4800, reference_step_ms=2.0)[1].startswith("reading 12.00 GB per GPU")
+
+
+def test_weight_bytes_beyond_the_gpu_name_the_input_to_check():
+    """The counter-example of the field: --weight-bytes 60GB on one GB300 rank with --tp 1: 60 GB at 8,000 GB/s is
+    7.5 ms, longer than any of the trace's decode steps (by hand): refused, no ceiling stated, the flags named."""
+    import tracekit
+
+    from conftest import shared
+
+    p = shared(GB300_0)
+    assert 60e9 / 8000e9 * 1e3 == 7.5 > _decode_step_max_ms(_raw(p))
+    d = tracekit.breakdown(tracekit.load(p), weight_bytes=60_000_000_000, tp=1).to_dict()
+    r, mem = d["roofline"], d["advice"]["memory_bandwidth"]
+    assert r["weight_bytes_per_step"] == 60_000_000_000 and r["tp_source"] == "flag"
+    assert r["floor_ms"] is None and r["ceiling_tokens_per_s"] is None and r["fraction_of_ceiling"] is None
+    assert r["gemm_achieved_bw_gbps"] is None and r["refused"]
+    assert not mem["applicable"] and mem["basis"] == "unknown" and "--weight-bytes" in mem["verdict"]
+    assert "--tp (1, flag)" in mem["verdict"] and "memory-bound" not in mem["verdict"]
+    assert "no bandwidth ceiling" in d["headline"] and "tok/s" not in d["headline"]
+    assert any(w.startswith("roofline refused:") for w in d["warnings"])
+    # the same bytes on the trace's own TP (4, from its communicator): 15 GB per GPU, within the GPU
+    d4 = tracekit.breakdown(tracekit.load(p), weight_bytes=60_000_000_000).to_dict()
+    assert d4["roofline"]["tp"] == 4 and d4["roofline"]["weight_bytes_per_step"] == 15_000_000_000
+    assert d4["roofline"]["refused"] is None and d4["roofline"]["gemm_achieved_bw_gbps"] <= 8000
+
+
+def test_moe_model_on_one_gpu_of_four_is_refused():
+    """--model Qwen3-30B-A3B at batch 16 with --tp 1 on a TP4 rank: every expert of 48 layers on one GPU (39.8 GB)
+    cannot be read in the step's GEMM time; refused and --tp, --model, --tokens-per-step named."""
+    import tracekit
+
+    from conftest import shared
+
+    d = tracekit.breakdown(tracekit.load(shared(GB300_0)), model=str(QWEN3_MOE), tp=1, tokens_per_step=16).to_dict()
+    why = d["roofline"]["refused"]
+    assert why and all(s in why for s in ("--tp (1, flag)", "--model", "--tokens-per-step (16)"))
+    assert not d["advice"]["memory_bandwidth"]["applicable"]
+    assert "CUDA graphs or NCCL changes cannot help" not in json.dumps(d)
+
+
+def test_tp_from_the_process_groups_never_the_world_size():
+    """The process-group fallback (Kineto distributedInfo.pg_config): the GB300 ranks' GPU groups besides the
+    default one all have 4 ranks (by hand from the JSON); a job whose only multi-rank group is the default one
+    gives no TP (its size is the world's)."""
+    from dataclasses import replace
+
+    import tracekit
+    from tracekit.analyses.bytes import resolve_tp, tp_from_process_groups
+    from tracekit.trace import COLLECTIVES, ProcessGroup, empty
+
+    from conftest import shared
+
+    p = shared(GB300_0)
+    pgs = _raw(p)["distributedInfo"]["pg_config"]
+    sizes = {g["pg_size"] for g in pgs if "nccl" in g["backend_config"] and g["pg_size"] > 1
+             and g["pg_desc"] != "default_pg"}
+    assert sizes == {4}
+    t = tracekit.load(p)
+    assert [(g.name, g.size) for g in t.meta.process_groups] == [(g["pg_name"], g["pg_size"]) for g in pgs]
+    assert tp_from_process_groups(t.meta.process_groups)[0] == 4
+    # without the NCCL args (no communicator recorded), the step's custom all-reduces fall back to the groups
+    bare = replace(t, collectives=empty(COLLECTIVES))
+    r = tracekit.breakdown(bare, weight_bytes=60_000_000_000).roofline
+    assert (r["tp"], r["tp_source"]) == (4, "process_group") and "pg_config" in r["tp_evidence"]
+    # only the default group (the whole job): never taken
+    only_default = replace(bare, meta=replace(bare.meta, process_groups=(ProcessGroup("0", "default_pg", "cuda:nccl",
+                                                                                      4, (0, 1, 2, 3)),)))
+    r = tracekit.breakdown(only_default, weight_bytes=60_000_000_000).roofline
+    assert (r["tp"], r["tp_source"]) == (1, "default")
+    # a group labelled as the tensor-parallel one wins over the others
+    g = [ProcessGroup("0", "default_pg", "cuda:nccl", 8), ProcessGroup("1", "TP_GROUP", "cuda:nccl", 2),
+         ProcessGroup("2", "dp", "cuda:nccl", 4)]
+    assert tp_from_process_groups(g)[0] == 2
+    assert tp_from_process_groups(g[:1] + g[2:], all_reduce_pgs=["2"])[0] == 4
+    assert tp_from_process_groups([g[0], ProcessGroup("1", "x", "cuda:nccl", 2), g[2]])[0] is None
+    # precedence: flag > manifest > command > communicator > process group > default
+    full = dict(flag=8, manifest=4, command=2, communicator=(3, "c"), process_group=(5, "p"))
+    order = ["flag", "manifest", "command", "communicator", "process_group"]
+    for i, src in enumerate(order):
+        kw = {k: (v if j >= i else (None if k in ("flag", "manifest", "command") else (None, "-")))
+              for j, (k, v) in enumerate(full.items())}
+        assert resolve_tp(**kw).source == src
+    assert resolve_tp().source == "default" and resolve_tp().tp == 1
+
+
+def test_shapes_are_used_only_when_they_cover_the_gemms():
+    """vLLM's full-graph decode step replays its GEMMs from one graph launch: the one linear op with recorded
+    shapes (the lm_head) launched a small part of them, so its 1.16 GB are not the step's weights (refused, with the
+    coverage); an eager
+    torch capture whose GEMMs all run under aten::linear keeps them."""
+    from dataclasses import replace
+
+    import tracekit
+
+    from conftest import sample_trace, shared
+
+    raw = _raw(shared("TraceLens/tests/traces/inference/vllm_decode_full/graph_execution.json.gz"))
+    graph_corr = {e["args"]["correlation"] for e in raw["traceEvents"] if e.get("name") == "hipGraphLaunch"}
+    gemm = [(e["args"].get("correlation"), e["dur"]) for e in raw["traceEvents"] if e.get("cat") == "kernel"
+            and re.search(r"(?i)gemm|Cijk", e.get("name", ""))]
+    graphed = sum(d for c, d in gemm if c in graph_corr) / sum(d for _, d in gemm)
+    # by hand: 72 of the 73 Cijk GEMM kernels replay from the graph launch; the 73rd (the lm_head, under the one
+    # aten::linear with shapes) is at most 1 - graphed of the GEMM time: far from the 80% the shapes need
+    assert 1 - graphed < 0.8
+    b = tracekit.breakdown(tracekit.load(shared("TraceLens/tests/traces/inference/vllm_decode_full/"
+                                                "graph_execution.json.gz")))
+    assert b.roofline["weight_bytes_per_step"] is None and b.roofline["shape_coverage"] <= 1 - graphed
+    assert any("not used" in w and "1,158,266,880" in w for w in b.warnings)
+    t = tracekit.load(sample_trace("hf-small-eager-torch"))
+    e = tracekit.breakdown(replace(t, manifest=None))
+    assert e.roofline["weight_bytes_source"] == "shapes" and e.roofline["shape_coverage"] > 0.99
+
+
+@pytest.mark.parametrize("name", ["spec-small-eager", "spec-large-eager"])
+def test_gemm_bandwidth_counts_the_target_not_the_draft(name):
+    """A speculative capture's manifest weights are target + draft x forwards; the draft's GEMMs run as `drafting`,
+    so the gemm bandwidth is the target's bytes over gemm time. Against the capture's own probe of the target's
+    GEMMs (CUDA events on the H200, manifest `gemm_probe`): within 10% (before, 3,680 and 5,257 GB/s: the latter
+    110% of the 4,800 GB/s peak)."""
+    import tracekit
+
+    from conftest import sample, sample_trace
+
+    man = json.loads(sample(f"{name}/manifest.json").read_text())
+    r = tracekit.breakdown(tracekit.load(sample_trace(name))).roofline
+    assert r["draft_bytes_per_step"] == man["draft_bytes_per_step"]
+    assert r["weight_bytes_per_step"] - r["draft_bytes_per_step"] == man["target_bytes_per_step"]
+    assert r["gemm_achieved_bw_gbps"] == pytest.approx(man["gemm_probe"]["m1"]["achieved_gbps"], rel=0.10)

@@ -265,7 +265,8 @@ def test_gb300_names_the_host_gap_before_each_graph_launch():
         assert r["cause"] == "launch_overhead" and r["before"]["kind"] == "op"
         assert r["before"]["name"].startswith("<built-in method replay")
     v = b.advice["cuda_graphs"]["verdict"]
-    assert f"the longest gap inside a step, {max(r['ms'] for r in rows):.3f} ms (launch overhead), comes before " \
+    # (in a graph-replaying step the gap before the launch is host work graphs cannot remove: named so, issue 23)
+    assert f"the longest gap inside a step, {max(r['ms'] for r in rows):.3f} ms (host work before graph launches), comes before " \
            "graph work, while the host was in op '<built-in method replay" in v
 
 

@@ -7,7 +7,8 @@
   :data:`GAP_CATEGORIES` the GPU-idle ones.
 * :data:`PRIORITY`: the partition order (each instant goes to the first active category).
 * :data:`GAP_CAUSES`: the keys of ``gaps`` (``launch_gaps`` + ``idle`` split by cause).
-* :data:`LEVERS`: the keys of ``advice``.
+* :data:`LEVERS`: the keys of ``advice``; :data:`LEVER_NAMES` (and :data:`HOST_WORK_NAMES`): what the headline
+  calls pulling each.
 
 >>> STEP_CATEGORIES[:3], GAP_CATEGORIES
 (('gemm', 'attention', 'communication'), ('launch_gaps', 'idle'))
@@ -35,8 +36,18 @@ STEP_CATEGORIES: tuple[str, ...] = BUSY_CATEGORIES + GAP_CATEGORIES
 PRIORITY: tuple[str, ...] = ("drafting", "gemm", "attention", "other", "communication", "memory", UNATTRIBUTED)
 # gaps keys: launch_gaps + idle by cause.
 GAP_CAUSES: tuple[str, ...] = ("launch_overhead", "host_stalls", "graph_bubbles", "between_steps")
-# advice keys, display order (every lever: diff and the renderers iterate over this list).
-LEVERS: tuple[str, ...] = ("cuda_graphs", "communication", "drafting", "memory_bandwidth", "host_stalls")
+# advice keys, display order (the contract's).
+LEVERS: tuple[str, ...] = ("cuda_graphs", "communication", "host_work", "drafting", "memory_bandwidth")
+# How the headline names pulling each lever: what it removes, in the words of the gaps table.
+LEVER_NAMES: dict[str, str] = {"cuda_graphs": "CUDA graphs", "communication": "faster collectives",
+                               "host_work": "no host work", "drafting": "no drafting",
+                               "memory_bandwidth": "fewer bytes per step"}
+# host_work's name by which of its two gaps it removes (gaps.host_stalls, gaps.between_steps, or both).
+HOST_WORK_NAMES: dict[str, str] = {"host_stalls": "no host stalls inside the step",
+                                   "between_steps": "no host work between steps",
+                                   "both": "no host stalls or host work between steps"}
+# The breakdown JSON's schema string, named once (breakdown writes it, diff and history compare against it).
+BREAKDOWN_SCHEMA = "tracekit.breakdown/3"
 # Range names whose GPU work is drafting (--draft-range's default; Python re.search).
 DEFAULT_DRAFT_RANGE = r"(?i)\bdraft"
 # Step phases (steps.phase) and what --phase accepts.
@@ -44,5 +55,5 @@ PHASES: tuple[str, ...] = ("decode", "prefill", "mixed", "unknown")
 PHASE_CHOICES: tuple[str, ...] = ("decode", "prefill", "mixed", "all")
 
 __all__ = ["KERNEL_CATEGORIES", "COMPUTE_CATEGORIES", "UNATTRIBUTED", "BUSY_CATEGORIES", "GAP_CATEGORIES",
-           "STEP_CATEGORIES", "PRIORITY", "GAP_CAUSES", "LEVERS", "PHASES", "PHASE_CHOICES", "DEFAULT_DRAFT_RANGE",
-           "KernelCategory"]
+           "STEP_CATEGORIES", "PRIORITY", "GAP_CAUSES", "LEVERS", "LEVER_NAMES", "HOST_WORK_NAMES", "PHASES",
+           "PHASE_CHOICES", "DEFAULT_DRAFT_RANGE", "BREAKDOWN_SCHEMA", "KernelCategory"]

@@ -171,6 +171,19 @@ def conform(df: pl.DataFrame, schema: dict[str, tuple[pl.DataType, str]]) -> pl.
 
 
 @dataclass(frozen=True)
+class ProcessGroup:
+    """One process group of a distributed job (Kineto ``distributedInfo.pg_config``): its name, description
+    (``default_pg``, ``undefined``, or a framework's label such as ``tp``), backend (``cuda:nccl``), size and
+    global ranks."""
+
+    name: str
+    desc: str | None
+    backend: str | None
+    size: int
+    ranks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class TraceMeta:
     """What we know about where a trace came from."""
 
@@ -185,6 +198,8 @@ class TraceMeta:
     warnings: tuple[str, ...] = ()
     # The profiled command line as the profiler recorded it (nsys META_DATA_CAPTURE), argv order; untrusted text.
     command: tuple[str, ...] | None = None
+    # The job's process groups where the producer lists them (Kineto distributedInfo.pg_config); untrusted text.
+    process_groups: tuple[ProcessGroup, ...] = ()
 
 
 @dataclass(frozen=True)

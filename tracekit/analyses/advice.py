@@ -1,11 +1,18 @@
-"""Advice: which lever (CUDA graphs, host work, faster collectives, drafting, fewer bytes) is worth pulling.
+"""Advice: which lever (CUDA graphs, faster collectives, host work, drafting, fewer bytes) is worth pulling.
 
 :func:`advise` is pure: it takes the facts a breakdown measured (:class:`StepFacts`) and returns an
 immutable :class:`Advice`. Each lever has ``predicted_step_ms`` (the step with that lever pulled as far as it
 goes, an UNPROFILED time), ``max_saving_ms`` = ``reference_step_ms`` - predicted, ``max_saving_fraction`` and a
 verdict sentence. The reference is the time base (``tracekit.analyses.timebase``): the unprofiled step when
-known (flag, then manifest), else the traced step - then every saving is an upper bound on a profiled step, and
-the verdicts say so.
+known (flag, then manifest), else the traced step.
+
+A verdict is data before it is prose. Each :class:`Lever` carries its saving, the *basis* of that saving
+(:data:`BASES`: ``measured``, ``estimated``, ``upper_bound`` — every saving without an unprofiled time —,
+``unknown`` when an input is missing, with ``needs`` naming the flag that resolves it, ``none`` when the lever
+does not apply), the inputs it ``assumed``, and the name the headline gives it (``tracekit.categories``
+LEVER_NAMES: what pulling it removes). The sentence's saving clause is rendered from those fields by one function
+(:func:`saving_text`: "at most 0.804 ms" for an upper bound, "≈0.804 ms" otherwise), and :func:`check` refuses a
+lever whose sentence states an unhedged upper bound or a bandwidth above the GPU's peak before it is printed.
 
 CUDA-graph model. In an eager step the GPU waits for the host between kernels; replayed from a graph, the same
 kernels run back to back with a small fixed cost each, while host stalls inside the step (a synchronisation,
@@ -15,17 +22,20 @@ a blocking copy, CPU work) stay where the code puts them::
 
 ``busy`` is the step's GPU-busy time (the union of its activity), ``n_launches`` the work it launched one by
 one, ``replay_gap`` the per-node cost of graph replay on this GPU (``--device-profile`` key
-``graph_replay_gap_us``, else the H200 calibration below). Host work between steps is not modelled (assumed to
-shrink to the replay; a server's scheduler keeps its own, reported under ``host_stalls``).
+``graph_replay_gap_us``, else the H200 calibration below). Host work between steps is not modelled (the
+``host_work`` lever reports it). In steps that already replay graphs, the in-step gaps the gap table calls
+launch overhead are the host's work before each graph launch (e.g. SGLang's ``normal_decode_set_metadata``
+before ``replay()``): graphs cannot remove them, and the verdicts say so.
 docs/validation.md records predicted versus measured step times on the H200.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from tracekit.categories import LEVERS
+from tracekit.categories import HOST_WORK_NAMES, LEVER_NAMES, LEVERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracekit.analyses.drafting import VerifyCost
@@ -37,13 +47,20 @@ DEFAULT_REPLAY_GAP_US = 0.58
 GRAPHED_SHARE = 0.8  # contract: not applicable when >= 80% of kernel time is graph replay
 SMALL_SAVING = 0.05  # a lever that saves less than this share of the step "would save little"
 MEMORY_BOUND = 0.7  # fraction of the bandwidth floor from which a step is called memory-bound
-# Levers in display order: every one, named in tracekit.categories.
+PEAK_TOLERANCE = 1.05  # a bandwidth above this x the peak is impossible (tracekit.analyses.roofline)
+# Levers in display order (the contract's advice keys).
 ALL_LEVERS = LEVERS
+# The basis of a lever's max_saving_ms.
+BASES = ("measured", "estimated", "upper_bound", "unknown", "none")
+EPS_MS = 0.0005  # savings below this (0.5 µs) are none
 
 
 @dataclass(frozen=True)
 class Lever:
-    """One lever of ``advice``; ``extra`` holds extension keys (e.g. ``detection``)."""
+    """One lever of ``advice``; ``extra`` holds extension keys (e.g. ``detection``).
+
+    ``name``: how the headline calls pulling it; ``basis`` (:data:`BASES`) of ``max_saving_ms``; ``assumed``:
+    the inputs the saving rests on; ``needs``: the flags that would make an unknown saving known."""
 
     applicable: bool
     predicted_step_ms: float | None
@@ -51,14 +68,24 @@ class Lever:
     max_saving_fraction: float | None
     verdict: str
     extra: dict = field(default_factory=dict)
+    name: str = ""
+    basis: str = "none"
+    assumed: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
 
     def __getitem__(self, key: str):
         return self.to_dict()[key]
 
+    @property
+    def unknown(self) -> bool:
+        """A saving that an input the user can give would make known."""
+        return self.basis == "unknown" and bool(self.needs)
+
     def to_dict(self) -> dict:
         return {"applicable": self.applicable, "predicted_step_ms": self.predicted_step_ms,
                 "max_saving_ms": self.max_saving_ms, "max_saving_fraction": self.max_saving_fraction,
-                "verdict": self.verdict, **self.extra}
+                "verdict": self.verdict, **self.extra, "basis": self.basis, "assumed": list(self.assumed),
+                "needs": list(self.needs)}
 
 
 @dataclass(frozen=True)
@@ -82,7 +109,7 @@ class StepFacts:
     traced_ms: float  # steps.mean_ms: the traced step
     reference_ms: float  # time_base.reference_step_ms
     reference_source: str | None  # "flag" | "manifest" | None (= the traced step)
-    upper_bounds: bool  # no unprofiled time and a host-bound step
+    upper_bounds: bool  # no unprofiled time: every saving is an upper bound on a profiled step
     per_step_ms: dict  # the exact partition of the traced step
     kernel_ms: dict  # plain kernel sums per category
     gaps: dict  # launch_overhead, host_stalls, graph_bubbles, between_steps
@@ -115,6 +142,7 @@ class StepFacts:
     verify: VerifyCost | None = None  # speculative steps: the target (verify) forward (tracekit.analyses.drafting)
     draft_evidence: tuple = ()  # advice.drafting.evidence: what the detection rests on
     comm_split: object | None = None  # collectives.CommSplit: transfer against waiting, per kind (communication lever)
+    roofline_refused: str | None = None  # why the roofline's figures are physically impossible (the inputs to check)
 
 
 def pct(x: float) -> str:
@@ -127,16 +155,6 @@ def pct(x: float) -> str:
     return f"{v:.1f}%" if abs(v) < 10 else f"{v:.0f}%"
 
 
-def _lever(f: StepFacts, applicable: bool, predicted: float | None, verdict: str, **extra) -> Lever:
-    ref = f.reference_ms
-    saving = None if predicted is None else ref - predicted
-    if saving is not None and not extra.pop("signed", False):
-        saving = max(0.0, saving)
-    return Lever(applicable=bool(applicable), predicted_step_ms=predicted, max_saving_ms=saving,
-                 max_saving_fraction=None if saving is None or ref <= 0 else saving / ref, verdict=verdict,
-                 extra=extra)
-
-
 def _base(f: StepFacts) -> str:
     """How the reference step is named in a verdict."""
     if f.reference_source:
@@ -144,73 +162,142 @@ def _base(f: StepFacts) -> str:
     return f"{f.reference_ms:.3f} ms (traced)"
 
 
-def _bound(f: StepFacts) -> str:
-    return " (an upper bound: the traced step includes the profiler's overhead)" if f.upper_bounds else ""
+def saving_text(f: StepFacts, ms: float, basis: str) -> str:
+    """A saving as a verdict states it: "at most 0.804 ms" when it is an upper bound (no unprofiled time, or the
+    lever's own basis), "≈0.804 ms" otherwise, with its share of the reference step.
+
+    >>> f = StepFacts(5.0, 5.0, None, True, {}, {}, {}, 4.0, 0.0, 0.0, 0.0, 0.0, 0.0, "not_detected", "decode")
+    >>> saving_text(f, 0.8, "upper_bound")
+    'at most 0.800 ms per step (16% of the 5.000 ms traced step)'
+    """
+    amount = f"at most {ms:.3f} ms" if basis == "upper_bound" else f"≈{ms:.3f} ms"
+    of = (f"the {f.reference_ms:.3f} ms unprofiled step, {f.reference_source}" if f.reference_source
+          else f"the {f.reference_ms:.3f} ms traced step")
+    share = f"{pct(ms / f.reference_ms)} of {of}" if f.reference_ms else of
+    return f"{amount} per step ({share})"
 
 
-def _longest(gap: dict | None) -> str:
-    """'; the longest inside a step, 0.574 ms before graph work, while the host was in op 'replay'' or ''."""
+def _lever(f: StepFacts, applicable: bool, predicted: float | None, detail: str, *, key: str,
+           action: str | None = None, basis: str = "estimated", name: str | None = None, assumed: tuple = (),
+           needs: tuple = (), signed: bool = False, **extra) -> Lever:
+    """A lever from its numbers: the saving is ``reference - predicted`` (floored at 0 unless ``signed``); its
+    basis is ``upper_bound`` whenever no unprofiled time is known, ``unknown`` when it cannot be computed. With
+    ``action`` ("CUDA graphs") and a positive saving the verdict starts with the rendered saving clause
+    ("CUDA graphs could save at most ..."), then ``detail``."""
+    ref = f.reference_ms
+    saving = None if predicted is None else ref - predicted
+    if saving is not None and not signed:
+        saving = max(0.0, saving)
+    if saving is None:
+        basis = "unknown" if needs else "none"
+    elif not applicable and saving <= EPS_MS:
+        basis = "none" if basis != "measured" else basis
+    elif f.upper_bounds and basis != "none":
+        basis = "upper_bound"
+    verdict = detail
+    if action and saving is not None and saving > EPS_MS and applicable:
+        verb = "could save" if basis == "upper_bound" else "would save"
+        verdict = f"{action} {verb} {saving_text(f, saving, basis)}" + (f": {detail}" if detail else "")
+    return Lever(applicable=bool(applicable), predicted_step_ms=predicted, max_saving_ms=saving,
+                 max_saving_fraction=None if saving is None or ref <= 0 else saving / ref, verdict=verdict,
+                 extra=extra, name=name or LEVER_NAMES[key], basis=basis, assumed=tuple(assumed),
+                 needs=tuple(needs))
+
+
+def _graphed(f: StepFacts) -> bool:
+    return f.graph_kernel_share >= GRAPHED_SHARE
+
+
+def gap_name(f: StepFacts, cause: str) -> str:
+    """A gap cause in words: in steps that replay CUDA graphs the gaps before launched work are host work before
+    the graph launch (e.g. SGLang's metadata update before replay()), not launch overhead graphs would remove."""
+    if cause == "launch_overhead" and _graphed(f):
+        return "host work before graph launches"
+    return cause.replace("_", " ")
+
+
+def _longest(f: StepFacts, gap: dict | None) -> str:
+    """'; the longest inside a step, 0.574 ms (...), comes before graph work, while the host was in op 'replay'' or ''."""
     if not gap:
         return ""
     before = gap.get("before")
     what = f", while the host was in {before['kind']} {before['name']!r}" if before else ""
-    return (f"; the longest gap inside a step, {gap['ms']:.3f} ms ({gap['cause'].replace('_', ' ')}), comes before "
+    return (f"; the longest gap inside a step, {gap['ms']:.3f} ms ({gap_name(f, gap['cause'])}), comes before "
             f"{gap['where']} work{what}")
 
 
 def cuda_graphs_lever(f: StepFacts) -> Lever:
     g = f.gaps
-    if f.graph_kernel_share >= GRAPHED_SHARE:
-        return _lever(f, False, f.reference_ms,
-                      f"steps already replay CUDA graphs ({pct(f.graph_kernel_share)} of kernel time); the traced "
-                      f"step's GPU-idle time is {g['launch_overhead']:.3f} ms of launch overhead, "
-                      f"{g['host_stalls']:.3f} ms of host stalls, {g['graph_bubbles']:.3f} ms of graph bubbles and "
-                      f"{g['between_steps']:.3f} ms between steps" + _longest(f.longest_in_step))
+    if _graphed(f):
+        detail = (f"steps already replay CUDA graphs ({pct(f.graph_kernel_share)} of kernel time); the traced "
+                  f"step's GPU-idle time is {g['launch_overhead']:.3f} ms of host work before the graph launches "
+                  "(the host preparing each replay and the launch call itself, which a profiler slows: graphs are "
+                  f"already in use and cannot remove it), {g['host_stalls']:.3f} ms of host "
+                  f"stalls, {g['graph_bubbles']:.3f} ms of graph bubbles and {g['between_steps']:.3f} ms between "
+                  "steps" + _longest(f, f.longest_in_step))
+        return _lever(f, False, f.reference_ms, detail, key="cuda_graphs", basis="none")
     n = f.launched_per_step
     stalls = g["host_stalls"]
     predicted = f.busy_ms + n * f.replay_gap_us / 1000.0 + stalls
     predicted = min(predicted, f.reference_ms) if f.reference_source else min(predicted, f.traced_ms)
     saving = f.reference_ms - predicted
+    assumed = (f"{f.replay_gap_us:.2f} µs per replayed graph node",)
     part = f" for its eager part ({pct(1 - f.graph_kernel_share)} of kernel time)" if f.graph_kernel_share > 0.01 else ""
     if f.reference_ms and saving / f.reference_ms < SMALL_SAVING:
         return _lever(f, True, predicted,
                       f"CUDA graphs would save little: the step takes {_base(f)} against ≈{predicted:.3f} ms with "
-                      f"graphs; the GPU is already kept busy")
-    stays = f"; {stalls:.3f} ms of host stalls inside the step stay (see host stalls)" if stalls > 0.0005 else ""
-    verdict = (f"CUDA graphs{part} would cut the step from {_base(f)} to about {predicted:.3f} ms "
-               f"(−{saving:.3f} ms, {pct(saving / f.reference_ms)}){_bound(f)}: {n:.0f} launches issued one by "
-               f"one become ≈{f.replay_gap_us:.2f} µs graph nodes{stays}; host work between steps is not modelled")
-    return _lever(f, True, predicted, verdict)
+                      f"graphs (a saving of {'at most' if f.upper_bounds else '≈'}"
+                      f"{' ' if f.upper_bounds else ''}{saving:.3f} ms); the GPU is already kept busy",
+                      key="cuda_graphs", assumed=assumed)
+    stays = f"; {stalls:.3f} ms of host stalls inside the step stay (see host work)" if stalls > EPS_MS else ""
+    bound = "" if f.reference_source else " (an upper bound: the traced step includes the profiler's own overhead)"
+    detail = (f"the step would take about {predicted:.3f} ms with graphs{bound}: {n:.0f} launches issued one by "
+              f"one become ≈{f.replay_gap_us:.2f} µs graph nodes{stays}; host work between steps is not modelled")
+    return _lever(f, True, predicted, detail, key="cuda_graphs", action=f"CUDA graphs{part}", assumed=assumed)
 
 
-def host_stalls_lever(f: StepFacts) -> Lever:
-    """Host work the GPU waits for: stalls inside the step plus the host time between steps. These are traced
-    figures; with an unprofiled step they are capped at what that step leaves besides its GPU work."""
+def host_work_lever(f: StepFacts) -> Lever:
+    """Host work the GPU waits for: stalls inside the step (``gaps.host_stalls``) plus the host time between steps
+    (``gaps.between_steps``). Traced figures; with an unprofiled step they are scaled to it (the host time shrinks
+    with the profiler's overhead as the step does) and capped at what that step leaves besides its GPU work."""
     g = f.gaps
-    traced = g["host_stalls"] + g["between_steps"]
-    if traced <= 0.0005:
-        return _lever(f, False, f.reference_ms, "no host stalls: the GPU never waits for host work in or between "
-                                                "steps")
-    # With an unprofiled step, what it leaves besides its GPU work, the bubbles of its graphs and the bare cost of
-    # its launches bounds the host time in it (the rest of the traced figure is the profiler's own overhead).
+    hs, bs = g["host_stalls"], g["between_steps"]
+    traced = hs + bs
+    which = "both" if hs > EPS_MS and bs > EPS_MS else ("host_stalls" if hs > EPS_MS else "between_steps")
+    name = HOST_WORK_NAMES[which]
+    if traced <= EPS_MS:
+        return _lever(f, False, f.reference_ms, "the GPU never waits for host work in or between steps (no host "
+                      "stalls, nothing between steps)", key="host_work", name=name, basis="measured")
+    saving, assumed = traced, ()
+    # With an unprofiled step: the traced host time scaled to it, and no more than what that step leaves besides
+    # its GPU work, the bubbles of its graphs and the bare cost of its launches (the rest is profiler overhead).
     room = f.reference_ms - f.busy_ms - g["graph_bubbles"] - f.launched_per_step * f.replay_gap_us / 1000.0
-    saving = min(traced, max(0.0, room)) if f.reference_source else traced
+    if f.reference_source and f.traced_ms:
+        scale = min(1.0, f.reference_ms / f.traced_ms)
+        saving = min(traced * scale, max(0.0, room))
+        assumed = (f"host time scaled to the unprofiled step (x{scale:.2f})",)
     where = []
-    if g["host_stalls"] > 0.0005:
-        where.append(f"{g['host_stalls']:.3f} ms inside the step (synchronisations, blocking copies, CPU work)")
-    if g["between_steps"] > 0.0005:
+    if hs > EPS_MS:
+        where.append(f"{hs:.3f} ms of host stalls inside the step (synchronisations, blocking copies, CPU work)")
+    if bs > EPS_MS:
         b = f.longest_between
         what = ""
         if b and b.get("before"):
             what = f" (the longest while the host was in {b['before']['kind']} {b['before']['name']!r})"
-        where.append(f"{g['between_steps']:.3f} ms between steps{what}")
-    verdict = (f"in the traced step the GPU waits for host work {' and '.join(where)}: moving it off the critical "
-               f"path (overlap it with GPU work, make it asynchronous) could save up to {saving:.3f} ms "
-               f"({pct(saving / f.reference_ms) if f.reference_ms else '—'} of {_base(f)})")
-    if f.reference_source and saving < traced - 0.0005:
-        verdict += (f"; the unprofiled step leaves at most {max(0.0, room):.3f} ms besides its GPU work: the rest is the "
-                    "profiler's own overhead")
-    return _lever(f, saving > 0.0005, max(f.busy_ms, f.reference_ms - saving), verdict + _bound(f))
+        where.append(f"{bs:.3f} ms of host work between steps{what}")
+    detail = (f"in the traced step the GPU waits for {' and '.join(where)}; move it off the critical path (overlap "
+              "it with GPU work, make it asynchronous)")
+    if f.reference_source and saving <= EPS_MS:
+        detail += ("; the unprofiled step leaves no time besides its GPU work, graph bubbles and launches: all of it "
+                   "is the profiler's own overhead")
+    elif f.reference_source and saving < traced - EPS_MS:
+        detail += (f"; on the unprofiled step that is at most {saving:.3f} ms (it leaves {max(0.0, room):.3f} ms "
+                   "besides its GPU work): the rest is the profiler's own overhead")
+    action = {"both": "removing the host stalls and the host work between steps",
+              "host_stalls": "removing the host stalls inside the step",
+              "between_steps": "removing the host work between steps"}[which]
+    return _lever(f, saving > EPS_MS, max(f.busy_ms, f.reference_ms - saving), detail, key="host_work", name=name,
+                  action=action, basis="estimated" if f.reference_source else "upper_bound", assumed=assumed)
 
 
 def _comm_measures(f: StepFacts) -> dict:
@@ -232,6 +319,12 @@ def _kinds(split) -> str:
     return "/".join(kinds) if kinds else "collectives"
 
 
+def _comm_name(f: StepFacts) -> str:
+    """'a faster all-reduce' when every collective of the step is one, else 'faster collectives'."""
+    kinds = {str(r.get("kind", "")).replace("_", "-") for r in f.collectives}
+    return "a faster all-reduce" if kinds == {"all-reduce"} else LEVER_NAMES["communication"]
+
+
 def communication_lever(f: StepFacts) -> Lever:
     """Faster collectives: what the exposed part of their *transfer* costs per step (contract: waiting for other
     ranks is excluded; without a split, the exposed communication, an upper bound that includes waiting)."""
@@ -240,31 +333,29 @@ def communication_lever(f: StepFacts) -> Lever:
     split = f.comm_split
     if exposed is None:
         return _lever(f, False, None, "communication cannot be measured: graph work has no per-kernel rows",
-                      **_comm_measures(f))
+                      key="communication", **_comm_measures(f))
     if not kernel:
         return _lever(f, False, f.reference_ms, "no communication kernels in the step: faster collectives cannot "
-                                                "help", **_comm_measures(f))
+                                                "help", key="communication", basis="measured", **_comm_measures(f))
     # only compute on another stream hides communication (same-stream overlap is serialised away)
     hidden = f.hidden_comm_ms if f.hidden_comm_ms is not None else max(0.0, kernel - exposed)
     what = _kinds(split)
     lever_name = f"faster {what}"
-    hedge = f.upper_bounds or not f.reference_source  # no unprofiled time: every saving is an upper bound
-    at_most = "at most " if hedge else ""
     counts = ""
     if split is not None and split.by_kind:
         counts = " (" + ", ".join(f"{r['count_per_step']:.3g} {r['kind']}" for r in split.by_kind) + " per step)"
     hid = f"; {hidden:.3f} ms more overlaps compute on other streams" if hidden > 0.0005 else ""
     if split is not None and split.basis != "none" and split.exposed_transfer_ms is not None:
         saving = min(split.exposed_transfer_ms, exposed)
+        basis = "estimated"
         if split.ranks == 1:
             verdict = (f"{split.kernel_ms:.3f} ms of communication kernels per step{counts}, all of it transfer "
-                       f"({split.how})")
+                       f"({split.how}); the saving is the exposed part of the transfer{hid}")
         else:
             where = split.how if split.how else "measured across the ranks"
             verdict = (f"{split.kernel_ms:.3f} ms of communication kernels per step{counts}: ≈{split.transfer_ms:.3f} "
-                       f"ms transfer and ≈{split.wait_ms:.3f} ms waiting for other ranks ({where})")
-        verdict += (f"; {lever_name} could save {at_most}{saving:.3f} ms per step ({pct(saving / f.reference_ms)} of "
-                    f"{_base(f)}), the exposed part of the transfer{_bound(f)}{hid}")
+                       f"ms transfer and ≈{split.wait_ms:.3f} ms waiting for other ranks ({where}); the saving is the "
+                       f"exposed part of the transfer{hid}")
         if split.ranks != 1 and (split.wait_ms or 0) > 0.0005:
             verdict += ("; the wait goes only by evening out the ranks' work and launch times, not by faster "
                         "collectives")
@@ -272,10 +363,10 @@ def communication_lever(f: StepFacts) -> Lever:
                 verdict += " (analyse every rank's file together for the measured split)"
     else:
         saving = exposed
+        basis = "upper_bound"
         why = f" ({split.how})" if split is not None and split.how else ""
-        verdict = (f"exposed communication is {exposed:.3f} ms per step{counts} ({pct(exposed / f.reference_ms)} of "
-                   f"{_base(f)}{hid}): {lever_name} could save at most that — an upper bound that includes waiting "
-                   f"for other ranks{why}{_bound(f)}")
+        verdict = (f"exposed communication is {exposed:.3f} ms per step{counts}{hid}: an upper bound that includes "
+                   f"waiting for other ranks{why}")
     cost = f.comm_overheads
     if cost and (cost["staging_ms"] > 0 or cost["node_ms"] > 0):
         parts = [f"its staging copies ({cost['staging_ms']:.3f} ms)"] if cost["staging_ms"] > 0 else []
@@ -297,7 +388,8 @@ def communication_lever(f: StepFacts) -> Lever:
         total = saving + cost["staging_ms"] + cost["node_ms"]
         extra.update(staging_ms=cost["staging_ms"], graph_node_ms=cost["node_ms"], implementation_cost_ms=total,
                      free_allreduce_step_ms=max(0.0, f.reference_ms - total))
-    return _lever(f, True, max(0.0, f.reference_ms - saving), verdict, **extra)
+    return _lever(f, True, max(0.0, f.reference_ms - saving), verdict, key="communication", action=lever_name,
+                  name=lever_name, basis=basis, **extra)
 
 
 def drafting_lever(f: StepFacts) -> Lever:
@@ -309,11 +401,12 @@ def drafting_lever(f: StepFacts) -> Lever:
     draft = f.per_step_ms.get("drafting")
     det = {"detection": f.draft_detection, "evidence": list(f.draft_evidence)}
     if draft is None:
-        return _lever(f, False, None, "drafting cannot be measured: graph work has no per-kernel rows", **det)
+        return _lever(f, False, None, "drafting cannot be measured: graph work has no per-kernel rows",
+                      key="drafting", **det)
     if OFF_EVIDENCE in f.draft_evidence:
-        return _lever(f, False, None, f"drafting not detected: {OFF_EVIDENCE}", **det)
+        return _lever(f, False, None, f"drafting not detected: {OFF_EVIDENCE}", key="drafting", **det)
     if f.draft_detection == "not_detected" or draft <= 0:
-        return _lever(f, False, None, NOT_DETECTED_VERDICT, **det)
+        return _lever(f, False, None, NOT_DETECTED_VERDICT, key="drafting", **det)
     # The draft phase costs its wall time on the GPU timeline, launch gaps between its kernels included.
     phase = max(draft, min(f.draft_phase_ms, f.traced_ms))
     how = {"ranges": "draft ranges", "structure": "the step's structure", "kernels": "speculative kernels"}[
@@ -333,14 +426,19 @@ def drafting_lever(f: StepFacts) -> Lever:
             verdict += (f"; with {acc:.2f} tokens accepted per step speculation gives {spec_tps:.1f} tok/s against "
                         f"≈{plain_tps:.1f} tok/s without it (≈{plain:.3f} ms per plain step: {basis}): "
                         f"it {pays} (break-even at {f.reference_ms / plain:.2f} accepted tokens per step)")
+        hedge = "upper_bound" if f.upper_bounds else "estimated"
+        if saving > EPS_MS:
+            verdict += f"; dropping speculation {'could' if f.upper_bounds else 'would'} save " + saving_text(
+                f, saving, hedge) + " of tokens"
         return Lever(applicable=True, predicted_step_ms=plain, max_saving_ms=saving,
                      max_saving_fraction=saving / f.reference_ms if f.reference_ms else None, verdict=verdict,
-                     extra=det)
+                     extra=det, name=LEVER_NAMES["drafting"], basis=hedge, assumed=(f"accept length {acc:g}",))
     verdict += (f"; without speculation a step would take ≈{plain:.3f} ms ({basis}); saving unknown: pass "
                 "--accept-len X (mean tokens accepted per step, the bonus token included) to compare tokens/s with "
                 "and without speculation")
     return Lever(applicable=True, predicted_step_ms=plain, max_saving_ms=None, max_saving_fraction=None,
-                 verdict=verdict, extra={**det, "missing_flag": "--accept-len"})
+                 verdict=verdict, extra={**det, "missing_flag": "--accept-len"}, name=LEVER_NAMES["drafting"],
+                 basis="unknown", needs=("--accept-len",))
 
 
 def _plain_step(f: StepFacts, phase: float) -> tuple[float, str]:
@@ -382,19 +480,29 @@ def _plain_step(f: StepFacts, phase: float) -> tuple[float, str]:
 
 def memory_lever(f: StepFacts) -> Lever:
     floor = f.floor_ms
+    if f.roofline_refused:
+        return _lever(f, False, None, f"no memory-bandwidth verdict: the roofline inputs are wrong: "
+                      f"{f.roofline_refused}", key="memory_bandwidth",
+                      needs=("--tp", "--model", "--weight-bytes", "--tokens-per-step"))
     if floor is None:
+        needs = ("--model", "--weight-bytes") if f.weight_bytes_per_step is None else ("--peak-bw",)
         return _lever(f, False, None, "weight bytes or peak bandwidth unknown: pass --model PATH (or --weight-bytes "
-                                      "N) and --peak-bw to compare the step with the memory-bandwidth floor")
+                                      "N) and --peak-bw to compare the step with the memory-bandwidth floor",
+                      key="memory_bandwidth", needs=needs)
     ref = f.reference_ms
     frac = floor / ref if ref else 0
     gemm = f.per_step_ms.get("gemm")
     peak = f.peak_bw_gbps
     kv = f.kv_bytes_per_step
+
     def src(s: str | None) -> str:
         return f" ({s})" if s else ""
 
     streams = (f"{(f.weight_bytes_per_step or 0) / 1e9:.2f} GB of weights{src(f.weight_bytes_source)}"
                + (f" and {kv / 1e9:.2f} GB of KV cache{src(f.kv_bytes_source)}" if kv else "") + " per GPU")
+    assumed = tuple(x for x in (f"weights from {f.weight_bytes_source}" if f.weight_bytes_source else "",
+                                f"KV cache from {f.kv_bytes_source}" if kv and f.kv_bytes_source else "",
+                                f"peak {peak:,.0f} GB/s" if peak else "") if x)
     near = []
     if f.gemm_achieved_bw_gbps and peak:
         near.append(f"the gemm kernels read at {pct(f.gemm_achieved_bw_gbps / peak)} of peak")
@@ -408,16 +516,18 @@ def memory_lever(f: StepFacts) -> Lever:
                    "changes cannot help much — fewer bytes can (quantization, a smaller KV cache, batching, better "
                    "acceptance)")
     else:
+        rest_ms = ref - floor
+        amount = f"at most {rest_ms:.3f} ms" if f.upper_bounds else f"{rest_ms:.3f} ms"
         verdict = (f"the step takes {_base(f)} against a floor of {floor:.3f} ms for reading {streams} ({pct(frac)} "
-                   f"of it): {ref - floor:.3f} ms per step are not spent reading memory")
+                   f"of it): {amount} per step are not spent reading memory")
         rest = sorted(((k, v) for k, v in {**f.gaps, **{k: v for k, v in f.per_step_ms.items()
                                                         if k not in ("gemm", "launch_gaps", "idle")}}.items() if v),
                       key=lambda kv_: -kv_[1])[:2]
         if rest:
             verdict += "; the largest other parts of the traced step: " + ", ".join(
-                f"{k.replace('_', ' ')} {v:.3f} ms" for k, v in rest)
+                f"{gap_name(f, k)} {v:.3f} ms" for k, v in rest)
         verdict += near_txt
-    return _lever(f, True, floor, verdict)
+    return _lever(f, True, floor, verdict, key="memory_bandwidth", assumed=assumed)
 
 
 def not_decode(f: StepFacts) -> Advice:
@@ -425,25 +535,60 @@ def not_decode(f: StepFacts) -> Advice:
            "analyse the decode steps)")
     extra = {"drafting": {"detection": f.draft_detection, "evidence": list(f.draft_evidence)},
              "communication": _comm_measures(f)}
-    levers = {k: Lever(False, None, None, None, why, extra.get(k, {})) for k in ALL_LEVERS}
+    levers = {k: Lever(False, None, None, None, why, extra.get(k, {}), name=LEVER_NAMES[k]) for k in ALL_LEVERS}
     return Advice(levers=levers, ranked=())
 
 
+_GBPS = re.compile(r"(\d[\d,]*(?:\.\d+)?) GB/s")
+_OF_PEAK = re.compile(r"(\d+(?:\.\d+)?)% of peak")
+_HEDGE = ("at most", "≤")
+
+
+def check(lever: Lever, f: StepFacts) -> list[str]:
+    """What makes ``lever`` unfit to print (empty when it holds): an upper-bound saving stated without "at most"
+    or "≤"; a memory bandwidth above the GPU's peak (x ``PEAK_TOLERANCE``) or above 100% of it, in its verdict; a
+    saving larger than the reference step."""
+    problems = []
+    s = lever.max_saving_ms
+    if lever.basis == "upper_bound" and s is not None and s > EPS_MS and not any(h in lever.verdict for h in _HEDGE):
+        problems.append(f"its saving ({s:.3f} ms) is an upper bound but the verdict does not say so")
+    if s is not None and s > f.reference_ms * (1 + 1e-9) + EPS_MS:
+        problems.append(f"its saving ({s:.3f} ms) exceeds the {f.reference_ms:.3f} ms step")
+    peak = f.peak_bw_gbps
+    if peak:
+        for m in _GBPS.finditer(lever.verdict):
+            ctx = lever.verdict[max(0, m.start() - 40):m.end() + 40]
+            if float(m.group(1).replace(",", "")) > PEAK_TOLERANCE * peak and "bus bandwidth" not in ctx:
+                problems.append(f"it states {m.group(0)}, above the GPU's {peak:,.0f} GB/s peak")
+    for m in _OF_PEAK.finditer(lever.verdict):
+        if float(m.group(1)) > 100 * PEAK_TOLERANCE:
+            problems.append(f"it states {m.group(0)}")
+    return problems
+
+
+def _refuse(lever: Lever, problems: list[str]) -> Lever:
+    return replace(lever, applicable=False, max_saving_ms=None, max_saving_fraction=None, basis="unknown",
+                   verdict=f"verdict withheld ({'; '.join(problems)}): {lever.name} not assessed")
+
+
 def advise(f: StepFacts) -> Advice:
-    """Every lever for the measured facts ``f``; ``ranked`` = the applicable levers with a positive saving, largest
-    first (memory bandwidth is context, never ranked; a negative drafting saving means speculation pays)."""
+    """Every lever for the measured facts ``f``, each checked (:func:`check`) before it is returned; ``ranked`` =
+    the applicable levers with a positive saving, largest first (memory bandwidth is context, never ranked; a
+    negative drafting saving means speculation pays)."""
     if not f.decode_advice or f.phase == "prefill":
         return not_decode(f)
     levers = {
         "cuda_graphs": cuda_graphs_lever(f),
         "communication": communication_lever(f),
+        "host_work": host_work_lever(f),
         "drafting": drafting_lever(f),
         "memory_bandwidth": memory_lever(f),
-        "host_stalls": host_stalls_lever(f),
     }
+    levers = {k: (_refuse(v, p) if (p := check(v, f)) else v) for k, v in levers.items()}
     ranked = tuple(sorted((k for k, v in levers.items() if v.applicable and (v.max_saving_ms or 0) > 0
                            and k != "memory_bandwidth"), key=lambda k: -(levers[k].max_saving_ms or 0)))
     return Advice(levers=levers, ranked=ranked)
 
 
-__all__ = ["advise", "Advice", "Lever", "StepFacts", "DEFAULT_REPLAY_GAP_US", "GRAPHED_SHARE", "ALL_LEVERS", "pct"]
+__all__ = ["advise", "check", "Advice", "Lever", "StepFacts", "DEFAULT_REPLAY_GAP_US", "GRAPHED_SHARE", "ALL_LEVERS",
+           "BASES", "pct", "saving_text", "gap_name"]

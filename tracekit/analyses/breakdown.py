@@ -1,6 +1,6 @@
 """Per-decode-step breakdown: where every nanosecond of a step's period goes, and which lever is worth pulling.
 
-One pipeline of typed, immutable values (../shared/spec/CONTRACT.md, ``tracekit.breakdown/2``)::
+One pipeline of typed, immutable values (../shared/spec/CONTRACT.md, ``tracekit.breakdown/3``)::
 
     attribute(trace)  -> Attribution   which step / draft phase each GPU activity belongs to, and what it is
     partition(...)    -> StepTable     each analysed step's period split exactly, its gaps by cause
@@ -14,6 +14,7 @@ One pipeline of typed, immutable values (../shared/spec/CONTRACT.md, ``tracekit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,12 +29,14 @@ from tracekit.analyses.advice import (
     Advice,
     StepFacts,
     advise,
+    gap_name,
     pct,
 )
 from tracekit.analyses.attribution import Attribution, attribute, devices_with_activity, pick_device
 from tracekit.analyses.partition import StepTable, partition
 from tracekit.analyses.timebase import TimeBase, host_bound, time_base
 from tracekit.categories import (
+    BREAKDOWN_SCHEMA,
     BUSY_CATEGORIES,
     COMPUTE_CATEGORIES,
     DEFAULT_DRAFT_RANGE,
@@ -44,15 +47,12 @@ from tracekit.categories import (
 )
 from tracekit.trace import Trace
 
-SCHEMA = "tracekit.breakdown/2"
-# (communication: the lever names the collective kinds that matter, ``lever_name``, e.g. "faster all-gather/reduce-scatter")
-LEVER_NAMES = {"cuda_graphs": "CUDA graphs", "communication": "faster collectives", "drafting": "no drafting",
-               "host_stalls": "no host stalls"}
+SCHEMA = BREAKDOWN_SCHEMA  # "tracekit.breakdown/3" (tracekit.categories names it once)
 
 
 @dataclass(frozen=True)
 class Breakdown:
-    """The result of :func:`breakdown`; ``to_dict()`` is the contract JSON (``tracekit.breakdown/2``).
+    """The result of :func:`breakdown`; ``to_dict()`` is the contract JSON (``tracekit.breakdown/3``).
 
     Besides the contract's blocks: ``per_step`` (one row per analysed step: the CSV output and the plots),
     ``top_kernels`` (name, category, count, total_ms, mean_us, per_step_ms), ``activities`` (the attributed GPU
@@ -135,36 +135,60 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
     return partition(attr, trace, phase=phase)
 
 
-def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofline: dict, phase: str,
-             busy_ms: float, upper_bounds: bool, decode_advice: bool = True) -> str:
-    """One line: the step and its time base, where most of the traced step goes, the top lever, the ceiling."""
+def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofline: dict, facts: StepFacts,
+             host_is_bound: bool = False) -> str:
+    """One line: the step and its time base, where most of the traced step goes, the top lever (every saving an
+    upper bound without an unprofiled time), the levers whose saving is unknown with the flag that resolves them,
+    and the ceiling (or why there is none)."""
+    phase, busy_ms, decode_advice = facts.phase, facts.busy_ms, facts.decode_advice
     if tb.unprofiled_step_ms is not None:
         parts = [f"step {tb.reference_step_ms:.3f} ms unprofiled ({tb.unprofiled_source}; traced "
                  f"{tb.traced_step_ms:.3f} ms)"]
-    elif upper_bounds:
+    elif host_is_bound:
         parts = [f"traced step {tb.traced_step_ms:.3f} ms, no unprofiled time: savings are upper bounds (the real "
                  f"step lies between {busy_ms:.3f} ms of GPU work and {tb.traced_step_ms:.3f} ms)"]
     else:
-        parts = [f"step {tb.traced_step_ms:.3f} ms (traced; no unprofiled time)"]
+        parts = [f"traced step {tb.traced_step_ms:.3f} ms, no unprofiled time: savings are upper bounds"]
     shares = {k: v for k, v in per_step_ms.items() if v and k not in ("launch_gaps", "idle")}
     shares.update({k: v for k, v in gaps.items() if k in GAP_CAUSES and v})
     if tb.traced_step_ms and shares:
         top = sorted(shares, key=lambda k: -shares[k])[:2]
-        parts.append(", ".join(f"{k.replace('_', ' ')} {pct(shares[k] / tb.traced_step_ms)}" for k in top)
+        parts.append(", ".join(f"{gap_name(facts, k)} {pct(shares[k] / tb.traced_step_ms)}" for k in top)
                      + " of the traced step")
     if phase == "prefill" or not decode_advice:
         parts.append(f"{phase} steps: no decode advice")
-    elif advice.ranked:
-        k = advice.ranked[0]
-        lever = advice[k]
-        bound = " at most" if upper_bounds else ""
-        name = lever.extra.get("lever_name") or LEVER_NAMES[k]
-        top = f"{name} →{bound} ≈{lever.predicted_step_ms:.3f} ms (−{lever.max_saving_ms:.3f} ms)"
-        if (lever.max_saving_fraction or 0) < SMALL_SAVING:
-            top = f"no lever saves {pct(SMALL_SAVING)} of the step (the most: {top})"
+        return "; ".join(parts)
+    top, strong = None, False
+    if advice.ranked:
+        lever = advice[advice.ranked[0]]
+        if lever.basis == "upper_bound":
+            top = (f"{lever.name} → at most −{lever.max_saving_ms:.3f} ms "
+                   f"({pct(lever.max_saving_fraction or 0)} of the traced step)")
+        else:
+            top = f"{lever.name} → ≈{lever.predicted_step_ms:.3f} ms (−{lever.max_saving_ms:.3f} ms)"
+        strong = (lever.max_saving_fraction or 0) >= SMALL_SAVING
+    # levers whose saving an input would make known: drafting always, memory bandwidth when no lever is strong
+    unknown = []
+    for k, v in advice.levers.items():
+        if not v.unknown or (k == "memory_bandwidth" and (strong or facts.roofline_refused)):
+            continue
+        share = per_step_ms.get(k)
+        if k == "drafting" and share:  # the draft phase's wall time, its launch gaps included (as its verdict)
+            share = max(share, min(facts.draft_phase_ms, tb.traced_step_ms))
+        what = f"{pct(share / tb.traced_step_ms)} of the traced step; " if share and tb.traced_step_ms else ""
+        unknown.append(f"{k.replace('_', ' ')} ({what}pass {' or '.join(v.needs[:2])})")
+    if top is not None and not strong:  # never "no lever" while a lever is unknown
+        top = (f"the largest known lever saves less than {pct(SMALL_SAVING)} of the step ({top})" if unknown
+               else f"no lever saves {pct(SMALL_SAVING)} of the step (the most: {top})")
+    if top is not None:
         parts.append(top)
-    if (decode_advice and phase != "prefill" and roofline.get("fraction_of_ceiling") is not None
-            and roofline.get("ceiling_tokens_per_s") is not None):  # a decode figure: not for prefill/training
+    if unknown:
+        parts.append("unknown: " + ", ".join(unknown))
+    if facts.roofline_refused:
+        check = facts.roofline_refused.rpartition("; check ")[2] if "; check " in facts.roofline_refused else ""
+        parts.append("no bandwidth ceiling: the roofline's bytes exceed what the GPU can read"
+                     + (f" (check {check})" if check else ""))
+    elif roofline.get("fraction_of_ceiling") is not None and roofline.get("ceiling_tokens_per_s") is not None:
         frac = roofline["fraction_of_ceiling"]
         bound = "memory-bound at " if frac >= MEMORY_BOUND else ""
         parts.append(f"{bound}{pct(frac)} of the {roofline['ceiling_tokens_per_s']:,.0f} tok/s bandwidth ceiling")
@@ -238,7 +262,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     traced = steps["mean_ms"]
     tb = time_base(traced, measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s, tokens_per_step=tokens,
                    manifest_ms=man.get("unprofiled_step_ms"))
-    upper = tb.unprofiled_step_ms is None and host_bound(per_step_ms, traced)
+    upper = tb.unprofiled_step_ms is None  # every saving is then an upper bound on a profiled step
     if tb.profiler_inflation is not None and tb.profiler_inflation > 1.2:
         warnings.append(f"the traced steps ({traced:.3f} ms) are {tb.profiler_inflation:.1f}x the unprofiled step "
                         f"({tb.unprofiled_step_ms:.3f} ms, {tb.unprofiled_source}): every saving is stated against the "
@@ -258,9 +282,9 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         fwds = step_forwards(acts)
         if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "structure"):
             counts = draft_forward_counts(fwds)
-    roof, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw, tokens, batch, table, n,
-                            weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
-                            draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev))
+    roof, rwarn, refusal = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw, tokens, batch, table, n, acts,
+                                     weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
+                                     draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev), comm_rows=comm_rows)
     warnings.extend(rwarn)
     # transfer against waiting for the other ranks, from this file alone (tracekit.analyses.collectives)
     comm_split = split_one_rank(sc.kernels, max(1, n), ranks=roof["tp"] if roof["tp_source"] != "default" else None,
@@ -296,10 +320,11 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         attention_achieved_bw_gbps=roof["attention_achieved_bw_gbps"],
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
         collectives=tuple(comm_rows), hidden_comm_ms=comm_split.hidden_ms, comm_split=comm_split, link=link,
-        longest_between=between[0] if between else None, verify=verify,
+        longest_between=between[0] if between else None, verify=verify, roofline_refused=refusal,
         longest_in_step=next((x for x in st.largest if x["cause"] != "between_steps"), None))
     advice = advise(facts)
-    head = headline(tb, per_step_ms, gaps, advice, roof, st.phase, busy_ms, upper, st.decode_advice)
+    head = headline(tb, per_step_ms, gaps, advice, roof, facts,
+                    host_is_bound=tb.unprofiled_step_ms is None and host_bound(per_step_ms, traced))
     source = {"path": trace.meta.path, "format": trace.meta.format, "producer_version": trace.meta.producer_version,
               "graph_trace_mode": trace.meta.graph_trace_mode}
     manifest = {k: man.get(k) for k in ("workload", "mode", "unprofiled_step_ms", "tp")} if man else None
@@ -317,22 +342,27 @@ def re_advise(d: dict, facts: StepFacts) -> dict:
 
     advice = advise(facts)
     tb = TimeBase(**d["time_base"])
-    head = headline(tb, d["per_step_ms"], d["gaps"], advice, d["roofline"], d["steps"]["phase"], facts.busy_ms,
-                    facts.upper_bounds, facts.decode_advice)
+    head = headline(tb, d["per_step_ms"], d["gaps"], advice, d["roofline"], facts,
+                    host_is_bound=tb.unprofiled_step_ms is None and host_bound(d["per_step_ms"], tb.traced_step_ms))
     return {**d, "advice": advice.to_dict(), "headline": head}
 
 
 def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw: float | None, tokens: float,
-              batch: float, table: pl.DataFrame, n: int, *, weight_bytes, model, tp, ep, context,
-              draft_counts: tuple[int, int] | None = None,
-              trace_tp: tuple[int | None, str] = (None, "not looked for")) -> tuple[dict, list[str]]:
-    """The roofline block: per-GPU bytes from (first found) --weight-bytes, --model (or the model the trace's
-    recorded command line names, when it is in the local Hugging Face cache), the manifest, the trace's shapes or
-    NVTX; the KV cache from the model and the context; the floor against the reference step."""
-    from tracekit.analyses.roofline import step_roofline, weight_bytes_per_gpu
+              batch: float, table: pl.DataFrame, n: int, acts: pl.DataFrame | None, *, weight_bytes, model, tp, ep,
+              context, draft_counts: tuple[int, int] | None = None,
+              trace_tp: tuple[int | None, str] = (None, "not looked for"), comm_rows: Sequence[dict] = ()
+              ) -> tuple[dict, list[str], str | None]:
+    """The roofline block: the bytes per GPU from the one resolver (``tracekit.analyses.bytes``: --weight-bytes,
+    --model or the model the trace's recorded command line names when it is in the local Hugging Face cache, the
+    manifest, the trace's shapes or NVTX; TP and its source), the floor against the reference step, and the
+    physical check (``tracekit.analyses.roofline.physical_check``). Returns (block, warnings, refusal): the
+    refusal names what makes the figures impossible and the inputs to check, None when they hold."""
+    from tracekit.analyses.bytes import resolve_bytes, resolve_tp, tp_from_process_groups
+    from tracekit.analyses.roofline import physical_check
+    from tracekit.model import parse_command
 
     warnings: list[str] = []
-    disc = None
+    args = parse_command(trace.meta.command) if trace.meta.command else None
     if model is None and weight_bytes is None and man.get("weight_bytes_per_step") is None and trace.meta.command:
         from tracekit.model import discover_model
 
@@ -340,18 +370,13 @@ def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw:
         if disc.model_path is not None:
             model = str(disc.model_path)
             warnings.append(f"model bytes from {disc.note}")
-    # tensor parallelism: flag > manifest > the recorded command line > the size of the communicator the trace's
-    # all-reduces use (never the job's world size) > 1 with a warning where it matters
-    tp_src = "flag" if tp is not None else None
-    if tp is None and man.get("tp"):
-        tp, tp_src = int(man["tp"]), "manifest"
-    if tp is None and disc is not None and disc.args.tp:
-        tp, tp_src = int(disc.args.tp), "command line"
-    if tp is None and trace_tp[0]:
-        tp, tp_src = int(trace_tp[0]), "trace"
-    tp_known = tp is not None
-    tp = int(tp or 1)
-    ep = int(ep or 1)
+    # tensor parallelism: flag > manifest > the recorded command line > the communicator of the step's
+    # all-reduces > the process group they use > 1 (never the job's world size)
+    pg = None
+    if not trace_tp[0] and any(str(r.get("kind", "")).replace("_", "-") == "all-reduce" for r in comm_rows):
+        pg = tp_from_process_groups(trace.meta.process_groups, _all_reduce_groups(trace))
+    par = resolve_tp(flag=tp, manifest=man.get("tp"), command=args.tp if args else None, communicator=trace_tp,
+                     process_group=pg, ep=ep)
     spec = man.get("spec") or {}
     k = int(spec.get("draft_tokens") or 0)
     # draft forwards per step: the manifest's count where it records one (SGLang-shaped spec decoding reads the
@@ -363,49 +388,66 @@ def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw:
         counted = (f"draft model read {draft_forwards}x per step ({k} draft forwards before the verify"
                    f"{', 1 after it' if draft_forwards > k else ''}), counted from the trace's forwards")
     ctx = context if context is not None else man.get("context")
-    kv = kv_src = draft = None
-    wb = wb_src = None
-    if weight_bytes is not None:
-        wb, wb_src = weight_bytes_per_gpu(weight_bytes, tp), "flag"
-    if model is not None:
-        from tracekit.model import load_model, step_bytes
-
-        sb = step_bytes(load_model(model), tp=tp, ep=ep, batch=max(1, int(round(batch))), context=ctx,
-                        draft_forwards=draft_forwards,
-                        verify_tokens=k + 1 if k else 1)
-        warnings.extend(sb.warnings)
-        draft = sb.draft_bytes_per_step or None
-        if counted and draft:
-            warnings.append(counted)
-        if wb is None:
-            wb, wb_src = sb.weight_bytes_per_step, "model"
-        else:  # the flag replaces only the target's weights; the MTP draft still comes from the model
-            wb += sb.draft_bytes_per_step
-        kv, kv_src = sb.kv_bytes_per_step, (sb.kv_bytes_source if sb.kv_bytes_per_step is not None else None)
-        if kv is None:
-            warnings.append("KV-cache bytes unknown: pass --context N (tokens of KV cache each sequence reads per "
-                            "step); the floor counts the weights only")
-    if wb is None and man.get("weight_bytes_per_step") is not None:
-        wb, wb_src = int(man["weight_bytes_per_step"]), "manifest"
-    if kv is None and man.get("kv_bytes_per_step") is not None:
-        kv, kv_src = int(man["kv_bytes_per_step"]), "manifest"
-    if wb is None:
-        wb, wb_src = _weight_bytes_from_trace(trace, table, n)
-    if wb is None:
+    shapes: dict = {}
+    rb = resolve_bytes(parallel=par, weight_bytes=weight_bytes, model=model, batch=max(1, int(round(batch))),
+                       context=ctx, draft_forwards=draft_forwards, verify_tokens=k + 1 if k else 1, manifest=man,
+                       from_trace=lambda: _weight_bytes_from_trace(trace, table, n, acts, shapes))
+    warnings.extend(rb.warnings)
+    if counted and rb.draft_bytes_per_step:
+        warnings.append(counted)
+    if model is not None and rb.kv_bytes_per_step is None:
+        warnings.append("KV-cache bytes unknown: pass --context N (tokens of KV cache each sequence reads per "
+                        "step); the floor counts the weights only")
+    if shapes.get("refused"):
+        warnings.append(shapes["refused"])
+    if rb.weight_bytes_per_step is None:
         warnings.append("weight bytes per step unknown: pass --model PATH or --weight-bytes N (or capture with "
                         "tracekit capture, whose manifest records them)")
-    elif wb_src in ("flag", "model") and not tp_known:
-        warnings.append(f"tensor parallelism unknown ({trace_tp[1]}): the model's bytes are not divided (--tp 1 "
+    elif rb.weight_bytes_source in ("flag", "model") and not par.known:
+        warnings.append(f"tensor parallelism unknown ({par.evidence}): the model's bytes are not divided (--tp 1 "
                         "assumed; pass --tp N)")
-    r = step_roofline(weight_bytes_per_step=wb, peak_bw_gbps=bw, reference_step_ms=reference_ms,
-                      tokens_per_step=tokens, tp=tp, weight_bytes_source=wb_src if wb else None,
-                      kv_bytes_per_step=kv, kv_bytes_source=kv_src, draft_bytes_per_step=draft,
-                      gemm_ms=kernel_ms.get("gemm"), attention_ms=kernel_ms.get("attention")).to_dict()
-    # extensions: where tp came from ("default" = 1, nothing said otherwise), and the trace's evidence
-    r["tp_source"] = tp_src or "default"
-    if tp_src == "trace" or not tp_known:
-        r["tp_evidence"] = trace_tp[1]
-    return r, warnings
+    block = rb.roofline(peak_bw_gbps=bw, reference_step_ms=reference_ms, tokens_per_step=tokens,
+                        gemm_ms=kernel_ms.get("gemm"), attention_ms=kernel_ms.get("attention"))
+    block, refusal = physical_check(block, bw, gemm_ms=kernel_ms.get("gemm"), attention_ms=kernel_ms.get("attention"),
+                                    reference_step_ms=reference_ms, drafting_ms=kernel_ms.get("drafting"),
+                                    suspects=_suspects(rb, batch, tokens))
+    if refusal:
+        warnings.append(f"roofline refused: {refusal}")
+    r = block.to_dict()
+    # extensions: where tp came from, the trace's evidence for it, and why the roofline was refused
+    r["tp_source"] = par.source
+    if par.source in ("command", "communicator", "process_group", "default"):
+        r["tp_evidence"] = par.evidence
+    if shapes.get("coverage") is not None:
+        r["shape_coverage"] = shapes["coverage"]
+    r["refused"] = refusal
+    return r, warnings, refusal
+
+
+def _suspects(rb, batch: float, tokens: float) -> list[str]:
+    """The inputs that decide the bytes per step, with their values: what a refused roofline asks to check."""
+    out = [f"--tp ({rb.tp}, {rb.parallel.source})"]
+    src = rb.weight_bytes_source
+    out.append({"flag": "--weight-bytes (summed over all GPUs)", "model": "--model",
+                "manifest": "the manifest's weight_bytes_per_step",
+                "shapes": "the recorded shapes' weight bytes (pass --weight-bytes or --model)",
+                "nvtx": "the NVTX module parameters (pass --weight-bytes or --model)"}.get(src, "--weight-bytes"))
+    if src == "model" or rb.kv_bytes_per_step:
+        out.append(f"--tokens-per-step ({batch:g})")
+    if rb.kv_bytes_per_step:
+        out.append("--context")
+    return out
+
+
+def _all_reduce_groups(trace: Trace) -> list[str]:
+    """The process groups the trace's all-reduce kernels name (Kineto NCCL args)."""
+    from tracekit.analyses.collectives import kind_of
+
+    c = trace.collectives.filter(pl.col("pg_name").is_not_null())
+    if c.height == 0:
+        return []
+    kinds = c.with_columns(kind=kind_of(pl.col("collective")).cast(pl.String))
+    return sorted(kinds.filter(pl.col("kind").str.replace("_", "-") == "all-reduce")["pg_name"].unique().to_list())
 
 
 def _manifest(trace: Trace, attr: Attribution) -> tuple[dict, str | None]:
@@ -421,9 +463,17 @@ def _manifest(trace: Trace, attr: Attribution) -> tuple[dict, str | None]:
     return man, None
 
 
-def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int):
-    """Weight bytes from the trace itself: recorded op shapes (Kineto) or SGLang layer-wise NVTX text."""
-    from tracekit.analyses.roofline import weight_bytes_from_nvtx, weight_bytes_from_shapes
+def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int, acts: pl.DataFrame | None,
+                             detail: dict):
+    """Weight bytes from the trace itself: recorded op shapes (Kineto), when the ops they come from launched most
+    of the steps' GEMM kernel time (``roofline.SHAPE_COVERAGE``), or SGLang layer-wise NVTX text. ``detail``
+    receives the coverage and, when the shapes are refused, why."""
+    from tracekit.analyses.roofline import (
+        SHAPE_COVERAGE,
+        shape_coverage,
+        weight_bytes_from_nvtx,
+        weight_bytes_from_shapes,
+    )
 
     if trace.ops.height and trace.ops["input_dims"].is_not_null().any():
         # Only the ops of the analysed steps (warm-up or prefill ops would inflate the bytes).
@@ -434,9 +484,20 @@ def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int):
                .filter(pl.col("step").is_not_null() & (pl.col("start") <= pl.col("we")))
                .drop("ws", "we"))
         if ops.height:
-            wb, _detail = weight_bytes_from_shapes(ops, n_steps=n_steps)
+            wb, d = weight_bytes_from_shapes(ops, n_steps=n_steps)
             if wb:
-                return int(wb), "shapes"
+                gemm = (acts.filter((pl.col("kind") == "kernel") & (pl.col("category") == "gemm")
+                                    & pl.col("step").is_not_null()).select("pid", "correlation", "dur")
+                        if acts is not None else pl.DataFrame())
+                cov = shape_coverage(gemm, trace.launches, d.get("intervals"))
+                detail["coverage"] = cov
+                if cov is not None and cov >= SHAPE_COVERAGE:
+                    return int(wb), "shapes"
+                detail["refused"] = (
+                    f"weight bytes from recorded shapes ({wb:,} per step) not used: the ops they come from launched "
+                    f"{'no' if cov is None else pct(cov)} of the steps' GEMM kernel time (at least "
+                    f"{pct(SHAPE_COVERAGE)} needed: GEMMs replayed from CUDA graphs or launched by custom ops carry "
+                    "no weight shapes); pass --weight-bytes or --model")
     if trace.ranges.height:
         wb = weight_bytes_from_nvtx(trace.ranges["name"])
         if wb:

@@ -16,7 +16,7 @@ renderers ``tracekit.report.ceiling``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,7 +47,7 @@ class Ceiling:
     bytes_breakdown: dict = field(default_factory=dict)
     inputs: dict = field(default_factory=dict)
     model: dict | None = None
-    roofline: dict = field(default_factory=dict)   # the breakdown/2 roofline block of the same bytes
+    roofline: dict = field(default_factory=dict)   # the breakdown/3 roofline block of the same bytes
     step: dict | None = None                       # tracekit.model.StepBytes.to_dict() with --model
 
     @property
@@ -132,14 +132,10 @@ def ceiling(
     (13500000000, 17.58, 182)
     """
     # (imported here: `tracekit ceiling --help` and the capture-only GPU host need no polars)
-    from tracekit.analyses.roofline import (
-        bytes_per_step,
-        dtype_bytes,
-        step_roofline,
-        tokens_per_step,
-        weight_bytes_per_gpu,
-    )
+    from tracekit.analyses.bytes import resolve_bytes, resolve_tp
+    from tracekit.analyses.roofline import tokens_per_step
     from tracekit.gpus import list_gpus, lookup, resolve_peak_bw
+    from tracekit.model.units import dtype_bytes
 
     if model is None:
         model = model_config
@@ -163,11 +159,17 @@ def ceiling(
     if context is None or context < 0:
         raise TracekitError(f"--context must be >= 0, got {context}")
     try:
-        wsize = dtype_bytes(dtype or "bf16")
+        dtype_bytes(dtype or "bf16")
         if kv_dtype:
             dtype_bytes(kv_dtype)  # validated here; tracekit.model applies it
     except ValueError as e:
         raise TracekitError(str(e)) from e
+    kv_flag = kv_bytes_per_token is not None or (context and model is None)
+    if kv_flag:
+        kv = float(kv_bytes_per_token or 0)
+        if (kv > 0) != (bool(context) and context > 0):
+            raise TracekitError("KV reads need both --kv-bytes-per-token N and --context L"
+                                + (" (or --model PATH with --context)" if model is None else ""))
 
     assumptions: list[str] = [
         "memory-bound decode: every byte counted is read once per step from DRAM at the GPU's datasheet peak "
@@ -177,85 +179,41 @@ def ceiling(
         "kernel launch overhead, host gaps and scheduling ignored (CUDA graphs come closest)",
         "activation bytes ignored",
     ]
-    inputs: dict = {"tp": tp, "ep": ep, "batch": batch, "accept_len": accept_len, "dtype": None,
-                    "weight_bytes": None, "weight_bytes_source": None, "params": None,
-                    "draft_bytes": draft_bytes or 0, "draft_forwards": draft_forwards or 0,
-                    "draft_sharded": draft_sharded, "kv_bytes_per_token": None, "kv_bytes_source": None,
-                    "context": context or 0}
-    summary = None
-    step = None
-    kv_step = None                    # per GPU
-    model_draft = 0                   # per GPU, MTP layers x forwards
-    if model is not None:
-        from tracekit.model import Model as _Model
-        from tracekit.model import load_model, model_from_config, step_bytes
-
-        if isinstance(model, _Model):
-            m = model
-        elif isinstance(model, dict):
-            m = model_from_config(model, dtype=dtype)
-        else:
-            m = load_model(model, dtype=dtype)
-        spec_tokens = int(draft_forwards) + 1 if draft_forwards and not draft_bytes else 1
-        sb = step_bytes(m, tp=tp, ep=ep, batch=batch, context=context or None,
-                        draft_forwards=0 if draft_bytes else (draft_forwards or 0), verify_tokens=spec_tokens,
-                        kv_dtype=kv_dtype)
-        step = sb.to_dict()
-        summary = m.summary()
-        model_draft = sb.draft_bytes_per_step
-        if kv_bytes_per_token is None and sb.kv_bytes_per_step is not None:
-            kv_step = sb.kv_bytes_per_step
-            inputs["kv_bytes_source"] = "model"
-        for note in sb.notes + sb.warnings:
-            if not note.startswith("KV cache not counted"):
-                assumptions.append(note)
-        inputs["dtype"] = dtype
-        if weight_bytes is None:
-            wbytes_gpu = float(sb.weight_bytes_per_step - sb.draft_bytes_per_step)
-            inputs.update(weight_bytes=int(round(wbytes_gpu * tp)), weight_bytes_source="model")
-    if weight_bytes is not None:
-        if not (math.isfinite(weight_bytes) and weight_bytes > 0):
-            raise TracekitError(f"--weight-bytes must be > 0, got {weight_bytes}")
-        wbytes_gpu = weight_bytes_per_gpu(weight_bytes, tp)
-        inputs.update(weight_bytes=int(round(weight_bytes)), weight_bytes_source="flag")
-        assumptions.append(f"weights: --weight-bytes {int(weight_bytes):,} summed over GPUs / tp {tp}"
-                           + (" (replaces the model's weights term)" if model is not None else ""))
-    elif params is not None:
-        if not (math.isfinite(params) and params > 0):
-            raise TracekitError(f"--params must be > 0, got {params}")
-        d = dtype or "bf16"
-        wbytes_gpu = weight_bytes_per_gpu(float(params) * wsize, tp)
-        inputs.update(params=params, dtype=d, weight_bytes=int(round(float(params) * wsize)),
-                      weight_bytes_source="params")
-        if d in ("fp8", "int8", "int4"):
-            assumptions.append(f"{d}: quantization scales and zero points ignored; "
-                               "layers kept in higher precision (e.g. lm_head) count as " + d)
-
-    if kv_bytes_per_token is not None or (context and model is None):
-        kv = float(kv_bytes_per_token or 0)
-        if (kv > 0) != (bool(context) and context > 0):
-            raise TracekitError("KV reads need both --kv-bytes-per-token N and --context L"
-                                + (" (or --model PATH with --context)" if model is None else ""))
-        if kv > 0:
-            kv_step = bytes_per_step(0, tp=tp, kv_bytes_per_token=kv, context=context, batch=batch)
-            inputs.update(kv_bytes_per_token=int(kv), kv_bytes_source="flag")
-            assumptions.append(f"KV cache: {int(kv):,} bytes per token x context {context:,} x batch {batch}"
-                               + (f", split over {tp} GPUs" if tp > 1 else "") + " read once per step")
-    if kv_step is None:
+    # the bytes: one resolver, the same as breakdown's (a verify forward of K+1 tokens routes the MoE experts)
+    rb = resolve_bytes(parallel=resolve_tp(flag=tp, ep=ep), weight_bytes=weight_bytes, params=params, dtype=dtype,
+                       model=model, kv_dtype=kv_dtype, batch=batch, context=(context or None) if model is not None
+                       else context, kv_bytes_per_token=kv_bytes_per_token if kv_flag else None,
+                       draft_forwards=draft_forwards or 0,
+                       verify_tokens=int(draft_forwards) + 1 if draft_forwards and not draft_bytes else 1,
+                       draft_bytes=draft_bytes or 0, draft_sharded=draft_sharded)
+    assumptions += list(rb.assumptions)
+    if rb.kv_bytes_per_step is None:
         assumptions.append("KV cache reads not counted (give --context with --model, or --kv-bytes-per-token "
                            "and --context)")
-    if draft_bytes:
-        draft_gpu = bytes_per_step(0, tp=tp, draft_bytes=draft_bytes, draft_forwards=draft_forwards,
-                                   draft_sharded=draft_sharded)
-        assumptions.append(f"draft model: {int(draft_bytes):,} bytes x {draft_forwards:g} forwards per step"
-                           + ((", sharded over tp" if draft_sharded else ", replicated on every GPU") if tp > 1 else ""))
-    elif model_draft:
-        draft_gpu = model_draft
-    else:
-        draft_gpu = 0
+    if not rb.draft_bytes_per_step:
         assumptions.append("no draft model weights counted")
+    wbytes_gpu = rb.target_bytes_per_step or 0
+    draft_gpu = rb.draft_bytes_per_step or 0
+    kv_step = rb.kv_bytes_per_step
     if wbytes_gpu <= 0:
         raise TracekitError("the model's weights come to 0 bytes per step: check --model")
+    inputs: dict = {"tp": tp, "ep": ep, "batch": batch, "accept_len": accept_len,
+                    "dtype": dtype if (model is not None or params is not None) else None,
+                    "weight_bytes": None, "weight_bytes_source": rb.weight_bytes_source, "params": None,
+                    "draft_bytes": draft_bytes or 0, "draft_forwards": draft_forwards or 0,
+                    "draft_sharded": draft_sharded, "kv_bytes_per_token": None, "kv_bytes_source": rb.kv_bytes_source,
+                    "context": context or 0}
+    if rb.weight_bytes_source == "flag":
+        inputs["weight_bytes"] = int(round(weight_bytes))
+    elif rb.weight_bytes_source == "params":
+        inputs.update(params=params, dtype=dtype or "bf16", weight_bytes=int(round(float(params)
+                                                                                   * dtype_bytes(dtype or "bf16"))))
+    else:  # the model's target weights, summed over GPUs
+        inputs["weight_bytes"] = int(round(wbytes_gpu * tp))
+    if rb.kv_bytes_source == "flag":
+        inputs["kv_bytes_per_token"] = int(kv_bytes_per_token)
+    step = rb.step.to_dict() if rb.step is not None else None
+    summary = rb.model.summary() if rb.model is not None else None
     total = int(round(wbytes_gpu)) + int(draft_gpu) + int(kv_step or 0)
     breakdown = {"weights": int(round(wbytes_gpu)), "draft": int(draft_gpu), "kv": int(kv_step or 0)}
 
@@ -274,10 +232,9 @@ def ceiling(
 
     tps = tokens_per_step(accept_len, batch)
     step_ms = tps * 1000.0 / measured_tok_s if measured_tok_s is not None else None
-    r = step_roofline(weight_bytes_per_step=int(round(wbytes_gpu)) + int(draft_gpu), peak_bw_gbps=bw,
-                      reference_step_ms=step_ms, tokens_per_step=tps, tp=tp,
-                      weight_bytes_source=inputs["weight_bytes_source"], kv_bytes_per_step=kv_step,
-                      kv_bytes_source=inputs["kv_bytes_source"], draft_bytes_per_step=int(draft_gpu))
+    r = rb.roofline(peak_bw_gbps=bw, reference_step_ms=step_ms, tokens_per_step=tps)
+    if r.draft_bytes_per_step is None:  # (ceiling states a draft of 0 bytes; breakdown leaves it unknown)
+        r = replace(r, draft_bytes_per_step=0)
     assert r.bytes_per_step == total
     assumptions.append(f"tokens per step = {'accept length ' + format(accept_len, 'g') if accept_len else '1 (no speculation)'}"
                        f" x batch {batch}")

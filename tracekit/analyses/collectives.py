@@ -45,16 +45,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from tracekit.model.units import DTYPE_BITS
 from tracekit.trace import COMM_OPS, Trace
 
 # Per-step hardware latency of a ring collective, us (NCCL src/graph/tuning.cc hwLat, ring / LL protocol).
 HOP_LATENCY_US = {"nvlink": 0.6, "pcie": 1.0}
-# Element sizes of the dtypes traces name (NCCL args 'dtype', op 'Input type' without the 'c10::' prefix).
-DTYPE_BYTES = {
-    "float": 4, "float32": 4, "double": 8, "float64": 8, "bfloat16": 2, "half": 2, "float16": 2, "long": 8,
-    "int64": 8, "int": 4, "int32": 4, "short": 2, "int16": 2, "byte": 1, "char": 1, "bool": 1, "uint8": 1,
-    "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
-}
+# Element sizes of the dtypes traces name (NCCL args 'dtype', op 'Input type' without the 'c10::' prefix), lower
+# case: whole-byte entries of the one table (tracekit.model.units).
+DTYPE_BYTES = {k: v // 8 for k, v in DTYPE_BITS.items() if v % 8 == 0}
 # (regex over the kernel name or the NCCL collective name, kind); the first match wins.
 _KIND_PATTERNS = (
     (r"(?i)reduce_?scatter|ReduceScatter|rsag", "reduce_scatter"),

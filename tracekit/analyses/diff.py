@@ -45,8 +45,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracekit.analyses.breakdown import SCHEMA as BREAKDOWN_SCHEMA
-from tracekit.categories import GAP_CAUSES, LEVERS
+from tracekit.categories import BREAKDOWN_SCHEMA, GAP_CAUSES, LEVERS
 from tracekit.errors import TracekitError
 
 SCHEMA = "tracekit.diff/3"

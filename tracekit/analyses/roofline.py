@@ -13,7 +13,7 @@ The arithmetic (units: bytes per GPU, GB/s = 1e9 B/s, milliseconds)::
     gemm_achieved_bw_gbps      = (weight - draft bytes) / (gemm_ms * 1e-3) / 1e9
     attention_achieved_bw_gbps = KV bytes / (attention_ms * 1e-3) / 1e9
 
-:func:`step_roofline` gives the contract's ``roofline`` block (``tracekit.breakdown/2``);
+:func:`step_roofline` gives the contract's ``roofline`` block (``tracekit.breakdown/3``);
 :func:`roofline` is its weights-only form (the ``/1`` keys). The per-GPU bytes come from
 ``--weight-bytes`` / ``--tp`` (:func:`weight_bytes_per_gpu`), from ``tracekit.model``
 (``--model``: weights, MoE, MTP draft and the KV cache) or from the trace (below).
@@ -32,40 +32,14 @@ from __future__ import annotations
 import ast
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import polars as pl
 
-# Bytes per element of the dtypes torch/Kineto report ("Input type") and the short
-# names users type. int4/fp4 pack two elements per byte.
-DTYPE_BYTES: dict[str, float] = {
-    "fp32": 4, "float32": 4, "float": 4, "fp16": 2, "float16": 2, "half": 2,
-    "bf16": 2, "bfloat16": 2, "fp8": 1, "float8": 1, "int8": 1, "uint8": 1,
-    "int4": 0.5, "fp4": 0.5, "nvfp4": 0.5, "mxfp4": 0.5,
-    "float64": 8, "double": 8,
-    # Kineto / c10 TypeMeta names
-    "c10::BFloat16": 2, "c10::Half": 2, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
-    "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "c10::Float8_e8m0fnu": 1,
-    "c10::Float4_e2m1fn_x2": 1,  # two fp4 values per stored element
-    "int32": 4, "int64": 8,
-    "signed char": 1, "unsigned char": 1, "short int": 2, "int": 4, "long int": 8,
-    "c10::qint8": 1, "c10::quint8": 1, "c10::quint4x2": 1, "bool": 1,
-}
+from tracekit.model.units import DTYPE_BITS, dtype_bytes
 
-
-def dtype_bytes(dtype: str) -> float:
-    """Bytes per element of a dtype name ('bf16', 'fp8', 'int4', 'c10::BFloat16', ...).
-
-    >>> dtype_bytes("bf16"), dtype_bytes("int4")
-    (2, 0.5)
-    """
-    key = dtype.strip()
-    if key in DTYPE_BYTES:
-        return DTYPE_BYTES[key]
-    low = key.lower().removeprefix("torch.")
-    if low in DTYPE_BYTES:
-        return DTYPE_BYTES[low]
-    raise ValueError(f"unknown dtype {dtype!r}; known: bf16, fp16, fp32, fp8, int8, int4")
+# Element sizes: the one table (tracekit.model.units); dtype_bytes is re-exported here for the roofline's callers.
+DTYPE_BYTES: dict[str, float] = {k: v / 8 for k, v in DTYPE_BITS.items()}  # by dtype_key(name)
 
 
 def bytes_per_step(
@@ -135,7 +109,7 @@ def weight_bytes_per_gpu(weight_bytes: int | float, tp: int = 1) -> int:
 
 @dataclass(frozen=True)
 class RooflineBlock:
-    """The contract's ``roofline`` block of ``tracekit.breakdown/2``; ``to_dict()`` has its keys, in order.
+    """The contract's ``roofline`` block of ``tracekit.breakdown/3``; ``to_dict()`` has its keys, in order.
 
     Every byte figure is per GPU; ``tp`` says by how many GPUs the model's bytes were divided.
     """
@@ -219,6 +193,66 @@ def step_roofline(
         floor_ms=floor_ms, ceiling_steps_per_s=steps_s, tokens_per_step=tps, ceiling_tokens_per_s=tok_s,
         fraction_of_ceiling=frac, gemm_achieved_bw_gbps=gemm_bw, attention_achieved_bw_gbps=attn_bw,
     )
+
+
+# A roofline whose bytes would need more than the GPU's peak bandwidth (plus this margin: datasheet peaks are
+# rounded, kernel times are measured) rests on wrong inputs.
+PEAK_TOLERANCE = 1.05
+
+
+def physical_check(block: RooflineBlock, peak_bw_gbps: float | None, *, gemm_ms: float | None = None,
+                   attention_ms: float | None = None, reference_step_ms: float | None = None,
+                   drafting_ms: float | None = None,
+                   suspects: list[str] | tuple[str, ...] = ()) -> tuple[RooflineBlock, str | None]:
+    """Refuse a physically impossible roofline: ``(block, None)`` when it holds, else the block with no floor,
+    ceiling, fraction of it or impossible bandwidth, and the reason (naming ``suspects``, the inputs to check).
+
+    Impossible: the target's weight bytes over the gemm kernel time, or the KV bytes over the attention kernel
+    time, above ``PEAK_TOLERANCE`` x the peak bandwidth; or a floor longer than ``PEAK_TOLERANCE`` x the whole
+    reference step. The bytes themselves stay (they are the inputs to check). When the weights hold a draft of
+    unknown size (``draft_bytes_per_step`` None) and the step has drafting kernels (``drafting_ms``), the draft's
+    GEMMs run as ``drafting``: the weights are checked against gemm + drafting time, and the gemm bandwidth
+    (weights over gemm time alone) is not stated.
+
+    >>> b = step_roofline(weight_bytes_per_step=8e9, peak_bw_gbps=4000, reference_step_ms=3.0, gemm_ms=1.0)
+    >>> b2, why = physical_check(b, 4000, gemm_ms=1.0, reference_step_ms=3.0, suspects=["--tp (1, default)"])
+    >>> b2.floor_ms, b2.gemm_achieved_bw_gbps, b2.weight_bytes_per_step
+    (None, None, 8000000000)
+    >>> why
+    '8.00 GB of weights per GPU cannot be read in 1.000 ms of gemm kernels at the peak 4,000 GB/s (that takes at least 2.000 ms); check --tp (1, default)'
+    """
+    if not _pos(peak_bw_gbps):
+        return block, None
+    limit = PEAK_TOLERANCE * peak_bw_gbps
+    problems: list[str] = []
+    changes: dict = {}
+    target = (block.weight_bytes_per_step or 0) - (block.draft_bytes_per_step or 0)
+    if block.draft_bytes_per_step is None and drafting_ms and block.gemm_achieved_bw_gbps is not None and gemm_ms:
+        changes["gemm_achieved_bw_gbps"] = None  # (its bytes include the draft's, read by drafting kernels)
+        if target / ((gemm_ms + drafting_ms) * 1e-3) / 1e9 > limit:
+            problems.append(f"{target / 1e9:.2f} GB of weights per GPU (a draft included) cannot be read in "
+                            f"{gemm_ms + drafting_ms:.3f} ms of gemm and drafting kernels at the peak "
+                            f"{peak_bw_gbps:,.0f} GB/s (that takes at least "
+                            f"{target / (peak_bw_gbps * 1e9) * 1e3:.3f} ms)")
+    elif block.gemm_achieved_bw_gbps is not None and block.gemm_achieved_bw_gbps > limit:
+        problems.append(f"{target / 1e9:.2f} GB of weights per GPU cannot be read in {gemm_ms:.3f} ms of gemm kernels "
+                        f"at the peak {peak_bw_gbps:,.0f} GB/s (that takes at least "
+                        f"{target / (peak_bw_gbps * 1e9) * 1e3:.3f} ms)")
+        changes["gemm_achieved_bw_gbps"] = None
+    kv = block.kv_bytes_per_step or 0
+    if block.attention_achieved_bw_gbps is not None and block.attention_achieved_bw_gbps > limit:
+        problems.append(f"{kv / 1e9:.2f} GB of KV cache per GPU cannot be read in {attention_ms:.3f} ms of attention "
+                        f"kernels at the peak {peak_bw_gbps:,.0f} GB/s (that takes at least "
+                        f"{kv / (peak_bw_gbps * 1e9) * 1e3:.3f} ms)")
+        changes["attention_achieved_bw_gbps"] = None
+    if block.fraction_of_ceiling is not None and block.fraction_of_ceiling > PEAK_TOLERANCE and reference_step_ms:
+        problems.append(f"reading {block.bytes_per_step / 1e9:.2f} GB per GPU at the peak {peak_bw_gbps:,.0f} GB/s "
+                        f"takes {block.floor_ms:.3f} ms, longer than the whole {reference_step_ms:.3f} ms step")
+    if not problems:
+        return replace(block, **changes) if changes else block, None
+    changes.update(floor_ms=None, ceiling_steps_per_s=None, ceiling_tokens_per_s=None, fraction_of_ceiling=None)
+    why = "; ".join(problems) + (f"; check {', '.join(suspects)}" if suspects else "")
+    return replace(block, **changes), why
 
 
 def _pos(x: float | None) -> bool:
@@ -347,9 +381,9 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
                 .when(idx == 1).then(pl.col(f"a1_{field}"))
                 .when(idx == 2).then(pl.col(f"a2_{field}")))
 
-    def size(t: pl.Expr) -> pl.Expr:
-        return t.replace_strict(list(DTYPE_BYTES), [float(v) for v in DTYPE_BYTES.values()],
-                                default=None, return_dtype=pl.Float64)
+    def size(t: pl.Expr) -> pl.Expr:  # (dtype_key, in polars: lower case, no torch./c10:: prefix)
+        key = t.str.strip_chars().str.to_lowercase().str.strip_prefix("torch.").str.strip_prefix("c10::")
+        return key.replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Float64)
 
     df = df.with_columns(_w=w_idx, _b=b_idx)
     df = df.with_columns(
@@ -371,6 +405,8 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
         detail["reason"] = "no weight operand with a known shape and dtype among the matmul-like ops"
         return None, detail
     used = used.with_columns(_bytes=pl.col("_wbytes") + pl.col("_bbytes"))
+    if {"pid", "tid", "start", "end"} <= set(used.columns):  # where the counted ops ran (shape_coverage reads it)
+        detail["intervals"] = used.select("pid", "tid", "start", "end")
     detail["bytes_by_op"] = {
         r["name"]: int(r["_bytes"]) for r in used.group_by("name").agg(pl.col("_bytes").sum()).to_dicts()
     }
@@ -391,6 +427,37 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
 
 
 weight_bytes_from_shapes.__doc__ += _SHAPE_DOC  # type: ignore[operator]
+
+# Weight bytes from recorded shapes are used only when the ops they come from launched at least this share of the
+# step's GEMM kernel time (docs/roofline.md, "Weight bytes from a Kineto trace").
+SHAPE_COVERAGE = 0.8
+
+
+def shape_coverage(gemm: pl.DataFrame, launches: pl.DataFrame, intervals: pl.DataFrame | None) -> float | None:
+    """The share of GEMM kernel time launched from inside an op whose weight shape was counted.
+
+    ``gemm``: the steps' GEMM kernels (``pid``, ``correlation``, ``dur``); ``launches``: ``Trace.launches``;
+    ``intervals``: the counted ops (``pid``, ``tid``, ``start``, ``end``; disjoint per thread, as
+    :func:`weight_bytes_from_shapes` leaves them). A kernel replayed from a CUDA graph was launched by the graph
+    launch, not by the op that captured it: it is not covered. None when the steps have no GEMM time.
+
+    >>> g = pl.DataFrame({"pid": [1, 1], "correlation": [10, 11], "dur": [300, 100]})
+    >>> l = pl.DataFrame({"pid": [1, 1], "tid": [2, 2], "correlation": [10, 11], "start": [5, 50]})
+    >>> shape_coverage(g, l, pl.DataFrame({"pid": [1], "tid": [2], "start": [0], "end": [10]}))
+    0.75
+    """
+    total = float(gemm["dur"].sum() or 0) if gemm.height else 0.0
+    if total <= 0:
+        return None
+    if intervals is None or intervals.height == 0:
+        return 0.0
+    g = gemm.select("pid", "correlation", "dur").join(
+        launches.select("pid", "correlation", "tid", ls="start").unique(["pid", "correlation"]),
+        on=["pid", "correlation"], how="inner").sort("ls")
+    iv = intervals.select("pid", "tid", os="start", oe="end").sort("os")
+    j = g.join_asof(iv, left_on="ls", right_on="os", by=["pid", "tid"], strategy="backward", check_sortedness=False)
+    covered = float(j.filter(pl.col("oe").is_not_null() & (pl.col("ls") <= pl.col("oe")))["dur"].sum() or 0)
+    return covered / total
 
 
 # --------------------------------------------------------------------------------------

@@ -20,17 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracekit.errors import TracekitError
+from tracekit.model.units import dtype_bits
 
 MAX_HEADER_BYTES = 100_000_000
 
-# Bits per element of every dtype the safetensors format defines.
-DTYPE_BITS: dict[str, int] = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8, "E8M0": 8,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-    "I32": 32, "U32": 32, "F32": 32,
-    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
-    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-}
+# The dtypes the safetensors format defines (as its headers spell them); their sizes are tracekit.model.units'.
+SAFETENSORS_DTYPES = ("BOOL", "U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0", "E8M0", "I16", "U16", "F16", "BF16", "I32",
+                      "U32", "F32", "I64", "U64", "F64", "C64", "F4", "F6_E2M3", "F6_E3M2")
+DTYPE_BITS: dict[str, int] = {d: dtype_bits(d) for d in SAFETENSORS_DTYPES}
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from tracekit.errors import TracekitError
 from tracekit.model.arch import CHUNKED, FULL, LINEAR, MAMBA, SLIDING, Arch
 from tracekit.model.synth import DTYPE_ALIASES, tensor_shapes
+from tracekit.model.units import dtype_bytes, dtype_key
 
 if TYPE_CHECKING:  # (checkpoint imports this module for its summary: no cycle at import time)
     from tracekit.model.checkpoint import Model
@@ -61,12 +62,10 @@ def _check_parallel(tp: int, ep: int) -> None:
 def _dtype_bytes(name: str | None, default: float) -> float:
     if name is None:
         return default
-    key = str(name).lower().removeprefix("torch.")
-    if key in ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "float8_e4m3fn", "float8_e5m2"):
-        return 1.0
-    if key not in DTYPE_ALIASES:
-        raise TracekitError(f"unknown KV-cache dtype {name!r}; known: bf16, fp16, fp32, fp8")
-    return DTYPE_ALIASES[key][1] / 8
+    try:
+        return dtype_bytes(name)
+    except ValueError:
+        raise TracekitError(f"unknown KV-cache dtype {name!r}; known: bf16, fp16, fp32, fp8") from None
 
 
 # --------------------------------------------------------------------------------------------- KV cache
@@ -112,8 +111,7 @@ def kv_cache(arch: Arch, *, tp: int = 1, kv_dtype: str | None = None, state_dtyp
     """The KV-cache model of ``arch`` on one of ``tp`` GPUs (see the module docstring)."""
     if tp < 1:
         raise TracekitError(f"--tp must be >= 1, got {tp}")
-    model_bytes = _dtype_bytes(arch.torch_dtype, 2.0) if str(arch.torch_dtype).lower().removeprefix("torch.") \
-        in DTYPE_ALIASES else 2.0
+    model_bytes = _dtype_bytes(arch.torch_dtype, 2.0) if dtype_key(arch.torch_dtype) in DTYPE_ALIASES else 2.0
     kvb = _dtype_bytes(kv_dtype, model_bytes)
     stb = _dtype_bytes(state_dtype, 4.0)
     notes: list[str] = []

@@ -20,21 +20,22 @@ import math
 from tracekit.errors import TracekitError
 from tracekit.model.arch import FULL, LINEAR, MAMBA, NONE, Arch
 from tracekit.model.safetensors import DTYPE_BITS, TensorInfo
+from tracekit.model.units import dtype_bits, dtype_key
 
-# --dtype names -> (safetensors-like dtype name, bits per element)
-DTYPE_ALIASES: dict[str, tuple[str, float]] = {
-    "bf16": ("BF16", 16), "bfloat16": ("BF16", 16), "fp16": ("F16", 16), "float16": ("F16", 16),
-    "half": ("F16", 16), "fp32": ("F32", 32), "float32": ("F32", 32), "float": ("F32", 32),
-    "fp8": ("F8_E4M3", 8), "float8_e4m3fn": ("F8_E4M3", 8), "int8": ("I8", 8),
-    "int4": ("int4", 4), "fp4": ("fp4", 4), "mxfp4": ("fp4", 4), "nvfp4": ("fp4", 4),
+# --dtype names -> the dtype name the synthesized tensors carry (safetensors-like; int4/fp4 have none); their
+# sizes come from tracekit.model.units.DTYPE_BITS, the one table.
+DTYPE_ALIASES: dict[str, str] = {
+    "bf16": "BF16", "bfloat16": "BF16", "fp16": "F16", "float16": "F16", "half": "F16", "fp32": "F32",
+    "float32": "F32", "float": "F32", "fp8": "F8_E4M3", "float8_e4m3fn": "F8_E4M3", "int8": "I8",
+    "int4": "int4", "fp4": "fp4", "mxfp4": "fp4", "nvfp4": "fp4",
 }
 
 
 def _dtype(name: str) -> tuple[str, float]:
-    key = str(name).lower().removeprefix("torch.")
+    key = dtype_key(name)
     if key not in DTYPE_ALIASES:
         raise TracekitError(f"unknown dtype {name!r}; known: bf16, fp16, fp32, fp8, int8, int4")
-    return DTYPE_ALIASES[key]
+    return DTYPE_ALIASES[key], dtype_bits(key)
 
 
 def _layer_tensors(a: Arch, prefix: str, i: int, kind: str, moe: bool) -> list[tuple[str, tuple, bool]]:
@@ -167,7 +168,7 @@ def synthesize(a: Arch, dtype: str | None = None) -> tuple[list[TensorInfo], lis
         name, bits = _dtype(dtype)
         notes.append(f"weights from config.json: parameter count x {dtype} (no checkpoint headers read)")
         return [TensorInfo(n, name, s, math.ceil(math.prod(s) * bits / 8)) for n, s, _ in shapes], notes
-    base, base_bits = _dtype(a.torch_dtype) if str(a.torch_dtype).lower().removeprefix("torch.") in DTYPE_ALIASES \
+    base, base_bits = _dtype(a.torch_dtype) if dtype_key(a.torch_dtype) in DTYPE_ALIASES \
         else ("BF16", 16)
     q = a.quantization or {}
     method = str(q.get("quant_method") or "").lower()
@@ -229,4 +230,4 @@ def synthesize(a: Arch, dtype: str | None = None) -> tuple[list[TensorInfo], lis
     return out, notes
 
 
-assert all(v in DTYPE_BITS or v in ("int4", "fp4") for v, _ in DTYPE_ALIASES.values())
+assert all(v in DTYPE_BITS or v in ("int4", "fp4") for v in DTYPE_ALIASES.values())

@@ -57,7 +57,14 @@ import polars as pl
 from tracekit import trace as schema
 from tracekit.readers.common import nesting_depth
 from tracekit.readers.kineto_columns import MATMUL_OPS, Frames
-from tracekit.readers.kineto_header import distributed, gpus_from_header, header_text, merge_into, producer_version
+from tracekit.readers.kineto_header import (
+    distributed,
+    gpus_from_header,
+    header_text,
+    merge_into,
+    process_groups,
+    producer_version,
+)
 from tracekit.readers.kineto_stream import Decoded, Doc, iter_chunks
 from tracekit.trace import Trace, TraceMeta, conform, empty
 
@@ -185,6 +192,7 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
         graph_trace_mode=mode,
         rank=rank,
         world_size=world_size,
+        process_groups=process_groups(header.distributedInfo),
         warnings=tuple(warnings),
     )
     return Trace(kernels=kernels, memops=memops, launches=launches, ranges=ranges, ops=ops, gpus=gpus, meta=meta,

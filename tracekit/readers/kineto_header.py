@@ -12,7 +12,7 @@ import polars as pl
 from msgspec import Raw, Struct
 
 from tracekit.readers.kineto_stream import NULL, Doc
-from tracekit.trace import GPUS, conform, empty
+from tracekit.trace import GPUS, ProcessGroup, conform, empty
 
 
 class _Device(Struct):
@@ -76,6 +76,31 @@ def distributed(raw: Raw) -> tuple[int | None, int | None]:
         header_int(msgspec.json.encode(info.get("rank"))),
         header_int(msgspec.json.encode(info.get("world_size"))),
     )
+
+
+def process_groups(raw: Raw) -> tuple[ProcessGroup, ...]:
+    """The process groups of ``distributedInfo.pg_config`` (PyTorch 2.2+); entries without a usable size are
+    skipped, anything malformed is none."""
+    try:
+        info = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return ()
+    pgs = info.get("pg_config") if isinstance(info, dict) else None
+    if not isinstance(pgs, list):
+        return ()
+    out = []
+    for pg in pgs:
+        if not isinstance(pg, dict):
+            continue
+        size = header_int(msgspec.json.encode(pg.get("pg_size")))
+        if size is None or size < 1:
+            continue
+        ranks = pg.get("ranks")
+        ranks = tuple(r for r in ranks if isinstance(r, int) and not isinstance(r, bool)) \
+            if isinstance(ranks, list) else ()
+        text = [header_text(msgspec.json.encode(pg.get(k))) for k in ("pg_name", "pg_desc", "backend_config")]
+        out.append(ProcessGroup(name=text[0] or "", desc=text[1], backend=text[2], size=size, ranks=ranks))
+    return tuple(out)
 
 
 def gpus_from_header(raw: Raw) -> pl.DataFrame | None:

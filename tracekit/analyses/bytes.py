@@ -1,0 +1,292 @@
+"""The bytes one GPU reads per decode step, resolved once for ``breakdown`` and ``ceiling`` alike.
+
+Every source of a byte figure, and of the parallelism that divides it, goes through this module; the precedence
+is applied here and nowhere else (docs/roofline.md, "Where the inputs come from")::
+
+    tensor parallelism   --tp  >  manifest  >  the command line recorded in the trace
+                         >  the communicator size of the step's all-reduces (tracekit.analyses.collectives)
+                         >  the process group those all-reduces use (Kineto distributedInfo.pg_config)
+                         >  1, with a warning where it matters  (never the job's whole world size)
+    target weights       --weight-bytes (summed over GPUs, / tp)  |  --params x --dtype (ceiling)
+                         >  --model (safetensors headers or config.json: tracekit.model.step_bytes)
+                         >  manifest  >  the trace (recorded shapes, SGLang layer-wise NVTX)
+    draft weights        --draft-bytes x --draft-forwards (ceiling)  >  the model's MTP layers x forwards
+    KV cache             --kv-bytes-per-token x --context (ceiling)  >  --model with a context  >  manifest
+
+``--weight-bytes`` replaces only the target's weights: with ``--model`` the draft (MTP) and KV terms still come
+from the model. :func:`resolve_tp` gives the :class:`Parallelism`, :func:`resolve_bytes` the
+:class:`ResolvedBytes` (per GPU, with sources, assumptions and warnings), whose :meth:`ResolvedBytes.roofline`
+is the contract's roofline block (``tracekit.analyses.roofline.step_roofline``).
+
+>>> p = resolve_tp(flag=None, manifest=None, command=None, communicator=(None, "no all-reduce in the trace"))
+>>> p.tp, p.source
+(1, 'default')
+>>> b = resolve_bytes(parallel=resolve_tp(flag=2), weight_bytes=27e9)
+>>> b.weight_bytes_per_step, b.weight_bytes_source, b.tp
+(13500000000, 'flag', 2)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tracekit.errors import TracekitError
+
+if TYPE_CHECKING:
+    from tracekit.analyses.roofline import RooflineBlock
+    from tracekit.model.checkpoint import Model
+    from tracekit.model.step import StepBytes
+    from tracekit.trace import ProcessGroup
+
+# tp_source values (the contract's), in precedence order.
+TP_SOURCES = ("flag", "manifest", "command", "communicator", "process_group", "default")
+# A process group whose description names tensor parallelism (vLLM/SGLang/Megatron labels).
+_TP_DESC = re.compile(r"(?i)(^|[^a-z])tp([^a-z]|$)|tp_group|tensor")
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How many GPUs share the model's bytes: ``tp`` with where it came from (:data:`TP_SOURCES`) and the
+    evidence; ``ep`` = expert-parallel GPUs."""
+
+    tp: int
+    source: str
+    evidence: str | None = None
+    ep: int = 1
+
+    @property
+    def known(self) -> bool:
+        return self.source != "default"
+
+
+def tp_from_process_groups(groups: Sequence[ProcessGroup], all_reduce_pgs: Sequence[str] = ()) -> tuple[int | None,
+                                                                                                         str]:
+    """The size of the process group a trace's all-reduces use, from the job's process groups (Kineto
+    ``distributedInfo.pg_config``), with the evidence; ``(None, why)`` when it cannot be told.
+
+    In order: the group an all-reduce names (``all_reduce_pgs``, e.g. NCCL args' ``Process Group Name``); a
+    GPU (NCCL) group whose description names tensor parallelism (``tp``, ``TP_GROUP``); else the GPU groups of
+    more than one rank other than the job's default group, when they all have one size. The default group alone
+    is never taken: its size is the whole job's.
+
+    >>> from tracekit.trace import ProcessGroup as G
+    >>> tp_from_process_groups([G("0", "default_pg", "cuda:nccl", 8), G("1", "undefined", "cuda:nccl", 4)])[0]
+    4
+    >>> tp_from_process_groups([G("0", "default_pg", "cuda:nccl", 8)])[0] is None
+    True
+    """
+    if not groups:
+        return None, "the trace lists no process groups"
+    gpu = [g for g in groups if g.size > 1 and (g.backend is None or "nccl" in g.backend.lower())]
+    by_name = {g.name: g for g in gpu}
+    named = sorted({by_name[n].size for n in all_reduce_pgs if n in by_name})
+    if len(named) == 1:
+        return named[0], (f"the all-reduces' process group ({', '.join(repr(n) for n in all_reduce_pgs)}) has "
+                          f"{named[0]} ranks (distributedInfo.pg_config)")
+    tp_groups = sorted({g.size for g in gpu if g.desc and _TP_DESC.search(g.desc)})
+    if len(tp_groups) == 1:
+        g = next(g for g in gpu if g.desc and _TP_DESC.search(g.desc))
+        return tp_groups[0], (f"process group {g.name!r} ({g.desc}) has {g.size} ranks "
+                              "(distributedInfo.pg_config)")
+    others = [g for g in gpu if g.desc != "default_pg"]
+    sizes = sorted({g.size for g in others})
+    if len(sizes) == 1:
+        return sizes[0], (f"the job's GPU process groups besides the default one ({len(others)}, e.g. "
+                          f"{others[0].name!r}) all have {sizes[0]} ranks (distributedInfo.pg_config)")
+    if len(sizes) > 1:
+        return None, (f"process groups of {', '.join(map(str, sizes))} ranks: which one the all-reduces use is not "
+                      "recorded")
+    return None, "no GPU process group of more than one rank besides the job's default one"
+
+
+def resolve_tp(*, flag: int | None = None, manifest: int | None = None, command: int | None = None,
+               communicator: tuple[int | None, str] = (None, "not looked for"),
+               process_group: tuple[int | None, str] | None = None, ep: int | None = None) -> Parallelism:
+    """Tensor parallelism by the contract's precedence (the module docstring); ``process_group`` is consulted
+    only when given (the caller gives it when the step has all-reduces whose communicator is unknown)."""
+    if flag is not None:
+        if flag < 1:
+            raise TracekitError(f"--tp must be >= 1, got {flag}")
+        found = (int(flag), "flag", None)
+    elif manifest:
+        found = (int(manifest), "manifest", None)
+    elif command:
+        found = (int(command), "command", "the command line recorded in the trace")
+    elif communicator[0]:
+        found = (int(communicator[0]), "communicator", communicator[1])
+    elif process_group is not None and process_group[0]:
+        found = (int(process_group[0]), "process_group", process_group[1])
+    else:
+        why = communicator[1] + (f"; {process_group[1]}" if process_group is not None else "")
+        found = (1, "default", why)
+    if ep is not None and ep < 1:
+        raise TracekitError(f"--ep must be >= 1, got {ep}")
+    return Parallelism(tp=found[0], source=found[1], evidence=found[2], ep=int(ep or 1))
+
+
+@dataclass(frozen=True)
+class ResolvedBytes:
+    """What one GPU reads per decode step, with where each term came from.
+
+    ``weight_bytes_per_step`` = target weights + ``draft_bytes_per_step`` (the draft's weights x its forwards);
+    ``kv_bytes_per_step`` None = unknown. ``assumptions``: what the figures rest on (``ceiling`` lists them);
+    ``warnings``: what the user should know (``breakdown`` prints them).
+    """
+
+    target_bytes_per_step: int | None
+    weight_bytes_source: str | None  # flag | params | model | manifest | shapes | nvtx
+    draft_bytes_per_step: int | None
+    kv_bytes_per_step: int | None
+    kv_bytes_source: str | None  # flag | model | manifest
+    parallel: Parallelism
+    step: StepBytes | None = None  # tracekit.model.step_bytes, with --model
+    model: Model | None = None
+    assumptions: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    inputs: dict = field(default_factory=dict)
+
+    @property
+    def tp(self) -> int:
+        return self.parallel.tp
+
+    @property
+    def weight_bytes_per_step(self) -> int | None:
+        if self.target_bytes_per_step is None:
+            return None
+        return self.target_bytes_per_step + (self.draft_bytes_per_step or 0)
+
+    def roofline(self, *, peak_bw_gbps: float | None, reference_step_ms: float | None = None,
+                 tokens_per_step: float | None = None, gemm_ms: float | None = None,
+                 attention_ms: float | None = None) -> RooflineBlock:
+        """The contract's roofline block of these bytes (``tracekit.analyses.roofline.step_roofline``)."""
+        from tracekit.analyses.roofline import step_roofline
+
+        w = self.weight_bytes_per_step
+        return step_roofline(weight_bytes_per_step=w, peak_bw_gbps=peak_bw_gbps,
+                             reference_step_ms=reference_step_ms, tokens_per_step=tokens_per_step, tp=self.tp,
+                             weight_bytes_source=self.weight_bytes_source if w else None,
+                             kv_bytes_per_step=self.kv_bytes_per_step, kv_bytes_source=self.kv_bytes_source,
+                             draft_bytes_per_step=self.draft_bytes_per_step, gemm_ms=gemm_ms,
+                             attention_ms=attention_ms)
+
+
+def load(model: str | Path | dict | Model, dtype: str | None = None) -> Model:
+    """A :class:`tracekit.model.Model` from a path, a config dict or a Model."""
+    from tracekit.model import Model as _Model
+    from tracekit.model import load_model, model_from_config
+
+    if isinstance(model, _Model):
+        return model
+    if isinstance(model, dict):
+        return model_from_config(model, dtype=dtype)
+    return load_model(model, dtype=dtype)
+
+
+def _manifest_draft(man: dict) -> int | None:
+    """The draft's part of a capture manifest's ``weight_bytes_per_step``: its ``draft_bytes_per_step``, else the
+    draft model's weight bytes x its forwards per step (``draft_model``), else unknown."""
+    if man.get("draft_bytes_per_step") is not None:
+        return int(man["draft_bytes_per_step"])
+    dm = man.get("draft_model") or {}
+    if dm.get("weight_bytes") and dm.get("forwards_per_step"):
+        return int(dm["weight_bytes"]) * int(dm["forwards_per_step"])
+    return None
+
+
+def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, params: float | None = None,
+                  dtype: str | None = None, model: str | Path | dict | Model | None = None,
+                  kv_dtype: str | None = None, batch: int = 1, context: int | None = None,
+                  kv_bytes_per_token: float | None = None, draft_forwards: float = 0, verify_tokens: int = 1,
+                  draft_bytes: float = 0, draft_sharded: bool = True, manifest: dict | None = None,
+                  from_trace: Callable[[], tuple[int | None, str | None]] | None = None) -> ResolvedBytes:
+    """The bytes per GPU per decode step from every source given (precedence: the module docstring).
+
+    ``weight_bytes``: summed over all GPUs (divided by ``parallel.tp``); ``params`` x ``dtype`` likewise;
+    ``model``: a model folder, HF snapshot, ``config.json``, config dict or Model (``dtype`` overrides its
+    element size); ``batch``: sequences per step (MoE experts are read at ``batch x verify_tokens`` tokens);
+    ``context``: KV tokens each sequence reads (None: KV unknown); ``draft_forwards``: draft (MTP) forwards per
+    step; ``draft_bytes``: a separate draft model's bytes (read ``draft_forwards`` times, split over tp when
+    ``draft_sharded``); ``manifest``: ``tracekit capture``'s (``weight_bytes_per_step``, ``kv_bytes_per_step``,
+    per GPU); ``from_trace``: called only when nothing above gives the weights, returns (bytes, source).
+    """
+    from tracekit.analyses.roofline import bytes_per_step, weight_bytes_per_gpu
+    from tracekit.model import step_bytes
+    from tracekit.model.units import dtype_bytes
+
+    tp, ep = parallel.tp, parallel.ep
+    man = manifest or {}
+    assumptions: list[str] = []
+    warnings: list[str] = []
+    m = sb = None
+    if model is not None:
+        m = load(model, dtype)
+        # a separate draft model's bytes (--draft-bytes) replace the model's MTP layers as the draft
+        sb = step_bytes(m, tp=tp, ep=ep, batch=batch, context=context,
+                        draft_forwards=0 if draft_bytes else draft_forwards, verify_tokens=verify_tokens,
+                        kv_dtype=kv_dtype)
+        assumptions += [n for n in sb.notes + sb.warnings if not n.startswith("KV cache not counted")]
+        warnings += list(sb.warnings)
+
+    # target weights
+    target = src = None
+    if weight_bytes is not None:
+        if not (math.isfinite(weight_bytes) and weight_bytes > 0):
+            raise TracekitError(f"--weight-bytes must be > 0, got {weight_bytes}")
+        target, src = weight_bytes_per_gpu(weight_bytes, tp), "flag"
+        assumptions.append(f"weights: --weight-bytes {int(weight_bytes):,} summed over GPUs / tp {tp}"
+                           + (" (replaces the model's weights term)" if sb is not None else ""))
+    elif params is not None:
+        if not (math.isfinite(params) and params > 0):
+            raise TracekitError(f"--params must be > 0, got {params}")
+        d = dtype or "bf16"
+        target, src = weight_bytes_per_gpu(float(params) * dtype_bytes(d), tp), "params"
+        if d in ("fp8", "int8", "int4"):
+            assumptions.append(f"{d}: quantization scales and zero points ignored; "
+                               "layers kept in higher precision (e.g. lm_head) count as " + d)
+    elif sb is not None:
+        target, src = sb.weight_bytes_per_step - sb.draft_bytes_per_step, "model"
+    elif man.get("weight_bytes_per_step") is not None:  # (target + draft x forwards, as the contract's key)
+        target, src = int(man["weight_bytes_per_step"]) - (_manifest_draft(man) or 0), "manifest"
+    elif from_trace is not None:
+        target, src = from_trace()
+
+    # the KV cache
+    kv = kv_src = None
+    if kv_bytes_per_token:
+        kv = bytes_per_step(0, tp=tp, kv_bytes_per_token=kv_bytes_per_token, context=context or 0, batch=batch)
+        kv_src = "flag"
+        assumptions.append(f"KV cache: {int(kv_bytes_per_token):,} bytes per token x context {context or 0:,} x batch "
+                           f"{batch}" + (f", split over {tp} GPUs" if tp > 1 else "") + " read once per step")
+    elif sb is not None and sb.kv_bytes_per_step is not None:
+        kv, kv_src = sb.kv_bytes_per_step, "model"
+    elif man.get("kv_bytes_per_step") is not None:
+        kv, kv_src = int(man["kv_bytes_per_step"]), "manifest"
+
+    # the draft: a separate draft model's bytes, else the model's MTP layers (inside the weights); None: none counted
+    draft = None
+    if draft_bytes:
+        draft = bytes_per_step(0, tp=tp, draft_bytes=draft_bytes, draft_forwards=draft_forwards,
+                               draft_sharded=draft_sharded)
+        assumptions.append(f"draft model: {int(draft_bytes):,} bytes x {draft_forwards:g} forwards per step"
+                           + ((", sharded over tp" if draft_sharded else ", replicated on every GPU")
+                              if tp > 1 else ""))
+    elif sb is not None and sb.draft_bytes_per_step:
+        draft = sb.draft_bytes_per_step
+    elif src == "manifest":
+        draft = _manifest_draft(man)
+
+    inputs = {"tp": tp, "tp_source": parallel.source, "ep": ep, "batch": batch, "context": context,
+              "draft_forwards": draft_forwards, "verify_tokens": verify_tokens}
+    return ResolvedBytes(target_bytes_per_step=int(round(target)) if target is not None else None,
+                         weight_bytes_source=src if target is not None else None,
+                         draft_bytes_per_step=int(draft) if draft is not None and target is not None else None,
+                         kv_bytes_per_step=kv, kv_bytes_source=kv_src, parallel=parallel, step=sb, model=m,
+                         assumptions=tuple(assumptions), warnings=tuple(warnings), inputs=inputs)
+
+
+__all__ = ["Parallelism", "ResolvedBytes", "TP_SOURCES", "resolve_bytes", "resolve_tp", "tp_from_process_groups"]
