@@ -11,8 +11,7 @@ from click.testing import CliRunner
 
 import tracekit
 from tracekit.analyses.diff import change, diff
-from tracekit.categories import LEVERS
-from tracekit.categories import BREAKDOWN_SCHEMA
+from tracekit.categories import BREAKDOWN_SCHEMA, LEVERS
 from tracekit.cli import cli
 from tracekit.report.diff import diff_md, headline
 

@@ -37,7 +37,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from tracekit.categories import BREAKDOWN_SCHEMA, STEP_CATEGORIES  # BREAKDOWN_SCHEMA: what --save writes
+from tracekit.categories import STEP_CATEGORIES  # BREAKDOWN_SCHEMA: what --save writes
 from tracekit.errors import TracekitError
 
 SCHEMA = "tracekit.history/2"

@@ -8,7 +8,7 @@ tells them apart (every capture names its file ``trace.sqlite``); the table list
 
 from __future__ import annotations
 
-from tracekit.categories import BREAKDOWN_SCHEMA, STEP_CATEGORIES
+from tracekit.categories import STEP_CATEGORIES
 from tracekit.report._fmt import MINUS, distinct_tails, num
 from tracekit.report.safe import md, rich_text
 
