@@ -99,6 +99,11 @@ def gpu_work(torch, fn) -> dict:
     for e in prof.events():
         if e.device_type != DeviceType.CUDA:
             continue
+        # a collective's GPU-side annotation (``nccl:_all_gather_base``) is a range, not a kernel: the H200 run of
+        # 2026-12-04 counted it as one and wrongly concluded that NCCL reduce-scatter / all-gather launch kernels at
+        # world size 1 (they run as a device copy)
+        if getattr(e, "is_user_annotation", False) or e.name.startswith(("nccl:", "c10d::", "gloo:")):
+            continue
         if e.name.startswith("Memcpy"):
             memcpy += 1
         elif e.name.startswith("Memset"):
