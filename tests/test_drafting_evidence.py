@@ -354,28 +354,25 @@ def test_no_plain_sample_gets_drafting(name):
     assert a.draft_detection == "not_detected", a.draft_evidence
 
 
-# ------------------------------------------------------- captures being made (issue 23): enable when they land
+# ------------------------------------------ the H200 LoRA and MoE captures (issue 23; sample_traces/README.md)
 
-def _captures(prefix: str) -> list:
-    found = sorted(p.name for p in SAMPLES.glob(f"{prefix}-*") if p.is_dir())
-    return found or [pytest.param(None, marks=pytest.mark.skip(
-        reason=f"sample_traces/{prefix}-* not captured yet (issue 23: the H200 {prefix.upper()} capture; "
-               "enable by committing it)"))]
+LORA_CAPTURES = ["lora-small-eager", "lora-small-graph-nomark"]
+MOE_CAPTURES = ["moe-small-eager-nomark", "moe-small-graph-nomark", "moe-small-graph-triton-nomark"]
 
 
-@pytest.mark.parametrize("name", _captures("lora"))
+@pytest.mark.parametrize("name", LORA_CAPTURES)
 def test_lora_capture_is_not_drafting(name):
     """A LoRA-like adapter decode loop, no speculation: no drafting, adapters never a draft forward."""
     d = tracekit.breakdown(tracekit.load(sample_trace(name))).advice["drafting"]
-    assert not manifest(name).get("spec")
+    assert not manifest(name).get("spec") and manifest(name)["speculative"] is False
     assert d["detection"] == "not_detected", d["evidence"]
 
 
-@pytest.mark.parametrize("name", _captures("moe"))
+@pytest.mark.parametrize("name", MOE_CAPTURES)
 def test_moe_capture_is_not_drafting(name):
     """An MoE decode loop (a router top-k every layer), no speculation: no drafting."""
     d = tracekit.breakdown(tracekit.load(sample_trace(name))).advice["drafting"]
-    assert not manifest(name).get("spec")
+    assert not manifest(name).get("spec") and manifest(name)["speculative"] is False
     assert d["detection"] == "not_detected", d["evidence"]
 
 
