@@ -154,6 +154,111 @@ def _launching(ranges: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     return r.join(hit, on="_r", how="left").with_columns(pl.col("n_launches").fill_null(0)).drop("_r")
 
 
+# ------------------------------------------------------------------------------------------------------------
+# Which ranges hold the GPU work: a step range encloses the launches of its step's work (contract "Steps and
+# phases of real windows"). A range that holds a collective's launch and nothing else (``nccl:_all_gather_base``)
+# repeats as often as steps do, but its "steps" would hold almost none of the GPU time.
+
+# A --step-range whose ranges enclose the launches of less than this share of the GPU work in their span is refused.
+MIN_STEP_RANGE_SHARE = 0.5
+_T_BITS = 52  # launch times relative to the trace's first, within one thread rank (2^52 ns = 52 days)
+
+
+def launch_gpu_time(trace: Trace, device: int | None = None) -> pl.DataFrame:
+    """Each work launch with the GPU time it issued (its kernels' and copies' durations on ``device``, all GPUs
+    when None): ``pid``, ``tid``, ``start``, ``t`` (ns; launches that issued nothing recorded are left out)."""
+    parts = [f.select("pid", "correlation", "device", t=pl.col("end") - pl.col("start"))
+             for f in (trace.kernels, trace.memops) if f.height]
+    if not parts:
+        return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "t": pl.Int64})
+    g = pl.concat(parts)
+    if device is not None:
+        g = g.filter(pl.col("device") == device)
+    g = g.group_by("pid", "correlation").agg(pl.col("t").sum())
+    work = trace.launches.filter(pl.col("kind").is_in(["kernel", "graph", "memcpy", "memset"]))
+    return work.select("pid", "tid", "correlation", "start").join(g, on=["pid", "correlation"], how="inner").select(
+        "pid", "tid", "start", "t")
+
+
+def _enclosed(lt: pl.DataFrame, ranges: pl.DataFrame, by: list[str]) -> tuple[int, int]:
+    """(GPU time launched inside ``ranges`` on the same ``by`` (thread or process), GPU time launched within their
+    span on any thread). ``lt``: :func:`launch_gpu_time`. Cumulative sums and two binary searches per merged
+    range, no join over launches."""
+    from tracekit.intervals import merge
+
+    rng = ranges.filter(pl.col("end").is_not_null())
+    if rng.height == 0 or lt.height == 0:
+        return 0, 0
+    t0 = int(min(lt["start"].min(), rng["start"].min()))
+    keys = pl.concat([lt.select(by), rng.select(by)]).unique().sort(by).with_row_index("_g")
+    key = (pl.col("_g").cast(pl.Int64) * (1 << _T_BITS)) + (pl.col("start") - t0)
+    lk = lt.join(keys, on=by, how="left").select(k=key, t="t").sort("k")
+    cum = pl.concat([pl.Series([0], dtype=pl.Int64), lk["t"].cast(pl.Int64).cum_sum()])
+    m = merge(rng, by).collect().join(keys, on=by, how="left")
+    lo = lk["k"].search_sorted(m.select(k=key)["k"], side="left")
+    hi = lk["k"].search_sorted(m.select(k=key + (pl.col("end") - pl.col("start")))["k"], side="right")
+    inside = int((cum.gather(hi) - cum.gather(lo)).sum())
+    span = lt.filter((pl.col("start") >= rng["start"].min()) & (pl.col("start") <= rng["end"].max()))["t"].sum()
+    return inside, int(span)
+
+
+def range_coverage(trace: Trace, ranges: pl.DataFrame, device: int | None = None,
+                   lt: pl.DataFrame | None = None) -> tuple[float, int, int]:
+    """``(share, enclosed_ns, span_ns)``: the share of the GPU work launched within the span of ``ranges`` whose
+    launch they enclose, on the launching thread, or in the launching process where that encloses more (the
+    breakdown attributes by process when the step ranges live on another thread)."""
+    lt = launch_gpu_time(trace, device) if lt is None else lt
+    best = (0, 0)
+    for by in (["pid", "tid"], ["pid"]):
+        inside, span = _enclosed(lt, ranges, by)
+        if span and (best[1] == 0 or inside / span > best[0] / best[1]):
+            best = (inside, span)
+    inside, span = best
+    return (inside / span if span else 0.0), inside, span
+
+
+def step_candidates(trace: Trace, top: int | None = 10, device: int | None = None) -> pl.DataFrame:
+    """Range-name patterns that could be steps: those whose ranges enclose launches of GPU work, ranked by the
+    share of all the GPU time they enclose (how well they tile the GPU timeline), then by count. Columns:
+    pattern, regex, count, min_depth, gpu_share."""
+    pats = range_patterns(trace.ranges, top=None)
+    schema = {"pattern": pl.String, "regex": pl.String, "count": pl.Int64, "min_depth": pl.Int32,
+              "gpu_share": pl.Float64}
+    lt = launch_gpu_time(trace, device)
+    if pats.height == 0 or lt.height == 0:
+        return pl.DataFrame(schema=schema)
+    total = int(lt["t"].sum())
+    rng = trace.ranges.filter(pl.col("domain").is_null() | (pl.col("domain") != "NCCL")).with_columns(
+        pattern=name_pattern(pl.col("name").str.slice(0, 200)))
+    shares = []
+    # the most frequent patterns and the known step patterns (a few dozen at most), not events
+    known = pats.filter(pl.any_horizontal([pl.col("pattern").str.contains(rx) for rx, _ in KNOWN_STEP_PATTERNS]))
+    looked = pl.concat([pats.head(max(top or 0, 20)), known]).unique("pattern", maintain_order=True)
+    for pattern in looked["pattern"].to_list():
+        _, inside, _ = range_coverage(trace, rng.filter(pl.col("pattern") == pattern), lt=lt)
+        shares.append(inside / total if total else 0.0)
+    out = looked.with_columns(gpu_share=pl.Series(shares, dtype=pl.Float64)).filter(pl.col("gpu_share") > 0)
+    out = out.sort(["gpu_share", "count", "pattern"], descending=[True, True, False]).select(list(schema))
+    return out.head(top) if top is not None else out
+
+
+def _refuse_poor_step_range(trace: Trace, rng: pl.DataFrame, regex: str, device: int | None) -> None:
+    """Raise when the ranges of ``--step-range`` do not enclose the launches of most of the GPU work in their span
+    (a range around one collective, say): its "steps" would be idle GPU time."""
+    share, inside, span = range_coverage(trace, rng, device)
+    if span == 0 or share >= MIN_STEP_RANGE_SHARE:
+        return
+    from tracekit.errors import TracekitError
+
+    cands = step_candidates(trace, top=3, device=device)
+    better = ", ".join(f"{r!r} ({c} ranges, {100 * g:.0f}% of the GPU time)"
+                       for r, c, g in zip(cands["regex"], cands["count"], cands["gpu_share"])) or "none"
+    raise TracekitError(
+        f"--step-range {regex!r}: its {rng.height} range(s) enclose the launches of only {100 * share:.1f}% of the "
+        f"GPU work in their span ({inside / 1e6:.3f} of {span / 1e6:.3f} ms); a step range must hold its step's "
+        f"launches. Step candidates: {better}")
+
+
 def auto_pattern(trace: Trace, every_phase: bool = False) -> tuple[str, str] | None:
     """(pattern, why) of the step ranges, or None when no range pattern looks like steps.
 
@@ -197,6 +302,7 @@ def find_steps(trace: Trace, *, step_range: str | None = None, device: int | Non
         rng = select_ranges(trace.ranges, step_range)
         if rng.height == 0:
             return None
+        _refuse_poor_step_range(trace, rng, step_range, device)
         return Steps(_windows(rng), _marker_kind(trace), step_range, warnings)
     found = auto_pattern(trace, every_phase=every_phase)
     if found is not None:
@@ -420,13 +526,46 @@ def _step_ids(close: pl.Series) -> pl.Series:
     return close.shift(1, fill_value=False).cum_sum().cast(pl.Int64)
 
 
-def _whole(steps: pl.DataFrame) -> pl.Series:
-    """Complete steps: closed by a closing read, and not the part before the first one (cut by the capture's
-    start) unless that part is made of the same segments as the usual step."""
+# Launches at the head of a step that identify its start (the shortest that occurs once in the usual step).
+HEAD_WIDTHS = (1, 2, 3, 4, 6, 8)
+
+
+def _whole(steps: pl.DataFrame, segs: pl.DataFrame) -> pl.Series:
+    """Complete steps: closed by a closing read, and not the part before the first one unless the capture's start
+    did not cut it: that part is made of the same segments as the usual step, or it begins as a step begins
+    (:func:`_starts_a_step`: a prefill step at the start of a window is a whole step of another kind)."""
     h = steps.select(pl.col("hs").hash(17))["hs"]
     usual = h.filter(steps["closed"] & (steps["i"] > 0)).mode()
     lead_same = h.is_in(usual.implode()) & (steps["i"] == 0)
-    return (steps["closed"] & ((steps["i"] > 0) | lead_same)).alias("complete")
+    lead_whole = bool(lead_same.any()) or _starts_a_step(steps.with_columns(h=h), segs)
+    return (steps["closed"] & ((steps["i"] > 0) | (lead_whole & (steps["i"] == 0)))).alias("complete")
+
+
+def _starts_a_step(steps: pl.DataFrame, segs: pl.DataFrame) -> bool:
+    """Whether the first part of the sequence (before its first closing read) begins with the launches a step
+    begins with: the first w launches of the usual complete step of its regime, for the shortest w whose launches
+    occur only at that step's start (a part cut by the capture's start begins mid-step, with launches that either
+    differ or recur inside a step)."""
+    if steps.height < 2 or not bool(steps["closed"][0]):
+        return False
+    regime = steps["regime"][0]
+    pool = steps.filter(pl.col("closed") & (pl.col("i") > 0))
+    same = pool.filter(pl.col("regime") == regime)
+    pool = same if same.height else pool
+    if pool.height == 0:
+        return False
+    usual_h = pool["h"].mode().sort()[0]
+    usual_sid = int(pool.filter(pl.col("h") == usual_h)["sid"][0])
+    tokens = segs.filter(pl.col("sid") == usual_sid)["work"].explode().drop_nulls()
+    lead = segs.filter(pl.col("sid") == int(steps["sid"][0]))["work"].explode().drop_nulls()
+    for w in HEAD_WIDTHS:  # a handful of widths, each one vector comparison over ONE step's launches
+        if tokens.len() < w or lead.len() < w:
+            return False
+        hits = pl.DataFrame({"t": tokens}).select(
+            pl.all_horizontal([pl.col("t").shift(-k) == tokens[k] for k in range(w)]).fill_null(False))
+        if int(hits.to_series().sum()) == 1:
+            return lead.head(w).to_list() == tokens.head(w).to_list()
+    return False
 
 
 def find_period(seq: pl.DataFrame) -> tuple[pl.DataFrame, Period] | None:
@@ -480,7 +619,7 @@ def find_period(seq: pl.DataFrame) -> tuple[pl.DataFrame, Period] | None:
         n_work=pl.col("n_work").sum(), n_graph=pl.col("n_graph").sum(), n_reads=(pl.col("n_reads") > 0).sum(),
         hs=pl.col("h").filter(pl.col("n_work") > 0), regime=pl.col("regime").first(),
     ).filter(pl.col("n_work") > 0).with_columns(i=pl.int_range(pl.len()))
-    steps = steps.with_columns(complete=_whole(steps))
+    steps = steps.with_columns(complete=_whole(steps, segs.select("sid", "work")))
     steps = steps.with_columns(end=pl.when(pl.col("complete")).then(pl.col("end")))
     good = steps.filter(pl.col("complete"))
     if good.height < 2:

@@ -111,6 +111,8 @@ class StepFacts:
     verify_ms: float | None = None  # speculative steps: wall span of the target (verify) forward, traced
     verify_busy_ms: float | None = None  # its GPU work (what scales with tokens; its launch gaps do not)
     token_factor: float | None = None  # cost of a K+1-token forward over a 1-token one (the draft's own)
+    phase_note: str | None = None  # why decode advice does not apply, right for the window (partition.phase_note)
+    tok_s_unit: str = "tok/s"  # what a tok/s figure counts: the whole batch or one sequence (tracekit.tokens)
 
 
 def pct(x: float) -> str:
@@ -289,8 +291,8 @@ def drafting_lever(f: StepFacts) -> Lever:
         saving = f.reference_ms - acc * plain
         if plain_tps:
             pays = "pays off" if spec_tps > plain_tps else "does not pay off"
-            verdict += (f"; with {acc:.2f} tokens accepted per step speculation gives {spec_tps:.1f} tok/s against "
-                        f"≈{plain_tps:.1f} tok/s without it (≈{plain:.3f} ms per plain step: {basis}): "
+            verdict += (f"; with {acc:.2f} tokens accepted per step speculation gives {spec_tps:.1f} {f.tok_s_unit} "
+                        f"against ≈{plain_tps:.1f} without it (≈{plain:.3f} ms per plain step: {basis}): "
                         f"it {pays} (break-even at {f.reference_ms / plain:.2f} accepted tokens per step)")
         return Lever(applicable=True, predicted_step_ms=plain, max_saving_ms=saving,
                      max_saving_fraction=saving / f.reference_ms if f.reference_ms else None, verdict=verdict,
@@ -342,8 +344,7 @@ def memory_lever(f: StepFacts) -> Lever:
 
 
 def not_decode(f: StepFacts) -> Advice:
-    why = (f"{f.phase} steps: decode advice does not apply (the split above still holds; pass --phase decode to "
-           "analyse the decode steps)")
+    why = f.phase_note or (f"{f.phase} steps: decode advice does not apply (the split above still holds)")
     extra = {"drafting": {"detection": f.draft_detection}, "communication": _comm_measures(f)}
     levers = {k: Lever(False, None, None, None, why, extra.get(k, {})) for k in ALL_LEVERS}
     return Advice(levers=levers, ranked=())

@@ -41,6 +41,7 @@ from tracekit.categories import (
     PRIORITY,
     STEP_CATEGORIES,
 )
+from tracekit.tokens import resolve_tokens_per_step, tok_s_unit
 from tracekit.trace import Trace
 
 SCHEMA = "tracekit.breakdown/2"
@@ -164,7 +165,8 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
             and roofline.get("ceiling_tokens_per_s") is not None):  # a decode figure: not for prefill/training
         frac = roofline["fraction_of_ceiling"]
         bound = "memory-bound at " if frac >= MEMORY_BOUND else ""
-        parts.append(f"{bound}{pct(frac)} of the {roofline['ceiling_tokens_per_s']:,.0f} tok/s bandwidth ceiling")
+        parts.append(f"{bound}{pct(frac)} of the bandwidth ceiling ({roofline['ceiling_tokens_per_s']:,.0f} "
+                     f"{tok_s_unit(roofline)})")
     return "; ".join(parts)
 
 
@@ -188,7 +190,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         warnings.append(man_warning)
     n = table.height
     steps = {"count": n, "excluded": st.excluded, "marker": attr.steps.marker, "pattern": attr.steps.pattern,
-             **_quantiles(table["period"]), "phase": st.phase, "excluded_reasons": st.excluded_reasons}
+             **_quantiles(table["period"]), "phase": st.phase, "phases": st.phases_found or {},
+             "excluded_reasons": st.excluded_reasons}
     mean = lambda col: float(table[col].cast(pl.Float64).mean()) / 1e6  # noqa: E731
     per_step_ms = {k: mean(f"x_{k}") for k in STEP_CATEGORIES}
     kernel_ms = {k: mean(f"k_{k}") for k in KERNEL_CATEGORIES}
@@ -230,7 +233,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     # ---- time base
     spec = man.get("spec") or {}
     acc = _first(accept_len, spec.get("accept_len"))
-    batch = _first(tokens_per_step, man.get("tokens_per_step"), 1)
+    tps = resolve_tokens_per_step(tokens_per_step, man, trace, attr.steps.windows.join(table.select("step"), on="step"))
+    batch = tps.value
     tokens = (acc if acc else 1) * batch
     traced = steps["mean_ms"]
     tb = time_base(traced, measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s, tokens_per_step=tokens,
@@ -258,6 +262,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
                             weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
                             draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev))
     warnings.extend(rwarn)
+    roof["tokens_per_step_source"] = tps.source  # (tracekit.tokens: flag > manifest > annotation > default)
 
     # ---- advice
     gap = DEFAULT_REPLAY_GAP_US
@@ -289,10 +294,10 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
         collectives=tuple(comm_rows), hidden_comm_ms=hidden_communication(acts), link=link,
         longest_between=between[0] if between else None, verify_ms=verify_ms, verify_busy_ms=verify_busy_ms,
-        token_factor=token_factor,
+        token_factor=token_factor, phase_note=st.phase_note, tok_s_unit=tps.unit,
         longest_in_step=next((x for x in st.largest if x["cause"] != "between_steps"), None))
     advice = advise(facts)
-    head = headline(tb, per_step_ms, gaps, advice, roof, st.phase, busy_ms, upper, st.decode_advice)
+    head = headline(tb, per_step_ms, gaps, advice, roof, st.phase_label, busy_ms, upper, st.decode_advice)
     source = {"path": trace.meta.path, "format": trace.meta.format, "producer_version": trace.meta.producer_version,
               "graph_trace_mode": trace.meta.graph_trace_mode}
     manifest = {k: man.get(k) for k in ("workload", "mode", "unprofiled_step_ms", "tp")} if man else None
