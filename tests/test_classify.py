@@ -405,7 +405,7 @@ def test_extra_rules_add_and_override(tmp_path):
          r"duplicate id 'B1'"),
         ("[[rule]\nid = 'B1'\n", r"invalid TOML"),
         ("[rule]\nid = 'B1'\n", r"write each rule as \[\[rule\]\]"),
-        ("# nothing\n", r"no \[\[rule\]\] tables"),
+        ("# nothing\n", r"no \[\[rule\]\] or \[\[op\]\] tables"),
     ],
 )
 def test_bad_rules_file_raises_one_line_tracekit_error(tmp_path, text, message):

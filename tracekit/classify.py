@@ -338,7 +338,7 @@ def _parse_tables(text: str, origin: str) -> tuple[tuple[Rule, ...], tuple[Rule,
     for table in _TABLES:
         raw = doc.get(table, [])
         if not isinstance(raw, list):
-            raise TracekitError(f"{origin}: '{table}' must be an array of tables: write each as [[{table}]]")
+            raise TracekitError(f"{origin}: '{table}' must be an array of tables: write each {table} as [[{table}]]")
         seen: set[str] = set()
         out[table] = tuple(_make_rule(entry, i, origin if table == "rule" else f"{origin} [[op]]", seen)
                            for i, entry in enumerate(raw, 1))
