@@ -567,9 +567,9 @@ def test_launching_op_is_the_one_kineto_links():
     """The innermost framework op open on the launching thread at the launch call is the op Kineto links the kernel
     to (the kernel's and the cpu_op's 'External id', read here from the JSON): every one of the 19,278 linked kernels
     of hf-small-eager-torch."""
-    from conftest import sample
-
     import tracekit
+
+    from conftest import sample
 
     path = sample("hf-small-eager-torch/trace.json.gz")
     events = json.load(gzip.open(path))["traceEvents"]
@@ -589,9 +589,9 @@ def test_op_categories_agree_with_name_categories(source):
     """With the name rules taken away, every kernel takes its category from its launching op (Kineto cpu_op events;
     nsys NVTX ranges of emit_nvtx), and that category agrees with the one its name gives: two independent sources.
     ``rule`` says op:<name>."""
-    from conftest import sample_trace
-
     import tracekit
+
+    from conftest import sample_trace
 
     path = sample_trace(source) if "/" not in source else shared(source)
     t = tracekit.load(path)
@@ -609,10 +609,10 @@ def test_op_categories_agree_with_name_categories(source):
 def test_kernels_rule_op_only_where_no_name_rule(tmp_path):
     """`tracekit kernels`: a name no [[rule]] matches but whose launching op an [[op]] rule knows shows rule
     op:<op>; the shipped name rules still come first (a user rule file that claims nothing changes no name)."""
-    from conftest import sample_trace
-
     import tracekit
     from tracekit.analyses.kernels import kernel_summary
+
+    from conftest import sample_trace
 
     t = tracekit.load(sample_trace("hf-small-eager-torch"))
     plain = kernel_summary(t)

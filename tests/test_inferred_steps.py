@@ -148,7 +148,7 @@ def _serve_window(skip_first: int = 0):
                "nvjet_tst_256x128", "nvjet_tst_256x128", "argmax"]
     kernels, memops, at = [], [], 0
     for step in range(7):
-        for i, name in enumerate(prefill if step == 0 else decode):
+        for name in prefill if step == 0 else decode:
             if at // 10 >= skip_first:
                 kernels.append((name, at + 2, at + 8, at))
             at += 10

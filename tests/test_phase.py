@@ -239,6 +239,7 @@ def test_unmarked_speculative_loops_are_decode_by_drafting(name):
     """SGLang-shaped speculative loops without markers or manifest: the draft model's forwards (found by structure)
     make every step a speculative decode step (they were unknown before)."""
     import tracekit.analyses.breakdown as bd
+
     from conftest import sample_trace
 
     st = bd.step_table(_bare(tracekit.load(sample_trace(name))), phase="all")
@@ -259,19 +260,19 @@ def test_moe_microbenchmark_is_not_decode():
 def _graph_window():
     """SYNTHETIC (definition test): an eager prefill step then three decode steps that replay a CUDA graph (GEMMs
     and all-reduces), attention eager, as vLLM's piecewise graphs run them. Prefill: GEMMs 5x, all-reduces 6x."""
-    from factory import make_trace
-
     from tracekit.trace import LAUNCHES, conform
+
+    from factory import make_trace
 
     kernels, ranges = [], []
     t0 = 0
     for step in range(4):
         prefill = step == 0
         at = t0 + 5
-        for layer in range(2):
-            for i, (name, us) in enumerate([("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 50 if prefill else 10),
-                                            ("flash_fwd_kernel", 20 if prefill else 4),
-                                            ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 60 if prefill else 10)]):
+        for _layer in range(2):
+            for name, us in [("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 50 if prefill else 10),
+                             ("flash_fwd_kernel", 20 if prefill else 4),
+                             ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 60 if prefill else 10)]:
                 kernels.append((name, at + 20, at + 20 + us, at))
                 at += us + 25
         ranges.append((f"window {step}", t0, at + 10))
@@ -316,6 +317,7 @@ def test_phase_prefill_on_a_decode_trace_is_refused_and_messages_are_said_once()
     from click.testing import CliRunner
 
     from tracekit.cli import cli
+
     from conftest import sample_trace
 
     r = CliRunner().invoke(cli, ["breakdown", str(sample_trace("hf-small-graph")), "--phase", "prefill"])
@@ -348,6 +350,7 @@ def test_serve_prefill_nomark_steps_match_the_manifest(folder):
     if folder is None:
         pytest.skip("sample not captured yet: serve-prefill-*")
     import tracekit.analyses.breakdown as bd
+
     from conftest import sample_trace
 
     man = json.load(open(folder / "manifest.json"))
