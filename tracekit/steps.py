@@ -165,56 +165,122 @@ _T_BITS = 52  # launch times relative to the trace's first, within one thread ra
 
 
 def launch_gpu_time(trace: Trace, device: int | None = None) -> pl.DataFrame:
-    """Each work launch with the GPU time it issued (its kernels' and copies' durations on ``device``, all GPUs
-    when None): ``pid``, ``tid``, ``start``, ``t`` (ns; launches that issued nothing recorded are left out)."""
-    parts = [f.select("pid", "correlation", "device", t=pl.col("end") - pl.col("start"))
-             for f in (trace.kernels, trace.memops) if f.height]
+    """The GPU work of ``trace`` (kernels and copies on ``device``, all GPUs when None) with its launch call:
+    ``pid``, ``tid``, ``start`` (of the launch call), ``t`` (the activity's duration, ns); one row per activity
+    (work whose launch was not recorded is left out). Keyed lookups, no hash join (``tracekit.lookup``)."""
+    from tracekit.lookup import row_lookup
+
+    work = trace.launches
+    valid = work["kind"].is_in(["kernel", "graph", "memcpy", "memset"])
+    parts = []
+    for f in (trace.kernels, trace.memops):
+        if f.height == 0:
+            continue
+        if device is not None and not (f["device"].null_count() == 0 and f["device"].min() == f["device"].max()
+                                       == device):
+            f = f.filter(pl.col("device") == device)
+        row = row_lookup(f.select("pid", "correlation"), work.select("pid", "correlation"), valid=valid)
+        ok = row.is_not_null()
+        at = row.filter(ok)
+        parts.append(pl.DataFrame({"pid": work["pid"].gather(at), "tid": work["tid"].gather(at),
+                                   "start": work["start"].gather(at),
+                                   "t": (f["end"] - f["start"]).filter(ok)}))
     if not parts:
         return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "t": pl.Int64})
-    g = pl.concat(parts)
-    if device is not None:
-        g = g.filter(pl.col("device") == device)
-    g = g.group_by("pid", "correlation").agg(pl.col("t").sum())
-    work = trace.launches.filter(pl.col("kind").is_in(["kernel", "graph", "memcpy", "memset"]))
-    return work.select("pid", "tid", "correlation", "start").join(g, on=["pid", "correlation"], how="inner").select(
-        "pid", "tid", "start", "t")
+    return pl.concat(parts)
 
 
-def _enclosed(lt: pl.DataFrame, ranges: pl.DataFrame, by: list[str]) -> tuple[int, int]:
-    """(GPU time launched inside ``ranges`` on the same ``by`` (thread or process), GPU time launched within their
-    span on any thread). ``lt``: :func:`launch_gpu_time`. Cumulative sums and two binary searches per merged
-    range, no join over launches."""
-    from tracekit.intervals import merge
+@dataclass(frozen=True)
+class _Keyed:
+    """GPU work by launch time within each thread (or process) ``by``: ``keys`` (group -> rank ``_g``), ``k``
+    (sorted rank << 52 | launch time - ``t0``), ``cum`` (running GPU time along ``k``, one longer)."""
 
-    rng = ranges.filter(pl.col("end").is_not_null())
-    if rng.height == 0 or lt.height == 0:
-        return 0, 0
-    t0 = int(min(lt["start"].min(), rng["start"].min()))
-    keys = pl.concat([lt.select(by), rng.select(by)]).unique().sort(by).with_row_index("_g")
-    key = (pl.col("_g").cast(pl.Int64) * (1 << _T_BITS)) + (pl.col("start") - t0)
-    lk = lt.join(keys, on=by, how="left").select(k=key, t="t").sort("k")
-    cum = pl.concat([pl.Series([0], dtype=pl.Int64), lk["t"].cast(pl.Int64).cum_sum()])
-    m = merge(rng, by).collect().join(keys, on=by, how="left")
-    lo = lk["k"].search_sorted(m.select(k=key)["k"], side="left")
-    hi = lk["k"].search_sorted(m.select(k=key + (pl.col("end") - pl.col("start")))["k"], side="right")
-    inside = int((cum.gather(hi) - cum.gather(lo)).sum())
-    span = lt.filter((pl.col("start") >= rng["start"].min()) & (pl.col("start") <= rng["end"].max()))["t"].sum()
-    return inside, int(span)
+    by: tuple[str, ...]
+    keys: pl.DataFrame
+    k: pl.Series
+    cum: pl.Series
+    t0: int
+
+    @staticmethod
+    def of(lt: pl.DataFrame, by: tuple[str, ...], t0: int) -> _Keyed:
+        if all(lt[c].null_count() == 0 and lt[c].min() == lt[c].max() for c in by):
+            # one launching thread (the usual trace): no unique, no join
+            keys = lt.head(1).select(list(by)).with_row_index("_g")
+            lk = lt.select(k=pl.col("start") - t0, t="t")
+        else:
+            keys = lt.select(list(by)).unique().sort(list(by)).with_row_index("_g")
+            lk = lt.join(keys, on=list(by), how="left").select(
+                k=pl.col("_g").cast(pl.Int64) * (1 << _T_BITS) + (pl.col("start") - t0), t="t")
+        if not lk["k"].is_sorted():
+            lk = lk.sort("k")
+        return _Keyed(by, keys, lk["k"], pl.concat([pl.Series([0], dtype=pl.Int64), lk["t"].cast(pl.Int64).cum_sum()]),
+                      t0)
+
+    def inside(self, ranges: pl.DataFrame) -> int:
+        """GPU time launched inside ``ranges`` (merged per group) by the same group."""
+        from tracekit.intervals import merge
+
+        m = merge(ranges, list(self.by)).collect().join(self.keys, on=list(self.by), how="inner")
+        if m.height == 0:
+            return 0
+        base = pl.col("_g").cast(pl.Int64) * (1 << _T_BITS)
+        b = m.select(lo=base + pl.col("start") - self.t0, hi=base + pl.col("end") - self.t0)
+        lo = self.k.search_sorted(b["lo"], side="left")
+        hi = self.k.search_sorted(b["hi"], side="right")
+        return int((self.cum.gather(hi) - self.cum.gather(lo)).sum())
 
 
-def range_coverage(trace: Trace, ranges: pl.DataFrame, device: int | None = None,
-                   lt: pl.DataFrame | None = None) -> tuple[float, int, int]:
+class _Coverage:
+    """Which share of the GPU work ranges enclose the launches of (see :func:`range_coverage`), with the sorted
+    work computed once for every pattern a caller asks about."""
+
+    def __init__(self, lt: pl.DataFrame, t0: int):
+        # in launch order once: the per-thread keys of one launching thread are then in order too (no second sort)
+        self.lt = lt if lt["start"].is_sorted() else lt.sort("start")
+        self.t0 = t0
+        self._keyed: dict[tuple[str, ...], _Keyed] = {}
+        self.starts = self.lt["start"]
+        self.cum = pl.concat([pl.Series([0], dtype=pl.Int64), self.lt["t"].cast(pl.Int64).cum_sum()])
+        self.total = int(self.cum[-1])
+
+    def keyed(self, by: tuple[str, ...]) -> _Keyed:
+        if by not in self._keyed:
+            self._keyed[by] = _Keyed.of(self.lt, by, self.t0)
+        return self._keyed[by]
+
+    def span(self, ranges: pl.DataFrame) -> int:
+        """GPU time launched (any thread) between the first range's start and the last range's end."""
+        lo = self.starts.search_sorted(ranges["start"].min(), side="left")
+        hi = self.starts.search_sorted(ranges["end"].max(), side="right")
+        return int(self.cum[hi] - self.cum[lo])
+
+    def of(self, ranges: pl.DataFrame) -> tuple[float, int, int]:
+        rng = ranges.filter(pl.col("end").is_not_null())
+        if rng.height == 0 or self.total == 0:
+            return 0.0, 0, 0
+        span = self.span(rng)
+        if span == 0:
+            return 0.0, 0, 0
+        inside = self.keyed(("pid", "tid")).inside(rng)
+        if inside < MIN_STEP_RANGE_SHARE * span:  # ranges on another thread: the breakdown's per-process rule
+            inside = max(inside, self.keyed(("pid",)).inside(rng))
+        return inside / span, inside, span
+
+
+def _coverage(trace: Trace, device: int | None) -> _Coverage | None:
+    lt = launch_gpu_time(trace, device)
+    if lt.height == 0:
+        return None
+    t0 = min(int(lt["start"].min()), int(trace.ranges["start"].min()) if trace.ranges.height else 0)
+    return _Coverage(lt, t0)
+
+
+def range_coverage(trace: Trace, ranges: pl.DataFrame, device: int | None = None) -> tuple[float, int, int]:
     """``(share, enclosed_ns, span_ns)``: the share of the GPU work launched within the span of ``ranges`` whose
     launch they enclose, on the launching thread, or in the launching process where that encloses more (the
     breakdown attributes by process when the step ranges live on another thread)."""
-    lt = launch_gpu_time(trace, device) if lt is None else lt
-    best = (0, 0)
-    for by in (["pid", "tid"], ["pid"]):
-        inside, span = _enclosed(lt, ranges, by)
-        if span and (best[1] == 0 or inside / span > best[0] / best[1]):
-            best = (inside, span)
-    inside, span = best
-    return (inside / span if span else 0.0), inside, span
+    cov = _coverage(trace, device)
+    return cov.of(ranges) if cov is not None else (0.0, 0, 0)
 
 
 def step_candidates(trace: Trace, top: int | None = 10, device: int | None = None) -> pl.DataFrame:
@@ -224,10 +290,9 @@ def step_candidates(trace: Trace, top: int | None = 10, device: int | None = Non
     pats = range_patterns(trace.ranges, top=None)
     schema = {"pattern": pl.String, "regex": pl.String, "count": pl.Int64, "min_depth": pl.Int32,
               "gpu_share": pl.Float64}
-    lt = launch_gpu_time(trace, device)
-    if pats.height == 0 or lt.height == 0:
+    cov = _coverage(trace, device) if pats.height else None
+    if cov is None or cov.total == 0:
         return pl.DataFrame(schema=schema)
-    total = int(lt["t"].sum())
     rng = trace.ranges.filter(pl.col("domain").is_null() | (pl.col("domain") != "NCCL")).with_columns(
         pattern=name_pattern(pl.col("name").str.slice(0, 200)))
     shares = []
@@ -235,8 +300,11 @@ def step_candidates(trace: Trace, top: int | None = 10, device: int | None = Non
     known = pats.filter(pl.any_horizontal([pl.col("pattern").str.contains(rx) for rx, _ in KNOWN_STEP_PATTERNS]))
     looked = pl.concat([pats.head(max(top or 0, 20)), known]).unique("pattern", maintain_order=True)
     for pattern in looked["pattern"].to_list():
-        _, inside, _ = range_coverage(trace, rng.filter(pl.col("pattern") == pattern), lt=lt)
-        shares.append(inside / total if total else 0.0)
+        mine = rng.filter((pl.col("pattern") == pattern) & pl.col("end").is_not_null())
+        inside = cov.keyed(("pid", "tid")).inside(mine) if mine.height else 0
+        if mine.height and inside < MIN_STEP_RANGE_SHARE * cov.span(mine):
+            inside = max(inside, cov.keyed(("pid",)).inside(mine))
+        shares.append(inside / cov.total)
     out = looked.with_columns(gpu_share=pl.Series(shares, dtype=pl.Float64)).filter(pl.col("gpu_share") > 0)
     out = out.sort(["gpu_share", "count", "pattern"], descending=[True, True, False]).select(list(schema))
     return out.head(top) if top is not None else out

@@ -201,20 +201,26 @@ def step_work(acts: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     :data:`DECODE_KERNELS`, or null), ``ratio`` (GEMM time / the lightest quarter's), ``heavy`` and ``light``
     (see the module docstring, source 4), ``c_ratio``.
     """
-    cat = pl.col("category").cast(pl.String)
+    # (category compared as it is, Enum or text: a cast of ten million values to text costs more than the rest)
+    cat = pl.col("category")
     gemm, comm = cat == "gemm", cat == "communication"
     graphed = pl.col("graphed").fill_null(False)
-    dk = name_matches(acts["name"], DECODE_KERNELS) & (acts["category"].cast(pl.String) == "attention")
-    per = acts.with_columns(_dk=dk).group_by("step").agg(
+    dk = name_matches(acts["name"], DECODE_KERNELS)
+    small = acts.select("step", "dur", "correlation", g=gemm, c=comm, a=cat == "attention", gr=graphed, dk=dk)
+    small = small.with_columns(dk=pl.col("dk") & pl.col("a"))
+    per = small.group_by("step").agg(
         k_all=pl.col("dur").sum(),
-        g_ms=pl.col("dur").filter(gemm).sum(), g_n=gemm.sum(),
-        g_eager=pl.col("dur").filter(gemm & ~graphed).sum(),
-        c_med=pl.col("dur").filter(comm).median(),
-        graphed=pl.col("dur").filter(graphed).sum(),
-        attention=(cat == "attention").any(),
-        decode_kernel=pl.col("name").filter(pl.col("_dk")).first().cast(pl.String),
+        g_ms=pl.col("dur").filter("g").sum(), g_n=pl.col("g").sum(),
+        g_eager=pl.col("dur").filter(pl.col("g") & ~pl.col("gr")).sum(),
+        c_med=pl.col("dur").filter("c").median(),
+        graphed=pl.col("dur").filter("gr").sum(),
+        attention=pl.col("a").any(),
     )
-    replays = (acts.filter(graphed).group_by("step", "correlation").agg(t=pl.col("dur").sum())
+    # the first decode-only attention kernel of each step (few rows: filtered before grouping)
+    first_dk = (acts.select("step", "name").filter(small["dk"]).group_by("step").agg(
+        decode_kernel=pl.col("name").first()).with_columns(pl.col("decode_kernel").cast(pl.String)))
+    per = per.join(first_dk, on="step", how="left")
+    replays = (small.filter("gr").group_by("step", "correlation").agg(t=pl.col("dur").sum())
                .group_by("step").agg(one_replay=pl.col("t").max()))
     per = per.join(replays, on="step", how="left").with_columns(pl.col("one_replay").fill_null(0)).join(
         windows.select(pl.col("step").cast(pl.Int64), complete=pl.col("end").is_not_null()), on="step", how="left")
@@ -254,7 +260,7 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
         keep = pl.col("step").is_not_null() & ((pl.col("kind") == "kernel") if "kind" in acts.columns else True)
         cat = pl.col("name_category") if "name_category" in acts.columns else pl.col("category")
         acts = acts.select(pl.col("step").cast(pl.Int64), "name", "correlation", pl.col("graphed").fill_null(False),
-                           "dur", category=cat.cast(pl.String), _keep=keep).filter("_keep").drop("_keep")
+                           "dur", category=cat, _keep=keep).filter("_keep").drop("_keep")
     ann = annotation_phases(trace, windows)
     # training: backward/optimizer kernels in the step, else anywhere in the trace
     bwd = acts.filter(name_matches(acts["name"], TRAINING_KERNELS))
