@@ -165,15 +165,17 @@ _T_BITS = 52  # launch times relative to the trace's first, within one thread ra
 
 
 def launch_gpu_time(trace: Trace, device: int | None = None) -> pl.DataFrame:
-    """The GPU work of ``trace`` (kernels and copies on ``device``, all GPUs when None) with its launch call:
-    ``pid``, ``tid``, ``start`` (of the launch call), ``t`` (the activity's duration, ns); one row per activity
-    (work whose launch was not recorded is left out). Keyed lookups, no hash join (``tracekit.lookup``)."""
+    """The kernels of ``trace`` (on ``device``, all GPUs when None) with their launch call: ``pid``, ``tid``,
+    ``start`` (of the launch call), ``t`` (the kernel's duration, ns); one row per kernel (kernels whose launch was
+    not recorded are left out). Copies are not counted: a loop may upload its inputs outside the range that holds
+    its compute (pipit's saxpy: two host-to-device copies before each `saxpy` range), and what a step range must
+    hold is its step's compute. Keyed lookups, no hash join (``tracekit.lookup``)."""
     from tracekit.lookup import row_lookup
 
     work = trace.launches
     valid = work["kind"].is_in(["kernel", "graph", "memcpy", "memset"])
     parts = []
-    for f in (trace.kernels, trace.memops):
+    for f in (trace.kernels,):
         if f.height == 0:
             continue
         if device is not None and not (f["device"].null_count() == 0 and f["device"].min() == f["device"].max()
@@ -323,7 +325,7 @@ def _refuse_poor_step_range(trace: Trace, rng: pl.DataFrame, regex: str, device:
                        for r, c, g in zip(cands["regex"], cands["count"], cands["gpu_share"])) or "none"
     raise TracekitError(
         f"--step-range {regex!r}: its {rng.height} range(s) enclose the launches of only {100 * share:.1f}% of the "
-        f"GPU work in their span ({inside / 1e6:.3f} of {span / 1e6:.3f} ms); a step range must hold its step's "
+        f"kernel time in their span ({inside / 1e6:.3f} of {span / 1e6:.3f} ms); a step range must hold its step's "
         f"launches. Step candidates: {better}")
 
 
