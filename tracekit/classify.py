@@ -251,7 +251,7 @@ def launching_ops(frames: pl.DataFrame, launches: pl.DataFrame) -> pl.Series:
     out = pl.repeat(None, launches.height, dtype=pl.String, eager=True).alias("op")
     if frames.height == 0 or launches.height == 0:
         return out
-    from tracekit.readers.common import nesting_depth
+    from tracekit.intervals import nesting_depth
 
     frames = frames.with_columns(depth=nesting_depth(frames)).filter(pl.col("depth") < MAX_OP_DEPTH)
     left = launches.select("pid", "tid", "start").with_row_index("_i").sort("start")

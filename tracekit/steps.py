@@ -2,14 +2,18 @@
 
 Three ways, tried in this order (``Steps.marker`` says which was used):
 
-1. ``--step-range REGEX``: every range whose name matches (Python ``re.search``).
+1. ``--step-range REGEX``: every range whose name matches (Python ``re.search``); refused when the ranges do not
+   enclose the launches of most of the kernel time in their span (:func:`range_coverage`: a range around one
+   collective repeats once per step but holds none of it). :func:`step_candidates` ranks the range patterns that
+   do launch work by how much of the kernel time they enclose (``tracekit info``).
 2. Auto-detection: names that differ only in numbers are one *pattern*
    (``decode_step 12`` -> ``decode_step #``). Known step patterns of tracekit capture,
    SGLang, vLLM, TensorRT-LLM and the torch profiler are preferred; otherwise the
    outermost repeating pattern whose ranges launch GPU work.
-3. Inference from structure when there are no usable ranges: one step per launch of the
-   heaviest repeating CUDA graph, else one per host synchronisation of the launching
-   thread. ``marker = "inferred"`` and a warning say so.
+3. Inference from structure when there are no usable ranges: the launch sequence's period (a step ends with the
+   host read of its sampled tokens), else one step per replay of the heaviest CUDA graph. ``marker =
+   "inferred"`` and a warning say so. The part before the first read is a whole step when it begins as a step
+   begins (a complete prefill step at the start of a window), else cut by the capture window.
 
 A step here is a host-side window on one thread (pid, tid, start, end); the GPU period
 of each step is computed in ``analyses/breakdown.py`` from the work launched inside it.
@@ -159,7 +163,7 @@ def _launching(ranges: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
 # phases of real windows"). A range that holds a collective's launch and nothing else (``nccl:_all_gather_base``)
 # repeats as often as steps do, but its "steps" would hold almost none of the GPU time.
 
-# A --step-range whose ranges enclose the launches of less than this share of the GPU work in their span is refused.
+# A --step-range whose ranges enclose the launches of less than this share of the kernel time in their span is refused.
 MIN_STEP_RANGE_SHARE = 0.5
 _T_BITS = 52  # launch times relative to the trace's first, within one thread rank (2^52 ns = 52 days)
 
@@ -313,7 +317,7 @@ def step_candidates(trace: Trace, top: int | None = 10, device: int | None = Non
 
 
 def _refuse_poor_step_range(trace: Trace, rng: pl.DataFrame, regex: str, device: int | None) -> None:
-    """Raise when the ranges of ``--step-range`` do not enclose the launches of most of the GPU work in their span
+    """Raise when the ranges of ``--step-range`` do not enclose the launches of most of the kernel time in their span
     (a range around one collective, say): its "steps" would be idle GPU time."""
     share, inside, span = range_coverage(trace, rng, device)
     if span == 0 or share >= MIN_STEP_RANGE_SHARE:
