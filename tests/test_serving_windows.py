@@ -125,3 +125,14 @@ def test_tok_s_without_a_batch_says_per_sequence():
     b = breakdown(dataclasses.replace(t, manifest=None), weight_bytes=988010240, peak_bw=4800)
     assert b.roofline["tokens_per_step_source"] == "default"
     assert "tok/s per sequence" in b.headline
+
+
+def test_framework_op_ranges_are_not_step_candidates():
+    """nsys-ai h100_2gpu_1s was captured with emit_nvtx: its ranges are ops (`aten::linear, op_id = 12`), each
+    holding a launch or two. They enclose launches (86% of the kernel time under aten::linear) but are no steps."""
+    from conftest import sql_rows
+
+    path = shared("nsys-ai/tests/fixtures/h100_2gpu_1s.sqlite")
+    n = sql_rows(path, "SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'aten::linear, op_id = %'")[0][0]
+    assert n == 280
+    assert step_candidates(tracekit.load(path)).height == 0

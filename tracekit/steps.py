@@ -163,6 +163,8 @@ def _launching(ranges: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
 # phases of real windows"). A range that holds a collective's launch and nothing else (``nccl:_all_gather_base``)
 # repeats as often as steps do, but its "steps" would hold almost none of the GPU time.
 
+# Range names of framework ops as torch.autograd.profiler.emit_nvtx writes them (never step candidates).
+OP_RANGE = r"^(aten|prim|c10d|_c10d_functional)::|^[\w.]+::\w+, (seq|op_id|sizes) = "
 # A --step-range whose ranges enclose the launches of less than this share of the kernel time in their span is refused.
 MIN_STEP_RANGE_SHARE = 0.5
 _T_BITS = 52  # launch times relative to the trace's first, within one thread rank (2^52 ns = 52 days)
@@ -301,6 +303,8 @@ def step_candidates(trace: Trace, top: int | None = 10, device: int | None = Non
         return pl.DataFrame(schema=schema)
     rng = trace.ranges.filter(pl.col("domain").is_null() | (pl.col("domain") != "NCCL")).with_columns(
         pattern=name_pattern(pl.col("name").str.slice(0, 200)))
+    # framework-op ranges (torch.autograd.profiler.emit_nvtx: "aten::linear, op_id = 12") hold one op, not a step
+    pats = pats.filter(~pl.col("pattern").str.contains(OP_RANGE))
     shares = []
     # the most frequent patterns and the known step patterns (a few dozen at most), not events
     known = pats.filter(pl.any_horizontal([pl.col("pattern").str.contains(rx) for rx, _ in KNOWN_STEP_PATTERNS]))

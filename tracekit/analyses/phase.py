@@ -56,8 +56,8 @@ HEAVY_COMM_RATIO = 2.0  # ... and its collectives (median duration), where both 
 # Collectives carry the tokens' activations (an all-reduce moves tokens x hidden): many times longer collectives
 # with more GEMM time also say prompt tokens, where MoE GEMMs grow less than that (a decode batch of 16 already
 # reads most experts: GEMM 2.6x, collectives 10-23x for 4096-token EXTEND steps in the lora_perf GB300 traces).
-COMM_HEAVY_RATIO = 4.0
-COMM_HEAVY_GEMM_RATIO = 1.5
+COMM_HEAVY_RATIO = 6.0  # (a decode batch growing 16x moves 16x the bytes, but small all-reduces are latency-bound:
+COMM_HEAVY_GEMM_RATIO = 2.0  # ~3-4x; its GEMMs stay weight-bound: < 2x)
 LIGHT_RATIO = 1.5  # GEMM time within this of the lightest steps': a light step
 SAME_FORWARD = 2.0  # GEMM launches within this factor of the light steps': the same forward (layers)
 SHAPES_EAGER_SHARE = 0.5  # eager share of a step's GEMM time from which its recorded shapes may say decode
