@@ -65,11 +65,13 @@ def test_info_json_contract_keys():
     assert code == 0
     d = json.loads(out)
     assert d["schema"] == "tracekit.info/1"
-    assert set(d) == {"schema", "source", "gpus", "counts", "range_names", "warnings"}
+    assert set(d) == {"schema", "source", "gpus", "counts", "range_names", "step_candidates", "warnings"}
     assert set(d["counts"]) == {"kernels", "memops", "launches", "ranges"}
     assert set(d["source"]) >= {"path", "format", "producer_version", "graph_trace_mode"}
     for r in d["range_names"]:
         assert set(r) == {"pattern", "regex", "count"}
+    for r in d["step_candidates"]:  # (extension) ranked by the GPU time their ranges enclose
+        assert set(r) == {"pattern", "regex", "count", "gpu_share"} and 0 < r["gpu_share"] <= 1
 
 
 @pytest.mark.parametrize("fmt", ["table", "md", "json", "csv"])

@@ -133,3 +133,38 @@ def test_no_period_no_steps():
     """A trace with no repeating unit that holds a host read (nsys-ai mock: two kernels) has no inferred steps."""
     t = tracekit.load(shared("nsys-ai/tests/fixtures/mock.sqlite"))
     assert infer_steps(t) is None
+
+
+def _serve_window(skip_first: int = 0):
+    """SYNTHETIC (definition test): a serving window that starts with a prefill step (more and other GEMM launches)
+    and continues with six decode steps; every step begins with the embedding kernel and ends by reading the
+    sampled token (a device-to-host copy). ``skip_first`` drops the first launches, as a capture that started
+    mid-step would."""
+    from factory import make_trace
+
+    decode = ["embed", "rmsnorm", "nvjet_tst_64x8", "flash_fwd_kernel", "nvjet_tst_64x8", "rmsnorm", "nvjet_tst_64x8",
+              "argmax"]
+    prefill = ["embed", "rmsnorm", "nvjet_tst_256x128", "flash_fwd_kernel", "nvjet_tst_256x128", "rmsnorm",
+               "nvjet_tst_256x128", "nvjet_tst_256x128", "argmax"]
+    kernels, memops, at = [], [], 0
+    for step in range(7):
+        for name in prefill if step == 0 else decode:
+            if at // 10 >= skip_first:
+                kernels.append((name, at + 2, at + 8, at))
+            at += 10
+        memops.append(("memcpy", at + 2, at + 4, at))
+        at += 100
+    return make_trace(kernels=kernels, memops=memops)
+
+
+def test_prefill_step_at_the_start_of_a_window_is_whole():
+    """A complete prefill step at the start of a window is a step, not a part cut by the capture window: it begins
+    with the launch every step begins with (and only the start of a step holds). Dropping its first launch (a
+    capture that started mid-step) cuts it."""
+    s = infer_steps(_serve_window())
+    assert s.windows.height == 7 and s.windows["end"].is_not_null().all()
+    first = s.windows.sort("start").row(0, named=True)
+    assert first["start"] == 0  # the prefill step's first launch (the embedding), in ns
+    cut = infer_steps(_serve_window(skip_first=1))
+    assert cut.windows.sort("start")["end"].to_list()[0] is None  # the part before the first read: cut
+    assert cut.windows["end"].is_not_null().sum() == 6

@@ -117,12 +117,12 @@ def kernels(trace: Trace, *, device: int | None = None, top: int | None = None,
 
 def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
     """What is in ``trace`` (schema ``tracekit.info/1``): source, GPUs and their peak bandwidth, counts,
-    graph trace mode, the ``top`` most frequent range names (step candidates) and warnings. ``device``
-    restricts the GPU-side counts.
+    graph trace mode, the ``top`` most frequent range names that launch GPU work (step candidates; also ranked by
+    the kernel time they enclose, ``step_candidates``) and warnings. ``device`` restricts the GPU-side counts.
 
     >>> i = info(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), top=1)
-    >>> i["counts"], i["range_names"]
-    ({'kernels': 5, 'memops': 15, 'launches': 20, 'ranges': 22}, [{'pattern': 'MPI_Send', 'regex': '^MPI_Send$', 'count': 10}])
+    >>> i["counts"], i["range_names"]  # (its 10 MPI_Send ranges launch nothing: no step candidate)
+    ({'kernels': 5, 'memops': 15, 'launches': 20, 'ranges': 22}, [{'pattern': 'saxpy', 'regex': '^saxpy$', 'count': 5}])
     """
     from tracekit.analyses.info import info as _info
 

@@ -9,6 +9,11 @@ Context does not apply here: a kernel launched inside a draft range, or replayed
 graph, is relabelled ``drafting`` by the analyses afterwards (docs/definitions.md, "Attribution").
 Names no rule matches are ``other`` with ``rule`` null, so ``tracekit kernels`` can show the gaps.
 
+**By the launching op.** A name no ``[[rule]]`` matches takes the category of the framework op that launched it
+where the trace records one (:func:`launching_ops`, :func:`with_op_categories`): the ``[[op]]`` tables of the same
+file match the op's name (``aten::mm`` -> gemm, ``vllm::unified_attention`` -> attention, ...) and the kernel's
+``rule`` becomes ``op:<op name>``. A name launched by several ops takes the op that launched most of its time.
+
 >>> import polars as pl
 >>> classify(pl.Series(["nvjet_tst_64x8_64x16_4x1_v_bz_TNT", "[CUDA memcpy Device-to-Host]", "mystery"]))
 shape: (3, 4)
@@ -48,6 +53,11 @@ else:  # pragma: no cover - Python 3.10 (tomli is a dependency there)
 CATEGORIES: tuple[str, ...] = KERNEL_CATEGORIES
 UNKNOWN_SUB = "unknown"
 _FIELDS = ("id", "category", "sub", "pattern", "source")
+_TABLES = ("rule", "op")  # [[rule]]: kernel names; [[op]]: the launching framework op's name
+# A framework op as Kineto (cpu_op) and emit_nvtx name it: namespace::name (aten::mm, vllm::unified_attention,
+# _C_cache_ops::reshape_and_cache_flash); an NVTX op range carries more after it (", seq = 12, sizes = ...").
+OP_NAME = r"^([A-Za-z_][\w.]*::[A-Za-z_]\w*)"
+OP_RULE_PREFIX = "op:"
 # Memcpy/memset records (nsys CUPTI_ACTIVITY_KIND_MEMCPY/_MEMSET names, Kineto gpu_memcpy/gpu_memset)
 # are memory whatever a user rule says: they are copies by construction, not kernels.
 _MEMOPS = (("[CUDA memcpy", "memcpy"), ("[CUDA memset", "memset"), ("Memcpy ", "memcpy"), ("Memset ", "memset"))
@@ -74,6 +84,11 @@ class Rules:
     rules: tuple[Rule, ...]
     files: tuple[str, ...] = ()
     _cache: dict[str, Rule | None] = field(default_factory=dict, repr=False, compare=False)
+    ops: tuple[Rule, ...] = ()  # the [[op]] rules: category by the launching op's name
+
+    def match_op(self, op: str) -> Rule | None:
+        """The first ``[[op]]`` rule matching the op name ``op``, or None."""
+        return next((r for r in self.ops if r.regex.search(op)), None)
 
     def match(self, name: str) -> Rule | None:
         """The first rule matching ``name``, or None."""
@@ -112,19 +127,21 @@ def load_rules(extra: str | Path | None = None) -> Rules:
         raise TracekitError(f"rules file {path} not found; pass an existing TOML file to --rules") from None
     except (OSError, UnicodeDecodeError) as e:
         raise TracekitError(f"cannot read rules file {path}: {one_line(e)}") from None
-    mine = _parse(text, str(path))
-    if not mine:
-        raise TracekitError(f"{path}: no [[rule]] tables; see docs/taxonomy.md for the format")
+    mine, mine_ops = _parse_tables(text, str(path))
+    if not mine and not mine_ops:
+        raise TracekitError(f"{path}: no [[rule]] or [[op]] tables; see docs/taxonomy.md for the format")
     ids = {r.id for r in mine}
     kept = tuple(r for r in shipped.rules if r.id not in ids)
-    return Rules(mine + kept, files=(str(path),) + shipped.files)
+    op_ids = {r.id for r in mine_ops}
+    kept_ops = tuple(r for r in shipped.ops if r.id not in op_ids)
+    return Rules(mine + kept, files=(str(path),) + shipped.files, ops=mine_ops + kept_ops)
 
 
 @functools.lru_cache(maxsize=1)
 def _shipped_rules() -> Rules:
     res = resources.files("tracekit").joinpath("data/kernels.toml")
-    rules = _parse(res.read_text(encoding="utf-8"), "tracekit/data/kernels.toml")
-    return Rules(rules, files=("tracekit/data/kernels.toml",))
+    rules, ops = _parse_tables(res.read_text(encoding="utf-8"), "tracekit/data/kernels.toml")
+    return Rules(rules, files=("tracekit/data/kernels.toml",), ops=ops)
 
 
 def classify(names: pl.Series, rules: Rules | None = None) -> pl.DataFrame:
@@ -205,25 +222,127 @@ def _classify_one(name: str, rules: Rules) -> tuple[str, str, str | None]:
     return hit.category, hit.sub, hit.id
 
 
+# ───────────────────────── category by the launching op ─────────────────────────
+
+# Nesting levels of framework ops looked at (the innermost op of a launch is rarely deeper than a handful).
+MAX_OP_DEPTH = 64
+
+
+def op_frames(trace) -> pl.DataFrame:
+    """The framework ops of ``trace`` as host intervals: ``pid, tid, start, end, op`` (the op's name,
+    ``namespace::name``), from ``Trace.ops`` (Kineto cpu_op events) and from NVTX ranges named as
+    ``torch.autograd.profiler.emit_nvtx`` names them (``aten::mm, seq = 12, ...``)."""
+    parts = []
+    for f in (trace.ops, trace.ranges):
+        if f.height:
+            parts.append(f.select("pid", "tid", "start", "end", op=pl.col("name").str.extract(OP_NAME, 1))
+                         .filter(pl.col("op").is_not_null() & pl.col("end").is_not_null()
+                                 & (pl.col("end") >= pl.col("start"))))
+    if not parts:
+        return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64,
+                                    "op": pl.String})
+    return pl.concat(parts).sort("start")
+
+
+def launching_ops(frames: pl.DataFrame, launches: pl.DataFrame) -> pl.Series:
+    """For each launch (``pid, tid, start``), the innermost framework op of ``frames`` (:func:`op_frames`) open
+    on its thread at its start, else null. Ops nest on a thread, so at each nesting level at most one op can
+    enclose the launch: one as-of join per level (a handful), the deepest hit wins."""
+    out = pl.repeat(None, launches.height, dtype=pl.String, eager=True).alias("op")
+    if frames.height == 0 or launches.height == 0:
+        return out
+    from tracekit.intervals import nesting_depth
+
+    frames = frames.with_columns(depth=nesting_depth(frames)).filter(pl.col("depth") < MAX_OP_DEPTH)
+    left = launches.select("pid", "tid", "start").with_row_index("_i").sort("start")
+    best = left.select("_i", op=pl.lit(None, pl.String))
+    for d in range(int(frames["depth"].max()) + 1):  # nesting levels, not events
+        level = frames.filter(pl.col("depth") == d).select("pid", "tid", fs="start", fe="end", op_d="op").sort("fs")
+        if level.height == 0:
+            continue
+        hit = left.join_asof(level, left_on="start", right_on="fs", by=["pid", "tid"], strategy="backward",
+                             check_sortedness=False).select(
+            "_i", op_d=pl.when(pl.col("fe") >= pl.col("start")).then(pl.col("op_d")))
+        best = best.join(hit, on="_i", how="left").select("_i", op=pl.coalesce("op_d", "op"))
+    return best.sort("_i")["op"].alias("op")
+
+
+def with_op_categories(table: pl.DataFrame, pos: pl.Series, kernels: pl.DataFrame, trace,
+                       rules: Rules | None = None) -> pl.DataFrame:
+    """``table`` (:func:`name_table`'s) with the names no ``[[rule]]`` matched categorised by their launching op.
+
+    ``kernels``: the kernel records ``pos`` indexes into ``table`` (columns ``pid``, ``correlation``, ``start``,
+    ``end``); ``trace``: where the launches and ops are. A name takes the op that launched most of its kernel time
+    (eager launches only: a graph replay has no launching op per kernel) and, when an ``[[op]]`` rule matches that
+    op, its category, ``sub`` and ``rule = "op:<op>"``; other rows are unchanged. Vectorised: one join of the
+    unmatched kernels to their launches, one as-of join per op nesting level.
+    """
+    rules = load_rules() if rules is None else rules
+    if not rules.ops or table.height == 0 or not table["rule"].is_null().any():
+        return table
+    if trace.ops.height == 0 and not trace.ranges["name"].str.contains(OP_NAME).any():
+        return table  # no framework op recorded
+    open_rows = table["rule"].is_null()
+    k = kernels.select("pid", "correlation", dur=pl.col("end") - pl.col("start")).with_columns(pos=pos)
+    k = k.filter(open_rows.gather(pos).fill_null(False))
+    if k.height == 0:
+        return table
+    eager = trace.launches.filter(pl.col("kind") == "kernel").select("pid", "correlation", "tid", "start")
+    k = k.join(eager, on=["pid", "correlation"], how="inner")
+    frames = op_frames(trace)
+    if k.height == 0 or frames.height == 0:
+        return table
+    k = k.with_columns(op=launching_ops(frames, k))
+    by_op = (k.filter(pl.col("op").is_not_null()).group_by("pos", "op").agg(t=pl.col("dur").sum())
+             .sort(["pos", "t", "op"], descending=[False, True, False]).group_by("pos", maintain_order=True).first())
+    if by_op.height == 0:
+        return table
+    ops = by_op["op"].unique().to_list()
+    hits = {op: rules.match_op(op) for op in ops}  # distinct op names (a few dozen), not kernels
+    found = pl.DataFrame({"op": ops, "o_cat": [h.category if h else None for h in hits.values()],
+                          "o_sub": [h.sub if h else None for h in hits.values()]},
+                         schema={"op": pl.String, "o_cat": pl.String, "o_sub": pl.String})
+    by_op = by_op.join(found, on="op", how="inner").filter(pl.col("o_cat").is_not_null())
+    if by_op.height == 0:
+        return table
+    upd = table.with_row_index("pos").join(by_op.select("pos", "op", "o_cat", "o_sub"), on="pos", how="left",
+                                           maintain_order="left")
+    have = pl.col("o_cat").is_not_null()
+    return upd.select(
+        "name",
+        category=pl.when(have).then(pl.col("o_cat")).otherwise(pl.col("category")),
+        sub=pl.when(have).then(pl.col("o_sub")).otherwise(pl.col("sub")),
+        rule=pl.when(have).then(pl.lit(OP_RULE_PREFIX) + pl.col("op")).otherwise(pl.col("rule")),
+    )
+
+
 # ───────────────────────── parsing and validation ─────────────────────────
 
 
 def _parse(text: str, origin: str) -> tuple[Rule, ...]:
+    """The ``[[rule]]`` tables of a rules file (see :func:`_parse_tables` for the ``[[op]]`` ones too)."""
+    return _parse_tables(text, origin)[0]
+
+
+def _parse_tables(text: str, origin: str) -> tuple[tuple[Rule, ...], tuple[Rule, ...]]:
+    """``([[rule]] rules, [[op]] rules)`` of a rules file, validated."""
     try:
         doc = _toml.loads(text)
     except _toml.TOMLDecodeError as e:
         raise TracekitError(f"{origin}: invalid TOML: {one_line(e)}") from None
-    if set(doc) - {"rule"}:
-        bad = ", ".join(sorted(set(doc) - {"rule"}))
-        raise TracekitError(f"{origin}: unexpected top-level key(s) {bad}; a rules file holds only [[rule]] tables")
-    raw = doc.get("rule", [])
-    if not isinstance(raw, list):
-        raise TracekitError(f"{origin}: 'rule' must be an array of tables: write each rule as [[rule]]")
-    out: list[Rule] = []
-    seen: set[str] = set()
-    for i, entry in enumerate(raw, 1):
-        out.append(_make_rule(entry, i, origin, seen))
-    return tuple(out)
+    if set(doc) - set(_TABLES):
+        bad = ", ".join(sorted(set(doc) - set(_TABLES)))
+        raise TracekitError(f"{origin}: unexpected top-level key(s) {bad}; a rules file holds only [[rule]] and "
+                            "[[op]] tables")
+    out: dict[str, tuple[Rule, ...]] = {}
+    for table in _TABLES:
+        raw = doc.get(table, [])
+        if not isinstance(raw, list):
+            raise TracekitError(f"{origin}: '{table}' must be an array of tables: write each {table} as [[{table}]]")
+        seen: set[str] = set()
+        out[table] = tuple(_make_rule(entry, i, origin if table == "rule" else f"{origin} [[op]]", seen)
+                           for i, entry in enumerate(raw, 1))
+    return out["rule"], out["op"]
 
 
 def _make_rule(entry: Any, i: int, origin: str, seen: set[str]) -> Rule:

@@ -178,3 +178,26 @@ def asof(left: pl.DataFrame, right: pl.DataFrame, left_on: str, right_on: str, b
         right, left_on=left_on, right_on=right_on, by=by, strategy=strategy,
         allow_exact_matches=allow_exact_matches, check_sortedness=False)
     return (j if ordered else j.sort("_asof_i")).drop("_asof_i")
+
+
+def nesting_depth(ranges: pl.DataFrame) -> pl.Series:
+    """Nesting depth of each range on its (pid, tid), 0 = outermost, by a sorted sweep.
+
+    ``ranges`` must have start, end, pid, tid. Depth of a range = number of ranges on the
+    same thread that started at or before it and end after it starts (strict push/pop
+    nesting assumed; crossing start/end ranges get a best-effort depth).
+    """
+    if ranges.height == 0:
+        return pl.Series("depth", [], dtype=pl.Int32)
+    df = ranges.select("start", "end", "pid", "tid").with_row_index("_i")
+    # +1 at each start, -1 at each end; depth at a start = running sum before it.
+    # Ends sort before starts at the same instant, and a longer range opens first.
+    ev = pl.concat(
+        [
+            df.select("_i", "pid", "tid", ts="start", d=pl.lit(1, pl.Int32), o=pl.lit(1, pl.Int8), neg_end=-pl.col("end")),
+            df.select("_i", "pid", "tid", ts="end", d=pl.lit(-1, pl.Int32), o=pl.lit(0, pl.Int8), neg_end=pl.lit(0, pl.Int64)),
+        ]
+    ).sort(["pid", "tid", "ts", "o", "neg_end"])
+    ev = ev.with_columns(level=pl.col("d").cum_sum().over(["pid", "tid"]) - pl.col("d"))
+    starts = ev.filter(pl.col("o") == 1).select("_i", "level").sort("_i")
+    return starts["level"].clip(lower_bound=0).cast(pl.Int32).alias("depth")

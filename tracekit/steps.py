@@ -2,14 +2,18 @@
 
 Three ways, tried in this order (``Steps.marker`` says which was used):
 
-1. ``--step-range REGEX``: every range whose name matches (Python ``re.search``).
+1. ``--step-range REGEX``: every range whose name matches (Python ``re.search``); refused when the ranges do not
+   enclose the launches of most of the kernel time in their span (:func:`range_coverage`: a range around one
+   collective repeats once per step but holds none of it). :func:`step_candidates` ranks the range patterns that
+   do launch work by how much of the kernel time they enclose (``tracekit info``).
 2. Auto-detection: names that differ only in numbers are one *pattern*
    (``decode_step 12`` -> ``decode_step #``). Known step patterns of tracekit capture,
    SGLang, vLLM, TensorRT-LLM and the torch profiler are preferred; otherwise the
    outermost repeating pattern whose ranges launch GPU work.
-3. Inference from structure when there are no usable ranges: one step per launch of the
-   heaviest repeating CUDA graph, else one per host synchronisation of the launching
-   thread. ``marker = "inferred"`` and a warning say so.
+3. Inference from structure when there are no usable ranges: the launch sequence's period (a step ends with the
+   host read of its sampled tokens), else one step per replay of the heaviest CUDA graph. ``marker =
+   "inferred"`` and a warning say so. The part before the first read is a whole step when it begins as a step
+   begins (a complete prefill step at the start of a window), else cut by the capture window.
 
 A step here is a host-side window on one thread (pid, tid, start, end); the GPU period
 of each step is computed in ``analyses/breakdown.py`` from the work launched inside it.
@@ -154,6 +158,185 @@ def _launching(ranges: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     return r.join(hit, on="_r", how="left").with_columns(pl.col("n_launches").fill_null(0)).drop("_r")
 
 
+# ------------------------------------------------------------------------------------------------------------
+# Which ranges hold the GPU work: a step range encloses the launches of its step's work (contract "Steps and
+# phases of real windows"). A range that holds a collective's launch and nothing else (``nccl:_all_gather_base``)
+# repeats as often as steps do, but its "steps" would hold almost none of the GPU time.
+
+# Range names of framework ops as torch.autograd.profiler.emit_nvtx writes them (never step candidates).
+OP_RANGE = r"^(aten|prim|c10d|_c10d_functional)::|^[\w.]+::\w+, (seq|op_id|sizes) = "
+# A --step-range whose ranges enclose the launches of less than this share of the kernel time in their span is refused.
+MIN_STEP_RANGE_SHARE = 0.5
+_T_BITS = 52  # launch times relative to the trace's first, within one thread rank (2^52 ns = 52 days)
+
+
+def launch_gpu_time(trace: Trace, device: int | None = None) -> pl.DataFrame:
+    """The kernels of ``trace`` (on ``device``, all GPUs when None) with their launch call: ``pid``, ``tid``,
+    ``start`` (of the launch call), ``t`` (the kernel's duration, ns); one row per kernel (kernels whose launch was
+    not recorded are left out). Copies are not counted: a loop may upload its inputs outside the range that holds
+    its compute (pipit's saxpy: two host-to-device copies before each `saxpy` range), and what a step range must
+    hold is its step's compute. Keyed lookups, no hash join (``tracekit.lookup``)."""
+    from tracekit.lookup import row_lookup
+
+    work = trace.launches
+    valid = work["kind"].is_in(["kernel", "graph", "memcpy", "memset"])
+    parts = []
+    for f in (trace.kernels,):
+        if f.height == 0:
+            continue
+        if device is not None and not (f["device"].null_count() == 0 and f["device"].min() == f["device"].max()
+                                       == device):
+            f = f.filter(pl.col("device") == device)
+        row = row_lookup(f.select("pid", "correlation"), work.select("pid", "correlation"), valid=valid)
+        ok = row.is_not_null()
+        at = row.filter(ok)
+        parts.append(pl.DataFrame({"pid": work["pid"].gather(at), "tid": work["tid"].gather(at),
+                                   "start": work["start"].gather(at),
+                                   "t": (f["end"] - f["start"]).filter(ok)}))
+    if not parts:
+        return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "t": pl.Int64})
+    return pl.concat(parts)
+
+
+@dataclass(frozen=True)
+class _Keyed:
+    """GPU work by launch time within each thread (or process) ``by``: ``keys`` (group -> rank ``_g``), ``k``
+    (sorted rank << 52 | launch time - ``t0``), ``cum`` (running GPU time along ``k``, one longer)."""
+
+    by: tuple[str, ...]
+    keys: pl.DataFrame
+    k: pl.Series
+    cum: pl.Series
+    t0: int
+
+    @staticmethod
+    def of(lt: pl.DataFrame, by: tuple[str, ...], t0: int) -> _Keyed:
+        if all(lt[c].null_count() == 0 and lt[c].min() == lt[c].max() for c in by):
+            # one launching thread (the usual trace): no unique, no join
+            keys = lt.head(1).select(list(by)).with_row_index("_g")
+            lk = lt.select(k=pl.col("start") - t0, t="t")
+        else:
+            keys = lt.select(list(by)).unique().sort(list(by)).with_row_index("_g")
+            lk = lt.join(keys, on=list(by), how="left").select(
+                k=pl.col("_g").cast(pl.Int64) * (1 << _T_BITS) + (pl.col("start") - t0), t="t")
+        if not lk["k"].is_sorted():
+            lk = lk.sort("k")
+        return _Keyed(by, keys, lk["k"], pl.concat([pl.Series([0], dtype=pl.Int64), lk["t"].cast(pl.Int64).cum_sum()]),
+                      t0)
+
+    def inside(self, ranges: pl.DataFrame) -> int:
+        """GPU time launched inside ``ranges`` (merged per group) by the same group."""
+        from tracekit.intervals import merge
+
+        m = merge(ranges, list(self.by)).collect().join(self.keys, on=list(self.by), how="inner")
+        if m.height == 0:
+            return 0
+        base = pl.col("_g").cast(pl.Int64) * (1 << _T_BITS)
+        b = m.select(lo=base + pl.col("start") - self.t0, hi=base + pl.col("end") - self.t0)
+        lo = self.k.search_sorted(b["lo"], side="left")
+        hi = self.k.search_sorted(b["hi"], side="right")
+        return int((self.cum.gather(hi) - self.cum.gather(lo)).sum())
+
+
+class _Coverage:
+    """Which share of the GPU work ranges enclose the launches of (see :func:`range_coverage`), with the sorted
+    work computed once for every pattern a caller asks about."""
+
+    def __init__(self, lt: pl.DataFrame, t0: int):
+        # in launch order once: the per-thread keys of one launching thread are then in order too (no second sort)
+        self.lt = lt if lt["start"].is_sorted() else lt.sort("start")
+        self.t0 = t0
+        self._keyed: dict[tuple[str, ...], _Keyed] = {}
+        self.starts = self.lt["start"]
+        self.cum = pl.concat([pl.Series([0], dtype=pl.Int64), self.lt["t"].cast(pl.Int64).cum_sum()])
+        self.total = int(self.cum[-1])
+
+    def keyed(self, by: tuple[str, ...]) -> _Keyed:
+        if by not in self._keyed:
+            self._keyed[by] = _Keyed.of(self.lt, by, self.t0)
+        return self._keyed[by]
+
+    def span(self, ranges: pl.DataFrame) -> int:
+        """GPU time launched (any thread) between the first range's start and the last range's end."""
+        lo = self.starts.search_sorted(ranges["start"].min(), side="left")
+        hi = self.starts.search_sorted(ranges["end"].max(), side="right")
+        return int(self.cum[hi] - self.cum[lo])
+
+    def of(self, ranges: pl.DataFrame) -> tuple[float, int, int]:
+        rng = ranges.filter(pl.col("end").is_not_null())
+        if rng.height == 0 or self.total == 0:
+            return 0.0, 0, 0
+        span = self.span(rng)
+        if span == 0:
+            return 0.0, 0, 0
+        inside = self.keyed(("pid", "tid")).inside(rng)
+        if inside < MIN_STEP_RANGE_SHARE * span:  # ranges on another thread: the breakdown's per-process rule
+            inside = max(inside, self.keyed(("pid",)).inside(rng))
+        return inside / span, inside, span
+
+
+def _coverage(trace: Trace, device: int | None) -> _Coverage | None:
+    lt = launch_gpu_time(trace, device)
+    if lt.height == 0:
+        return None
+    t0 = min(int(lt["start"].min()), int(trace.ranges["start"].min()) if trace.ranges.height else 0)
+    return _Coverage(lt, t0)
+
+
+def range_coverage(trace: Trace, ranges: pl.DataFrame, device: int | None = None) -> tuple[float, int, int]:
+    """``(share, enclosed_ns, span_ns)``: the share of the GPU work launched within the span of ``ranges`` whose
+    launch they enclose, on the launching thread, or in the launching process where that encloses more (the
+    breakdown attributes by process when the step ranges live on another thread)."""
+    cov = _coverage(trace, device)
+    return cov.of(ranges) if cov is not None else (0.0, 0, 0)
+
+
+def step_candidates(trace: Trace, top: int | None = 10, device: int | None = None) -> pl.DataFrame:
+    """Range-name patterns that could be steps: those whose ranges enclose launches of GPU work, ranked by the
+    share of all the GPU time they enclose (how well they tile the GPU timeline), then by count. Columns:
+    pattern, regex, count, min_depth, gpu_share."""
+    pats = range_patterns(trace.ranges, top=None)
+    schema = {"pattern": pl.String, "regex": pl.String, "count": pl.Int64, "min_depth": pl.Int32,
+              "gpu_share": pl.Float64}
+    cov = _coverage(trace, device) if pats.height else None
+    if cov is None or cov.total == 0:
+        return pl.DataFrame(schema=schema)
+    rng = trace.ranges.filter(pl.col("domain").is_null() | (pl.col("domain") != "NCCL")).with_columns(
+        pattern=name_pattern(pl.col("name").str.slice(0, 200)))
+    # framework-op ranges (torch.autograd.profiler.emit_nvtx: "aten::linear, op_id = 12") hold one op, not a step
+    pats = pats.filter(~pl.col("pattern").str.contains(OP_RANGE))
+    shares = []
+    # the most frequent patterns and the known step patterns (a few dozen at most), not events
+    known = pats.filter(pl.any_horizontal([pl.col("pattern").str.contains(rx) for rx, _ in KNOWN_STEP_PATTERNS]))
+    looked = pl.concat([pats.head(max(top or 0, 20)), known]).unique("pattern", maintain_order=True)
+    for pattern in looked["pattern"].to_list():
+        mine = rng.filter((pl.col("pattern") == pattern) & pl.col("end").is_not_null())
+        inside = cov.keyed(("pid", "tid")).inside(mine) if mine.height else 0
+        if mine.height and inside < MIN_STEP_RANGE_SHARE * cov.span(mine):
+            inside = max(inside, cov.keyed(("pid",)).inside(mine))
+        shares.append(inside / cov.total)
+    out = looked.with_columns(gpu_share=pl.Series(shares, dtype=pl.Float64)).filter(pl.col("gpu_share") > 0)
+    out = out.sort(["gpu_share", "count", "pattern"], descending=[True, True, False]).select(list(schema))
+    return out.head(top) if top is not None else out
+
+
+def _refuse_poor_step_range(trace: Trace, rng: pl.DataFrame, regex: str, device: int | None) -> None:
+    """Raise when the ranges of ``--step-range`` do not enclose the launches of most of the kernel time in their span
+    (a range around one collective, say): its "steps" would be idle GPU time."""
+    share, inside, span = range_coverage(trace, rng, device)
+    if span == 0 or share >= MIN_STEP_RANGE_SHARE:
+        return
+    from tracekit.errors import TracekitError
+
+    cands = step_candidates(trace, top=3, device=device)
+    better = ", ".join(f"{r!r} ({c} ranges, {100 * g:.0f}% of the GPU time)"
+                       for r, c, g in zip(cands["regex"], cands["count"], cands["gpu_share"])) or "none"
+    raise TracekitError(
+        f"--step-range {regex!r}: its {rng.height} range(s) enclose the launches of only {100 * share:.1f}% of the "
+        f"kernel time in their span ({inside / 1e6:.3f} of {span / 1e6:.3f} ms); a step range must hold its step's "
+        f"launches. Step candidates: {better}")
+
+
 def auto_pattern(trace: Trace, every_phase: bool = False) -> tuple[str, str] | None:
     """(pattern, why) of the step ranges, or None when no range pattern looks like steps.
 
@@ -197,6 +380,7 @@ def find_steps(trace: Trace, *, step_range: str | None = None, device: int | Non
         rng = select_ranges(trace.ranges, step_range)
         if rng.height == 0:
             return None
+        _refuse_poor_step_range(trace, rng, step_range, device)
         return Steps(_windows(rng), _marker_kind(trace), step_range, warnings)
     found = auto_pattern(trace, every_phase=every_phase)
     if found is not None:
@@ -420,13 +604,46 @@ def _step_ids(close: pl.Series) -> pl.Series:
     return close.shift(1, fill_value=False).cum_sum().cast(pl.Int64)
 
 
-def _whole(steps: pl.DataFrame) -> pl.Series:
-    """Complete steps: closed by a closing read, and not the part before the first one (cut by the capture's
-    start) unless that part is made of the same segments as the usual step."""
+# Launches at the head of a step that identify its start (the shortest that occurs once in the usual step).
+HEAD_WIDTHS = (1, 2, 3, 4, 6, 8)
+
+
+def _whole(steps: pl.DataFrame, segs: pl.DataFrame) -> pl.Series:
+    """Complete steps: closed by a closing read, and not the part before the first one unless the capture's start
+    did not cut it: that part is made of the same segments as the usual step, or it begins as a step begins
+    (:func:`_starts_a_step`: a prefill step at the start of a window is a whole step of another kind)."""
     h = steps.select(pl.col("hs").hash(17))["hs"]
     usual = h.filter(steps["closed"] & (steps["i"] > 0)).mode()
     lead_same = h.is_in(usual.implode()) & (steps["i"] == 0)
-    return (steps["closed"] & ((steps["i"] > 0) | lead_same)).alias("complete")
+    lead_whole = bool(lead_same.any()) or _starts_a_step(steps.with_columns(h=h), segs)
+    return (steps["closed"] & ((steps["i"] > 0) | (lead_whole & (steps["i"] == 0)))).alias("complete")
+
+
+def _starts_a_step(steps: pl.DataFrame, segs: pl.DataFrame) -> bool:
+    """Whether the first part of the sequence (before its first closing read) begins with the launches a step
+    begins with: the first w launches of the usual complete step of its regime, for the shortest w whose launches
+    occur only at that step's start (a part cut by the capture's start begins mid-step, with launches that either
+    differ or recur inside a step)."""
+    if steps.height < 2 or not bool(steps["closed"][0]):
+        return False
+    regime = steps["regime"][0]
+    pool = steps.filter(pl.col("closed") & (pl.col("i") > 0))
+    same = pool.filter(pl.col("regime") == regime)
+    pool = same if same.height else pool
+    if pool.height == 0:
+        return False
+    usual_h = pool["h"].mode().sort()[0]
+    usual_sid = int(pool.filter(pl.col("h") == usual_h)["sid"][0])
+    tokens = segs.filter(pl.col("sid") == usual_sid)["work"].explode().drop_nulls()
+    lead = segs.filter(pl.col("sid") == int(steps["sid"][0]))["work"].explode().drop_nulls()
+    for w in HEAD_WIDTHS:  # a handful of widths, each one vector comparison over ONE step's launches
+        if tokens.len() < w or lead.len() < w:
+            return False
+        hits = pl.DataFrame({"t": tokens}).select(
+            pl.all_horizontal([pl.col("t").shift(-k) == tokens[k] for k in range(w)]).fill_null(False))
+        if int(hits.to_series().sum()) == 1:
+            return lead.head(w).to_list() == tokens.head(w).to_list()
+    return False
 
 
 def find_period(seq: pl.DataFrame) -> tuple[pl.DataFrame, Period] | None:
@@ -480,7 +697,7 @@ def find_period(seq: pl.DataFrame) -> tuple[pl.DataFrame, Period] | None:
         n_work=pl.col("n_work").sum(), n_graph=pl.col("n_graph").sum(), n_reads=(pl.col("n_reads") > 0).sum(),
         hs=pl.col("h").filter(pl.col("n_work") > 0), regime=pl.col("regime").first(),
     ).filter(pl.col("n_work") > 0).with_columns(i=pl.int_range(pl.len()))
-    steps = steps.with_columns(complete=_whole(steps))
+    steps = steps.with_columns(complete=_whole(steps, segs.select("sid", "work")))
     steps = steps.with_columns(end=pl.when(pl.col("complete")).then(pl.col("end")))
     good = steps.filter(pl.col("complete"))
     if good.height < 2:

@@ -143,6 +143,8 @@ class StepFacts:
     draft_evidence: tuple = ()  # advice.drafting.evidence: what the detection rests on
     comm_split: object | None = None  # collectives.CommSplit: transfer against waiting, per kind (communication lever)
     roofline_refused: str | None = None  # why the roofline's figures are physically impossible (the inputs to check)
+    phase_note: str | None = None  # why decode advice does not apply, right for the window (partition.phase_note)
+    tok_s_unit: str = "tok/s"  # what a tok/s figure counts: the whole batch or one sequence (tracekit.tokens)
 
 
 def pct(x: float) -> str:
@@ -423,8 +425,8 @@ def drafting_lever(f: StepFacts) -> Lever:
         saving = f.reference_ms - acc * plain
         if plain_tps:
             pays = "pays off" if spec_tps > plain_tps else "does not pay off"
-            verdict += (f"; with {acc:.2f} tokens accepted per step speculation gives {spec_tps:.1f} tok/s against "
-                        f"≈{plain_tps:.1f} tok/s without it (≈{plain:.3f} ms per plain step: {basis}): "
+            verdict += (f"; with {acc:.2f} tokens accepted per step speculation gives {spec_tps:.1f} {f.tok_s_unit} "
+                        f"against ≈{plain_tps:.1f} without it (≈{plain:.3f} ms per plain step: {basis}): "
                         f"it {pays} (break-even at {f.reference_ms / plain:.2f} accepted tokens per step)")
         hedge = "upper_bound" if f.upper_bounds else "estimated"
         if saving > EPS_MS:
@@ -531,8 +533,7 @@ def memory_lever(f: StepFacts) -> Lever:
 
 
 def not_decode(f: StepFacts) -> Advice:
-    why = (f"{f.phase} steps: decode advice does not apply (the split above still holds; pass --phase decode to "
-           "analyse the decode steps)")
+    why = f.phase_note or (f"{f.phase} steps: decode advice does not apply (the split above still holds)")
     extra = {"drafting": {"detection": f.draft_detection, "evidence": list(f.draft_evidence)},
              "communication": _comm_measures(f)}
     levers = {k: Lever(False, None, None, None, why, extra.get(k, {}), name=LEVER_NAMES[k]) for k in ALL_LEVERS}

@@ -20,7 +20,7 @@ import polars as pl
 from tracekit.categories import COMPUTE_CATEGORIES, DEFAULT_DRAFT_RANGE, PRIORITY, UNATTRIBUTED
 from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
 from tracekit.parallel import in_threads
-from tracekit.steps import Steps, find_steps, range_patterns, select_ranges
+from tracekit.steps import Steps, find_steps, select_ranges, step_candidates
 from tracekit.trace import WORK_KINDS, Trace
 
 # Rows (kernels + launches) from which independent stages of a breakdown run on two threads.
@@ -111,7 +111,7 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
     activities with end before start are dropped. Columns are kept to what the analyses read: at ten
     million rows every extra column costs a copy per step below.
     """
-    from tracekit.classify import load_rules, name_table
+    from tracekit.classify import load_rules, name_table, with_op_categories
     from tracekit.lookup import row_lookup
 
     k = _on_device(trace.kernels, device)
@@ -131,7 +131,9 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
         return [row_lookup(f.select("pid", "correlation"), keys, valid=is_work) for f in (k, m, g)]
 
     def named() -> list[pl.DataFrame]:
-        pos, names = name_table(k["name"], load_rules(rules) if rules is not None else None)
+        loaded = load_rules(rules) if rules is not None else load_rules()
+        pos, names = name_table(k["name"], loaded)
+        names = with_op_categories(names, pos, k, trace, loaded)  # names no rule matches: by their launching op
         prio = _PRIO
         names = names.with_columns(prio=pl.col("category").replace_strict(prio, default=len(PRIORITY) - 1,
                                                                            return_dtype=pl.Int32))
@@ -317,10 +319,12 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     if n_bad:
         warnings.append(f"{n_bad} GPU activities with end before start were ignored")
     if steps is None or steps.windows.height == 0:
-        cands = range_patterns(trace.ranges, top=5)
-        hint = ", ".join(f"{r!r} ({c})" for r, c in zip(cands["regex"], cands["count"])) or "none"
+        cands = step_candidates(trace, top=5, device=dev)
+        hint = ", ".join(f"{r!r} ({c} ranges, {100 * g:.0f}% of the GPU time)"
+                         for r, c, g in zip(cands["regex"], cands["count"], cands["gpu_share"])) or "none"
         what = f"no range matches --step-range {step_range!r}" if step_range else "no decode steps found"
-        raise NoSteps(f"{trace.meta.path}: {what}; pass --step-range REGEX (range patterns in this trace: {hint})")
+        raise NoSteps(f"{trace.meta.path}: {what}; pass --step-range REGEX (step candidates: ranges that launch GPU "
+                      f"work, best tiling first: {hint})")
     warnings.extend(steps.warnings)
     # Attribution is per launch (launches are few and already in time order); activities follow their launch.
     launch = acts["launch"]
@@ -372,6 +376,12 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         ids, info = detect_drafting(in_steps.drop("_row"), phases=phases)
         detection = info.detection
         evidence = info.evidence if detection == "structure" else (no_ranges, *info.evidence)
+        if detection == "structure":  # draft forwards of a distinct draft model: speculative decode steps
+            from tracekit.analyses.phase import with_drafting
+
+            fpd = f"{info.draft_forwards_per_step:g} " if info.draft_forwards_per_step else ""
+            phases = with_drafting(phases, in_steps.filter(ids.is_not_null())["step"].unique(),
+                                   f"{fpd}draft forwards of a distinct draft model per step")
         if info.warning and detection != "not_detected":
             warnings.append(info.warning)
         if ids.null_count() < ids.len():

@@ -45,6 +45,7 @@ from tracekit.categories import (
     PRIORITY,
     STEP_CATEGORIES,
 )
+from tracekit.tokens import resolve_tokens_per_step, tok_s_unit
 from tracekit.trace import Trace
 
 SCHEMA = BREAKDOWN_SCHEMA  # "tracekit.breakdown/3" (tracekit.categories names it once)
@@ -136,7 +137,7 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
 
 
 def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofline: dict, facts: StepFacts,
-             host_is_bound: bool = False) -> str:
+             host_is_bound: bool = False, phase_label: str | None = None) -> str:
     """One line: the step and its time base, where most of the traced step goes, the top lever (every saving an
     upper bound without an unprofiled time), the levers whose saving is unknown with the flag that resolves them,
     and the ceiling (or why there is none)."""
@@ -156,7 +157,7 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
         parts.append(", ".join(f"{gap_name(facts, k)} {pct(shares[k] / tb.traced_step_ms)}" for k in top)
                      + " of the traced step")
     if phase == "prefill" or not decode_advice:
-        parts.append(f"{phase} steps: no decode advice")
+        parts.append(f"{phase_label or phase} steps: no decode advice")
         return "; ".join(parts)
     top, strong = None, False
     if advice.ranked:
@@ -191,7 +192,8 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
     elif roofline.get("fraction_of_ceiling") is not None and roofline.get("ceiling_tokens_per_s") is not None:
         frac = roofline["fraction_of_ceiling"]
         bound = "memory-bound at " if frac >= MEMORY_BOUND else ""
-        parts.append(f"{bound}{pct(frac)} of the {roofline['ceiling_tokens_per_s']:,.0f} tok/s bandwidth ceiling")
+        parts.append(f"{bound}{pct(frac)} of the bandwidth ceiling ({roofline['ceiling_tokens_per_s']:,.0f} "
+                     f"{tok_s_unit(roofline)})")
     return "; ".join(parts)
 
 
@@ -215,7 +217,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         warnings.append(man_warning)
     n = table.height
     steps = {"count": n, "excluded": st.excluded, "marker": attr.steps.marker, "pattern": attr.steps.pattern,
-             **_quantiles(table["period"]), "phase": st.phase, "excluded_reasons": st.excluded_reasons}
+             **_quantiles(table["period"]), "phase": st.phase, "phases": st.phases_found or {},
+             "excluded_reasons": st.excluded_reasons}
     mean = lambda col: float(table[col].cast(pl.Float64).mean()) / 1e6  # noqa: E731
     per_step_ms = {k: mean(f"x_{k}") for k in STEP_CATEGORIES}
     kernel_ms = {k: mean(f"k_{k}") for k in KERNEL_CATEGORIES}
@@ -257,7 +260,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     # ---- time base
     spec = man.get("spec") or {}
     acc = _first(accept_len, spec.get("accept_len"))
-    batch = _first(tokens_per_step, man.get("tokens_per_step"), 1)
+    tps = resolve_tokens_per_step(tokens_per_step, man, trace, attr.steps.windows.join(table.select("step"), on="step"))
+    batch = tps.value
     tokens = (acc if acc else 1) * batch
     traced = steps["mean_ms"]
     tb = time_base(traced, measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s, tokens_per_step=tokens,
@@ -289,6 +293,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     # transfer against waiting for the other ranks, from this file alone (tracekit.analyses.collectives)
     comm_split = split_one_rank(sc.kernels, max(1, n), ranks=roof["tp"] if roof["tp_source"] != "default" else None,
                                 one_rank=one_rank_evidence(trace, sc.kernels, roof["tp"], roof["tp_source"], ep))
+    roof["tokens_per_step_source"] = tps.source  # (tracekit.tokens: flag > manifest > annotation > default)
 
     # ---- advice
     gap = DEFAULT_REPLAY_GAP_US
@@ -321,10 +326,12 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
         collectives=tuple(comm_rows), hidden_comm_ms=comm_split.hidden_ms, comm_split=comm_split, link=link,
         longest_between=between[0] if between else None, verify=verify, roofline_refused=refusal,
+        phase_note=st.phase_note, tok_s_unit=tps.unit,
         longest_in_step=next((x for x in st.largest if x["cause"] != "between_steps"), None))
     advice = advise(facts)
     head = headline(tb, per_step_ms, gaps, advice, roof, facts,
-                    host_is_bound=tb.unprofiled_step_ms is None and host_bound(per_step_ms, traced))
+                    host_is_bound=tb.unprofiled_step_ms is None and host_bound(per_step_ms, traced),
+                    phase_label=st.phase_label)
     source = {"path": trace.meta.path, "format": trace.meta.format, "producer_version": trace.meta.producer_version,
               "graph_trace_mode": trace.meta.graph_trace_mode}
     manifest = {k: man.get(k) for k in ("workload", "mode", "unprofiled_step_ms", "tp")} if man else None

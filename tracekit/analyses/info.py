@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.gpus import resolve_peak_bw
-from tracekit.steps import range_patterns
+from tracekit.steps import step_candidates
 from tracekit.trace import WORK_KINDS, Trace
 
 SCHEMA = "tracekit.info/1"
@@ -14,9 +14,15 @@ SCHEMA = "tracekit.info/1"
 def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
     """Counts, GPUs, graph mode, step candidates and warnings of ``trace``.
 
-    ``device`` restricts the GPU-side counts (kernels, memops) and the GPU list; host-side
-    counts (launches, ranges) are over the whole trace. A GPU's peak bandwidth is the trace's figure,
-    else the GPU table's (``peak_bw_source``: ``"trace"`` or ``"table"``; null when neither knows it).
+    ``device`` restricts the GPU-side counts (kernels, memops), the GPU list and the GPU time the step
+    candidates are weighed by; host-side counts (launches, ranges) are over the whole trace. A GPU's peak
+    bandwidth is the trace's figure, else the GPU table's (``peak_bw_source``: ``"trace"`` or ``"table"``; null
+    when neither knows it).
+
+    Step candidates are range-name patterns whose ranges enclose launches of GPU work (a range that launches
+    nothing cannot be a step): ``range_names`` lists them most frequent first (the contract's order; ties: the
+    better tiling first), ``step_candidates`` (an extension) ranks them by ``gpu_share``, the share of the GPU
+    time whose launch their ranges enclose: how well they tile the GPU timeline.
     """
     k, m, g = trace.kernels, trace.memops, trace.gpus
     if device is not None:
@@ -26,7 +32,9 @@ def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
     warnings = list(trace.meta.warnings)
     if not trace.has_gpu_activity:
         warnings.append("no GPU activity in this trace (no kernels, memory operations or graph executions)")
-    pats = range_patterns(trace.ranges, top=top)
+    cands = step_candidates(trace, top=None, device=device)
+    pats = cands.sort(["count", "gpu_share", "pattern"], descending=[True, True, False]).head(top)
+    cands = cands.head(top)
     n_launch = trace.launches.filter(pl.col("kind").is_in(WORK_KINDS)).height
     gpus = []
     for r in g.iter_rows(named=True):  # a few GPUs, not events
@@ -42,6 +50,9 @@ def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
         "counts": {"kernels": k.height, "memops": m.height, "launches": n_launch, "ranges": trace.ranges.height},
         "range_names": [{"pattern": p, "regex": r, "count": int(c)}
                         for p, r, c in zip(pats["pattern"], pats["regex"], pats["count"])],
+        "step_candidates": [{"pattern": p, "regex": r, "count": int(c), "gpu_share": float(g)}
+                            for p, r, c, g in zip(cands["pattern"], cands["regex"], cands["count"],
+                                                  cands["gpu_share"])],
         "warnings": warnings,
     }
     if trace.graph_execs.height:

@@ -2,6 +2,10 @@
 
 Sums as ``nsys stats --report cuda_gpu_kern_sum`` does: every kernel record counts in full,
 over all GPUs unless a device is given. Memory operations are not kernels and are left out.
+
+A name no rule matches takes its category from the framework op that launched it where the trace records one
+(``tracekit.classify.with_op_categories``); its ``rule`` is then ``op:<op name>``. The warning counts the names
+left with no rule, and says how many were categorised by their op.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ SCHEMA = "tracekit.kernels/1"
 
 
 def kernel_summary(trace: Trace, *, device: int | None = None, top: int | None = None, rules=None) -> dict:
-    from tracekit.classify import classify, load_rules
+    from tracekit.classify import OP_RULE_PREFIX, load_rules, name_table, with_op_categories
 
     k = trace.kernels
     if device is not None:
@@ -22,12 +26,21 @@ def kernel_summary(trace: Trace, *, device: int | None = None, top: int | None =
     warnings = list(trace.meta.warnings)
     if trace.meta.graph_trace_mode == "graph":
         warnings.append("graph work has no per-kernel rows in this capture: these totals miss it")
-    agg = (k.group_by("name").agg(count=pl.len(), total_ns=(pl.col("end") - pl.col("start")).sum())
+    loaded = load_rules(rules) if rules is not None else load_rules()
+    pos, table = name_table(k["name"], loaded)
+    table = with_op_categories(table, pos, k, trace, loaded)
+    agg = (k.select(pos=pos, dur=pl.col("end") - pl.col("start")).group_by("pos")
+           .agg(count=pl.len(), total_ns=pl.col("dur").sum())
+           .join(table.with_row_index("pos"), on="pos", how="left")
+           .select("name", "count", "total_ns", "category", "rule")
            .sort(["total_ns", "name"], descending=[True, False]))
-    cats = classify(agg["name"], load_rules(rules) if rules is not None else None)
-    agg = agg.with_columns(category=cats["category"], rule=cats["rule"])
     grand = agg["total_ns"].sum() or 0
     unmatched = agg.filter(pl.col("rule").is_null())
+    by_op = agg.filter(pl.col("rule").str.starts_with(OP_RULE_PREFIX))
+    if by_op.height and grand:
+        warnings.append(f"{by_op.height} kernel name(s) matched no name rule and were categorised by the framework "
+                        f"op that launched them ({100 * by_op['total_ns'].sum() / grand:.1f}% of kernel time; rule "
+                        "op:<op>)")
     if unmatched.height and grand:
         share = unmatched["total_ns"].sum() / grand
         warnings.append(f"{unmatched.height} kernel name(s) matched no rule ({100 * share:.1f}% of kernel time): "

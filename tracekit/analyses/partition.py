@@ -70,6 +70,10 @@ class StepTable:
     phase: str
     decode_advice: bool  # the analysed steps include decode (or unknown) steps: decode advice applies
     warnings: tuple[str, ...]
+    # steps.phases: every step window with GPU work on the device, by phase, before --phase selects
+    phases_found: dict[str, int] | None = None
+    # why decode advice does not apply, once, right for the window (None where it applies)
+    phase_note: str | None = None
 
     @property
     def device(self) -> int:
@@ -78,6 +82,11 @@ class StepTable:
     @property
     def count(self) -> int:
         return self.table.height
+
+    @property
+    def phase_label(self) -> str:
+        """The analysed steps' phase in words: ``training`` for prefill steps that train (backward kernels)."""
+        return "training" if self.phase_note and self.phase_note.startswith("training ") else self.phase
 
     @property
     def excluded(self) -> int:
@@ -162,17 +171,24 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
 
     # ---- exclusions among the steps with GPU work (their periods stay as computed above): phase, then the last
     # step and warm-up/transition steps by their kernel sequences (tracekit.analyses.steady)
-    from tracekit.analyses.phase import select_phase, window_phase
+    from tracekit.analyses.phase import no_decode_advice, phase_counts, select_phase, window_phase
     from tracekit.analyses.steady import steady_exclusions
 
     phases = phases if phases is not None else attr.phases
-    sel, phase_warnings = select_phase(phases, wanted=phase)
+    with_work = attr.steps.windows.select("step").join(in_steps.select("step").unique(), on="step", how="semi")
+    found = phases.join(with_work, on="step", how="semi")
+    phases_found = phase_counts(found)
+    training = "source" in found.columns and bool((found["source"] == "training").any())
+    try:
+        sel, phase_warnings = select_phase(phases, wanted=phase)
+    except NoSteps as e:
+        raise NoSteps(f"{trace.meta.path}: {e}") from None
     prior = good.select("step").join(sel.select("step", "phase", "reason", "decode_advice"), on="step", how="left",
                                      maintain_order="left").with_columns(pl.col("phase").fill_null("unknown"))
     if exclude is not None and exclude.height:
         prior = prior.join(exclude.select("step", r2="reason"), on="step", how="left", maintain_order="left"
                            ).with_columns(reason=pl.coalesce("reason", "r2")).drop("r2")
-    excl = steady_exclusions(in_steps, prior.select("step", "reason"))
+    excl = steady_exclusions(in_steps, prior.select("step", "reason", "phase"))
     good = good.join(excl.select("step", "reason"), on="step", how="left", maintain_order="left").join(
         prior.select("step", "phase"), on="step", how="left", maintain_order="left")
     for r, c in good.filter(pl.col("reason").is_not_null()).group_by("reason").len().iter_rows():
@@ -190,6 +206,8 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
                         "excluded")
     step_phase = window_phase(analysed["phase"])
     decode_advice = bool(sel["decode_advice"].any()) if sel.height else True
+    phase_note = None if decode_advice and step_phase != "prefill" else no_decode_advice(step_phase, phases_found,
+                                                                                         training)
 
     # ---- the analysed steps' activities: serialised per stream, clipped to their step's period
     keep = analysed["step"].implode()
@@ -266,7 +284,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
                                 phase="phase", reason="reason")
     return StepTable(attribution=attr, table=table, periods=periods_frame, activities=a.drop("_ps"), largest=tuple(largest),
                      excluded_reasons=_ordered(reasons), phase=step_phase, decode_advice=decode_advice,
-                     warnings=attr.warnings + tuple(warnings))
+                     warnings=attr.warnings + tuple(warnings), phases_found=phases_found, phase_note=phase_note)
 
 
 def _ordered(reasons: Counter) -> dict[str, int]:

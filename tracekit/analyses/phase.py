@@ -1,4 +1,4 @@
-"""The phase of each step: decode, prefill, mixed or unknown (contract ``steps.phase``, ``--phase``).
+"""The phase of each step: decode, prefill, mixed or unknown (contract ``steps.phase``, ``steps.phases``, ``--phase``).
 
 A decode step produces a handful of tokens per sequence; a prefill step processes prompt tokens (hundreds per
 sequence); a mixed step does both (chunked prefill batched with decodes). Evidence, strongest first; the first
@@ -12,14 +12,32 @@ source that says something decides, and ``evidence`` says which and what it saw:
 2. **training**: backward or optimizer kernels in the step (or anywhere in the trace): a training step processes
    whole sequences, so it is ``prefill`` here (never decode) and the evidence says "training".
 3. **shapes**: the GEMM inputs recorded by the torch profiler (``Trace.ops``): tokens per sequence where the
-   input is 3-D (``[batch, tokens, hidden]``), else rows (tokens of the whole batch). At most
-   :data:`DECODE_MAX_TOKENS` per sequence is decode; from :data:`PREFILL_MIN_TOKENS` per sequence (3-D) or
-   :data:`PREFILL_MIN_ROWS` rows (2-D, batch unknown) it is prefill; in between the shapes say nothing.
-4. **manifest**: a tracekit capture (its manifest matched the trace) runs a decode loop.
-5. **graph**: one CUDA-graph replay holds at least :data:`GRAPH_DECODE_SHARE` of the step's kernel time (serving
+   input is 3-D (``[batch, tokens, hidden]``), else rows (tokens of the whole batch). From
+   :data:`PREFILL_MIN_TOKENS` per sequence (3-D) or :data:`PREFILL_MIN_ROWS` rows (2-D, batch unknown) it is
+   prefill; at most :data:`DECODE_MAX_TOKENS` per sequence is decode, but only where the shapes cover the step's
+   GEMMs (most of its GEMM time launched eagerly, not replayed from a graph whose inputs were not recorded: a
+   prefill step's logits GEMM over the last token of each sequence alone would read as decode).
+4. **work** (token-proportional work against the window's lightest steps): a step with a comparable number of
+   GEMM launches (the same forward) whose GEMM kernel time is at least :data:`HEAVY_RATIO` times the lightest
+   quarter's and, where both have collectives, whose collectives are at least :data:`HEAVY_COMM_RATIO` times as
+   long (median kernel), or whose collectives are :data:`COMM_HEAVY_RATIO` times as long with
+   :data:`COMM_HEAVY_GEMM_RATIO` times the GEMM time, is prefill (mixed when it also runs decode attention
+   kernels): GEMMs and collectives grow with the tokens a step processes, a decode step's barely do.
+5. **kernels**: a decode-only attention kernel in the step (:data:`DECODE_KERNELS`: paged decode, split-KV MLA
+   decode, TensorRT-LLM generation kernels, recurrent-state updates).
+6. **work** (graph pieces vs eager): in a window whose heavy (prefill) steps run their GEMMs eagerly, a light
+   step that replays CUDA graphs for most of its kernel time is decode (serving engines capture graphs for
+   decode-sized batches: vLLM's piecewise graphs up to a capture size, SGLang's decode graphs).
+7. **drafting**: the step runs draft forwards of a distinct draft model (``tracekit.analyses.drafting``, by
+   structure): speculative decoding. Added by the caller once drafting is found (:func:`with_drafting`).
+8. **manifest**: a tracekit capture (its manifest matched the trace) runs a decode loop (``step_phases`` in
+   the manifest, one phase per step window, overrides).
+9. **graph**: one CUDA-graph replay holds at least :data:`GRAPH_DECODE_SHARE` of the step's kernel time (serving
    engines capture full-forward graphs for decode batches only; piecewise prefill graphs are many replays).
 
-No evidence: ``unknown``. All of it is vectorised over steps (no loop over events).
+A decode step runs attention: sources 3-9 say decode only for a step with attention kernels (a micro-benchmark of
+a MoE layer over 16 tokens is not a decode step). No evidence: ``unknown``. All of it is vectorised over steps (no
+loop over events).
 """
 
 from __future__ import annotations
@@ -33,6 +51,31 @@ DECODE_MAX_TOKENS = 32  # tokens per sequence a decode step may process (spec ve
 PREFILL_MIN_TOKENS = 128  # tokens per sequence from which a step is prefill (3-D GEMM inputs, or bs known)
 PREFILL_MIN_ROWS = 512  # rows of a 2-D GEMM input (batch unknown) from which a step is prefill
 GRAPH_DECODE_SHARE = 0.8  # share of a step's kernel time in ONE graph replay that says decode
+HEAVY_RATIO = 3.0  # GEMM time against the window's lightest steps from which a step processes many more tokens
+HEAVY_COMM_RATIO = 2.0  # ... and its collectives (median duration), where both have some
+# Collectives carry the tokens' activations (an all-reduce moves tokens x hidden): many times longer collectives
+# with more GEMM time also say prompt tokens, where MoE GEMMs grow less than that (a decode batch of 16 already
+# reads most experts: GEMM 2.6x, collectives 10-23x for 4096-token EXTEND steps in the lora_perf GB300 traces).
+COMM_HEAVY_RATIO = 6.0  # (a decode batch growing 16x moves 16x the bytes, but small all-reduces are latency-bound:
+COMM_HEAVY_GEMM_RATIO = 2.0  # ~3-4x; its GEMMs stay weight-bound: < 2x)
+LIGHT_RATIO = 1.5  # GEMM time within this of the lightest steps': a light step
+SAME_FORWARD = 2.0  # GEMM launches within this factor of the light steps': the same forward (layers)
+SHAPES_EAGER_SHARE = 0.5  # eager share of a step's GEMM time from which its recorded shapes may say decode
+GRAPHED_LIGHT_SHARE = 0.5  # graph-replayed share of a light step's kernel time that says decode beside eager heavy steps
+# Attention kernels that only decode runs (a decode step's attention: one or a few query tokens per sequence
+# against a paged KV cache), with where each name comes from.
+DECODE_KERNELS = (
+    r"BatchDecodeWithPagedKVCache"  # FlashInfer include/flashinfer/attention/decode.cuh
+    r"|paged_attention_v[12]_kernel"  # vLLM csrc/attention/paged_attention_v{1,2}.cu (decode path)
+    r"|paged_attention_ll4mi_QKV"  # vLLM csrc/rocm/attention.cu (trace:TraceLens sglang_decode)
+    r"|flash_fwd_splitkv_mla"  # FlashMLA (decode-only MLA kernel: flash_fwd_splitkv_mla_kernel, ..._fp8_sparse)
+    r"|ForGen($|[^a-z])"  # trtllm-gen FMHA generation kernels (fmhaSm100fKernel_...ForGen, lora_perf GB300 traces)
+    r"|masked_multihead_attention|\bmmha_"  # TensorRT-LLM generation-phase attention
+    r"|_fwd_(grouped_)?kernel_stage1"  # SGLang/LightLLM Triton decode attention (decode_attention.py)
+    r"|packed_decode_kernel|causal_conv1d_update|selective_state_update|_selective_scan_update"  # recurrent-state
+    # updates of linear-attention / SSM layers (vLLM fused_recurrent_gated_delta_rule_packed_decode_kernel in
+    # trace:nvllm/..., causal_conv1d_update, mamba selective_state_update): one new token per sequence
+)
 
 # SGLang ForwardMode names (python/sglang/srt/model_executor/forward_batch_info.py) -> phase
 _SGLANG_MODES = {"DECODE": "decode", "TARGET_VERIFY": "decode", "DRAFT_EXTEND": "decode", "DRAFT_EXTEND_V2": "decode",
@@ -41,6 +84,7 @@ _SGLANG_RX = r"(?:^|[^A-Z_])(DRAFT_EXTEND_V2|DRAFT_EXTEND|TARGET_VERIFY|SPLIT_PR
 _VLLM_RX = r"context_(\d+)\([^)]*\)_generation_(\d+)\("
 _TRTLLM_RX = r"(\d+) ctx reqs?, (\d+) gen reqs?"
 _BS_RX = r"\bbs=(\d+)"
+_GEN_RX = r"generation_(\d+)"  # vLLM's decode sequences, with or without the (..) detail
 # Kernels that only a training step runs: backward passes, optimizers, losses' gradients.
 # (A bare multi_tensor_apply_kernel is torch._foreach_*, which serving engines use too: only an optimizer
 # functor in it counts.)
@@ -94,8 +138,11 @@ def annotation_phases(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
         p=pl.coalesce(sg.replace_strict(_SGLANG_MODES, default=None, return_dtype=pl.String),
                       counts(ctx, gen), counts(tctx, tgen),
                       pl.when(pl.col("name").str.contains(r"^decode_step\b")).then(pl.lit("decode"))),
-        bs=pl.col("name").str.extract(_BS_RX, 1).cast(pl.Int64),
+        # the batch: SGLang's bs=N, else the decode sequences vLLM / TensorRT-LLM name (generation_N, N gen reqs)
+        bs=pl.coalesce(pl.col("name").str.extract(_BS_RX, 1).cast(pl.Int64),
+                       pl.col("name").str.extract(_GEN_RX, 1).cast(pl.Int64), tgen),
     ).filter(pl.col("p").is_not_null())
+    rng = rng.with_columns(bs=pl.when(pl.col("bs") > 0).then(pl.col("bs")))
     return rng.group_by("step").agg(
         phase=pl.when(pl.col("p").n_unique() > 1).then(pl.lit("mixed")).otherwise(pl.col("p").first()),
         evidence=pl.format("annotation '{}'", pl.col("name").first().str.slice(0, 80)),
@@ -128,65 +175,148 @@ def gemm_rows(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
 
 def _activities(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
     """Kernels attributed to the window open on their launching thread at launch (the breakdown's rule):
-    step, name, correlation, graphed, dur."""
+    step, name, category (by name), correlation, graphed, dur."""
+    from tracekit.classify import name_table
+
     work = trace.launches.filter(pl.col("kind").is_in(["kernel", "graph"])).select(
         "pid", "tid", "correlation", "start", graphed=pl.col("kind") == "graph")
     w = windows.select("pid", "tid", ws="start", we="end", step="step").sort("ws")
     work = work.sort("start").join_asof(w, left_on="start", right_on="ws", by=["pid", "tid"],
                                         check_sortedness=False).filter(
         pl.col("step").is_not_null() & (pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))))
-    return trace.kernels.select("pid", "correlation", "name", dur=pl.col("end") - pl.col("start")).join(
+    pos, table = name_table(trace.kernels["name"])
+    return trace.kernels.select("pid", "correlation", "name", dur=pl.col("end") - pl.col("start")).with_columns(
+        category=table["category"].gather(pos).fill_null("other")).join(
         work.select("pid", "correlation", "step", "graphed"), on=["pid", "correlation"], how="inner")
+
+
+def step_work(acts: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per step window with kernels: what its own work says about the tokens it processes.
+
+    ``acts``: step, name, category, graphed, correlation, dur (kernels). Columns: ``step``, ``complete`` (its
+    window has an end), ``k_all`` (kernel time), ``g_ms`` / ``g_n`` (GEMM kernel time and launches),
+    ``g_eager`` (GEMM time launched one by one), ``c_med`` (median collective kernel duration, null without
+    any), ``graphed`` (kernel time replayed from graphs), ``one_replay`` (the largest single graph replay's
+    kernel time), ``attention`` (any attention kernel), ``decode_kernel`` (the first decode-only attention kernel,
+    :data:`DECODE_KERNELS`, or null), ``ratio`` (GEMM time / the lightest quarter's), ``heavy`` and ``light``
+    (see the module docstring, source 4), ``c_ratio``.
+    """
+    # (category compared as it is, Enum or text: a cast of ten million values to text costs more than the rest)
+    cat = pl.col("category")
+    gemm, comm = cat == "gemm", cat == "communication"
+    graphed = pl.col("graphed").fill_null(False)
+    dk = name_matches(acts["name"], DECODE_KERNELS)
+    small = acts.select("step", "dur", "correlation", g=gemm, c=comm, a=cat == "attention", gr=graphed, dk=dk)
+    small = small.with_columns(dk=pl.col("dk") & pl.col("a"))
+    per = small.group_by("step").agg(
+        k_all=pl.col("dur").sum(),
+        g_ms=pl.col("dur").filter("g").sum(), g_n=pl.col("g").sum(),
+        g_eager=pl.col("dur").filter(pl.col("g") & ~pl.col("gr")).sum(),
+        c_med=pl.col("dur").filter("c").median(),
+        graphed=pl.col("dur").filter("gr").sum(),
+        attention=pl.col("a").any(),
+    )
+    # the first decode-only attention kernel of each step (few rows: filtered before grouping)
+    first_dk = (acts.select("step", "name").filter(small["dk"]).group_by("step").agg(
+        decode_kernel=pl.col("name").first()).with_columns(pl.col("decode_kernel").cast(pl.String)))
+    per = per.join(first_dk, on="step", how="left")
+    replays = (small.filter("gr").group_by("step", "correlation").agg(t=pl.col("dur").sum())
+               .group_by("step").agg(one_replay=pl.col("t").max()))
+    per = per.join(replays, on="step", how="left").with_columns(pl.col("one_replay").fill_null(0)).join(
+        windows.select(pl.col("step").cast(pl.Int64), complete=pl.col("end").is_not_null()), on="step", how="left")
+    ref_pool = per.filter(pl.col("complete") & (pl.col("g_n") > 0))
+    if ref_pool.height < 2:
+        return per.with_columns(ratio=pl.lit(None, pl.Float64), c_ratio=pl.lit(None, pl.Float64),
+                                heavy=pl.lit(False), light=pl.lit(False))
+    ref_g = float(ref_pool["g_ms"].quantile(0.25, interpolation="lower"))
+    light = ref_pool.filter(pl.col("g_ms") <= LIGHT_RATIO * ref_g)
+    ref_n = float(light["g_n"].median())
+    ref_c = light["c_med"].drop_nulls().median()
+    per = per.with_columns(ratio=pl.col("g_ms") / ref_g if ref_g > 0 else pl.lit(None, pl.Float64),
+                           c_ratio=pl.col("c_med") / ref_c if ref_c else pl.lit(None, pl.Float64))
+    same_forward = (pl.col("g_n") >= ref_n / SAME_FORWARD) & (pl.col("g_n") <= ref_n * SAME_FORWARD)
+    return per.with_columns(
+        heavy=(same_forward & (
+            ((pl.col("ratio") >= HEAVY_RATIO)
+             & (pl.col("c_ratio").is_null() | (pl.col("c_ratio") >= HEAVY_COMM_RATIO)))
+            | ((pl.col("ratio") >= COMM_HEAVY_GEMM_RATIO) & (pl.col("c_ratio") >= COMM_HEAVY_RATIO)))).fill_null(False),
+        light=(pl.col("complete") & (pl.col("g_n") > 0) & (pl.col("ratio") <= LIGHT_RATIO)).fill_null(False))
 
 
 def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None = None) -> pl.DataFrame:
     """The phase of every step window.
 
     ``windows``: the steps (``Steps.windows``: step, pid, tid, start, end). ``acts``: the attributed GPU
-    activity (the breakdown's activities frame: step, name, kind, graphed, correlation, dur); computed from the
-    trace with the same attribution rule when not given. Returns one row per window: step, phase
-    (decode|prefill|mixed|unknown), source (annotation|training|shapes|manifest|graph|null) and evidence (what
-    was seen, one line).
+    activity (the breakdown's activities frame: step, name, category, kind, graphed, correlation, dur); computed
+    from the trace with the same attribution rule when not given. Returns one row per window: step, phase
+    (decode|prefill|mixed|unknown), source (annotation|training|shapes|work|kernels|manifest|graph|null) and
+    evidence (what was seen, one line).
     """
     steps = windows.select(pl.col("step").cast(pl.Int64))
     if acts is None:
         acts = _activities(trace, windows)
     else:
-        # (the five columns first, then one filter: filtering the wide frame copies every column)
+        # (the columns read first, then one filter: filtering the wide frame copies every column)
         keep = pl.col("step").is_not_null() & ((pl.col("kind") == "kernel") if "kind" in acts.columns else True)
+        cat = pl.col("name_category") if "name_category" in acts.columns else pl.col("category")
         acts = acts.select(pl.col("step").cast(pl.Int64), "name", "correlation", pl.col("graphed").fill_null(False),
-                           "dur", _keep=keep).filter("_keep").drop("_keep")
+                           "dur", category=cat, _keep=keep).filter("_keep").drop("_keep")
     ann = annotation_phases(trace, windows)
     # training: backward/optimizer kernels in the step, else anywhere in the trace
     bwd = acts.filter(name_matches(acts["name"], TRAINING_KERNELS))
     per_bwd = bwd.group_by("step").agg(n=pl.len(), example=pl.col("name").first().cast(pl.String))
     trace_bwd = trace.kernels.filter(name_matches(trace.kernels["name"], TRAINING_KERNELS))
-    # shapes
-    shapes = gemm_rows(trace, windows).join(ann.select("step", "bs"), on="step", how="left")
+    work = step_work(acts, windows)
+    # shapes (decode only where they cover the step's GEMMs: most of its GEMM time launched eagerly)
+    shapes = gemm_rows(trace, windows).join(ann.select("step", "bs"), on="step", how="left").join(
+        work.select("step", "attention", eager=pl.col("g_eager") >= SHAPES_EAGER_SHARE * pl.col("g_ms")),
+        on="step", how="left")
     per_seq = pl.coalesce(pl.col("tokens"), pl.col("rows") // pl.col("bs"))
     shapes = shapes.with_columns(
-        phase=pl.when(pl.coalesce(per_seq, pl.col("rows")) <= DECODE_MAX_TOKENS).then(pl.lit("decode"))
-        .when(per_seq >= PREFILL_MIN_TOKENS).then(pl.lit("prefill"))
-        .when(per_seq.is_null() & (pl.col("rows") >= PREFILL_MIN_ROWS)).then(pl.lit("prefill")),
+        phase=pl.when(per_seq >= PREFILL_MIN_TOKENS).then(pl.lit("prefill"))
+        .when(per_seq.is_null() & (pl.col("rows") >= PREFILL_MIN_ROWS)).then(pl.lit("prefill"))
+        .when((pl.coalesce(per_seq, pl.col("rows")) <= DECODE_MAX_TOKENS) & pl.col("eager").fill_null(False)
+              & pl.col("attention").fill_null(False)).then(pl.lit("decode")),
         evidence=pl.when(pl.col("tokens").is_not_null())
         .then(pl.format("GEMM inputs of {} tokens per sequence ({})", pl.col("tokens"), pl.col("op")))
         .otherwise(pl.format("GEMM inputs of {} rows ({})", pl.col("rows"), pl.col("op"))),
     ).filter(pl.col("phase").is_not_null())
+    # work: token-proportional GEMMs and collectives against the lightest steps
+    comm_txt = pl.when(pl.col("c_ratio").is_not_null()).then(
+        pl.format(", collectives {}x as long", pl.col("c_ratio").round(1))).otherwise(pl.lit(""))
+    heavy = work.filter("heavy").with_columns(
+        phase=pl.when(pl.col("decode_kernel").is_not_null()).then(pl.lit("mixed")).otherwise(pl.lit("prefill")),
+        evidence=pl.format("token-proportional work: GEMM time {}x the lightest steps' over as many GEMM launches{}"
+                           "{}", pl.col("ratio").round(1), comm_txt,
+                           pl.when(pl.col("decode_kernel").is_not_null())
+                           .then(pl.format(", beside decode attention ({})", pl.col("decode_kernel").str.slice(0, 50)))
+                           .otherwise(pl.lit(": prompt tokens"))))
+    kernels = work.filter(pl.col("decode_kernel").is_not_null() & ~pl.col("heavy")).select(
+        "step", phase=pl.lit("decode"),
+        evidence=pl.format("decode-only attention kernel {}", pl.col("decode_kernel").str.slice(0, 70)))
+    eager_heavy = work.filter("heavy")
+    graph_vs_eager = work.head(0).select("step", phase=pl.lit("decode"), evidence=pl.lit(""))
+    if eager_heavy.height and float(eager_heavy["g_eager"].sum()) >= SHAPES_EAGER_SHARE * float(
+            eager_heavy["g_ms"].sum()):
+        r = float(eager_heavy["ratio"].median())
+        graph_vs_eager = work.filter(pl.col("light") & pl.col("attention")
+                                     & (pl.col("graphed") >= GRAPHED_LIGHT_SHARE * pl.col("k_all"))).select(
+            "step", phase=pl.lit("decode"),
+            evidence=pl.format("replays CUDA graphs for {}% of its kernel time where the {}x heavier prefill "
+                               "step(s) run eager (engines capture graphs for decode batches)",
+                               (100 * pl.col("graphed") / pl.col("k_all")).round(0).cast(pl.Int64),
+                               pl.lit(round(r, 1))))
     # graph: the largest single graph replay's share of the step's kernel time
-    total = acts.group_by("step").agg(all=pl.col("dur").sum())
-    replays = (acts.filter(pl.col("graphed")).group_by("step", "correlation").agg(t=pl.col("dur").sum())
-               .group_by("step").agg(t=pl.col("t").max()))
-    graph = total.join(replays, on="step", how="inner").with_columns(share=pl.col("t") / pl.col("all")).filter(
-        pl.col("share") >= GRAPH_DECODE_SHARE).with_columns(
-        phase=pl.lit("decode"),
+    graph = work.filter(pl.col("attention") & (pl.col("k_all") > 0)
+                        & (pl.col("one_replay") >= GRAPH_DECODE_SHARE * pl.col("k_all"))).select(
+        "step", phase=pl.lit("decode"),
         evidence=pl.format("one CUDA graph replay holds {}% of the kernel time",
-                           (pl.col("share") * 100).round(0).cast(pl.Int64)))
+                           (100 * pl.col("one_replay") / pl.col("k_all")).round(0).cast(pl.Int64)))
     manifest = trace.manifest if isinstance(trace.manifest, dict) else None
-    man_phase = None
-    if manifest:
-        man_phase = manifest.get("phase") or "decode"  # tracekit capture runs decode loops
+    listed = _manifest_phases(manifest, steps) if manifest and isinstance(manifest.get("step_phases"), list) else None
     sources = [
         ann.select("step", "phase", "evidence", source=pl.lit("annotation")),
+        *([listed] if listed is not None else []),
         per_bwd.select("step", phase=pl.lit("prefill"), source=pl.lit("training"),
                        evidence=pl.format("training step: {} backward/optimizer kernels (e.g. {})", pl.col("n"),
                                           pl.col("example").str.slice(0, 60))),
@@ -196,55 +326,115 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
         sources.append(steps.select("step", phase=pl.lit("prefill"), source=pl.lit("training"),
                                     evidence=pl.lit(f"training trace: {trace_bwd.height} backward/optimizer "
                                                     f"kernels (e.g. {ex})")))
-    sources.append(shapes.select("step", "phase", "evidence", source=pl.lit("shapes")))
-    if man_phase in PHASES:
-        sources.append(steps.select("step", phase=pl.lit(man_phase), source=pl.lit("manifest"),
-                                    evidence=pl.lit(f"manifest: a tracekit capture of a {man_phase} loop "
-                                                    f"({manifest.get('workload')})")))
-    sources.append(graph.select("step", "phase", "evidence", source=pl.lit("graph")))
+    sources += [shapes.select("step", "phase", "evidence", source=pl.lit("shapes")),
+                heavy.select("step", "phase", "evidence", source=pl.lit("work")),
+                kernels.with_columns(source=pl.lit("kernels")),
+                graph_vs_eager.with_columns(source=pl.lit("work"))]
+    if manifest and listed is None:
+        sources.append(_manifest_phases(manifest, steps))
+    sources.append(graph.with_columns(source=pl.lit("graph")))
     ranked = pl.concat([s.select(pl.col("step").cast(pl.Int64), pl.col("phase").cast(pl.String),
                                  pl.col("source").cast(pl.String), pl.col("evidence").cast(pl.String),
                                  rank=pl.lit(i)) for i, s in enumerate(sources)])
     best = ranked.sort("rank", maintain_order=True).group_by("step").first().drop("rank")
     return steps.join(best, on="step", how="left").with_columns(
         phase=pl.col("phase").fill_null("unknown"),
-        evidence=pl.col("evidence").fill_null("no annotation, GEMM shapes, manifest or graph replay says"),
+        evidence=pl.col("evidence").fill_null(NO_EVIDENCE),
     ).select(list(PHASE_SCHEMA)).sort("step")
+
+
+NO_EVIDENCE = "no annotation, GEMM shapes, token-proportional work, decode kernel, manifest or graph replay says"
+
+
+def _manifest_phases(manifest: dict, steps: pl.DataFrame) -> pl.DataFrame:
+    """The manifest's word on each step: its ``step_phases`` list (one phase per step window, in order) where it
+    records one, else a tracekit capture's decode loop for every step."""
+    listed = manifest.get("step_phases")
+    if isinstance(listed, list) and len(listed) == steps.height and all(p in PHASES for p in listed):
+        return steps.sort("step").with_columns(phase=pl.Series(listed, dtype=pl.String), source=pl.lit("manifest"),
+                                               evidence=pl.lit("manifest: the capture's own record of each step"))
+    phase = manifest.get("phase") or "decode"  # tracekit capture runs decode loops
+    if phase not in PHASES:
+        return steps.head(0).with_columns(phase=pl.lit(None, pl.String), source=pl.lit("manifest"),
+                                          evidence=pl.lit(None, pl.String))
+    return steps.with_columns(phase=pl.lit(phase), source=pl.lit("manifest"),
+                              evidence=pl.lit(f"manifest: a tracekit capture of a {phase} loop "
+                                              f"({manifest.get('workload')})"))
+
+
+def with_drafting(phases: pl.DataFrame, drafted_steps: pl.Series, evidence: str) -> pl.DataFrame:
+    """``phases`` with the steps of unknown phase in which draft forwards of a distinct draft model were found
+    (``tracekit.analyses.drafting``, by structure) made decode: speculative decoding (source ``drafting``)."""
+    hit = (pl.col("phase") == "unknown") & pl.col("step").is_in(drafted_steps.cast(pl.Int64).implode())
+    return phases.with_columns(
+        phase=pl.when(hit).then(pl.lit("decode")).otherwise(pl.col("phase")),
+        source=pl.when(hit).then(pl.lit("drafting")).otherwise(pl.col("source")),
+        evidence=pl.when(hit).then(pl.lit(f"speculative decoding: {evidence}")).otherwise(pl.col("evidence")))
+
+
+def phase_counts(phases: pl.DataFrame) -> dict[str, int]:
+    """``steps.phases``: {phase: steps} in the order of :data:`PHASES`, phases with no step left out."""
+    got = dict(phases.group_by("phase").len().iter_rows()) if phases.height else {}
+    return {p: int(got[p]) for p in PHASES if got.get(p)}
+
+
+def _said(counts: dict[str, int], training: bool) -> str:
+    """The phases of a window in words: "prefill 6" / "decode 9, prefill 1"; training steps named so."""
+    return ", ".join(f"{'training' if training and p == 'prefill' else p} {n}" for p, n in counts.items())
 
 
 def select_phase(phases: pl.DataFrame, wanted: str = "decode") -> tuple[pl.DataFrame, list[str]]:
     """Which steps ``--phase wanted`` analyses: per step, ``reason`` null (analysed) or ``"phase"``.
 
     ``unknown`` steps are analysed under ``decode`` (no evidence against; the caller warns). ``all`` keeps
-    every step. When no step has the wanted phase, every step is kept and ``decode_advice`` is False: the split
-    is still shown, but decode advice is not applicable (contract: a window with no decode steps gets the
-    split, not a decode verdict). Returns ``(frame: step, phase, reason, decode_advice), warnings``.
+    every step. When no step is decode (the default ``--phase decode`` on a training or prefill window), every
+    step is kept and ``decode_advice`` is False: the split is still shown, without decode advice, and one warning
+    says so. ``--phase prefill`` or ``mixed`` on a window without such steps is refused
+    (:class:`~tracekit.errors.NoSteps`, naming the phases there). Returns ``(frame: step, phase, reason,
+    decode_advice), warnings``.
     """
-    if wanted not in ("decode", "prefill", "mixed", "all"):
-        from tracekit.errors import TracekitError
+    from tracekit.errors import NoSteps, TracekitError
 
+    if wanted not in ("decode", "prefill", "mixed", "all"):
         raise TracekitError(f"--phase {wanted!r}: choose decode, prefill, mixed or all")
     warnings: list[str] = []
     p = pl.col("phase")
     keep = pl.lit(True) if wanted == "all" else (p == wanted) | ((p == "unknown") & (wanted == "decode"))
     out = phases.select("step", "phase", keep=keep)
+    counts = phase_counts(phases)
+    training = "source" in phases.columns and bool((phases["source"] == "training").any())
     if wanted != "all" and out.height and not out["keep"].any():
-        have = ", ".join(f"{k} {v}" for k, v in phases.group_by("phase").len().sort("phase").iter_rows())
-        warnings.append(f"no {wanted} steps in this trace (phases: {have}): the split of every step is shown, "
-                        f"without {wanted} advice; pass --phase all to analyse them as such")
+        if wanted != "decode":
+            other = [q for q in ("decode", "prefill", "mixed") if counts.get(q)]
+            hint = f"--phase {other[0]}" if len(other) == 1 else "--phase all"
+            raise NoSteps(f"no {wanted} steps in this window (phases: {_said(counts, training)}); pass {hint}")
+        # (said once, by the caller's verdict: tracekit.analyses.phase.no_decode_advice)
         out = out.with_columns(keep=pl.lit(True))
         advice = False
     else:
         advice = bool(out.filter(pl.col("keep"))["phase"].is_in(["decode", "unknown"]).any()) \
             if wanted in ("decode", "all") else False
         if wanted == "decode" and out.filter(pl.col("keep"))["phase"].eq("unknown").all():
-            warnings.append("the phase of the steps is unknown (no annotation, GEMM shapes, manifest or graph "
-                            "replay tells decode from prefill): analysed as decode steps")
+            warnings.append("the phase of the steps is unknown (no annotation, GEMM shapes, token-proportional work, "
+                            "decode kernel, manifest or graph replay tells decode from prefill): analysed as decode "
+                            "steps")
     n_out = int((~out["keep"]).sum())
     if n_out:
-        warnings.append(f"{n_out} step(s) not in phase {wanted}: excluded (--phase all analyses every step)")
+        left = {q: n for q, n in phase_counts(out.filter(~pl.col("keep"))).items()}
+        warnings.append(f"{n_out} step(s) not in phase {wanted} excluded ({_said(left, training)}); --phase all "
+                        "analyses every step")
     return out.select("step", "phase", reason=pl.when(~pl.col("keep")).then(pl.lit("phase")),
                       decode_advice=pl.lit(advice)), warnings
+
+
+def no_decode_advice(phase: str, phases: dict[str, int], training: bool) -> str:
+    """Why decode advice does not apply to the analysed steps, once, right for the window: names what the steps
+    are and points to ``--phase decode`` only when the window has decode steps."""
+    what = "training" if training and phase == "prefill" else phase
+    if phases.get("decode"):
+        return (f"{what} steps: decode advice does not apply (the split above still holds); the window also has "
+                f"{phases['decode']} decode step(s): --phase decode analyses them")
+    return f"{what} steps: decode advice does not apply (the split above still holds; the window has no decode step)"
 
 
 def window_phase(phases: pl.Series) -> str:

@@ -13,6 +13,10 @@ Reasons, in the order they are decided (a step gets the first that applies):
 kernel by name, marked graph-replayed or launched; copies by name): two steps with the same signature ran the
 same kernels in the same order. The *steady* signature is the most common one.
 
+**Per phase.** The steady step is found among the steps of each phase (``steps`` may carry a ``phase`` column):
+a window of prefill steps then decode steps has a steady prefill step and a steady decode step, and ``--phase all``
+analyses both kinds instead of calling the minority a transition.
+
 **Rule.** A step with the steady signature is steady. A step with another signature is kept when it has the
 steady step's *composition*: its activities counted by (category, graph-replayed or not, kind), compared with the
 median count over the candidate steps (zeros included), overlap at least :data:`MIN_COMPOSITION_OVERLAP`:
@@ -85,12 +89,13 @@ def steady_exclusions(acts: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """The exclusion reason of every step (null: analysed).
 
     ``steps``: every step window in time order, columns ``step`` and ``reason`` (the caller's: "no GPU work",
-    "cut by capture window", "phase", or null). ``acts``: the attributed activities (see
+    "cut by capture window", "phase", or null) and optionally ``phase`` (the steady step is found per phase). ``acts``: the attributed activities (see
     :func:`step_signatures`; category by name). Returns ``step``, ``reason``, ``sig`` (null without activity),
     ``overlap`` (composition overlap with the steady step; null where not compared).
     """
     sigs = step_signatures(acts)
-    out = steps.select(pl.col("step").cast(pl.Int64), pl.col("reason").cast(pl.String)).with_row_index("_i")
+    phase = pl.col("phase").cast(pl.String).fill_null("unknown") if "phase" in steps.columns else pl.lit("unknown")
+    out = steps.select(pl.col("step").cast(pl.Int64), pl.col("reason").cast(pl.String), _ph=phase).with_row_index("_i")
     out = out.join(sigs, on="step", how="left", maintain_order="left")
     # last step: the last one with GPU work that the capture did not cut, of at least MIN_STEPS_FOR_LAST
     worked = out.filter(pl.col("reason").is_null() | (pl.col("reason") == "phase"))
@@ -98,19 +103,31 @@ def steady_exclusions(acts: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         last = int(worked["_i"].max())
         out = out.with_columns(reason=pl.when((pl.col("_i") == last) & pl.col("reason").is_null())
                                .then(pl.lit(LAST_STEP)).otherwise(pl.col("reason")))
-    cand = out.filter(pl.col("reason").is_null() & pl.col("sig").is_not_null())
-    if cand.height >= 2:
+    # The steady step of each phase: a window of prefill steps then decode steps (--phase all) has one of each;
+    # an unknown step is compared with the unknown ones, or the decode ones where it is alone.
+    groups = out.filter(pl.col("reason").is_null() & pl.col("sig").is_not_null()).group_by("_ph").len()
+    alone = set(groups.filter(pl.col("len") < 2)["_ph"].to_list())
+    if "unknown" in alone and "decode" in groups["_ph"].to_list():
+        out = out.with_columns(_ph=pl.when(pl.col("_ph") == "unknown").then(pl.lit("decode")).otherwise("_ph"))
+    parts = []
+    phases = out["_ph"].unique(maintain_order=True).to_list()
+    for ph in phases:  # the window's phases (a handful), not events
+        part = out.filter(pl.col("_ph") == ph)
+        cand = part.filter(pl.col("reason").is_null() & pl.col("sig").is_not_null())
+        if cand.height < 2:
+            parts.append(part.with_columns(overlap=pl.lit(None, pl.Float64)))
+            continue
         steady_sig = cand["sig"].mode().sort()[0]
         # the last step's sequence is a steady one too: it joins the median composition
-        ref = out.filter((pl.col("reason").is_null() | (pl.col("reason") == LAST_STEP)) & pl.col("sig").is_not_null())
-        ov = composition_overlap(acts, ref["step"])
-        out = out.join(ov, on="step", how="left", maintain_order="left").with_columns(
+        ref = part.filter((pl.col("reason").is_null() | (pl.col("reason") == LAST_STEP)) & pl.col("sig").is_not_null())
+        mine = acts if len(phases) == 1 else acts.filter(pl.col("step").is_in(part["step"].implode()))
+        ov = composition_overlap(mine, ref["step"])
+        part = part.join(ov, on="step", how="left", maintain_order="left").with_columns(
             overlap=pl.when(pl.col("reason").is_null()).then(pl.col("overlap")))
-        out = out.with_columns(reason=pl.when(
+        parts.append(part.with_columns(reason=pl.when(
             pl.col("reason").is_null() & (pl.col("sig") != steady_sig)
-            & (pl.col("overlap") < MIN_COMPOSITION_OVERLAP)).then(pl.lit(TRANSITION)).otherwise(pl.col("reason")))
-    else:
-        out = out.with_columns(overlap=pl.lit(None, pl.Float64))
+            & (pl.col("overlap") < MIN_COMPOSITION_OVERLAP)).then(pl.lit(TRANSITION)).otherwise(pl.col("reason"))))
+    out = pl.concat(parts).sort("_i") if parts else out.with_columns(overlap=pl.lit(None, pl.Float64))
     return out.select("step", "reason", "sig", "overlap")
 
 

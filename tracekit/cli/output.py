@@ -70,7 +70,14 @@ def emit(kind: str, result, fmt: str, output: Path | None = None, color: bool | 
 
 
 def expand_traces(paths) -> list[Path]:
-    """Files as given; a directory contributes its trace files (one per rank), sorted."""
+    """Files as given; a directory contributes its trace files (one per rank), sorted.
+
+    In a directory, files that are not traces (a summary JSON, a run database beside the rank traces: see
+    ``tracekit.readers.not_a_trace``) are skipped with one warning on stderr naming them; only a directory left
+    with no trace is an error.
+    """
+    from tracekit.readers import not_a_trace
+
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -78,8 +85,15 @@ def expand_traces(paths) -> list[Path]:
             # gzipped export beside the plain one, is the same trace
             files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES)
                            and f.name not in NOT_TRACES and not _duplicate(f))
+            why = {f: not_a_trace(f) for f in files}  # (a handful of files)
+            skipped = [f"{f.name} ({w})" for f, w in why.items() if w]
+            files = [f for f, w in why.items() if not w]
             if not files:
-                raise TracekitError(f"{p}: directory holds no trace files ({', '.join(TRACE_SUFFIXES)})")
+                also = f"; skipped: {', '.join(skipped)}" if skipped else ""
+                raise TracekitError(f"{p}: directory holds no trace files ({', '.join(TRACE_SUFFIXES)}){also}")
+            if skipped:
+                click.echo(f"warning: {p}: skipped {len(skipped)} file(s) that are not traces: {', '.join(skipped)}",
+                           err=True)
             out.extend(files)
         else:
             out.append(p)

@@ -33,6 +33,49 @@ def detect_format(path: Path) -> str:
     )
 
 
+SNIFF_BYTES = 4 << 20  # how far into a JSON file its "traceEvents" key is looked for
+
+
+def not_a_trace(path: Path) -> str | None:
+    """Why the file at ``path`` is not a trace tracekit reads (a few words), or None when it looks like one.
+
+    Cheap: the first bytes (and, for JSON, the first few MiB, decompressed) or an SQLite file's table names; a
+    file it cannot tell about (``.nsys-rep``, a gzipped export) is taken as a trace. For directories: a summary
+    JSON or a run database beside the rank traces is skipped, not read as a rank.
+    """
+    import gzip
+    import sqlite3
+    import zlib
+
+    try:
+        fmt = detect_format(path)
+    except TracekitError as e:
+        return str(e).split(": ", 1)[-1][:80]
+    if fmt == "kineto-json":
+        try:
+            opener = gzip.open if open(path, "rb").read(2) == b"\x1f\x8b" else open
+            with opener(path, "rb") as f:
+                head = f.read(SNIFF_BYTES)
+        except (OSError, EOFError, zlib.error) as e:
+            return f"unreadable ({e})"
+        text = head.lstrip()
+        if text[:1] == b"[":
+            return None if b'"ph"' in head else "a JSON array without trace events"
+        return None if b'"traceEvents"' in head else "a JSON file without traceEvents (not a Kineto/Chrome trace)"
+    if fmt == "nsys-sqlite":
+        try:
+            con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            finally:
+                con.close()
+        except sqlite3.Error as e:
+            return f"an unreadable SQLite file ({e})"
+        if not any(n.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "StringIds", "TARGET_INFO_")) for n in names):
+            return "an SQLite database without nsys tables"
+    return None
+
+
 def load(path, *, kernel_dims: bool = True):
     """Read one trace file (nsys SQLite export or its ``.sqlite.gz``, Kineto JSON/.json.gz, or .nsys-rep via nsys).
 

@@ -48,24 +48,5 @@ def api_kind(name: pl.Expr) -> pl.Expr:
     return expr
 
 
-def nesting_depth(ranges: pl.DataFrame) -> pl.Series:
-    """Nesting depth of each range on its (pid, tid), 0 = outermost, by a sorted sweep.
-
-    ``ranges`` must have start, end, pid, tid. Depth of a range = number of ranges on the
-    same thread that started at or before it and end after it starts (strict push/pop
-    nesting assumed; crossing start/end ranges get a best-effort depth).
-    """
-    if ranges.height == 0:
-        return pl.Series("depth", [], dtype=pl.Int32)
-    df = ranges.select("start", "end", "pid", "tid").with_row_index("_i")
-    # +1 at each start, -1 at each end; depth at a start = running sum before it.
-    # Ends sort before starts at the same instant, and a longer range opens first.
-    ev = pl.concat(
-        [
-            df.select("_i", "pid", "tid", ts="start", d=pl.lit(1, pl.Int32), o=pl.lit(1, pl.Int8), neg_end=-pl.col("end")),
-            df.select("_i", "pid", "tid", ts="end", d=pl.lit(-1, pl.Int32), o=pl.lit(0, pl.Int8), neg_end=pl.lit(0, pl.Int64)),
-        ]
-    ).sort(["pid", "tid", "ts", "o", "neg_end"])
-    ev = ev.with_columns(level=pl.col("d").cum_sum().over(["pid", "tid"]) - pl.col("d"))
-    starts = ev.filter(pl.col("o") == 1).select("_i", "level").sort("_i")
-    return starts["level"].clip(lower_bound=0).cast(pl.Int32).alias("depth")
+# (nesting depth lives with the other interval primitives; re-exported for the readers)
+from tracekit.intervals import nesting_depth  # noqa: E402,F401

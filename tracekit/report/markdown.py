@@ -12,6 +12,7 @@ import io
 from tracekit.categories import GAP_CAUSES, KERNEL_CATEGORIES, STEP_CATEGORIES
 from tracekit.report._fmt import MISSING, num
 from tracekit.report.safe import md, plain
+from tracekit.tokens import tok_s_unit
 
 SPLIT_ORDER = list(STEP_CATEGORIES)
 
@@ -58,7 +59,7 @@ def headline(b) -> str:
 def verdict_lines(b) -> list[str]:
     """Verdicts ranked by the time they would save; the rest after; memory-bandwidth context last."""
     adv = b.to_dict()["advice"]
-    return [adv[k]["verdict"] for k in b.display_levers if k in adv]
+    return list(dict.fromkeys(adv[k]["verdict"] for k in b.display_levers if k in adv))  # each said once
 
 
 def time_base_line(d: dict) -> str:
@@ -105,7 +106,8 @@ def breakdown_md(b) -> str:
     if roof.get("weight_bytes_per_step") is not None:
         out.append(f"- roofline: {roof['weight_bytes_per_step']:,} weight bytes/step per GPU "
                    f"({roof['weight_bytes_source']}); floor {num(roof['floor_ms'])} ms; ceiling "
-                   f"{num(roof['ceiling_tokens_per_s'], 1)} tok/s; fraction of ceiling {num(roof['fraction_of_ceiling'], 3)}"
+                   f"{num(roof['ceiling_tokens_per_s'], 1)} {tok_s_unit(roof)}; fraction of ceiling "
+                   f"{num(roof['fraction_of_ceiling'], 3)}"
                    f"; gemm achieved {num(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
     largest = d["gaps"]["largest"]
     if largest:
@@ -147,10 +149,12 @@ def info_md(result: dict) -> str:
         out.append(f"| {g['device']} | {md(g['name'] or 'unknown')} | {num(g['peak_bw_gbps'], 0)} |")
     c = result["counts"]
     out += ["", "| " + " | ".join(c) + " |", "|" + "---:|" * len(c), "| " + " | ".join(f"{v:,}" for v in c.values()) + " |"]
-    if result["range_names"]:
-        out += ["", "| range pattern | count | --step-range |", "|---|---:|---|"]
-        for r in result["range_names"]:
-            out.append(f"| {md(r['pattern'])} | {r['count']:,} | {md(r['regex'])} |")
+    cands = result.get("step_candidates", result["range_names"])
+    if cands:
+        out += ["", "| step candidate | count | GPU time | --step-range |", "|---|---:|---:|---|"]
+        for r in cands:
+            share = f"{100 * r['gpu_share']:.0f}%" if r.get("gpu_share") is not None else ""
+            out.append(f"| {md(r['pattern'])} | {r['count']:,} | {share} | {md(r['regex'])} |")
     if result["warnings"]:
         out += [""] + [f"- warning: {md(w, 500)}" for w in result["warnings"]]
     return "\n".join(out) + "\n"

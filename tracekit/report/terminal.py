@@ -100,13 +100,17 @@ def render_info(result: dict, console: Console) -> None:
         t.add_column(k, justify="right")
     t.add_row(*[f"{v:,}" for v in c.values()])
     console.print(t)
-    if result["range_names"]:
-        t = Table(title="most frequent range names (step candidates)", title_justify="left")
+    cands = result.get("step_candidates", result["range_names"])
+    if cands:
+        t = Table(title="step candidates (ranges that launch GPU work; best tiling of the GPU time first)",
+                  title_justify="left")
         t.add_column("pattern", overflow="ellipsis", max_width=70)
         t.add_column("count", justify="right")
+        t.add_column("GPU time", justify="right")
         t.add_column("--step-range", overflow="ellipsis", max_width=60)
-        for r in result["range_names"]:
-            t.add_row(rich_text(r["pattern"]), f"{r['count']:,}", rich_text(r["regex"]))
+        for r in cands:
+            share = f"{100 * r['gpu_share']:.0f}%" if r.get("gpu_share") is not None else ""
+            t.add_row(rich_text(r["pattern"]), f"{r['count']:,}", share, rich_text(r["regex"]))
         console.print(t)
     print_warnings(console, result["warnings"])
 
@@ -158,6 +162,7 @@ def render_kernels(result: dict, console: Console, title: str | None = None) -> 
 
 def render_breakdown(b, console: Console) -> None:
     from tracekit.report.markdown import biggest_category, gap_rows, headline, split_rows, time_base_line, verdict_lines
+    from tracekit.tokens import tok_s_unit
 
     d = b.to_dict()
     st, gpu, roof = d["steps"], d["gpu"], d["roofline"]
@@ -217,7 +222,8 @@ def render_breakdown(b, console: Console) -> None:
         kv_txt = f" + {kv / 1e9:.3f} GB of KV cache ({roof['kv_bytes_source']})" if kv else ""
         console.print(f"roofline per GPU: {roof['weight_bytes_per_step'] / 1e9:.3f} GB of weights/step "
                       f"({roof['weight_bytes_source']}){kv_txt} → "
-                      f"floor {num(roof['floor_ms'])} ms, ceiling {num(roof['ceiling_tokens_per_s'], 1)} tok/s; "
+                      f"floor {num(roof['floor_ms'])} ms, ceiling {num(roof['ceiling_tokens_per_s'], 1)} "
+                      f"{tok_s_unit(roof)}; "
                       f"at {pct(roof['fraction_of_ceiling'])} of it; gemm reads at "
                       f"{num(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
     console.print(Text("verdicts", style="bold"))
