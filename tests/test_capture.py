@@ -246,7 +246,7 @@ def test_sample_manifest_has_every_contract_key(mp):
     for k in CONTRACT_KEYS:
         assert k in m, k
     assert m["schema"] == "tracekit.manifest/1"
-    assert m["profiler"] in ("nsys", "torch") and m["workload"] in ("hf", "synthetic", "sglang", "spec", "serve", "kv")
+    assert m["profiler"] in ("nsys", "torch") and m["workload"] in ("hf", "synthetic", "sglang", "spec", "serve", "kv", "lora", "moe")
     assert isinstance(m["steps"], int) and m["steps"] > 0
     assert m["gpu_name"] == "NVIDIA H200" and m["peak_bw_gbps"] == 4800.0
     assert isinstance(m["weight_bytes_per_step"], int) and m["weight_bytes_per_step"] > 0

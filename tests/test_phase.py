@@ -339,27 +339,24 @@ def test_gb300_phase_all_keeps_both_kinds_of_step():
     assert st.excluded_reasons == {"last step (no following step)": 1} and st.phase == "mixed"
 
 
-SERVE_PREFILL = sorted(SAMPLES.glob("serve-prefill-*-nomark"))
+SERVE_PREFILL = [SAMPLES / n for n in ("serve-prefill-eager-nomark", "serve-prefill-graph-nomark",
+                                       "serve-prefill-eager-torch-nomark")]
 
 
-@pytest.mark.parametrize("folder", SERVE_PREFILL or [None], ids=lambda f: f.name if f else "none")
+@pytest.mark.parametrize("folder", SERVE_PREFILL, ids=lambda f: f.name)
 def test_serve_prefill_nomark_steps_match_the_manifest(folder):
     """Unmarked serve windows captured on the H200 that start with a prefill step and continue with decode steps
-    (eager and graph): every inferred complete step's phase, from the trace alone (manifest stripped), equals the
-    phase the capture recorded for it (manifest ``step_phases``, or ``serve.prefill_steps``: 0-based indices)."""
-    if folder is None:
-        pytest.skip("sample not captured yet: serve-prefill-*")
+    (eager and graph, nsys and torch): every inferred complete step's phase, from the trace alone (manifest
+    stripped), equals the phase the capture ran it as (manifest ``phases``, one per profiled step)."""
     import tracekit.analyses.breakdown as bd
 
     from conftest import sample_trace
 
     man = json.load(open(folder / "manifest.json"))
     n = man["steps"]
-    listed = man.get("step_phases") or (man.get("serve") or {}).get("step_phases")
-    if listed is None:
-        pre = set((man.get("serve") or {}).get("prefill_steps", man.get("prefill_steps", [])))
-        listed = ["prefill" if i in pre else "decode" for i in range(n)]
-    assert listed[0] == "prefill" and "decode" in listed
+    listed = man["phases"]
+    assert len(listed) == n and listed[0] == "prefill" and set(listed[1:]) == {"decode"}
+    assert man["prefill"]["profiled_step"] == 0
     t = tracekit.load(sample_trace(folder.name))
     st = bd.step_table(_bare(t), phase="all")
     w = st.attribution.steps.windows.filter(pl.col("end").is_not_null()).sort("start")
