@@ -252,7 +252,8 @@ def test_sample_manifest_has_every_contract_key(mp):
     assert isinstance(m["weight_bytes_per_step"], int) and m["weight_bytes_per_step"] > 0
     assert isinstance(m["unprofiled_step_ms"], float) and 0 < m["unprofiled_step_ms"] < 1000
     assert m["tp"] == 1 and m["dtype"] == "bfloat16"
-    assert m["tokens_per_step"] == (m["batch"] if m["workload"] == "kv" else 1)
+    # tokens per step = the batch (kv records it at the top level, the serve/lora/moe loops under "model")
+    assert m["tokens_per_step"] == (m.get("batch") or (m.get("model") or {}).get("batch") or 1)
     assert set(m["versions"]) == {"torch", "cuda", "nsys", "framework"}
     assert (m["versions"]["nsys"] is not None) == (m["profiler"] == "nsys")
     assert m["command"][:2] == ["tracekit", "capture"] and all(isinstance(c, str) for c in m["command"])
