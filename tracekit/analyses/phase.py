@@ -62,6 +62,7 @@ LIGHT_RATIO = 1.5  # GEMM time within this of the lightest steps': a light step
 SAME_FORWARD = 2.0  # GEMM launches within this factor of the light steps': the same forward (layers)
 SHAPES_EAGER_SHARE = 0.5  # eager share of a step's GEMM time from which its recorded shapes may say decode
 GRAPHED_LIGHT_SHARE = 0.5  # graph-replayed share of a light step's kernel time that says decode beside eager heavy steps
+LIGHT_MAJORITY = 0.5  # share of a window's complete steps that must be light for light steps beside prefill to be decode
 # Attention kernels that only decode runs (a decode step's attention: one or a few query tokens per sequence
 # against a paged KV cache), with where each name comes from.
 DECODE_KERNELS = (
@@ -243,6 +244,13 @@ def step_work(acts: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         light=(pl.col("complete") & (pl.col("g_n") > 0) & (pl.col("ratio") <= LIGHT_RATIO)).fill_null(False))
 
 
+def same_forward_as(heavy: pl.DataFrame) -> pl.Expr:
+    """Steps whose GEMM launches are within :data:`SAME_FORWARD` of the ``heavy`` steps' (median): the same
+    model's forward, fewer tokens."""
+    n = float(heavy["g_n"].median())
+    return (pl.col("g_n") >= n / SAME_FORWARD) & (pl.col("g_n") <= n * SAME_FORWARD)
+
+
 def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None = None) -> pl.DataFrame:
     """The phase of every step window.
 
@@ -306,6 +314,17 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
                                "step(s) run eager (engines capture graphs for decode batches)",
                                (100 * pl.col("graphed") / pl.col("k_all")).round(0).cast(pl.Int64),
                                pl.lit(round(r, 1))))
+    # light beside prefill: in a window whose heavy steps are prefill, the steady light steps of the same forward
+    # (the window's majority) process a handful of tokens each: the decode steps that follow a prompt
+    prefill_heavy = work.filter(pl.col("heavy") & pl.col("decode_kernel").is_null())
+    n_light = int(work["light"].sum())
+    light_beside = work.head(0).select("step", phase=pl.lit("decode"), evidence=pl.lit(""))
+    if prefill_heavy.height and n_light >= LIGHT_MAJORITY * int(work["complete"].fill_null(False).sum()):
+        r = float(prefill_heavy["ratio"].median())
+        light_beside = work.filter(pl.col("light") & pl.col("attention") & same_forward_as(prefill_heavy)).select(
+            "step", phase=pl.lit("decode"),
+            evidence=pl.lit(f"token-proportional work: the window's steady step, GEMM time 1/{r:.1f} of the "
+                            f"prefill step(s)' over the same forward (a handful of tokens per sequence)"))
     # graph: the largest single graph replay's share of the step's kernel time
     graph = work.filter(pl.col("attention") & (pl.col("k_all") > 0)
                         & (pl.col("one_replay") >= GRAPH_DECODE_SHARE * pl.col("k_all"))).select(
@@ -329,7 +348,8 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
     sources += [shapes.select("step", "phase", "evidence", source=pl.lit("shapes")),
                 heavy.select("step", "phase", "evidence", source=pl.lit("work")),
                 kernels.with_columns(source=pl.lit("kernels")),
-                graph_vs_eager.with_columns(source=pl.lit("work"))]
+                graph_vs_eager.with_columns(source=pl.lit("work")),
+                light_beside.with_columns(source=pl.lit("work"))]
     if manifest and listed is None:
         sources.append(_manifest_phases(manifest, steps))
     sources.append(graph.with_columns(source=pl.lit("graph")))
