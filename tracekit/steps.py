@@ -435,6 +435,8 @@ class Period:
     regimes: list[dict] = field(default_factory=list)
     # Why the part before the first closing read is a whole step or cut by the capture, in words (see _whole).
     lead: str | None = None
+    # Set when that part is a whole step unlike the usual one (its launches, why): the warning says so.
+    lead_note: str | None = None
 
     def describe(self) -> str:
         """The period in words, for the warning."""
@@ -610,11 +612,13 @@ def _step_ids(close: pl.Series) -> pl.Series:
 HEAD_WIDTHS = (1, 2, 3, 4, 6, 8)
 
 
-def _whole(steps: pl.DataFrame, segs: pl.DataFrame, capture: str | None = None) -> tuple[pl.Series, str | None]:
+def _whole(steps: pl.DataFrame, segs: pl.DataFrame, capture: str | None = None
+           ) -> tuple[pl.Series, str | None, bool]:
     """Complete steps, and why the part before the first closing read (the *lead*) is whole or cut.
 
-    Every step after the lead that a closing read closes is complete. The lead, in this order of evidence (the
-    first that applies decides; docs/definitions.md, "Inferred steps"):
+    Returns ``(complete, why, other)``: ``other`` is True when the lead is a whole step unlike the usual one (rules
+    3 and 4). Every step after the lead that a closing read closes is complete. The lead, in this order of evidence
+    (the first that applies decides; docs/definitions.md, "Inferred steps"):
 
     1. it is made of the same segments as the usual step: whole;
     2. its launches are a proper suffix of a complete step's (:func:`_is_suffix`): the capture began inside that
@@ -628,20 +632,21 @@ def _whole(steps: pl.DataFrame, segs: pl.DataFrame, capture: str | None = None) 
     h = steps.select(pl.col("hs").hash(17))["hs"]
     complete = (steps["closed"] & (steps["i"] > 0)).alias("complete")
     if steps.height == 0 or not bool(steps["closed"][0]):
-        return complete, None
+        return complete, None, False
     usual = h.filter(steps["closed"] & (steps["i"] > 0)).mode()
+    other = False
     if bool((h.is_in(usual.implode()) & (steps["i"] == 0)).any()):
         lead, why = True, "its launches are the usual step's"
     elif _is_suffix(steps, segs):
         lead, why = False, "its launches are the end of a complete step's: the capture began inside that step"
     elif capture is not None:
-        lead, why = True, capture
+        lead, why, other = True, capture, True
     elif _starts_a_step(steps.with_columns(h=h), segs):
-        lead, why = True, "it begins with the launches a step begins with"
+        lead, why, other = True, "it begins with the launches a step begins with", True
     else:
         lead, why = False, "nothing in the trace says the capture did not cut it"
     first = "the first step is whole: " if lead else "the part before the first step is cut by the capture window: "
-    return (complete | ((steps["i"] == 0) & lead)).alias("complete"), first + why
+    return (complete | ((steps["i"] == 0) & lead)).alias("complete"), first + why, other
 
 
 def _is_suffix(steps: pl.DataFrame, segs: pl.DataFrame) -> bool:
@@ -769,7 +774,7 @@ def find_period(seq: pl.DataFrame, capture: str | None = None) -> tuple[pl.DataF
     ).filter(pl.col("n_work") > 0).with_columns(i=pl.int_range(pl.len()))
     # the capture's start is evidence about the lead only when the lead's first launch opens the sequence
     lead_first = steps.height and seq.height and steps["start"][0] == seq["start"][0]
-    complete, lead = _whole(steps, segs.select("sid", "work"), capture if lead_first else None)
+    complete, lead, other = _whole(steps, segs.select("sid", "work"), capture if lead_first else None)
     steps = steps.with_columns(complete)
     steps = steps.with_columns(end=pl.when(pl.col("complete")).then(pl.col("end")))
     good = steps.filter(pl.col("complete"))
@@ -780,6 +785,10 @@ def find_period(seq: pl.DataFrame, capture: str | None = None) -> tuple[pl.DataF
     period.reads = float(good["n_reads"].median())
     period.complete = good.height
     period.lead = lead
+    if other:  # a whole first step unlike the others (a prefill step before decode steps): said in the warning
+        n0, g0 = int(steps["n_work"][0]), int(steps["n_graph"][0])
+        period.lead_note = (f"the first step, of {n0} launches" + (f" ({g0} graph launch{'es' if g0 != 1 else ''})" if g0 else "")
+                            + ", is whole: " + lead.split(": ", 1)[1])
     regimes = good.group_by("regime").agg(
         first=pl.col("start").min(), steps=pl.len(), launches=pl.col("n_work").median(),
         graph_launches=pl.col("n_graph").median(), reads=pl.col("n_reads").median()).sort("first")
@@ -823,8 +832,9 @@ def infer_steps(trace: Trace, device: int | None = None) -> Steps | None:
         steps, per = found
         windows = steps.select("start", "end").with_columns(
             pid=pl.lit(pid, pl.Int64), tid=pl.lit(tid, pl.Int64), name=pl.lit("inferred step"))
+        lead = f"; {per.lead_note}" if per.lead_note else ""
         msg = (f"no step markers found: steps inferred from the period of the launch sequence ({per.describe()}; "
-               f"a step starts after {per.anchor}); pass --step-range to use a range instead")
+               f"a step starts after {per.anchor}{lead}); pass --step-range to use a range instead")
         out = Steps(_windows(windows), "inferred", None, [msg])
         out.period = per
         return out
