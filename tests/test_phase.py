@@ -197,7 +197,8 @@ def test_no_llm_decode_work_gets_no_decode_advice():
     for path, why in ((saxpy, "no attention kernel and no GEMM"), (moe, "no token is read back")):
         st = bd.step_table(tracekit.load(path))
         assert st.phase == "unknown" and not st.decode_advice and st.phase_label == "non-decode"
-        assert st.phase_note.startswith("no decode advice: these steps show no LLM decode work") and why in st.phase_note
+        assert st.phase_note.startswith("no decode advice: these steps show no LLM decode work")
+        assert why in st.phase_note
 
 
 def test_phase_argument_checked():

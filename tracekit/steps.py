@@ -787,8 +787,8 @@ def find_period(seq: pl.DataFrame, capture: str | None = None) -> tuple[pl.DataF
     period.lead = lead
     if other:  # a whole first step unlike the others (a prefill step before decode steps): said in the warning
         n0, g0 = int(steps["n_work"][0]), int(steps["n_graph"][0])
-        period.lead_note = (f"the first step, of {n0} launches" + (f" ({g0} graph launch{'es' if g0 != 1 else ''})" if g0 else "")
-                            + ", is whole: " + lead.split(": ", 1)[1])
+        graphs = f" ({g0} graph launch{'es' if g0 != 1 else ''})" if g0 else ""
+        period.lead_note = f"the first step, of {n0} launches{graphs}, is whole: " + lead.split(": ", 1)[1]
     regimes = good.group_by("regime").agg(
         first=pl.col("start").min(), steps=pl.len(), launches=pl.col("n_work").median(),
         graph_launches=pl.col("n_graph").median(), reads=pl.col("n_reads").median()).sort("first")

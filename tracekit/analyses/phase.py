@@ -62,7 +62,7 @@ LIGHT_RATIO = 1.5  # GEMM time within this of the lightest steps': a light step
 SAME_FORWARD = 2.0  # GEMM launches within this factor of the light steps': the same forward (layers)
 SHAPES_EAGER_SHARE = 0.5  # eager share of a step's GEMM time from which its recorded shapes may say decode
 GRAPHED_LIGHT_SHARE = 0.5  # graph-replayed share of a light step's kernel time that says decode beside eager heavy steps
-LIGHT_MAJORITY = 0.5  # share of a window's complete steps that must be light for light steps beside prefill to be decode
+LIGHT_MAJORITY = 0.5  # share of the complete steps that must be light for light steps beside prefill to be decode
 # Attention kernels that only decode runs (a decode step's attention: one or a few query tokens per sequence
 # against a paged KV cache), with where each name comes from.
 DECODE_KERNELS = (
@@ -394,7 +394,8 @@ def training_host(trace: Trace) -> str | None:
     # the plainest example: one that is not only a checkpoint wrapper's module name
     strong = hits.filter(~hits.str.contains(r"_checkpoint_wrapped_module"))
     ex = (strong if strong.len() else hits)[0].split(", op_id")[0][:70]
-    return f"training trace: {hits.len()} autograd-backward / optimizer / FSDP-backward / checkpointing host ranges (e.g. {ex})"
+    return (f"training trace: {hits.len()} autograd-backward / optimizer / FSDP-backward / checkpointing host "
+            f"ranges (e.g. {ex})")
 
 
 def no_llm_decode(trace: Trace, work: pl.DataFrame) -> str | None:
