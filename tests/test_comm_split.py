@@ -134,8 +134,11 @@ def test_nsys_two_gpus_single_device_transfer_within_20pct_of_the_matched_transf
         assert c["split_basis"] == "fastest-instances"
         assert c["transfer_ms"] == pytest.approx(cross_ms, rel=0.20)
         # send-recv kernels are send-recv (they were called "a faster all-reduce" before)
-        assert [k["kind"] for k in c["by_kind"]] == ["send-recv"] and c["lever_name"] == "faster send-recv"
+        assert [k["kind"] for k in c["by_kind"]] == ["send-recv"]
         assert "all-reduce" not in c["verdict"]
+        # a training run (FACTS.toml; its NVTX ranges hold FSDP's backward hooks: docs/definitions.md, Phase): the
+        # split above still holds, but no decode lever is offered
+        assert b.steps["phase"] == "prefill" and not c["applicable"] and c["verdict"].startswith("training steps")
 
 
 def split_rows() -> list[dict]:
