@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from tracekit.analyses.ceiling import ceiling
 from tracekit.analyses.roofline import step_roofline
 from tracekit.cli.ceiling import ceiling as ceiling_command
 from tracekit.errors import TracekitError
 from tracekit.model import arch_from_config, load_config, load_model, param_counts, parse_bytes, step_bytes
 from tracekit.report.ceiling import render_markdown, render_table
+from tracekit.results.ceiling import ceiling
 
 CONTRACT_KEYS = {"schema", "gpu", "bytes_per_step_per_gpu", "floor_ms", "ceiling_steps_per_s", "tokens_per_step",
                  "ceiling_tokens_per_s", "measured_tokens_per_s", "fraction_of_ceiling", "assumptions"}

@@ -14,7 +14,7 @@ import pytest
 import tracekit
 from tracekit.analyses.advice import communication_lever
 from tracekit.analyses.collectives import SUMMARY_SCHEMA, CommSplit, CommSummary, kind_of
-from tracekit.analyses.ranks import RankResult, cross_rank
+from tracekit.run.ranks import RankResult, cross_rank
 
 from conftest import DATA, sample, shared, sql_rows
 
@@ -87,7 +87,7 @@ def test_gb300_single_file_transfer_within_20pct_of_the_cross_rank_transfer(gb30
 
 
 def test_gb300_rank_files_together_use_the_cross_rank_transfer(gb300_files, gb300_single):
-    from tracekit.analyses.ranks import analyse_rank
+    from tracekit.run.ranks import analyse_rank
 
     cr = cross_rank([analyse_rank(f, {}) for f in gb300_files])
     for i, d in enumerate(cr.rank_dicts):

@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from tracekit.analyses.diff import change, diff
 from tracekit.categories import BREAKDOWN_SCHEMA, LEVERS
 from tracekit.cli import cli
 from tracekit.report.diff import diff_md, headline
+from tracekit.results.diff import change, diff
 
 from conftest import DATA, sample, sample_trace, shared
 

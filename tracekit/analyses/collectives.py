@@ -1,7 +1,7 @@
 """Collectives: what each communication kernel is, how big, how fast, and how much of it compute hides.
 
 One rank's communication is summarised in a :class:`CommSummary` (small and picklable: what a Dask worker
-sends back instead of the whole breakdown); :mod:`tracekit.analyses.ranks` matches the summaries of several
+sends back instead of the whole breakdown); :mod:`tracekit.run.ranks` matches the summaries of several
 ranks. Definitions (../shared/spec/CONTRACT.md):
 
 * **kind** of a collective: the NCCL args' ``Collective name`` where recorded, else the kernel name
@@ -36,7 +36,7 @@ ranks. Definitions (../shared/spec/CONTRACT.md):
 * **transfer and wait** (:class:`CommSplit`): a collective kernel runs from the rank's arrival until the last
   rank's data is in; the transfer is its duration when this rank arrives last, the rest is waiting for the
   other ranks. From one file, :func:`split_one_rank` (each recurring collective's fastest instances); across
-  rank files, :mod:`tracekit.analyses.ranks`. ``advice.communication.max_saving_ms`` = the exposed transfer.
+  rank files, :mod:`tracekit.run.ranks`. ``advice.communication.max_saving_ms`` = the exposed transfer.
 """
 
 from __future__ import annotations
@@ -467,7 +467,7 @@ class CommSplit:
     """A rank's communication kernel time per step split into the data movement (``transfer_ms``) and waiting for
     the other ranks (``wait_ms``), with the exposed part of each (ms per step; the contract's
     ``advice.communication`` keys). ``basis``: ``"cross-rank"`` (the ranks' files matched,
-    :mod:`tracekit.analyses.ranks`), ``"fastest-instances"`` (this file alone, :func:`split_one_rank`) or
+    :mod:`tracekit.run.ranks`), ``"fastest-instances"`` (this file alone, :func:`split_one_rank`) or
     ``"none"`` (transfer and wait unknown: ``exposed_ms`` is the bound). ``kernels``: the communication
     kernels it was computed from (:data:`SUMMARY_SCHEMA`, ``transfer`` filled), not compared or shipped."""
 
@@ -656,7 +656,7 @@ def step_collectives(trace: Trace, acts: pl.DataFrame | None, *, device: int, n_
 
 
 def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
-    """The communication of one analysed rank (a :class:`~tracekit.analyses.breakdown.Breakdown`), with sizes and
+    """The communication of one analysed rank (a :class:`~tracekit.results.breakdown.Breakdown`), with sizes and
     communicators when its ``trace`` is given (the Breakdown alone carries only the analysed steps' kernels).
     The kernels the breakdown already found (its ``facts.comm_split``) are not looked for again."""
     acts = b.activities
@@ -725,7 +725,7 @@ def collective_table(s: CommSummary) -> list[dict]:
 
     Times are the kernels' own durations (as ``tracekit kernels`` sums them): on one rank they include
     waiting for the other ranks, so bandwidths here are lower bounds; the cross-rank table
-    (:func:`tracekit.analyses.ranks.cross_rank`) computes them from the transfer alone.
+    (:func:`tracekit.run.ranks.cross_rank`) computes them from the transfer alone.
     """
     return _table(s.kernels, max(1, s.steps), s.link, s.link_gbps)
 

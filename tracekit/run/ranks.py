@@ -1,7 +1,7 @@
 """Several ranks analysed together: the per-rank breakdowns plus one cross-rank verdict (the contract's
 ``cross_rank`` object).
 
-Each rank is analysed on its own (in a process pool or on a Dask cluster, :mod:`tracekit.engines`); what
+Each rank is analysed on its own (in a process pool or on a Dask cluster, :mod:`tracekit.run.engines`); what
 travels back is a :class:`RankResult`: the rank's breakdown as a dict and its :class:`CommSummary` (one row per
 communication kernel). :func:`cross_rank` then matches the ranks' collectives and splits their time.
 
@@ -100,8 +100,8 @@ def analyse_files(files, options=None, *, engine: str | None = None, workers: in
     :func:`cross_rank`. ``options``: an :class:`~tracekit.options.AnalysisOptions` (its ``engine`` is where the
     files run unless ``engine`` is given) or breakdown keyword arguments; ``stage``: the per-file function (a
     module-level function taking ``(path, kwargs)``)."""
-    from tracekit.engines import map_files
     from tracekit.options import AnalysisOptions
+    from tracekit.run.engines import map_files
 
     if options is None or isinstance(options, AnalysisOptions):
         options = options or AnalysisOptions()
@@ -348,7 +348,7 @@ def cross_rank(results, labels=None) -> CrossRank:
         if split is not None and res_facts[i] is not None:
             import dataclasses
 
-            from tracekit.analyses.breakdown import re_advise
+            from tracekit.results.breakdown import re_advise
 
             dicts[i] = re_advise(dicts[i], dataclasses.replace(res_facts[i], comm_split=split))
     out.rank_dicts = dicts

@@ -1,11 +1,11 @@
 """Two breakdowns side by side: what changed between a base and a new run (schema ``tracekit.diff/3``).
 
-``diff(base, new)`` takes two :class:`~tracekit.analyses.breakdown.Breakdown` results and
+``diff(base, new)`` takes two :class:`~tracekit.results.breakdown.Breakdown` results and
 returns a :class:`Diff` whose ``to_dict()`` is the contract JSON::
 
     {"schema": "tracekit.diff/3", "base": <breakdown>, "new": <breakdown>, "delta": {...}}
 
-(the embedded breakdowns are of ``tracekit.analyses.breakdown.SCHEMA``). ``delta`` holds, for every number
+(the embedded breakdowns are of ``tracekit.results.breakdown.SCHEMA``). ``delta`` holds, for every number
 compared, ``{"base", "new", "abs", "rel"}`` where ``abs = new - base`` (ms unless the key says otherwise) and
 ``rel = abs / base`` (``null`` when either side is ``null`` or ``base`` is 0):
 

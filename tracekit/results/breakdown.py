@@ -344,7 +344,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
 def re_advise(d: dict, facts: StepFacts) -> dict:
     """A breakdown's contract dict ``d`` with its advice and headline computed again from ``facts`` (what changes
     when several ranks are analysed together: the communication lever's transfer comes from matching the ranks,
-    :mod:`tracekit.analyses.ranks`)."""
+    :mod:`tracekit.run.ranks`)."""
     from tracekit.analyses.timebase import TimeBase
 
     advice = advise(facts)

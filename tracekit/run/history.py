@@ -18,7 +18,7 @@ multi-rank breakdown appends one row per rank). Columns:
 * one ``<key>_ms`` column per ``per_step_ms`` key (``gemm_ms``, ..., ``idle_ms``);
 * the roofline: ``weight_bytes_per_step``, ``floor_ms``, ``ceiling_tokens_per_s``,
   ``fraction_of_ceiling``, ``gemm_achieved_bw_gbps``;
-* ``breakdown_json``: the full breakdown JSON (``tracekit.analyses.breakdown.SCHEMA``; rows saved by an older
+* ``breakdown_json``: the full breakdown JSON (``tracekit.results.breakdown.SCHEMA``; rows saved by an older
   tracekit hold ``/1`` or ``/2``: ``history`` keeps them, shows them as saved with a note, and compares each run
   only with the previous run of the same trace path saved under the same schema, since the definitions changed).
 
@@ -54,8 +54,8 @@ COLUMNS = {"id": int, "timestamp": str, "path": str, "trace_bytes": int, "format
 
 
 def breakdown_schema() -> str:
-    """The schema ``breakdown --save`` writes now (``tracekit.analyses.breakdown.SCHEMA``, its one home)."""
-    from tracekit.analyses.breakdown import SCHEMA as current
+    """The schema ``breakdown --save`` writes now (``tracekit.results.breakdown.SCHEMA``, its one home)."""
+    from tracekit.results.breakdown import SCHEMA as current
 
     return current
 
@@ -88,7 +88,7 @@ def _now() -> str:
 
 def run_row(b, *, timestamp: str | None = None, git: dict | None = None) -> dict:
     """The ``runs`` row for one Breakdown."""
-    from tracekit.analyses.diff import reference_step
+    from tracekit.results.diff import reference_step
 
     d = b.to_dict()
     ref, ref_source = reference_step(d)
