@@ -90,7 +90,7 @@ def test_gb300_rank_files_together_use_the_cross_rank_transfer(gb300_files, gb30
     from tracekit.run.ranks import analyse_rank
 
     cr = cross_rank([analyse_rank(f, {}) for f in gb300_files])
-    for i, d in enumerate(cr.rank_dicts):
+    for i, d in enumerate(cr.rank_breakdowns):
         c = d["advice"]["communication"]
         assert c["split_basis"] == "cross-rank" and "measured across the 4 ranks" in c["verdict"]
         assert c["wait_ms"] == pytest.approx(cr.wait_ms_by_rank[i], rel=1e-9)
@@ -291,7 +291,7 @@ def _rank(i: int, arrivals: list[list[int]], kinds: list[str]) -> RankResult:
                          "group_size": 3, "bytes": 4096, "exposed": end - t0 - arr[i] * 1000, "hidden": 0,
                          "transfer": None})
     k = pl.DataFrame(rows, schema={c: (pl.String if d == pl.Categorical else d) for c, d in SUMMARY_SCHEMA.items()})
-    comm = CommSummary(path=f"r{i}", rank=i, device=0, gpu_name=None, steps=10, step_ms=1.0, exposed_ms=0.1,
+    comm = CommSummary(path=f"r{i}", rank=i, device=0, gpu_name=None, steps=10, step_ms=1.0 + i / 1000, exposed_ms=0.1,
                        kernel_ms=0.1, hidden_ms=0.0, serial_ms=0.1, tp=3, tp_evidence="synthetic",
                        kernels=k.cast(SUMMARY_SCHEMA))
     d = {"schema": "tracekit.breakdown/3", "source": {"path": f"r{i}"}, "gpu": {"device": 0},

@@ -660,8 +660,8 @@ def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
     communicators when its ``trace`` is given (the Breakdown alone carries only the analysed steps' kernels).
     The kernels the breakdown already found (its ``facts.comm_split``) are not looked for again."""
     acts = b.activities
-    dev = b.gpu["device"]
-    n_steps = max(1, b.steps["count"])
+    dev = b.gpu.device
+    n_steps = max(1, b.steps.count)
     tp, tp_ev = tp_from_trace(trace) if trace is not None else (None, "no trace given")
     split = getattr(getattr(b, "facts", None), "comm_split", None)
     if split is not None and split.kernels is not None:
@@ -672,11 +672,11 @@ def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
         hidden = float(kernels.filter(pl.col("step").is_not_null())["hidden"].sum() or 0) / 1e6 / n_steps
     in_steps = kernels.filter(pl.col("step").is_not_null())
     serial = float((in_steps["end"] - in_steps["arrival"]).clip(0).sum() or 0) / 1e6 / n_steps
-    link, link_gbps = link_of(b.gpu.get("name"))
+    link, link_gbps = link_of(b.gpu.name)
     return CommSummary(
-        path=b.source["path"], rank=b.rank, device=dev, gpu_name=b.gpu.get("name"),
-        steps=b.steps["count"], step_ms=b.steps["mean_ms"], exposed_ms=b.per_step_ms.get("communication"),
-        kernel_ms=b.kernel_ms_per_step.get("communication"), hidden_ms=hidden,
+        path=b.source.path, rank=b.rank, device=dev, gpu_name=b.gpu.name,
+        steps=b.steps.count, step_ms=b.steps.mean_ms, exposed_ms=b.per_step_ms.communication,
+        kernel_ms=b.kernel_ms_per_step.communication, hidden_ms=hidden,
         serial_ms=serial, tp=tp, tp_evidence=tp_ev, link=link, link_gbps=link_gbps, kernels=kernels,
         warnings=warnings)
 

@@ -105,14 +105,14 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
         from tracekit.run.ranks import analyse_files
 
         results, labels = analyse_files(files, opts, fmt=fmt), None
-    from tracekit.run.ranks import RankResult, cross_rank
+    from tracekit.run.ranks import cross_rank
 
     cr = cross_rank(results, labels)
     if save is not None:
         from tracekit.run.history import save_runs
 
         # each rank as the cross-rank analysis left it (its advice.communication from the matched transfer)
-        save_runs(save, [RankResult(d, None) for d in cr.rank_dicts])
+        save_runs(save, cr.rank_breakdowns)
     emit("ranks", cr, fmt, output, color)
 
 
