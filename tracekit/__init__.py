@@ -87,16 +87,7 @@ def breakdown(trace: Trace, **options) -> Breakdown:
 breakdown.__signature__ = api_signature(breakdown, "breakdown")
 
 
-def breakdown_file(path: str | Path, options: AnalysisOptions | None = None) -> Breakdown:
-    """:func:`breakdown` of the trace file ``path`` with :class:`AnalysisOptions` (what ``tracekit
-    breakdown`` runs per file, also in its worker processes: picklable by name).
-
-    >>> breakdown_file("tests/data/nsys/pipit_saxpy_2022.2.sqlite", AnalysisOptions(step_range="^saxpy$")).steps["count"]
-    4
-    """
-    from tracekit.results.breakdown import breakdown as _breakdown
-
-    return _breakdown(load(path, kernel_dims=False), **(options or AnalysisOptions()).analysis_kwargs())
+from tracekit.run.file import breakdown_file  # noqa: E402  (one file in, one Breakdown out: tracekit.run.file)
 
 
 def kernels(trace: Trace, *, device: int | None = None, top: int | None = None,

@@ -58,7 +58,7 @@ from typing import Literal
 
 from tracekit.categories import DEFAULT_DRAFT_RANGE, PHASE_CHOICES
 from tracekit.errors import TracekitError
-from tracekit.results.ceiling import DTYPES  # the dtypes of --params / --dtype / --kv-dtype (standard library only)
+from tracekit.model.units import DTYPES  # the dtypes of --params / --dtype / --kv-dtype
 
 Phase = Literal["decode", "prefill", "mixed", "all"]
 AmountKind = Literal["bytes", "count"]

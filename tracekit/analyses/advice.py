@@ -315,12 +315,6 @@ def _kinds(split) -> str:
     return "/".join(kinds) if kinds else "collectives"
 
 
-def _comm_name(f: StepFacts) -> str:
-    """'a faster all-reduce' when every collective of the step is one, else 'faster collectives'."""
-    kinds = {str(r.get("kind", "")).replace("_", "-") for r in f.collectives}
-    return "a faster all-reduce" if kinds == {"all-reduce"} else LEVER_NAMES["communication"]
-
-
 def communication_lever(f: StepFacts) -> Lever:
     """Faster collectives: what the exposed part of their *transfer* costs per step (contract: waiting for other
     ranks is excluded; without a split, the exposed communication, an upper bound that includes waiting)."""

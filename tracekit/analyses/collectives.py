@@ -644,17 +644,6 @@ def one_rank_evidence(trace: Trace, kernels: pl.DataFrame, tp: int, tp_source: s
     return None
 
 
-def step_collectives(trace: Trace, acts: pl.DataFrame | None, *, device: int, n_steps: int,
-                     gpu_name: str | None, rules=None) -> tuple[list[dict], int | None, str]:
-    """One rank's collectives table (:func:`collective_table`) straight from a trace and its analysed
-    activities, before a Breakdown exists (what ``advice.communication`` quotes); with the communicator size
-    of the trace's all-reduces and its evidence (:func:`tp_from_trace`)."""
-    tp, tp_ev = tp_from_trace(trace)
-    kernels, _ = comm_kernels(trace, acts, device, tp=tp, rules=rules)
-    link, link_gbps = link_of(gpu_name)
-    return _table(kernels, n_steps, link, link_gbps), tp, tp_ev
-
-
 def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
     """The communication of one analysed rank (a :class:`~tracekit.results.breakdown.Breakdown`), with sizes and
     communicators when its ``trace`` is given (the Breakdown alone carries only the analysed steps' kernels).
@@ -681,7 +670,7 @@ def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
         warnings=warnings)
 
 
-def _rows(calls: pl.DataFrame, n_steps: int, time_col: str) -> pl.DataFrame:
+def collective_rows(calls: pl.DataFrame, n_steps: int, time_col: str) -> pl.DataFrame:
     """Per (kind, implementation): counts, sizes and times of ``calls`` (one row per call; ``time_col`` = the
     time the bandwidth is computed from, ns)."""
     return (calls.group_by("kind", "impl").agg(
@@ -698,7 +687,7 @@ def _rows(calls: pl.DataFrame, n_steps: int, time_col: str) -> pl.DataFrame:
 
 
 def row_dicts(rows: pl.DataFrame, n_steps: int, link: str | None, link_gbps: float | None) -> list[dict]:
-    """The contract's ``collectives`` entries (plus extension keys) from :func:`_rows`."""
+    """The contract's ``collectives`` entries (plus extension keys) from :func:`collective_rows`."""
     out = []
     for r in rows.iter_rows(named=True):
         n = r["group_size"]
@@ -735,7 +724,7 @@ def _table(kernels: pl.DataFrame, n_steps: int, link: str | None, link_gbps: flo
         pl.col("name", "impl", "kind", "group").cast(pl.String), dur=pl.col("end") - pl.col("start"))
     if calls.height == 0:
         return []
-    return row_dicts(_rows(calls, n_steps, "dur"), n_steps, link, link_gbps)
+    return row_dicts(collective_rows(calls, n_steps, "dur"), n_steps, link, link_gbps)
 
 
 def collectives_verdict(rows: list[dict], *, across_ranks: bool = False) -> str | None:
@@ -779,5 +768,6 @@ def _bytes(n: int | None) -> str:
 
 
 __all__ = ["CommSummary", "CommSplit", "StepComm", "split_one_rank", "step_communication", "one_rank_evidence",
-           "kernel_exposure", "NCCL_KIND", "comm_summary", "comm_kernels", "step_collectives", "collective_table", "collectives_verdict", "hidden_communication",
+           "kernel_exposure", "NCCL_KIND", "comm_summary", "comm_kernels", "collective_rows", "row_dicts", "collective_table", "collectives_verdict",
+           "hidden_communication",
            "tp_from_trace", "bus_factor", "is_latency_bound", "HOP_LATENCY_US", "DTYPE_BYTES"]

@@ -92,7 +92,9 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
     if all_devices:
         if len(files) != 1 or opts.device is not None:
             raise TracekitError("--all-devices takes one trace file and no --device")
-        results, labels = _all_devices(files[0], opts)
+        from tracekit.run.ranks import analyse_devices
+
+        results, labels = analyse_devices(load(files[0], True), opts)
     elif len(files) == 1:
         result = beside_renderer_import(lambda: tracekit.breakdown_file(files[0], opts), fmt)
         if save is not None:
@@ -114,21 +116,6 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
         # each rank as the cross-rank analysis left it (its advice.communication from the matched transfer)
         save_runs(save, cr.rank_breakdowns)
     emit("ranks", cr, fmt, output, color)
-
-
-def _all_devices(path: Path, opts):
-    """Every GPU of one trace (an nsys report of several ranks), each as a rank: its breakdown and communication."""
-    import dataclasses
-
-    from tracekit.results.breakdown import breakdown as run
-    from tracekit.results.breakdown import devices_with_activity
-    from tracekit.run.ranks import rank_result
-
-    trace = load(path, True)
-    devs = devices_with_activity(trace)
-    results = [rank_result(run(trace, **dataclasses.replace(opts, device=d).analysis_kwargs()), trace,
-                           rules=opts.rules) for d in devs]
-    return results, [f"gpu{d}" for d in devs]
 
 
 COMMANDS = (info, kernels, breakdown)

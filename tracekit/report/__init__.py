@@ -12,11 +12,6 @@ from __future__ import annotations
 
 from tracekit.contract import to_json  # the one JSON writer (re-exported: report.to_json)
 
-
-def rounded(x, nd=3):
-    return None if x is None else round(float(x), nd)
-
-
 # kind -> (module, markdown renderer, csv renderer, terminal renderer); names resolved on first use, so
 # importing this package imports neither rich nor polars.
 _RENDERERS = {

@@ -20,13 +20,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracekit.contract import CEILING_SCHEMA
 from tracekit.errors import TracekitError
+from tracekit.model.units import DTYPES  # noqa: F401  (the dtypes of --params / --dtype / --kv-dtype)
 
 if TYPE_CHECKING:
     from tracekit.model.checkpoint import Model
 
-SCHEMA = "tracekit.ceiling/1"
-DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8", "int4")
+SCHEMA = CEILING_SCHEMA  # "tracekit.ceiling/1" (tracekit.contract names it once)
 
 
 @dataclass(frozen=True)

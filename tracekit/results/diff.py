@@ -45,10 +45,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracekit.categories import BREAKDOWN_SCHEMA, GAP_CAUSES, LEVERS
+from tracekit.categories import GAP_CAUSES, LEVERS
+from tracekit.contract import BREAKDOWN_SCHEMA, DIFF_SCHEMA
 from tracekit.errors import TracekitError
 
-SCHEMA = "tracekit.diff/3"
+SCHEMA = DIFF_SCHEMA  # "tracekit.diff/3" (tracekit.contract names it once)
 STEP_KEYS = ["mean_ms", "median_ms", "p10_ms", "p90_ms"]
 ROOFLINE_KEYS = ["floor_ms", "fraction_of_ceiling", "ceiling_tokens_per_s", "gemm_achieved_bw_gbps"]
 

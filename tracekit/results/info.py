@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit.contract import INFO_SCHEMA
 from tracekit.gpus import resolve_peak_bw
 from tracekit.steps import step_candidates
 from tracekit.trace import WORK_KINDS, Trace
 
-SCHEMA = "tracekit.info/1"
+SCHEMA = INFO_SCHEMA  # "tracekit.info/1" (tracekit.contract names it once)
 
 
 def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:

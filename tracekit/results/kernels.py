@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit.contract import KERNELS_SCHEMA
 from tracekit.trace import Trace
 
-SCHEMA = "tracekit.kernels/1"
+SCHEMA = KERNELS_SCHEMA  # "tracekit.kernels/1" (tracekit.contract names it once)
 
 
 def kernel_summary(trace: Trace, *, device: int | None = None, top: int | None = None, rules=None) -> dict:

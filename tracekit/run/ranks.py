@@ -44,9 +44,9 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.analyses.collectives import NCCL_KIND, CommSplit, CommSummary, _rows, comm_summary, row_dicts
+from tracekit.analyses.collectives import NCCL_KIND, CommSplit, CommSummary, collective_rows, comm_summary, row_dicts
 from tracekit.categories import STEP_CATEGORIES, UNATTRIBUTED
-from tracekit.contract import BREAKDOWN_SCHEMA, Block, internal, tagged, to_dict
+from tracekit.contract import BREAKDOWN_SCHEMA, INFO_SCHEMA, KERNELS_SCHEMA, Block, internal, tagged, to_dict
 from tracekit.results.breakdown import Breakdown, re_advise
 
 COLUMNS = ["rank", "path", "device", "steps", "mean_ms", "p90_ms",
@@ -82,12 +82,26 @@ def rank_result(b: Breakdown, trace=None, *, rules=None) -> RankResult:
 
 
 def analyse_rank(path, opts: dict) -> RankResult:
-    """The per-file stage: load ``path``, break it down with ``opts`` (tracekit.breakdown's keyword arguments),
-    summarise its communication. Module-level, so process pools and Dask workers can call it by reference."""
-    import tracekit
+    """The per-file stage: load ``path``, break it down with ``opts`` (``tracekit.breakdown``'s keyword arguments,
+    checked as it checks them), summarise its communication. Module-level, so process pools and Dask workers can
+    call it by reference."""
+    from tracekit.options import AnalysisOptions
+    from tracekit.readers import load
+    from tracekit.results.breakdown import breakdown
 
-    trace = tracekit.load(Path(path), kernel_dims=False)
-    return rank_result(tracekit.breakdown(trace, **opts), trace, rules=opts.get("rules"))
+    trace = load(Path(path), kernel_dims=False)
+    return rank_result(breakdown(trace, **AnalysisOptions(**opts).analysis_kwargs()), trace, rules=opts.get("rules"))
+
+
+def analyse_devices(trace, options) -> tuple[list[RankResult], list[str]]:
+    """Every GPU of one trace (an nsys report of several ranks: ``breakdown --all-devices``), each as a rank: its
+    :class:`RankResult` and its label (``gpu0``, ...). ``options``: an :class:`~tracekit.options.AnalysisOptions`."""
+    from tracekit.results.breakdown import breakdown, devices_with_activity
+
+    devs = devices_with_activity(trace)
+    results = [rank_result(breakdown(trace, **replace(options, device=d).analysis_kwargs()), trace,
+                           rules=options.rules) for d in devs]
+    return results, [f"gpu{d}" for d in devs]
 
 
 def analyse_files(files, options=None, *, engine: str | None = None, workers: int | None = None,
@@ -420,7 +434,7 @@ def _cross_rows(m: pl.DataFrame, n_steps: int, n_ranks: int, pace: CommSummary) 
         bytes=pl.col("bytes").sort_by("rank").first(), group_size=pl.col("group_size").drop_nulls().first(),
         transfer=pl.col("transfer").first(), mean_dur=(pl.col("end") - pl.col("start")).mean().round(0).cast(pl.Int64))
     calls = per_call.with_columns(start=pl.lit(0, pl.Int64), end=pl.col("mean_dur"))
-    rows = _rows(calls, n_steps, "transfer")
+    rows = collective_rows(calls, n_steps, "transfer")
     skew = (m.group_by("kind", "impl", "ref_step", "rank").agg(w=pl.col("wait").sum())
             .group_by("kind", "impl", "ref_step").agg(pl.col("w").max())
             .group_by("kind", "impl").agg(skew_ms=pl.col("w").sum() / 1e6 / n_steps))
@@ -516,7 +530,7 @@ def info_ranks(results: list[dict]) -> dict:
     """Several files given to `tracekit info`: each file's result plus a cross-rank table of counts."""
     table = [[str(r["source"].get("rank", i)), r["source"]["path"], r["source"]["producer_version"] or "",
               *[r["counts"][k] for k in ("kernels", "memops", "launches", "ranges")]] for i, r in enumerate(results)]
-    return {"schema": "tracekit.info/1", "ranks": results, "columns": INFO_COLUMNS, "table": table}
+    return {"schema": INFO_SCHEMA, "ranks": results, "columns": INFO_COLUMNS, "table": table}
 
 
 def kernels_ranks(results: list[dict], paths) -> dict:
@@ -531,4 +545,4 @@ def kernels_ranks(results: list[dict], paths) -> dict:
         unmatched = sum(k["total_ms"] for k in ks if k["rule"] is None)
         table.append([str(i), str(path), total, by.get("gemm", 0.0), by.get("attention", 0.0),
                       by.get("communication", 0.0), by.get("other", 0.0), unmatched / total if total else 0.0])
-    return {"schema": "tracekit.kernels/1", "ranks": results, "columns": KERNEL_COLUMNS, "table": table}
+    return {"schema": KERNELS_SCHEMA, "ranks": results, "columns": KERNEL_COLUMNS, "table": table}
