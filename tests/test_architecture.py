@@ -132,7 +132,7 @@ def test_no_import_cycle_anywhere_in_tracekit():
 # tracekit/report/    renderers of the results' JSON; tracekit/cli/ the commands; tracekit/__init__ the facade
 STAGES = ("advice", "attribution", "bytes", "collectives", "communication", "drafting", "gaps", "partition", "phase",
           "roofline", "steady", "timebase")
-RESULTS = ("breakdown", "ceiling", "diff", "info", "kernels")
+RESULTS = ("breakdown", "ceiling", "common", "diff", "info", "kernels")
 RUN = ("engines", "file", "history", "ranks")
 # package -> the packages (or the facade, "tracekit") its modules must never import
 FORBIDDEN = {

@@ -352,7 +352,7 @@ def test_ceiling_and_breakdown_agree_per_gpu():
                       draft_bytes_per_step=sb.draft_bytes_per_step, peak_bw_gbps=4800.0,
                       reference_step_ms=8 * 1000 / 900, tokens_per_step=8, tp=2)
     assert c.bytes_per_step_per_gpu == r.bytes_per_step == sb.bytes_per_step
-    assert c.roofline == r.to_dict()
+    assert c.roofline == r and c.roofline.to_dict() == r.to_dict()
     # by hand: Qwen3-8B bf16 without the embedding, linears / 2, norms whole; KV 36 layers x 2 x (8/2) heads x 128
     norms = (36 * (2 * 4096 + 2 * 128) + 4096) * 2
     assert sb.weight_bytes_per_step == (8_190_735_360 - 151936 * 4096) * 2 / 2 + norms / 2

@@ -103,7 +103,7 @@ def kernels(trace: Trace, *, device: int | None = None, top: int | None = None,
     """
     from tracekit.results.kernels import kernel_summary
 
-    return kernel_summary(trace, device=device, top=top, rules=rules)
+    return kernel_summary(trace, device=device, top=top, rules=rules).to_dict()
 
 
 def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
@@ -117,7 +117,7 @@ def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
     """
     from tracekit.results.info import info as _info
 
-    return _info(trace, device=device, top=top)
+    return _info(trace, device=device, top=top).to_dict()
 
 
 def diff(base: Breakdown, new: Breakdown) -> Diff:

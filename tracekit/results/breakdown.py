@@ -56,6 +56,7 @@ from tracekit.categories import (
     STEP_CATEGORIES,
 )
 from tracekit.contract import Block, extension, internal
+from tracekit.results.common import Gpu, Source
 from tracekit.tokens import resolve_tokens_per_step, tok_s_unit
 from tracekit.trace import Trace
 
@@ -63,26 +64,6 @@ SCHEMA = BREAKDOWN_SCHEMA  # "tracekit.breakdown/3" (tracekit.contract names it 
 
 
 # ───────────────────────── the contract's blocks ─────────────────────────
-
-@dataclass(frozen=True)
-class Source(Block):
-    """``source``: the trace file and what wrote it."""
-
-    path: str
-    format: str
-    producer_version: str | None
-    graph_trace_mode: str
-
-
-@dataclass(frozen=True)
-class Gpu(Block):
-    """``gpu``: the analysed GPU and its peak memory bandwidth, with where that came from."""
-
-    device: int
-    name: str | None
-    peak_bw_gbps: float | None
-    peak_bw_source: str | None
-
 
 @dataclass(frozen=True)
 class Steps(Block):
@@ -429,8 +410,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     head = headline(tb, per_step_ms, gaps, advice, roof, facts,
                     host_is_bound=tb.unprofiled_step_ms is None and host_bound(per_step_ms, traced),
                     phase_label=st.phase_label)
-    source = Source(path=trace.meta.path, format=trace.meta.format, producer_version=trace.meta.producer_version,
-                    graph_trace_mode=trace.meta.graph_trace_mode)
+    source = Source.of(trace.meta)
     manifest = CaptureSummary(**{f.name: man.get(f.name) for f in fields(CaptureSummary)}) if man else None
     return Breakdown(source=source, gpu=gpu, steps=steps, time_base=tb, per_step_ms=per_step_ms, gaps=gaps,
                      kernel_ms_per_step=kernel_ms, roofline=roof, advice=advice, headline=head,

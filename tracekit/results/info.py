@@ -1,18 +1,75 @@
-"""`tracekit info`: what is in a trace (schema ``tracekit.info/1``)."""
+"""`tracekit info`: what is in a trace (schema ``tracekit.info/1``).
+
+:func:`info` returns an :class:`Info` (typed blocks, :class:`tracekit.contract.Block`); ``tracekit.info()`` returns
+its ``to_dict()``, the dict the command prints with ``--format json``.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
-from tracekit.contract import INFO_SCHEMA
+from tracekit.contract import INFO_SCHEMA, Block, extension
 from tracekit.gpus import resolve_peak_bw
+from tracekit.results.common import Gpu, Source
 from tracekit.steps import step_candidates
 from tracekit.trace import WORK_KINDS, Trace
 
 SCHEMA = INFO_SCHEMA  # "tracekit.info/1" (tracekit.contract names it once)
 
 
-def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
+@dataclass(frozen=True, kw_only=True)
+class InfoSource(Source):
+    """``source``, with the trace's ``rank`` and ``world_size`` where it records a rank."""
+
+    rank: int | None = extension(omit=lambda s: s.rank is None)
+    world_size: int | None = extension(omit=lambda s: s.rank is None)
+
+
+@dataclass(frozen=True)
+class Counts(Block):
+    """``counts``; ``graph_executions`` (an extension) where the trace has whole-graph records."""
+
+    kernels: int
+    memops: int
+    launches: int
+    ranges: int
+    graph_executions: int | None = extension(omit=lambda c: c.graph_executions is None)
+
+
+@dataclass(frozen=True)
+class RangeName(Block):
+    """One of ``range_names``: a range-name pattern, the ``--step-range`` regex that selects it, its count."""
+
+    pattern: str
+    regex: str
+    count: int
+
+
+@dataclass(frozen=True)
+class StepCandidate(RangeName):
+    """One of ``step_candidates`` (an extension): a :class:`RangeName` with the share of the GPU time whose launch
+    its ranges enclose."""
+
+    gpu_share: float
+
+
+@dataclass(frozen=True)
+class Info(Block):
+    """The result of :func:`info` (``tracekit.info/1``)."""
+
+    SCHEMA = INFO_SCHEMA
+
+    source: InfoSource
+    gpus: tuple[Gpu, ...]
+    counts: Counts
+    range_names: tuple[RangeName, ...]
+    step_candidates: tuple[StepCandidate, ...]
+    warnings: tuple[str, ...]
+
+
+def info(trace: Trace, *, device: int | None = None, top: int = 10) -> Info:
     """Counts, GPUs, graph mode, step candidates and warnings of ``trace``.
 
     ``device`` restricts the GPU-side counts (kernels, memops), the GPU list and the GPU time the step
@@ -41,24 +98,15 @@ def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
     for r in g.iter_rows(named=True):  # a few GPUs, not events
         # the trace's own figure, else the GPU table's (Kineto records none): as breakdown resolves it
         bw, source = resolve_peak_bw(None, None, r["peak_bw_gbps"], r["name"])
-        gpus.append({"device": int(r["device"]), "name": r["name"], "peak_bw_gbps": bw, "peak_bw_source": source})
-    out = {
-        "schema": SCHEMA,
-        "source": {"path": trace.meta.path, "format": trace.meta.format,
-                   "producer_version": trace.meta.producer_version,
-                   "graph_trace_mode": trace.meta.graph_trace_mode},
-        "gpus": gpus,
-        "counts": {"kernels": k.height, "memops": m.height, "launches": n_launch, "ranges": trace.ranges.height},
-        "range_names": [{"pattern": p, "regex": r, "count": int(c)}
-                        for p, r, c in zip(pats["pattern"], pats["regex"], pats["count"])],
-        "step_candidates": [{"pattern": p, "regex": r, "count": int(c), "gpu_share": float(g)}
-                            for p, r, c, g in zip(cands["pattern"], cands["regex"], cands["count"],
-                                                  cands["gpu_share"])],
-        "warnings": warnings,
-    }
-    if trace.graph_execs.height:
-        out["counts"]["graph_executions"] = trace.graph_execs.height
-    if trace.meta.rank is not None:
-        out["source"]["rank"] = trace.meta.rank
-        out["source"]["world_size"] = trace.meta.world_size
-    return out
+        gpus.append(Gpu(device=int(r["device"]), name=r["name"], peak_bw_gbps=bw, peak_bw_source=source))
+    return Info(
+        source=InfoSource.of(trace.meta, rank=trace.meta.rank, world_size=trace.meta.world_size),
+        gpus=tuple(gpus),
+        counts=Counts(kernels=k.height, memops=m.height, launches=n_launch, ranges=trace.ranges.height,
+                      graph_executions=trace.graph_execs.height or None),
+        range_names=tuple(RangeName(pattern=p, regex=r, count=int(c))
+                          for p, r, c in zip(pats["pattern"], pats["regex"], pats["count"])),
+        step_candidates=tuple(StepCandidate(pattern=p, regex=r, count=int(c), gpu_share=float(g))
+                              for p, r, c, g in zip(cands["pattern"], cands["regex"], cands["count"],
+                                                    cands["gpu_share"])),
+        warnings=tuple(warnings))
