@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
-from tracekit.contract import Block, extension
+from tracekit.contract import Block
 from tracekit.model.units import DTYPE_BITS, dtype_bytes
 
 # Element sizes: the one table (tracekit.model.units); dtype_bytes is re-exported here for the roofline's callers.
@@ -111,7 +111,8 @@ def weight_bytes_per_gpu(weight_bytes: int | float, tp: int = 1) -> int:
 @dataclass(frozen=True)
 class RooflineBlock(Block):
     """The roofline's figures (a :class:`tracekit.contract.Block`; ``to_dict()`` has its keys, in order): the
-    ``roofline`` of ``tracekit ceiling``, and the first keys of breakdown's (:class:`TraceRoofline`).
+    ``roofline`` of ``tracekit ceiling``, and the first keys of breakdown's
+    (``tracekit.results.breakdown.TraceRoofline``).
 
     Every byte figure is per GPU; ``tp`` says by how many GPUs the model's bytes were divided.
     """
@@ -130,25 +131,6 @@ class RooflineBlock(Block):
     fraction_of_ceiling: float | None
     gemm_achieved_bw_gbps: float | None
     attention_achieved_bw_gbps: float | None
-
-
-# tp sources read from the trace or defaulted: breakdown's roofline writes their evidence (tp_evidence)
-TP_EVIDENCE_SOURCES = ("command", "communicator", "process_group", "default")
-
-
-@dataclass(frozen=True, kw_only=True)
-class TraceRoofline(RooflineBlock):
-    """The contract's ``roofline`` block of ``tracekit.breakdown/3``: the :class:`RooflineBlock` figures, then
-    where ``tp`` came from (``tp_source``; ``tp_evidence``, the trace's evidence, written for a ``tp`` read from
-    the trace or defaulted: :data:`TP_EVIDENCE_SOURCES`), the recorded shapes' share of the steps' GEMM time
-    (``shape_coverage``, written when shapes were weighed), why the figures were refused (``refused``: null when
-    they hold, ``physical_check``) and where ``tokens_per_step`` came from (``tracekit.tokens``)."""
-
-    tp_source: str
-    tp_evidence: str | None = extension(omit=lambda r: r.tp_source not in TP_EVIDENCE_SOURCES)
-    shape_coverage: float | None = extension(omit=lambda r: r.shape_coverage is None)
-    refused: str | None
-    tokens_per_step_source: str | None
 
 
 def step_roofline(

@@ -14,7 +14,7 @@ One pipeline of typed, immutable values (../shared/spec/CONTRACT.md, ``tracekit.
 Typed results end to end: every block of the contract JSON is a frozen dataclass
 (:class:`tracekit.contract.Block`): :class:`Source`, :class:`Gpu`, :class:`Steps`, ``TimeBase``,
 :class:`PerStepMs`, :class:`Gaps` (its ``largest`` entries :class:`LargestGap`), :class:`KernelMsPerStep`,
-``TraceRoofline``, ``Advice`` (of ``Lever``) and :class:`CaptureSummary`; each is filled once, here, and
+:class:`TraceRoofline`, ``Advice`` (of ``Lever``) and :class:`CaptureSummary`; each is filled once, here, and
 ``Breakdown.to_dict()`` is ``tracekit.contract.to_dict``: the JSON is written in one place, from these types.
 Code reads the blocks' attributes (``b.steps.count``); the blocks are also read-only mappings by JSON key
 (``b.steps["count"]``: what the docs and scripts use), and a misspelt key raises ``KeyError``.
@@ -41,8 +41,9 @@ from tracekit.analyses.advice import (
     pct,
 )
 from tracekit.analyses.attribution import Attribution, attribute, devices_with_activity, pick_device
+from tracekit.analyses.bytes import TP_EVIDENCE_SOURCES
 from tracekit.analyses.partition import StepTable, partition
-from tracekit.analyses.roofline import RooflineBlock, TraceRoofline
+from tracekit.analyses.roofline import RooflineBlock
 from tracekit.analyses.timebase import TimeBase, host_bound, time_base
 from tracekit.categories import (
     BREAKDOWN_SCHEMA,
@@ -133,6 +134,22 @@ class LargestGap(Block):
 Gaps = _per_category(
     "Gaps", (), "``gaps``: the gaps by cause (:class:`GapCauses`' fields, ms per step) and the ``largest`` single gaps.",
     bases=(GapCauses,), more=[("largest", tuple)])
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceRoofline(RooflineBlock):
+    """``roofline``: the :class:`~tracekit.analyses.roofline.RooflineBlock` figures, then where ``tp`` came from
+    (``tp_source``; ``tp_evidence``, the trace's evidence, written for a ``tp`` read from the trace or defaulted:
+    ``tracekit.analyses.bytes.TP_EVIDENCE_SOURCES``), the recorded shapes' share of the steps' GEMM time
+    (``shape_coverage``, written when shapes were weighed), why the figures were refused (``refused``: null when
+    they hold, ``tracekit.analyses.roofline.physical_check``) and where ``tokens_per_step`` came from
+    (``tracekit.tokens``)."""
+
+    tp_source: str
+    tp_evidence: str | None = extension(omit=lambda r: r.tp_source not in TP_EVIDENCE_SOURCES)
+    shape_coverage: float | None = extension(omit=lambda r: r.shape_coverage is None)
+    refused: str | None
+    tokens_per_step_source: str | None
 
 
 @dataclass(frozen=True)
@@ -584,5 +601,5 @@ def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int, ac
 
 
 __all__ = ["Breakdown", "Source", "Gpu", "Steps", "PerStepMs", "KernelMsPerStep", "GapCauses", "Gaps", "LargestGap",
-           "HostActivity", "CaptureSummary", "breakdown", "step_table", "headline", "re_advise",
+           "HostActivity", "TraceRoofline", "CaptureSummary", "breakdown", "step_table", "headline", "re_advise",
            "devices_with_activity", "pick_device", "SCHEMA", "DEFAULT_DRAFT_RANGE"]
