@@ -338,3 +338,20 @@ def test_a_pacing_rank_needs_a_10_point_lead():
                                 "Reduce_Scatter": _seq({0: 8, 1: 6, 2: 6})})).pacing_rank == 0
     assert cross_rank(_capture({"All_Gather": _seq({0: 8, 1: 7, 2: 5}),
                                 "Reduce_Scatter": _seq({0: 7, 1: 6, 2: 7})})).pacing_rank is None
+
+
+def test_a_tp_of_1_from_the_recorded_command_line_is_a_stated_one():
+    """tp_source values are named once (tracekit.analyses.bytes.TP_SOURCES): the run's own command line
+    (``command``) states tp as a flag or a manifest does. (A spelling of its own, "command line", never matched.)"""
+    from types import SimpleNamespace
+
+    from tracekit.analyses.bytes import STATED_TP_SOURCES, TP_SOURCES
+    from tracekit.analyses.collectives import one_rank_evidence
+
+    trace = SimpleNamespace(meta=SimpleNamespace(world_size=None))
+    kernels = pl.DataFrame({"group_size": [None, None], "kind": ["all_reduce", "all_reduce"]},
+                           schema={"group_size": pl.Int64, "kind": pl.String})
+    assert set(STATED_TP_SOURCES) <= set(TP_SOURCES)
+    assert [one_rank_evidence(trace, kernels, 1, s, None) for s in TP_SOURCES] == [
+        "tensor parallelism 1 (flag)", "tensor parallelism 1 (manifest)", "tensor parallelism 1 (command)",
+        None, None, None]

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from tracekit.analyses.bytes import STATED_TP_SOURCES
 from tracekit.model.units import DTYPE_BITS
 from tracekit.trace import COMM_OPS, Trace
 
@@ -639,7 +640,7 @@ def one_rank_evidence(trace: Trace, kernels: pl.DataFrame, tp: int, tp_source: s
     if gs.len() == kernels.height and kernels.height and (gs == 1).all():
         return "its communicator has 1 rank"
     kinds = kernels["kind"].cast(pl.String).unique().to_list()
-    if tp == 1 and tp_source in ("flag", "manifest", "command line") and (ep or 1) <= 1 and kinds == ["all_reduce"]:
+    if tp == 1 and tp_source in STATED_TP_SOURCES and (ep or 1) <= 1 and kinds == ["all_reduce"]:
         return f"tensor parallelism 1 ({tp_source})"
     return None
 
