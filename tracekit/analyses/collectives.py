@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from tracekit.analyses.bytes import STATED_TP_SOURCES
+from tracekit.categories import COMPUTE_CATEGORIES
 from tracekit.model.units import DTYPE_BITS
 from tracekit.trace import COMM_OPS, Trace
 
@@ -207,7 +208,7 @@ def kernel_exposure(acts: pl.DataFrame | None) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     comm = comm.with_columns(end=pl.max_horizontal("start", "end"))
     streams = comm["stream"].unique().to_list()
-    compute = acts.filter(pl.col("category").is_in(["gemm", "attention", "other", "drafting"])
+    compute = acts.filter(pl.col("category").is_in([c for c in COMPUTE_CATEGORIES if c != "communication"])
                           & (pl.col("end") > pl.col("start"))).select("start", "end", "stream")
     parts = []
     for s in streams:  # a handful of communication streams, not events
