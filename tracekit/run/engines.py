@@ -2,8 +2,8 @@
 
 ``breakdown DIR`` analyses each file (rank) on its own and only then compares the ranks. The per-file stage
 (:func:`tracekit.run.ranks.analyse_rank`) is the same on every engine; what travels back is its small
-result (a :class:`~tracekit.run.ranks.RankResult`: the rank's breakdown dict and one row per
-communication kernel), never a trace or a per-kernel frame. The cross-rank table is built where the command
+result (a :class:`~tracekit.run.ranks.RankResult`: the rank's typed breakdown without its per-activity frame,
+and one row per communication kernel), never a trace or a per-kernel frame. The cross-rank table is built where the command
 runs.
 
 * ``process`` (default): a pool of spawned processes, one per file at a time, as many as there are cores.
