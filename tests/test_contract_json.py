@@ -154,6 +154,8 @@ def test_a_misspelt_attribute_or_field_fails_loudly(saxpy):
         dataclasses.replace(lever, extra={"detecton": "ranges"})  # a lever's extension keys are declared
     with pytest.raises(KeyError, match="cuda_graph"):
         Advice(levers={"cuda_graph": lever})
+    with pytest.raises(KeyError, match="host_work"):  # every lever of the contract, none left out
+        Advice(levers={k: v for k, v in saxpy.advice.levers.items() if k != "host_work"})
     assert isinstance(lever, Lever) and lever.get("missing_flag") is None  # declared, left out: the default
 
 

@@ -72,10 +72,10 @@ def extension(*, omit: Callable[[Any], bool], **kw) -> Any:
     return field(metadata={"contract": _EXTENSION, "omit": omit}, **kw)
 
 
-def flattened(keys: tuple[str, ...], **kw) -> Any:
-    """A mapping field whose items are written in its place; each key must be one of ``keys`` (checked when the
-    block is made)."""
-    return field(metadata={"contract": _FLAT, "keys": tuple(keys)}, **kw)
+def flattened(keys: tuple[str, ...], *, complete: bool = False, **kw) -> Any:
+    """A mapping field whose items are written in its place; each key must be one of ``keys``, and with
+    ``complete`` every one of them must be there (checked when the block is made)."""
+    return field(metadata={"contract": _FLAT, "keys": tuple(keys), "complete": complete}, **kw)
 
 
 @dataclass(frozen=True)
@@ -83,12 +83,13 @@ class _Spec:
     keys: tuple[str, ...]  # JSON keys of the plain and extension fields, in order
     omit: dict[str, Callable]  # extension key -> when it is left out
     flat: tuple[tuple[str, tuple[str, ...]], ...]  # (field, its allowed keys)
+    complete: tuple[str, ...]  # the flattened fields that must hold every allowed key
     order: tuple[tuple[str, str], ...]  # (field, kind) of every written field, in order
 
 
 @cache
 def _spec(cls: type) -> _Spec:
-    keys, omit, flat, order = [], {}, [], []
+    keys, omit, flat, order, complete = [], {}, [], [], []
     for f in fields(cls):
         kind = f.metadata.get("contract")
         if kind == _INTERNAL:
@@ -96,11 +97,13 @@ def _spec(cls: type) -> _Spec:
         order.append((f.name, kind or ""))
         if kind == _FLAT:
             flat.append((f.name, f.metadata["keys"]))
+            if f.metadata["complete"]:
+                complete.append(f.name)
             continue
         keys.append(f.name)
         if kind == _EXTENSION:
             omit[f.name] = f.metadata["omit"]
-    return _Spec(tuple(keys), omit, tuple(flat), tuple(order))
+    return _Spec(keys=tuple(keys), omit=omit, flat=tuple(flat), complete=tuple(complete), order=tuple(order))
 
 
 class Block:
@@ -112,11 +115,16 @@ class Block:
     SCHEMA: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
-        for name, allowed in _spec(type(self)).flat:
-            wrong = [k for k in getattr(self, name) if k not in allowed]
+        spec = _spec(type(self))
+        for name, allowed in spec.flat:
+            items = getattr(self, name)
+            wrong = [k for k in items if k not in allowed]
             if wrong:
                 raise KeyError(f"{type(self).__name__}.{name}: {', '.join(map(repr, wrong))} not among its keys "
                                f"({', '.join(allowed)})")
+            missing = [k for k in allowed if k not in items] if name in spec.complete else []
+            if missing:
+                raise KeyError(f"{type(self).__name__}.{name}: no {', '.join(map(repr, missing))}")
 
     def to_dict(self) -> dict:
         """The contract JSON of this block (:func:`to_dict`)."""

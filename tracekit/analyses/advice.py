@@ -32,6 +32,7 @@ docs/validation.md records predicted versus measured step times on the H200.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -92,7 +93,7 @@ class Advice(Block):
     """Every lever (the contract's ``advice`` object: one key per lever of :data:`LEVERS`, in that order), and
     those worth pulling ranked by the time they would save (largest first; not in the JSON)."""
 
-    levers: dict[str, Lever] = flattened(LEVERS)
+    levers: dict[str, Lever] = flattened(LEVERS, complete=True)
     ranked: tuple[str, ...] = internal(default=())
 
 
@@ -104,9 +105,9 @@ class StepFacts:
     reference_ms: float  # time_base.reference_step_ms
     reference_source: str | None  # "flag" | "manifest" | None (= the traced step)
     upper_bounds: bool  # no unprofiled time: every saving is an upper bound on a profiled step
-    per_step_ms: dict  # the exact partition of the traced step
-    kernel_ms: dict  # plain kernel sums per category
-    gaps: dict  # launch_overhead, host_stalls, graph_bubbles, between_steps
+    per_step_ms: Mapping  # the exact partition of the traced step (the breakdown's PerStepMs block)
+    kernel_ms: Mapping  # plain kernel sums per category (its KernelMsPerStep block)
+    gaps: Mapping  # launch_overhead, host_stalls, graph_bubbles, between_steps (its GapCauses block)
     busy_ms: float  # GPU-busy time (union of the step's activity)
     graph_kernel_share: float
     launched_per_step: float  # work launched one by one (not from a graph)
