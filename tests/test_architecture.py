@@ -196,6 +196,11 @@ def test_private_helpers_stay_private():
                     src_pkg, dst_pkg = node.module.rsplit(".", 1)[0], mod.rsplit(".", 1)[0]
                     if a.name.startswith("_") and not a.name.startswith("__") and src_pkg != dst_pkg:
                         offenders.append((mod, f"{node.module}.{a.name}"))
+            # ... and never listed as public
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+                offenders += [(mod, f"__all__: {e.value}") for e in getattr(node.value, "elts", [])
+                              if isinstance(e, ast.Constant) and str(e.value).startswith("_")
+                              and not str(e.value).startswith("__")]
     assert offenders == []
 
 
