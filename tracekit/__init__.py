@@ -11,9 +11,11 @@ commands are over its library); each takes the trace first and its options by ke
 >>> tracekit.diff(b, b).to_dict()["delta"]["steps"]["mean_ms"]["abs"]   # two breakdowns side by side
 0.0
 
-``info``, ``kernels``, ``ceiling`` and ``history`` return the dicts their commands print with
-``--format json``; ``breakdown`` and ``diff`` return objects whose ``to_dict()`` is that JSON.
-Importing ``tracekit`` imports neither polars nor pyarrow: each function imports what it needs.
+``info``, ``kernels`` and ``history`` return the dicts their commands print with ``--format json`` (built from
+typed results: ``tracekit.results``); ``breakdown``, ``diff`` and ``ceiling`` return the typed results themselves,
+frozen dataclasses whose ``to_dict()`` is that JSON (``tracekit.contract``: written in one place). Their blocks
+read by attribute (``b.steps.count``) or, as the JSON's dicts do, by key (``b.steps["count"]``); a misspelt key
+raises ``KeyError``. Importing ``tracekit`` imports neither polars nor pyarrow: each function imports what it needs.
 """
 
 from __future__ import annotations
