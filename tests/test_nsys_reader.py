@@ -51,7 +51,7 @@ def test_counts_match_direct_sql(path, version):
     from tracekit.results.info import info
 
     got = info(trace)
-    assert got["counts"] == sql_counts(path)
+    assert got.counts.to_dict() == sql_counts(path)
     assert got["source"]["producer_version"] == version
     assert got["source"]["format"] == "nsys-sqlite"
 
