@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from tracekit.analyses.diff import change, diff
 from tracekit.categories import BREAKDOWN_SCHEMA, LEVERS
 from tracekit.cli import cli
 from tracekit.report.diff import diff_md, headline
+from tracekit.results.diff import change, diff
 
 from conftest import DATA, sample, sample_trace, shared
 
@@ -80,7 +80,7 @@ def test_self_diff_is_zero_and_within_noise(pair):
 
 
 def test_change_helper():
-    assert change(23.5, 3.7) == {"base": 23.5, "new": 3.7, "abs": -19.8, "rel": pytest.approx(-0.8425532)}
+    assert change(23.5, 3.7).to_dict() == {"base": 23.5, "new": 3.7, "abs": -19.8, "rel": pytest.approx(-0.8425532)}
     assert change(None, 2.0)["abs"] is None and change(0.0, 2.0)["rel"] is None
 
 

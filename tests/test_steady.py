@@ -8,7 +8,6 @@ import polars as pl
 import pytest
 
 import tracekit
-from tracekit.analyses.breakdown import step_table
 from tracekit.analyses.steady import (
     LAST_STEP,
     MIN_COMPOSITION_OVERLAP,
@@ -17,6 +16,7 @@ from tracekit.analyses.steady import (
     steady_exclusions,
     step_signatures,
 )
+from tracekit.results.breakdown import step_table
 
 from conftest import SAMPLES, sample_trace, shared
 

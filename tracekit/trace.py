@@ -25,7 +25,6 @@ import polars as pl
 
 GraphTraceMode = Literal["node", "graph", "none", "unknown"]
 SourceFormat = Literal["nsys-sqlite", "kineto-json"]
-LaunchKind = Literal["kernel", "graph", "memcpy", "memset", "sync", "other"]
 # Launch kinds that put work on a GPU (what `tracekit info` counts as launches).
 WORK_KINDS: tuple[str, ...] = ("kernel", "graph", "memcpy", "memset")
 

@@ -28,17 +28,16 @@ import polars as pl
 
 from tracekit.analyses.attribution import THREADS_FROM_ROWS, Attribution
 from tracekit.analyses.gaps import LARGEST, name_gaps, stall_segments, stalled_part
-from tracekit.categories import KERNEL_CATEGORIES, PRIORITY, UNATTRIBUTED
+from tracekit.categories import CUT_BY_WINDOW as CUT
+from tracekit.categories import KERNEL_CATEGORIES, LAST_STEP, PRIORITY, UNATTRIBUTED
+from tracekit.categories import NO_GPU_WORK as NO_WORK
+from tracekit.categories import NOT_SELECTED_PHASE as PHASE
+from tracekit.categories import WARM_UP as WARMUP
 from tracekit.errors import NoSteps
 from tracekit.intervals import cumulative_union_lengths
 from tracekit.parallel import in_threads
 from tracekit.trace import Trace
 
-LAST_STEP = "last step (no following step)"
-WARMUP = "warm-up/transition"
-NO_WORK = "no GPU work"
-CUT = "cut by capture window"
-PHASE = "phase"
 _PRIO = {c: i for i, c in enumerate(PRIORITY)}
 
 
