@@ -181,7 +181,7 @@ def test_no_llm_decode_work_gets_no_decode_advice():
     or attention; the TraceLens MoE layer micro-benchmark runs GEMMs but no attention kernel and reads nothing back
     to the host (no device-to-host copy: counted from the JSON). Their steps stay phase unknown, and decode advice
     does not apply, saying why."""
-    import tracekit.analyses.breakdown as bd
+    import tracekit.results.breakdown as bd
 
     saxpy = shared("pipit/pipit/tests/data/saxpy-mpi-cuda_nsys_perlmutter0.sqlite")
     from conftest import sql_rows
