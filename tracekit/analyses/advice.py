@@ -18,14 +18,18 @@ CUDA-graph model. In an eager step the GPU waits for the host between kernels; r
 kernels run back to back with a small fixed cost each, while host stalls inside the step (a synchronisation,
 a blocking copy, CPU work) stay where the code puts them::
 
-    predicted = busy + n_launches x replay_gap + host_stalls
+    predicted = busy + n_launches x replay_gap + host_stalls + after_waits
 
 ``busy`` is the step's GPU-busy time (the union of its activity), ``n_launches`` the work it launched one by
 one, ``replay_gap`` the per-node cost of graph replay on this GPU (``--device-profile`` key
-``graph_replay_gap_us``, else the H200 calibration below). Host work between steps is not modelled (the
-``host_work`` lever reports it). In steps that already replay graphs, the in-step gaps the gap table calls
-launch overhead are the host's work before each graph launch (e.g. SGLang's ``normal_decode_set_metadata``
-before ``replay()``): graphs cannot remove them, and the verdicts say so.
+``graph_replay_gap_us``, else the H200 calibration below). ``after_waits`` is the part of the launch overhead
+from the return of a host wait (a synchronisation, a device-to-host or pageable copy) to the next launch call
+(``tracekit.analyses.gaps.after_waits``): a graph cannot span a host wait, so the host work after one (CPU
+sampling, a grammar mask, scheduling: Python a trace without ranges cannot name) runs with graphs too; only the
+launch call after it becomes a graph launch (its cost is in the replay gap). Host work between steps is not
+modelled (the ``host_work`` lever reports it). In steps that already replay graphs, the in-step gaps the gap
+table calls launch overhead are the host's work before each graph launch (e.g. SGLang's
+``normal_decode_set_metadata`` before ``replay()``): graphs cannot remove them, and the verdicts say so.
 docs/validation.md records predicted versus measured step times on the H200.
 """
 
@@ -140,6 +144,7 @@ class StepFacts:
     roofline_refused: str | None = None  # why the roofline's figures are physically impossible (the inputs to check)
     phase_note: str | None = None  # why decode advice does not apply, right for the window (partition.phase_note)
     tok_s_unit: str = "tok/s"  # what a tok/s figure counts: the whole batch or one sequence (tracekit.tokens)
+    after_waits_ms: float = 0.0  # the launch overhead after a host wait's return (tracekit.analyses.gaps.after_waits)
 
 
 def pct(x: float) -> str:
@@ -235,7 +240,8 @@ def cuda_graphs_lever(f: StepFacts) -> Lever:
         return _lever(f, False, f.reference_ms, detail, key="cuda_graphs", basis="none")
     n = f.launched_per_step
     stalls = g["host_stalls"]
-    predicted = f.busy_ms + n * f.replay_gap_us / 1000.0 + stalls
+    kept = f.after_waits_ms
+    predicted = f.busy_ms + n * f.replay_gap_us / 1000.0 + stalls + kept
     predicted = min(predicted, f.reference_ms) if f.reference_source else min(predicted, f.traced_ms)
     saving = f.reference_ms - predicted
     assumed = (f"{f.replay_gap_us:.2f} µs per replayed graph node",)
@@ -244,9 +250,15 @@ def cuda_graphs_lever(f: StepFacts) -> Lever:
         return _lever(f, True, predicted,
                       f"CUDA graphs would save little: the step takes {_base(f)} against ≈{predicted:.3f} ms with "
                       f"graphs (a saving of {'at most' if f.upper_bounds else '≈'}"
-                      f"{' ' if f.upper_bounds else ''}{saving:.3f} ms); the GPU is already kept busy",
+                      f"{' ' if f.upper_bounds else ''}{saving:.3f} ms); " + (
+                          "the GPU is already kept busy" if stalls + kept <= 0.5 * max(predicted - f.busy_ms, 0.0)
+                          else f"the host work inside the step stays with graphs ({stalls:.3f} ms of host stalls, "
+                          f"{kept:.3f} ms after synchronisations)"),
                       key="cuda_graphs", assumed=assumed)
     stays = f"; {stalls:.3f} ms of host stalls inside the step stay (see host work)" if stalls > EPS_MS else ""
+    if kept > EPS_MS:
+        stays += (f"; {kept:.3f} ms of host time after synchronisations (from a sync's or a device-to-host read's "
+                  "return to the next launch) stay: a graph cannot span a host wait")
     bound = "" if f.reference_source else " (an upper bound: the traced step includes the profiler's own overhead)"
     detail = (f"the step would take about {predicted:.3f} ms with graphs{bound}: {n:.0f} launches issued one by "
               f"one become ≈{f.replay_gap_us:.2f} µs graph nodes{stays}; host work between steps is not modelled")

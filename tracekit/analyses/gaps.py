@@ -54,28 +54,44 @@ def host_only(intervals: pl.DataFrame, work: pl.DataFrame) -> pl.Series:
     return (j["ws"].is_null() | (j["ws"] > j["end"])).alias("host_only")
 
 
+def blocking_copies(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
+    """The launch calls (``pid``, ``tid``, ``start``, ``end``) of the copies that block the host: device-to-host,
+    or from/to pageable host memory."""
+    from tracekit.lookup import row_lookup
+
+    calls = launches.select("pid", "tid", "start", "end")
+    memcpy = launches["kind"] == "memcpy"
+    m = trace.memops.filter(pl.col("kind") == "memcpy")
+    if not (m.height and bool(memcpy.any())):
+        return calls.clear()
+    # (looked up among the copy calls alone, then mapped back to launch rows: a lookup over every launch of
+    # ten million kernels cost a second for a few thousand copies)
+    rows = pl.int_range(0, launches.height, dtype=pl.UInt32, eager=True).filter(memcpy)
+    row = rows.gather(row_lookup(m.select("pid", "correlation"),
+                                 launches.select("pid", "correlation").filter(memcpy)))
+    # (Kineto names its copies "Memcpy HtoD (Pageable -> Device)")
+    pageable = pl.coalesce("pageable", pl.col("name").str.contains("Pageable"))
+    # the launch call of each blocking copy (a gather of the few copies' rows, not a join of every launch)
+    copies = m.select(_r=row, copy_kind="copy_kind", pageable=pageable.fill_null(False)).drop_nulls("_r")
+    copies = copies.filter((pl.col("copy_kind") == "DtoH") | pl.col("pageable"))
+    return calls[copies["_r"]].unique()
+
+
+def host_waits(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
+    """The calls (``pid``, ``tid``, ``start``, ``end``) that return only once the GPU has caught up: device,
+    stream and event synchronisations and the blocking copies (not ``cudaStreamWaitEvent``: the GPU waits there,
+    not the host). A CUDA graph cannot span one: the host work after its return stays with graphs."""
+    sync = launches.select("pid", "tid", "start", "end", "name").filter(launches["kind"] == "sync")
+    sync = sync.filter(~pl.col("name").cast(pl.String).str.contains("WaitEvent")).drop("name")
+    return pl.concat([sync, blocking_copies(trace, launches)]).unique()
+
+
 def stall_segments(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     """Disjoint per-thread intervals during which the host is stalled (see the module docstring): columns
     ``pid``, ``tid``, ``start``, ``end``, ``before`` (stalled time of the thread before ``start``)."""
-    from tracekit.lookup import row_lookup
-
     # (narrow columns first, then the filters: a filter of the whole launch table copies every column of it)
     calls = launches.select("pid", "tid", "start", "end")
-    parts = [calls.filter(launches["kind"].is_in(list(STALL_API_KINDS)))]
-    memcpy = launches["kind"] == "memcpy"
-    m = trace.memops.filter(pl.col("kind") == "memcpy")
-    if m.height and bool(memcpy.any()):
-        # (looked up among the copy calls alone, then mapped back to launch rows: a lookup over every launch of
-        # ten million kernels cost a second for a few thousand copies)
-        rows = pl.int_range(0, launches.height, dtype=pl.UInt32, eager=True).filter(memcpy)
-        row = rows.gather(row_lookup(m.select("pid", "correlation"),
-                                     launches.select("pid", "correlation").filter(memcpy)))
-        # (Kineto names its copies "Memcpy HtoD (Pageable -> Device)")
-        pageable = pl.coalesce("pageable", pl.col("name").str.contains("Pageable"))
-        # the launch call of each blocking copy (a gather of the few copies' rows, not a join of every launch)
-        copies = m.select(_r=row, copy_kind="copy_kind", pageable=pageable.fill_null(False)).drop_nulls("_r")
-        copies = copies.filter((pl.col("copy_kind") == "DtoH") | pl.col("pageable"))
-        parts.append(calls[copies["_r"]].unique())
+    parts = [calls.filter(launches["kind"].is_in(list(STALL_API_KINDS))), blocking_copies(trace, launches)]
     for frame in (trace.ranges,):  # not trace.ops: see the module docstring
         iv = frame.filter(pl.col("end").is_not_null() & (pl.col("end") > pl.col("start"))).select(
             "pid", "tid", "start", "end")
@@ -120,6 +136,38 @@ def stalled_part(holes: pl.DataFrame, launches: pl.DataFrame, segments: pl.DataF
     hi = covered(h.select("pid", "tid", t="hi"), segments)
     stall = pl.when(h["has"] & (h["hi"] > h["lo"])).then(hi - lo).otherwise(0)
     return h.select(stall=pl.min_horizontal(stall, pl.col("h1") - pl.col("h0")).clip(lower_bound=0))["stall"]
+
+
+def after_waits(holes: pl.DataFrame, launches: pl.DataFrame, waits: pl.DataFrame, segments: pl.DataFrame
+                ) -> pl.Series:
+    """Nanoseconds of each hole (``h0``, ``h1``, ``launch``; graph bubbles excluded by the caller) that the
+    launching thread spent after the return of a host wait (:func:`host_waits`) and before the launch call of
+    the work after the hole, when no other work launch call of the thread came between, and not stalled
+    (``segments``): the host work a synchronisation leaves the GPU waiting for (e.g. CPU sampling or a grammar
+    mask after ``torch.cuda.synchronize()``). It is a part of the hole's launch overhead (the call itself is not
+    in it). One forward as-of lookup per wait, then a join of the few holes whose launch follows one."""
+    n = holes.height
+    zero = pl.repeat(0, n, dtype=pl.Int64, eager=True).alias("after_waits")
+    if n == 0 or waits.height == 0:
+        return zero
+    work = launches.select("pid", "tid", ws="start").with_row_index("launch").filter(
+        launches["kind"].is_in(list(WORK_KINDS)))
+    w = waits.select("pid", "tid", "end").cast({"pid": pl.Int64, "tid": pl.Int64})
+    nxt = asof(w, (work if work["ws"].is_sorted() else work.sort("ws")).cast({"pid": pl.Int64, "tid": pl.Int64}),
+               "end", "ws", ["pid", "tid"], strategy="forward")
+    # per launch call that follows a wait: the latest return of a wait before it
+    ends = w.with_columns(launch=nxt["launch"]).drop_nulls("launch").group_by("launch").agg(b_end=pl.col("end").max())
+    h = (holes.select("h0", "h1", "launch").with_row_index("_i").drop_nulls("launch")
+         .with_columns(pl.col("launch").cast(pl.UInt32)).join(ends, on="launch", how="inner"))
+    if h.height == 0:
+        return zero
+    call = launches.select("pid", "tid", ls="start")[h["launch"]]
+    h = h.hstack(call).with_columns(lo=pl.max_horizontal("h0", "b_end"), hi=pl.min_horizontal("h1", "ls"))
+    h = h.with_columns(hi=pl.max_horizontal("lo", "hi"))
+    lo = covered(h.select("pid", "tid", t="lo"), segments)
+    hi = covered(h.select("pid", "tid", t="hi"), segments)
+    kept = ((h["hi"] - h["lo"]) - (hi - lo)).clip(lower_bound=0)
+    return zero.scatter(h["_i"], kept.cast(pl.Int64))
 
 
 def name_gaps(gaps: pl.DataFrame, trace: Trace, launches: pl.DataFrame, skip: pl.DataFrame | None = None
@@ -182,4 +230,5 @@ def name_gaps(gaps: pl.DataFrame, trace: Trace, launches: pl.DataFrame, skip: pl
     return out
 
 
-__all__ = ["LARGEST", "host_only", "stall_segments", "covered", "stalled_part", "name_gaps"]
+__all__ = ["LARGEST", "host_only", "blocking_copies", "host_waits", "stall_segments", "covered", "stalled_part",
+           "after_waits", "name_gaps"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.analyses.attribution import THREADS_FROM_ROWS, Attribution
-from tracekit.analyses.gaps import LARGEST, name_gaps, stall_segments, stalled_part
+from tracekit.analyses.gaps import LARGEST, after_waits, host_waits, name_gaps, stall_segments, stalled_part
 from tracekit.categories import CUT_BY_WINDOW as CUT
 from tracekit.categories import KERNEL_CATEGORIES, LAST_STEP, PRIORITY, UNATTRIBUTED
 from tracekit.categories import NO_GPU_WORK as NO_WORK
@@ -48,6 +48,7 @@ class StepTable:
     ``table``: one row per analysed step, in time order: ``step`` (window id), ``p_start``/``p_end``/``period``
     (ns), ``x_<category>`` for every busy category and ``x_launch_gaps``/``x_idle`` (the exact partition, ns),
     ``g_launch_overhead``/``g_host_stalls``/``g_graph_bubbles``/``g_between_steps`` (the gaps by cause, ns),
+    ``g_after_waits`` (the part of the launch overhead after a host wait's return, ns: ``gaps.after_waits``),
     ``k_<category>`` (plain kernel time per category, unclipped durations), ``k_graphed``/``k_all`` (kernel
     time replayed from graphs / all), ``n_kernels``, ``n_launched`` (work launched one by one),
     ``n_graph_launches``, ``draft_span`` (wall time of the draft phases on the GPU timeline), ``phase``, and the
@@ -262,7 +263,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         x_launch_gaps=(pl.col("a_last") - pl.col("p_start")) - pl.col(busy),
         x_idle=pl.col("p_end") - pl.col("a_last"))
     table = table.join(hole_sums, on="step", how="left").with_columns(
-        pl.col("g_host_stalls", "g_graph_bubbles").fill_null(0))
+        pl.col("g_host_stalls", "g_graph_bubbles", "g_after_waits").fill_null(0))
     table = table.with_columns(
         g_launch_overhead=(pl.col("x_launch_gaps") - pl.col("g_host_stalls") - pl.col("g_graph_bubbles"))
         .clip(lower_bound=0),
@@ -329,9 +330,14 @@ def _holes(a: pl.DataFrame, analysed: pl.DataFrame, trace: Trace, launches: pl.D
     at = pl.int_range(0, g.height, dtype=pl.UInt32, eager=True).filter(maybe)
     g = g.with_columns(stall=pl.repeat(0, g.height, dtype=pl.Int64, eager=True).scatter(at, part.cast(pl.Int64)),
                        ms=pl.col("h1") - pl.col("h0"))
+    # the launch overhead after a host wait's return (the host work a CUDA graph cannot remove; advice.cuda_graphs)
+    eager = pl.int_range(0, g.height, dtype=pl.UInt32, eager=True).filter(~g["bubble"])
+    after = after_waits(g[eager].select("h0", "h1", "launch"), launches, host_waits(trace, launches), segments)
+    g = g.with_columns(after=pl.repeat(0, g.height, dtype=pl.Int64, eager=True).scatter(eager, after))
     sums = g.group_by("step").agg(
         g_host_stalls=pl.col("stall").sum(),
-        g_graph_bubbles=pl.col("ms").filter(pl.col("bubble")).sum())
+        g_graph_bubbles=pl.col("ms").filter(pl.col("bubble")).sum(),
+        g_after_waits=pl.col("after").sum())
     if g.height > 4 * LARGEST:  # only rows at least as long as the LARGEST-th longest can be in the top: sort those
         kth = g["ms"].top_k(LARGEST).min()
         g = g.filter(pl.col("ms") >= kth)

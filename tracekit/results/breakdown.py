@@ -408,6 +408,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         traced_ms=traced, reference_ms=tb.reference_step_ms, reference_source=tb.unprofiled_source,
         upper_bounds=upper, per_step_ms=per_step_ms, kernel_ms=kernel_ms,
         gaps=GapCauses(**causes), busy_ms=busy_ms, graph_kernel_share=graph_share,
+        after_waits_ms=mean("g_after_waits"),
         launched_per_step=float(table["n_launched"].fill_null(0).mean()),
         graph_launches_per_step=float(table["n_graph_launches"].fill_null(0).mean()),
         kernels_per_step=float(table["n_kernels"].mean()),
