@@ -79,3 +79,50 @@ def test_gb300_names_the_host_gap_between_steps():
     assert b.gaps["between_steps"] > 0
     assert "between steps" in b.advice["host_work"]["verdict"]
     assert b.time_base.unprofiled_step_ms is None and "upper bounds" in b.headline
+
+
+def _waits_trace():
+    """SYNTHETIC (tests/factory.py), 4 steps of 100 µs; each: kernel A (GPU 2-10) then a cudaDeviceSynchronize
+    (1-10), 40 µs of host work, kernel C launched at 50 (GPU 52-60), a device-to-host copy launched at 61 (GPU
+    62-64), a cudaStreamWaitEvent (70-71: the GPU waits there, not the host), kernel D launched at 80 (GPU 82-90).
+    Step 1 marks 20 µs of its host work (20-40) with a range that launches nothing (a host stall)."""
+    from dataclasses import replace
+
+    import polars as pl
+
+    from factory import make_trace
+    from tracekit.trace import LAUNCHES, conform
+
+    kernels, memops, ranges, calls = [], [], [], []
+    for i in range(4):
+        b = 100 * i
+        ranges.append((f"decode_step {i}", b, b + 99))
+        kernels += [("vectorized_elementwise_kernel", b + 2, b + 10, b),
+                    ("vectorized_elementwise_kernel", b + 52, b + 60, b + 50),
+                    ("vectorized_elementwise_kernel", b + 82, b + 90, b + 80)]
+        memops.append(("memcpy", b + 62, b + 64, b + 61, "DtoH"))
+        calls += [("cudaDeviceSynchronize", b + 1, b + 10), ("cudaStreamWaitEvent", b + 70, b + 71)]
+    ranges.append(("grammar_mask", 120, 140))
+    t = make_trace(kernels=kernels, memops=memops, ranges=ranges)
+    extra = pl.DataFrame([{"start": s * 1000, "end": e * 1000, "pid": 1, "tid": 1, "kind": "sync", "name": n}
+                          for n, s, e in calls])
+    return replace(t, launches=pl.concat([t.launches, conform(extra, LAUNCHES)]).sort("start"))
+
+
+def test_after_waits_is_the_launch_overhead_after_a_host_wait():
+    """docs/definitions.md-style example, by hand: the host time from a host wait's return (a synchronisation, a
+    device-to-host copy call) to the next launch call, inside a gap, not stalled; nothing else."""
+    b = tracekit.breakdown(_waits_trace())
+    assert b.steps["count"] == 3  # steps 0-2 (the last has no following step)
+    # gap before C: 10..52, host after the sync 10..50 = 40 µs (step 1: 20 of them inside the range = stall);
+    # gap before D: 64..82, host after the copy call's return (62) from 64 to D's call (80) = 16 µs, less the
+    # 1 µs inside cudaStreamWaitEvent (a stall); the wait-event is not a host wait (else 71..80 = 9 µs)
+    per_step_us = [40 + 15, 20 + 15, 40 + 15]
+    assert b.facts.after_waits_ms == pytest.approx(sum(per_step_us) / 3 / 1000, abs=1e-9)
+    # a part of the launch overhead: the gap split itself is unchanged (stalls: the copy call, the wait-event, the range)
+    assert b.gaps["host_stalls"] == pytest.approx((2 + 22 + 2) / 3 / 1000, abs=1e-9)
+    assert b.gaps["launch_overhead"] >= b.facts.after_waits_ms
+    f = b.facts
+    assert b.advice["cuda_graphs"]["predicted_step_ms"] == pytest.approx(
+        f.busy_ms + f.launched_per_step * f.replay_gap_us / 1000 + b.gaps["host_stalls"] + f.after_waits_ms, abs=1e-9)
+    assert "ms of host time after synchronisations" in b.advice["cuda_graphs"]["verdict"]
