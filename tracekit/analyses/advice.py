@@ -272,7 +272,9 @@ def host_work_lever(f: StepFacts) -> Lever:
     g = f.gaps
     hs, bs = g["host_stalls"], g["between_steps"]
     traced = hs + bs
-    which = "both" if hs > EPS_MS and bs > EPS_MS else ("host_stalls" if hs > EPS_MS else "between_steps")
+    # named by what it removes: a part under 5% of the lever's time (or under EPS) does not name it
+    big = max(EPS_MS, 0.05 * traced)
+    which = "both" if hs >= big and bs >= big else ("host_stalls" if hs >= bs else "between_steps")
     name = HOST_WORK_NAMES[which]
     if traced <= EPS_MS:
         return _lever(f, False, f.reference_ms, "the GPU never waits for host work in or between steps (no host "

@@ -331,9 +331,9 @@ def _holes(a: pl.DataFrame, analysed: pl.DataFrame, trace: Trace, launches: pl.D
     g = g.with_columns(stall=pl.repeat(0, g.height, dtype=pl.Int64, eager=True).scatter(at, part.cast(pl.Int64)),
                        ms=pl.col("h1") - pl.col("h0"))
     # the launch overhead after a host wait's return (the host work a CUDA graph cannot remove; advice.cuda_graphs)
-    eager = pl.int_range(0, g.height, dtype=pl.UInt32, eager=True).filter(~g["bubble"])
-    after = after_waits(g[eager].select("h0", "h1", "launch"), launches, host_waits(trace, launches), segments)
-    g = g.with_columns(after=pl.repeat(0, g.height, dtype=pl.Int64, eager=True).scatter(eager, after))
+    # (a graph bubble's launch is the replay's, which may follow a wait: no launch, so no after-wait time)
+    holes_ = g.select("h0", "h1", launch=pl.when(~pl.col("bubble")).then(pl.col("launch")))
+    g = g.with_columns(after=after_waits(holes_, launches, host_waits(trace, launches), segments))
     sums = g.group_by("step").agg(
         g_host_stalls=pl.col("stall").sum(),
         g_graph_bubbles=pl.col("ms").filter(pl.col("bubble")).sum(),
