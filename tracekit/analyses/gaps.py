@@ -222,10 +222,10 @@ def name_gaps(gaps: pl.DataFrame, trace: Trace, launches: pl.DataFrame, skip: pl
             continue
         win = win.with_columns(cover=pl.min_horizontal("end", pl.lit(g["h1"])) - pl.max_horizontal(
             "start", pl.lit(g["h0"])), dur=pl.col("end") - pl.col("start")).filter(pl.col("cover") > 0)
-        # The innermost of those covering most of the gap; else the one covering the most.
-        most = win.filter(2 * pl.col("cover") >= g["h1"] - g["h0"])
-        best = (most.sort(["dur", "cover"], descending=[False, True]) if most.height
-                else win.sort(["cover", "dur"], descending=[True, False]))
+        # The innermost of those covering most of the gap; none when nothing recorded does (e.g. unrecorded
+        # Python after a synchronisation returned: the sync covers the gap's first microseconds only, and naming
+        # it would say the host was waiting while the GPU waited for the host).
+        best = win.filter(2 * pl.col("cover") >= g["h1"] - g["h0"]).sort(["dur", "cover"], descending=[False, True])
         out.append({"kind": best["kind"][0], "name": best["name"][0]} if best.height else None)
     return out
 
