@@ -447,3 +447,17 @@ def test_profiler_inflation_is_the_manifest_ratio_and_no_estimator_reaches_15pct
     # and without a manifest the key stays null (a copy of the trace alone)
     with tempfile.TemporaryDirectory() as d:
         assert copied_away("synthetic-eager", Path(d)).time_base.profiler_inflation is None
+
+
+def test_graphed_verdict_names_the_host_work_after_a_wait():
+    """In a step that already replays graphs, the host time after a sync's return is named in the verdict when it
+    is a sizeable part of the step (serve-prefill-graph-nomark: the injected ~0.55 ms of Python after each
+    synchronize, hand SQL), and not named when it is small (spec-small-graph: 0.026 ms)."""
+    name = "serve-prefill-graph-nomark"
+    after = after_waits_sql(name)
+    assert after > 0.5
+    verdict = analysed(name).advice["cuda_graphs"]["verdict"]
+    assert f"{after:.3f} ms of it follows a host wait's return" in verdict
+    small = "spec-small-graph"
+    assert after_waits_sql(small) < 0.05
+    assert "follows a host wait's return" not in analysed(small).advice["cuda_graphs"]["verdict"]

@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
 DEFAULT_REPLAY_GAP_US = 0.58
 GRAPHED_SHARE = 0.8  # contract: not applicable when >= 80% of kernel time is graph replay
 SMALL_SAVING = 0.05  # a lever that saves less than this share of the step "would save little"
+NAMED_PART = 0.05  # a part of a gap under this share of the traced step is not named in a verdict
 MEMORY_BOUND = 0.7  # fraction of the bandwidth floor from which a step is called memory-bound
 PEAK_TOLERANCE = 1.05  # a bandwidth above this x the peak is impossible (tracekit.analyses.roofline)
 # Levers in display order (the contract's advice keys).
@@ -234,7 +235,11 @@ def cuda_graphs_lever(f: StepFacts) -> Lever:
         detail = (f"steps already replay CUDA graphs ({pct(f.graph_kernel_share)} of kernel time); the traced "
                   f"step's GPU-idle time is {g['launch_overhead']:.3f} ms of host work before the graph launches "
                   "(the host preparing each replay and the launch call itself, which a profiler slows: graphs are "
-                  f"already in use and cannot remove it), {g['host_stalls']:.3f} ms of host "
+                  "already in use and cannot remove it" + (
+                      f"; {f.after_waits_ms:.3f} ms of it follows a host wait's return: CPU work after a "
+                      "synchronisation or a device-to-host read, such as sampling, which only overlapping it with the "
+                      "GPU's work removes" if f.after_waits_ms >= NAMED_PART * f.traced_ms else "")
+                  + f"), {g['host_stalls']:.3f} ms of host "
                   f"stalls, {g['graph_bubbles']:.3f} ms of graph bubbles and {g['between_steps']:.3f} ms between "
                   "steps" + _longest(f, f.longest_in_step))
         return _lever(f, False, f.reference_ms, detail, key="cuda_graphs", basis="none")
