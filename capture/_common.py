@@ -57,6 +57,19 @@ def apply_marker_flag(args) -> None:
     markers.set_enabled(not getattr(args, "no_markers", False))
 
 
+def torch_device(args):
+    """The shared start of every torch workload: seed torch, pick ``--device``, refuse ``--mode graph`` off CUDA.
+    Returns ``(torch, device, cuda)``."""
+    import torch
+
+    torch.manual_seed(args.seed)
+    dev = torch.device(args.device)
+    cuda = dev.type == "cuda"
+    if args.mode == "graph" and not cuda:
+        raise SystemExit("--mode graph needs a CUDA device")
+    return torch, dev, cuda
+
+
 def versions(framework: str | None = None) -> dict:
     import torch
 

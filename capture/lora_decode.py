@@ -106,14 +106,8 @@ class Adapters:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import torch
     import torch.nn.functional as F
-
-    torch.manual_seed(args.seed)
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    if args.mode == "graph" and not cuda:
-        raise SystemExit("--mode graph needs a CUDA device")
+    torch, dev, cuda = _common.torch_device(args)
     impl = args.lora_impl if args.lora_impl != "auto" else ("triton" if cuda else "torch")
     dtype = getattr(torch, args.dtype)
     cfg = lt.config(args.size)

@@ -94,13 +94,7 @@ def pick(torch, order, layer, h2, top_k) -> tuple[str, dict]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import torch
-
-    torch.manual_seed(args.seed)
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    if args.mode == "graph" and not cuda:
-        raise SystemExit("--mode graph needs a CUDA device")
+    torch, dev, cuda = _common.torch_device(args)
     dtype = getattr(torch, args.dtype)
     cfg = lt.moe_config(args.size)
     B, E, K = args.batch, cfg.experts, cfg.top_k

@@ -96,13 +96,7 @@ def busy_python(ms: float, state: list) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import torch
-
-    torch.manual_seed(args.seed)
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    if args.mode == "graph" and not cuda:
-        raise SystemExit("--mode graph needs a CUDA device")
+    torch, dev, cuda = _common.torch_device(args)
     dtype = getattr(torch, args.dtype)
     cfg = lt.config(args.size)
     B, V = args.batch, cfg.vocab

@@ -54,14 +54,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import torch
     import torch.nn.functional as F
-
-    torch.manual_seed(args.seed)
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    if args.mode == "graph" and not cuda:
-        raise SystemExit("--mode graph needs a CUDA device")
+    torch, dev, cuda = _common.torch_device(args)
     if not cuda and (args.rs != "local" or args.ag != "local"):
         raise SystemExit("--device cpu: use --rs local --ag local")
     dtype = getattr(torch, args.dtype)

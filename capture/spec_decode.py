@@ -104,13 +104,7 @@ class State:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import torch
-
-    torch.manual_seed(args.seed)
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    if args.mode == "graph" and not cuda:
-        raise SystemExit("--mode graph needs a CUDA device")
+    torch, dev, cuda = _common.torch_device(args)
     dtype = getattr(torch, args.dtype)
     cfg = lt.config(args.size)
     K, B, H = args.spec, args.batch, cfg.hidden
