@@ -71,6 +71,30 @@ from tracekit.trace import Trace, TraceMeta, conform, empty
 __all__ = ["read_kineto", "MATMUL_OPS"]
 
 
+def sorted_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """``pl.concat(parts).sort("start")`` (the same rows in the same order), a column at a time: ``parts`` is
+    emptied and each column of the input is freed once it is gathered, so the sort holds one column twice, not
+    the whole frame (the ops of a 1 GB trace: 2M rows, ~120 MB a copy).
+
+    >>> parts = [pl.DataFrame({"start": [3, 1], "x": ["c", "a"]}), pl.DataFrame({"start": [2], "x": ["b"]})]
+    >>> sorted_by_start(parts).rows(), parts
+    ([(1, 'a'), (2, 'b'), (3, 'c')], [])
+    """
+    df = pl.concat(parts, rechunk=False)
+    parts.clear()
+    if df["start"].is_sorted():
+        return df
+    order = df["start"].arg_sort()  # (what DataFrame.sort computes for one column; ties alike)
+    cols = df.get_columns()
+    del df
+    out = []
+    while cols:
+        c = cols.pop(0)
+        out.append(c.gather(order))
+        del c
+    return pl.DataFrame(out)
+
+
 def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     """Read a PyTorch profiler / Kineto trace (``.json`` or ``.json.gz``) into a :class:`Trace`.
 
@@ -145,7 +169,8 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     # ops: the matmul-like and all-reduce ops with their shapes, then every other CPU op and Python function
     # (host work, no shapes), in one frame in start order
     parts = [conform(f, schema.OPS) for f in (frames.pop("op"), frames.pop("host")) if f is not None]
-    ops = pl.concat(parts).sort("start") if parts else empty(schema.OPS)
+    ops = sorted_by_start(parts) if parts else empty(schema.OPS)
+    del parts
     dropped = frames.dropped
     del frames
 
