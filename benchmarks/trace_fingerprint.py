@@ -4,10 +4,11 @@ the Trace (dtypes, values, row order) is checked against a fingerprint taken bef
     python benchmarks/trace_fingerprint.py dump /tmp/fp-before.json
     python benchmarks/trace_fingerprint.py compare /tmp/fp-before.json /tmp/fp-after.json
 
-Each frame: its schema (categoricals as ``Categorical``) and a SHA-256 of its rows in order (categorical and
+Each frame: its schema (categoricals as ``Categorical``) and a SHA-256 of its rows in order and of its columns'
+sortedness flags (categorical and
 enum columns as their text, so the fingerprint does not depend on the process's category codes). The traces are
 those of ``benchmarks/same_outputs.py`` (sample_traces/, tests/data/, the external traces); ``--also FILE`` adds
-more (e.g. the big synthetic inputs).
+more (e.g. the big synthetic inputs). ``TRACEKIT_SRC=/path/to/checkout`` fingerprints another checkout's readers.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, os.environ.get("TRACEKIT_SRC") or str(HERE.parent))  # TRACEKIT_SRC: another checkout's tracekit
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tools"))
 
@@ -44,6 +46,7 @@ def fingerprint(path: Path) -> dict:
                 h.update(c.encode())
                 h.update(text[c].hash(seed=7).to_numpy().tobytes())
                 h.update(text[c].is_null().to_numpy().tobytes())
+                h.update(repr(sorted(df[c].flags.items())).encode())  # sortedness flags: later sorts rely on them
             out[f"{name}{'' if not dims else '+dims'}"] = {
                 "schema": {c: str(d) for c, d in df.schema.items()}, "rows": df.height, "sha": h.hexdigest()}
         out["meta" + ("+dims" if dims else "")] = repr(t.meta)
