@@ -1,4 +1,4 @@
-"""Many rank files: the per-file stage on a Dask cluster against the local process pool (tracekit/engines.py).
+"""Many rank files: the per-file stage on a Dask cluster against the local process pool (tracekit/run/engines.py).
 
 The inputs are REPLICATED: N copies (hard links, else copies) of one real rank file, by default rank 0 of the
 GB300 TP4 SGLang capture in ../shared/external_traces. Every copy is analysed in full; since they are the same
@@ -53,7 +53,7 @@ def replicate(src: Path, n: int, out: Path) -> list[Path]:
 
 def timed_rank(path, opts):
     """analyse_rank, with the wall and CPU seconds it took where it ran (the task's own time, on the worker)."""
-    from tracekit.analyses.ranks import analyse_rank
+    from tracekit.run.ranks import analyse_rank
 
     w, c = time.perf_counter(), time.process_time()
     r = analyse_rank(path, opts)
@@ -63,8 +63,8 @@ def timed_rank(path, opts):
 def run(engine: str, files: list[Path], workers: int | None) -> dict:
     from statistics import median
 
-    from tracekit.analyses.ranks import analyse_files, cross_rank
     from tracekit.options import AnalysisOptions
+    from tracekit.run.ranks import analyse_files, cross_rank
 
     t0 = time.perf_counter()
     out = analyse_files(files, AnalysisOptions(engine=engine), workers=workers, stage=timed_rank)

@@ -22,7 +22,7 @@ def imports_of(path):
 
 
 def test_analyses_and_reports_never_import_readers():
-    offenders = [(p.relative_to(ROOT), m) for sub in ("analyses", "report") for p in (PKG / sub).glob("*.py")
+    offenders = [(p.relative_to(ROOT), m) for sub in ("analyses", "results", "report") for p in (PKG / sub).glob("*.py")
                  for m in imports_of(p) if m.startswith("tracekit.readers")]
     assert offenders == []
 
@@ -122,6 +122,86 @@ def test_no_import_cycle_anywhere_in_tracekit():
     # the detector does find one: the old cli.py <-> diffcmd.py pair (importlib by name one way)
     assert cycles({**graph, "tracekit.report.diff": graph["tracekit.report.diff"] | {"tracekit.cli"},
                    "tracekit.cli": graph["tracekit.cli"] | {"tracekit.report.diff"}}) != []
+
+
+# ───────────────────────── the layout shows the pipeline ─────────────────────────
+# tracekit/analyses/  the pipeline's stages (attribution, partition, gaps, steady, phase, drafting, collectives,
+#                     communication, timebase, roofline, bytes, advice): pure functions, typed values out
+# tracekit/results/   per-command results assembled from the stages (breakdown, info, kernels, ceiling, diff)
+# tracekit/run/       orchestration: one file, several ranks, engines, the run history
+# tracekit/report/    renderers of the results' JSON; tracekit/cli/ the commands; tracekit/__init__ the facade
+STAGES = ("advice", "attribution", "bytes", "collectives", "communication", "drafting", "gaps", "partition", "phase",
+          "roofline", "steady", "timebase")
+RESULTS = ("breakdown", "ceiling", "common", "diff", "info", "kernels")
+RUN = ("engines", "file", "history", "ranks")
+# package -> the packages (or the facade, "tracekit") its modules must never import
+FORBIDDEN = {
+    "tracekit.analyses": ("tracekit.results", "tracekit.run", "tracekit.report", "tracekit.cli", "tracekit.readers",
+                          "tracekit"),
+    "tracekit.results": ("tracekit.run", "tracekit.report", "tracekit.cli", "tracekit.readers", "tracekit"),
+    "tracekit.run": ("tracekit.report", "tracekit.cli", "tracekit"),
+    "tracekit.report": ("tracekit.analyses", "tracekit.results", "tracekit.run", "tracekit.cli", "tracekit.readers",
+                        "tracekit"),
+}
+# the top-level modules below every package (data, names, the Trace, options): none of them imports a result,
+# the orchestration, a renderer (but report._fmt, the standard-library formatters) or the command line
+CORE_MAY = {("tracekit.options", "tracekit.run.engines")}  # (--engine's names and parser, read lazily)
+
+
+def _under(module: str, package: str) -> bool:
+    return module == package if package == "tracekit" else (module == package or module.startswith(package + "."))
+
+
+def test_the_layout_shows_the_pipeline():
+    names = {p.stem for p in (PKG / "analyses").glob("*.py")} - {"__init__"}
+    assert names == set(STAGES)
+    assert {p.stem for p in (PKG / "results").glob("*.py")} - {"__init__"} == set(RESULTS)
+    assert {p.stem for p in (PKG / "run").glob("*.py")} - {"__init__"} == set(RUN)
+    for package in ("analyses", "results", "run"):  # each package says what it holds
+        assert ast.get_docstring(ast.parse((PKG / package / "__init__.py").read_text())), package
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    graph = import_graph()
+    bad = [(m, d) for m, deps in graph.items() for package, banned in FORBIDDEN.items() if _under(m, package)
+           for d in deps for b in banned if _under(d, b)]
+    assert bad == []
+    core = [m for m in graph if m.count(".") == 1 and (PKG / f"{m.split('.')[1]}.py").is_file()
+            and m != "tracekit.__main__"]
+    bad = [(m, d) for m in core for d in graph[m]
+           if any(_under(d, p) for p in ("tracekit.results", "tracekit.run", "tracekit.cli", "tracekit.report"))
+           and d != "tracekit.report._fmt" and (m, d) not in CORE_MAY]
+    assert bad == []
+    # nothing but the command line (and python -m tracekit) imports the command line
+    assert [m for m, deps in graph.items() if "tracekit.cli" in deps and not _under(m, "tracekit.cli")
+            and m != "tracekit.__main__"] == []
+
+
+def test_the_checks_above_can_fail():
+    graph = import_graph()
+    graph["tracekit.analyses.advice"] = graph["tracekit.analyses.advice"] | {"tracekit.results.breakdown"}
+    assert any(_under(m, "tracekit.analyses") and "tracekit.results.breakdown" in deps for m, deps in graph.items())
+    assert not _under("tracekit.results", "tracekit") and _under("tracekit", "tracekit")
+
+
+def test_private_helpers_stay_private():
+    """A name with a leading underscore is never imported from another package (a helper another package needs is
+    public, without the underscore, and listed in its module's ``__all__`` where the module has one)."""
+    offenders = []
+    for path in PKG.rglob("*.py"):
+        mod = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tracekit"):
+                for a in node.names:
+                    src_pkg, dst_pkg = node.module.rsplit(".", 1)[0], mod.rsplit(".", 1)[0]
+                    if a.name.startswith("_") and not a.name.startswith("__") and src_pkg != dst_pkg:
+                        offenders.append((mod, f"{node.module}.{a.name}"))
+            # ... and never listed as public
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+                offenders += [(mod, f"__all__: {e.value}") for e in getattr(node.value, "elts", [])
+                              if isinstance(e, ast.Constant) and str(e.value).startswith("_")
+                              and not str(e.value).startswith("__")]
+    assert offenders == []
 
 
 def _modules_after(args: list[str]) -> set[str]:

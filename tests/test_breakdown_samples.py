@@ -114,7 +114,7 @@ def test_kernel_totals_match_nsys_stats(name):
     """`nsys stats --report cuda_gpu_kern_sum`, run on the H200 machine on the same export."""
     path = sample_trace(name)
     stats = sample(f"{name}/nsys_stats_kern_sum.csv")
-    from tracekit.analyses.kernels import kernel_summary
+    from tracekit.results.kernels import kernel_summary
 
     ours = {k["name"]: k for k in kernel_summary(tracekit.load(path))["kernels"]}
     rows = list(csv.DictReader(stats.open()))

@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from tracekit.analyses.ceiling import ceiling
 from tracekit.analyses.roofline import step_roofline
 from tracekit.cli.ceiling import ceiling as ceiling_command
 from tracekit.errors import TracekitError
 from tracekit.model import arch_from_config, load_config, load_model, param_counts, parse_bytes, step_bytes
 from tracekit.report.ceiling import render_markdown, render_table
+from tracekit.results.ceiling import ceiling
 
 CONTRACT_KEYS = {"schema", "gpu", "bytes_per_step_per_gpu", "floor_ms", "ceiling_steps_per_s", "tokens_per_step",
                  "ceiling_tokens_per_s", "measured_tokens_per_s", "fraction_of_ceiling", "assumptions"}
@@ -352,7 +352,7 @@ def test_ceiling_and_breakdown_agree_per_gpu():
                       draft_bytes_per_step=sb.draft_bytes_per_step, peak_bw_gbps=4800.0,
                       reference_step_ms=8 * 1000 / 900, tokens_per_step=8, tp=2)
     assert c.bytes_per_step_per_gpu == r.bytes_per_step == sb.bytes_per_step
-    assert c.roofline == r.to_dict()
+    assert c.roofline == r and c.roofline.to_dict() == r.to_dict()
     # by hand: Qwen3-8B bf16 without the embedding, linears / 2, norms whole; KV 36 layers x 2 x (8/2) heads x 128
     norms = (36 * (2 * 4096 + 2 * 128) + 4096) * 2
     assert sb.weight_bytes_per_step == (8_190_735_360 - 151936 * 4096) * 2 / 2 + norms / 2

@@ -610,7 +610,7 @@ def test_kernels_rule_op_only_where_no_name_rule(tmp_path):
     """`tracekit kernels`: a name no [[rule]] matches but whose launching op an [[op]] rule knows shows rule
     op:<op>; the shipped name rules still come first (a user rule file that claims nothing changes no name)."""
     import tracekit
-    from tracekit.analyses.kernels import kernel_summary
+    from tracekit.results.kernels import kernel_summary
 
     from conftest import sample_trace
 

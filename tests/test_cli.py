@@ -102,7 +102,7 @@ def test_kernels_totals_equal_plain_sql_sum():
 
 
 def test_debug_shows_traceback_for_internal_errors(monkeypatch):
-    import tracekit.analyses.info as info_mod
+    import tracekit.results.info as info_mod
 
     def boom(*a, **k):
         raise RuntimeError("boom")
@@ -118,7 +118,7 @@ def test_debug_shows_traceback_for_internal_errors(monkeypatch):
 def test_debug_after_the_subcommand_is_the_debug_flag(monkeypatch):
     code, out, err = run("breakdown", MFU, "--format", "json", "--debug")
     assert code == 0 and json.loads(out)["steps"]["count"] == 15, err  # 16 inferred steps, the last excluded
-    import tracekit.analyses.info as info_mod
+    import tracekit.results.info as info_mod
 
     def boom(*a, **k):
         raise RuntimeError("boom")

@@ -91,7 +91,7 @@ def test_all_devices_of_one_report():
     assert [x["gpu"]["device"] for x in d["ranks"]] == [0, 1]
     assert [row[0] for row in d["table"]] == ["gpu0", "gpu1"]
     # the same cross_rank object as for several files (the devices of one report share one clock)
-    from tracekit.analyses.ranks import CONTRACT_KEYS
+    from tracekit.run.ranks import CONTRACT_KEYS
 
     cr = d["cross_rank"]
     assert set(cr) == set(CONTRACT_KEYS) and cr["ranks"] == 2 and cr["clock_offset_ms_by_rank"] is None

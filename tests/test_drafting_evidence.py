@@ -22,10 +22,10 @@ from click.testing import CliRunner
 
 import tracekit
 from tracekit.analyses.attribution import attribute
-from tracekit.analyses.breakdown import step_table
 from tracekit.analyses.drafting import OFF_EVIDENCE, detect_drafting, forwards
 from tracekit.cli import cli
 from tracekit.errors import TracekitError
+from tracekit.results.breakdown import step_table
 
 from conftest import SAMPLES, sample_sqlite, sample_trace, shared_dir, sql_rows
 from factory import make_trace
@@ -307,18 +307,18 @@ def test_plain_step_without_manifest_takes_out_node_tracing(name):
     assert "as traced (no unprofiled time" in d["verdict"]
 
 
-def test_eager_torch_plain_step_miss_is_the_manifests_own_timing():
-    """The strict xfail of test_validation_engine (spec-small-eager-torch, plain step +84%) rests on this: that
-    capture's manifest timed its spec step at another host speed than its plain step and its own phases. The
-    same process's per-phase timings of 40 more spec steps sum to 0.61 of its spec step, where the other eager
-    captures. sum to their spec step within 15%."""
+def test_eager_spec_manifests_time_their_phases_and_step_alike():
+    """Every eager spec capture's manifest is self-consistent: the same process's per-phase timings of 40 more spec
+    steps sum to its spec step within 15%. The spec-small-eager-torch capture of 2026-12-03 failed this (0.61: its
+    spec step was timed at another host speed than its phases and plain step; its plain step came out +84%, a strict
+    xfail); it was captured again on 2026-12-04 (sample_traces/README.md) and now holds like the others."""
     def phase_share(name):
         m = manifest(name)
         return sum(m["unprofiled_phases_ms"].values()) / m["unprofiled_step_ms"]
 
-    others = ["spec-small-eager", "spec-small-eager-nomark", "spec-small-eager-torch-nomark", "spec-large-eager"]
-    assert all(abs(phase_share(n) - 1) <= 0.15 for n in others), [phase_share(n) for n in others]
-    assert phase_share("spec-small-eager-torch") < 0.65
+    eager = ["spec-small-eager", "spec-small-eager-nomark", "spec-small-eager-torch", "spec-small-eager-torch-nomark",
+             "spec-large-eager"]
+    assert all(abs(phase_share(n) - 1) <= 0.15 for n in eager), [phase_share(n) for n in eager]
 
 
 # --------------------------------------------------------------------------- no drafting where there is none

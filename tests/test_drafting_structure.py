@@ -18,9 +18,9 @@ import polars as pl
 import pytest
 
 import tracekit
-from tracekit.analyses.breakdown import step_table
 from tracekit.analyses.drafting import NOT_DETECTED_VERDICT, detect_drafting, forwards
 from tracekit.analyses.phase import step_phases
+from tracekit.results.breakdown import step_table
 
 from conftest import SAMPLES, sample_sqlite, sample_trace, shared
 

@@ -27,8 +27,8 @@ import tracekit
 import tracekit.lookup as lookup
 import tracekit.readers.nsys as nsys
 from tracekit.analyses.attribution import _merge_by_start, _window_of
-from tracekit.analyses.breakdown import step_table
 from tracekit.intervals import cumulative_union_lengths
+from tracekit.results.breakdown import step_table
 from tracekit.steps import find_steps
 from tracekit.trace import WORK_KINDS
 
@@ -213,8 +213,8 @@ def test_window_search_equals_asof_join(path):
 def test_threaded_stages_equal_sequential(path, monkeypatch):
     """The breakdown's independent stages on two threads (big traces) give what they give one after the other."""
     import tracekit.analyses.attribution as at
-    import tracekit.analyses.breakdown as bd
     import tracekit.analyses.partition as pa
+    import tracekit.results.breakdown as bd
 
     t = tracekit.load(path, kernel_dims=False)
     for m in (at, pa):

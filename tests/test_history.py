@@ -14,7 +14,7 @@ import tracekit
 from tracekit.categories import BREAKDOWN_SCHEMA
 from tracekit.cli import cli
 from tracekit.report.history import history_md
-from tracekit.runs import PER_STEP_KEYS, history, save_runs
+from tracekit.run.history import PER_STEP_KEYS, history, save_runs
 
 from conftest import DATA, sample, shared
 

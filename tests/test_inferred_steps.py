@@ -10,6 +10,7 @@ The expected starts are computed here straight from the launches and ranges, not
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import polars as pl
@@ -51,10 +52,25 @@ def _expected_starts(t, marked: pl.DataFrame, launches: pl.DataFrame) -> tuple[l
 @pytest.mark.parametrize("path", SAMPLE_TRACES, ids=[p.parent.name for p in SAMPLE_TRACES])
 def test_inferred_steps_are_the_marked_steps(path):
     t = tracekit.load(path)
-    marked = find_steps(t).windows.sort("start")
+    found = find_steps(t)
     s = infer_steps(t)
     assert s is not None and s.marker == "inferred" and s.pattern is None
     complete = s.windows.filter(pl.col("end").is_not_null())
+    if found.marker == "inferred":
+        # An unmarked capture has no ranges to compare with (find_steps infers too): the truth is the capture's
+        # own record. The capture starts (cuProfilerStart / the profiler) before its first profiled step and every
+        # profiled step ends with its token read, so every profiled step is a complete step: manifest ``steps``
+        # (12 for serve-prefill-*: the prefill step and 11 decode steps, its ``phases`` one per step), the first
+        # starting at the thread's first work launch.
+        man = json.load(open(path.parent / "manifest.json"))
+        assert complete.height == man["steps"]
+        if "prefill" in man:  # a serving window: its phases, one per profiled step (prefill then decode)
+            assert len(man["phases"]) == man["steps"] and man["phases"][0] == "prefill"
+        first = _thread_launches(t, s.windows).filter(pl.col("kind").is_in(WORK))["start"].min()
+        assert complete["start"].min() == first
+        assert (complete["end"] < complete["start"].shift(-1)).drop_nulls().all()
+        return
+    marked = found.windows.sort("start")
     expected, read_ends_step = _expected_starts(t, marked, _thread_launches(t, s.windows))
     if read_ends_step:  # plain decode: the very steps of the ranges (the first one starts the capture)
         first_launch = (_thread_launches(t, s.windows).filter(pl.col("kind").is_in(WORK)).select("start")

@@ -48,10 +48,10 @@ ERA_FILES = [
 @pytest.mark.parametrize("path,version", ERA_FILES, ids=[p.name for p, _ in ERA_FILES])
 def test_counts_match_direct_sql(path, version):
     trace = tracekit.load(path)
-    from tracekit.analyses.info import info
+    from tracekit.results.info import info
 
     got = info(trace)
-    assert got["counts"] == sql_counts(path)
+    assert got.counts.to_dict() == sql_counts(path)
     assert got["source"]["producer_version"] == version
     assert got["source"]["format"] == "nsys-sqlite"
 

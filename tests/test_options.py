@@ -12,8 +12,6 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from tracekit.analyses.breakdown import breakdown as breakdown_analysis
-from tracekit.analyses.ceiling import ceiling as ceiling_analysis
 from tracekit.cli import cli
 from tracekit.errors import TracekitError
 from tracekit.options import (
@@ -26,6 +24,8 @@ from tracekit.options import (
     options_of,
     parse_amount,
 )
+from tracekit.results.breakdown import breakdown as breakdown_analysis
+from tracekit.results.ceiling import ceiling as ceiling_analysis
 
 from conftest import DATA
 

@@ -139,13 +139,66 @@ def test_sample_traces_are_decode(name):
 
 
 def test_no_evidence_is_unknown_and_analysed_with_a_warning():
-    """nsys-ai mfu_2gpu_before: no annotation, shapes, manifest or graph replay: unknown; --phase decode keeps
-    the steps (no evidence against) and warns."""
-    t, s, ph = _phases(shared("nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite"))
-    assert set(ph["phase"]) == {"unknown"}
+    """nsys-ai mfu_2gpu_before without its NVTX ranges (they hold its training evidence: see
+    test_training_from_host_ranges): no annotation, shapes, manifest, graph replay or backward kernel, and its steps
+    run attention: unknown; --phase decode keeps the steps (no evidence against) and warns."""
+    import dataclasses
+
+    t = tracekit.load(shared(MFU))
+    bare = dataclasses.replace(t, ranges=t.ranges.head(0))
+    s = find_steps(bare)
+    ph = step_phases(bare, s.windows)
+    assert set(ph["phase"]) == {"unknown"} and ph["source"].null_count() == ph.height
     sel, warnings = select_phase(ph)
     assert sel["reason"].null_count() == sel.height and any("unknown" in w for w in warnings)
     assert window_phase(ph["phase"]) == "unknown"
+
+
+MFU = "nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite"
+
+
+def test_training_from_host_ranges():
+    """nsys-ai mfu_2gpu_before is a training run (FACTS.toml; its command is /tmp/fv_mfu_training.py) whose window
+    holds forward work only: no backward kernel. Its NVTX ranges (emit_nvtx) say training: FSDP's
+    RegisterPostBackwardFunction (applied to forward outputs only while autograd records) and activation
+    checkpointing (``_checkpoint_wrapped_module``), counted here by hand from the export. Every step is prefill with
+    source "training", so no decode advice."""
+    from conftest import sql_rows
+
+    n = sql_rows(shared(MFU), "SELECT count(*) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+                              "WHERE coalesce(e.text, s.value) LIKE '%RegisterPostBackwardFunction%' "
+                              "OR coalesce(e.text, s.value) LIKE '%_checkpoint_wrapped_module%'")[0][0]
+    assert n > 0
+    t, s, ph = _phases(shared(MFU))
+    assert set(ph["phase"]) == {"prefill"} and set(ph["source"]) == {"training"}
+    assert ph["evidence"][0].startswith(f"training trace: {n} ") and "RegisterPostBackwardFunction" in ph["evidence"][0]
+    sel, _ = select_phase(ph)
+    assert not sel["decode_advice"].any()
+
+
+def test_no_llm_decode_work_gets_no_decode_advice():
+    """Micro-benchmarks with no LLM decode structure (FACTS.toml): pipit's saxpy runs one kernel per step and no GEMM
+    or attention; the TraceLens MoE layer micro-benchmark runs GEMMs but no attention kernel and reads nothing back
+    to the host (no device-to-host copy: counted from the JSON). Their steps stay phase unknown, and decode advice
+    does not apply, saying why."""
+    import tracekit.results.breakdown as bd
+
+    saxpy = shared("pipit/pipit/tests/data/saxpy-mpi-cuda_nsys_perlmutter0.sqlite")
+    from conftest import sql_rows
+
+    names = sql_rows(saxpy, "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+                            "ON s.id = k.demangledName")
+    assert [n for (n,) in names] == ["saxpy(double *, double *, double *, double, int)"]
+    moe = shared("TraceLens/evals/unit_tests_nv/moe/moe_01_many_experts_few_tokens_analysis_output/"
+                 "moe_01_many_experts_few_tokens.json.gz")
+    events = json.load(gzip.open(moe))["traceEvents"]
+    assert not [e for e in events if e.get("cat") == "gpu_memcpy"]
+    assert not [e for e in events if e.get("cat") == "kernel" and re.search(r"(?i)attn|attention|fmha", e["name"])]
+    for path, why in ((saxpy, "no attention kernel and no GEMM"), (moe, "no token is read back")):
+        st = bd.step_table(tracekit.load(path))
+        assert st.phase == "unknown" and not st.decode_advice and st.phase_label == "non-decode"
+        assert st.phase_note.startswith("no decode advice: these steps show no LLM decode work")
+        assert why in st.phase_note
 
 
 def test_phase_argument_checked():
@@ -225,7 +278,7 @@ def test_nvllm_unmarked_decode_by_decode_kernel():
     events = json.load(gzip.open(path))["traceEvents"]
     names = {e["name"] for e in events if e.get("cat") == "kernel"}
     assert {"_causal_conv1d_update_kernel", "fused_recurrent_gated_delta_rule_packed_decode_kernel"} <= names
-    import tracekit.analyses.breakdown as bd
+    import tracekit.results.breakdown as bd
 
     st = bd.step_table(_bare(tracekit.load(path)), phase="all")
     assert st.phases_found == {"decode": 10} and st.phase == "decode"
@@ -238,7 +291,7 @@ def test_nvllm_unmarked_decode_by_decode_kernel():
 def test_unmarked_speculative_loops_are_decode_by_drafting(name):
     """SGLang-shaped speculative loops without markers or manifest: the draft model's forwards (found by structure)
     make every step a speculative decode step (they were unknown before)."""
-    import tracekit.analyses.breakdown as bd
+    import tracekit.results.breakdown as bd
 
     from conftest import sample_trace
 
@@ -332,7 +385,7 @@ def test_phase_prefill_on_a_decode_trace_is_refused_and_messages_are_said_once()
 def test_gb300_phase_all_keeps_both_kinds_of_step():
     """--phase all on the mixed GB300 window (8 EXTEND + 8 DECODE): the steady step is found per phase, so no
     EXTEND step is dropped as warm-up/transition; steps.phases counts every step found."""
-    import tracekit.analyses.breakdown as bd
+    import tracekit.results.breakdown as bd
 
     st = bd.step_table(tracekit.load(shared(GB300_0)), phase="all")
     assert st.phases_found == {"decode": 8, "prefill": 8}
@@ -348,7 +401,7 @@ def test_serve_prefill_nomark_steps_match_the_manifest(folder):
     """Unmarked serve windows captured on the H200 that start with a prefill step and continue with decode steps
     (eager and graph, nsys and torch): every inferred complete step's phase, from the trace alone (manifest
     stripped), equals the phase the capture ran it as (manifest ``phases``, one per profiled step)."""
-    import tracekit.analyses.breakdown as bd
+    import tracekit.results.breakdown as bd
 
     from conftest import sample_trace
 

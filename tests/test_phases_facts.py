@@ -19,8 +19,8 @@ import sys
 import pytest
 
 import tracekit
-from tracekit.analyses.breakdown import step_table
 from tracekit.errors import NoGpuActivity, NoSteps
+from tracekit.results.breakdown import step_table
 
 from conftest import SHARED
 

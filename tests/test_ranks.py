@@ -22,11 +22,11 @@ from tracekit.analyses.collectives import (
     is_latency_bound,
     tp_from_trace,
 )
-from tracekit.analyses.kernels import kernel_summary
-from tracekit.analyses.ranks import CrossRank, analyse_rank, cross_rank, rank_result
 from tracekit.categories import BREAKDOWN_SCHEMA
-from tracekit.engines import map_files, parse_engine
 from tracekit.errors import TracekitError
+from tracekit.results.kernels import kernel_summary
+from tracekit.run.engines import map_files, parse_engine
+from tracekit.run.ranks import CrossRank, analyse_rank, cross_rank, rank_result
 
 from conftest import DATA, shared
 
@@ -316,7 +316,7 @@ def test_engine_spec(monkeypatch):
         parse_engine("ray")
     with pytest.raises(TracekitError, match="cannot reach the Dask scheduler"):
         pytest.importorskip("distributed")
-        monkeypatch.setattr("tracekit.engines.CONNECT_TIMEOUT", "1s")
+        monkeypatch.setattr("tracekit.run.engines.CONNECT_TIMEOUT", "1s")
         map_files(analyse_rank, [DATA / "kineto" / "hta_nccl_data.json.gz"], OPTS, engine="dask=tcp://127.0.0.1:9")
 
 
@@ -407,7 +407,7 @@ def test_cli_cross_rank_is_the_contract_object_and_the_waits_by_hand(gb300_cli, 
 
 def test_cli_dask_local_cluster_gives_the_process_pool_cross_rank(gb300_cli, gb300_files, monkeypatch):
     pytest.importorskip("distributed")
-    monkeypatch.setattr("tracekit.engines.os.cpu_count", lambda: 2)  # a LocalCluster of 2 workers anywhere
+    monkeypatch.setattr("tracekit.run.engines.os.cpu_count", lambda: 2)  # a LocalCluster of 2 workers anywhere
     r = _cli("breakdown", *gb300_files, "--engine", "dask", "--format", "json")
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
@@ -424,7 +424,7 @@ def test_cli_dask_local_cluster_gives_the_process_pool_cross_rank(gb300_cli, gb3
 def test_cli_bad_engine_is_one_line_exit_2(spec, message, monkeypatch):
     if spec.startswith("dask="):
         pytest.importorskip("distributed")
-    monkeypatch.setattr("tracekit.engines.CONNECT_TIMEOUT", "1s")
+    monkeypatch.setattr("tracekit.run.engines.CONNECT_TIMEOUT", "1s")
     files = [DATA / "kineto" / "hta_nccl_data.json.gz", DATA / "kineto" / "hta_rocm_mi250.json.gz"]
     r = _cli("breakdown", *files, "--engine", spec)
     assert r.exit_code == 2, r.output

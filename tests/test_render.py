@@ -11,7 +11,7 @@ from rich.console import Console
 
 import tracekit
 from tracekit.report import KINDS, render
-from tracekit.runs import save_runs
+from tracekit.run.history import save_runs
 
 from conftest import DATA, sample
 
@@ -201,7 +201,7 @@ def test_sentences_wrap_on_words_on_a_terminal():
 
 
 def test_every_rank_table_is_labelled_with_its_file(tmp_path):
-    from tracekit.analyses.ranks import kernels_ranks
+    from tracekit.run.ranks import kernels_ranks
 
     files = [DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite", DATA / "nsys" / "nsysai_mfu_2gpu_after_2026.2.sqlite"]
     multi = kernels_ranks([tracekit.kernels(tracekit.load(f), top=3) for f in files], files)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pytest
 
 import tracekit
-from tracekit.analyses.breakdown import step_table
 from tracekit.analyses.steady import (
     LAST_STEP,
     MIN_COMPOSITION_OVERLAP,
@@ -15,6 +16,7 @@ from tracekit.analyses.steady import (
     steady_exclusions,
     step_signatures,
 )
+from tracekit.results.breakdown import step_table
 
 from conftest import SAMPLES, sample_trace, shared
 
@@ -49,12 +51,27 @@ def test_hf_small_graph_last_step_excluded():
     assert ex["sig"].n_unique() == 1  # one graph replay + the token copy, the same every step
 
 
+def _listed_phases(path, steps, prior):
+    """``prior`` with each step's phase as the capture ran it, where its manifest lists one per profiled step
+    (``phases``: the serve-prefill captures run a prefill step, then decode steps); unchanged otherwise."""
+    man = json.load(open(path.parent / "manifest.json"))
+    listed = man.get("phases")  # (a speculative capture's ``phases`` names the parts of its loop instead)
+    if not (listed and set(listed) <= {"prefill", "decode", "mixed"}):
+        return prior
+    w = steps.windows.filter(pl.col("end").is_not_null()).sort("start")
+    assert w.height == len(listed) == man["steps"]  # every profiled step is a complete step
+    return prior.join(w.select("step", phase=pl.Series(listed)), on="step", how="left")
+
+
 @pytest.mark.parametrize("path", SAMPLE_TRACES, ids=[p.parent.name for p in SAMPLE_TRACES])
 def test_captures_have_no_warm_up_steps(path):
-    """Every capture profiles steps after 40 timed ones: no step is a warm-up, only the last is excluded."""
+    """Every capture profiles steps after 40 timed ones: no step is a warm-up, only the last is excluded. A capture
+    that runs steps of two phases (serve-prefill-*: a prefill step, then 11 decode steps, manifest ``phases``) has
+    a steady step per phase: its prefill step is a step of another phase, not a warm-up, and the decode steps'
+    compositions are compared among themselves."""
     t = tracekit.load(path)
     table, acts, steps = _tables(t)
-    ex = steady_exclusions(acts, _prior(steps, table))
+    ex = steady_exclusions(acts, _listed_phases(path, steps, _prior(steps, table)))
     assert reason_counts(ex) == {LAST_STEP: 1}
     assert ex["overlap"].drop_nulls().min() >= 0.95
 

@@ -33,7 +33,6 @@ SPEC = ["spec-small-graph", "spec-small-graph-nomark", "spec-small-graph-torch",
 # eager captures whose predicted plain step misses the measured one by more than 10% (docs/validation.md says why:
 # the manifest timed the spec step at another host speed than the plain step; re-examined for issue 23 and pinned by
 # test_drafting_evidence.test_eager_torch_plain_step_miss_is_the_manifests_own_timing)
-PLAIN_MISSES = {"spec-small-eager-torch"}
 
 
 @functools.cache
@@ -96,10 +95,7 @@ def plain_rows() -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="its manifest timed the spec step (27.0 ms) at another host speed than the plain step and "
-                        "its own phases (which sum to 16.5 ms): docs/validation.md")) if n in PLAIN_MISSES
-    else n for n in SPEC])
+@pytest.mark.parametrize("name", SPEC)
 def test_plain_step_from_the_spec_trace_within_10pct(name):
     r = next(x for x in plain_rows() if x["name"] == name)
     assert abs(r["error"]) <= 10, r

@@ -176,7 +176,7 @@ def test_injected_stall_is_a_host_stall_and_the_largest_gap(name):
     # largest[0] is the longest stall gap, named by its range
     top = r["largest"]
     assert top["ms"] == pytest.approx(r["max_gap_ms"], rel=0.01)
-    assert top["cause"] == "host_stalls" and top["before"] == {"kind": "range", "name": "grammar_mask"}
+    assert top["cause"] == "host_stalls" and top["before"].to_dict() == {"kind": "range", "name": "grammar_mask"}
 
 
 # --------------------------------------------------------------------------- graph bubbles

@@ -11,9 +11,11 @@ commands are over its library); each takes the trace first and its options by ke
 >>> tracekit.diff(b, b).to_dict()["delta"]["steps"]["mean_ms"]["abs"]   # two breakdowns side by side
 0.0
 
-``info``, ``kernels``, ``ceiling`` and ``history`` return the dicts their commands print with
-``--format json``; ``breakdown`` and ``diff`` return objects whose ``to_dict()`` is that JSON.
-Importing ``tracekit`` imports neither polars nor pyarrow: each function imports what it needs.
+``info``, ``kernels`` and ``history`` return the dicts their commands print with ``--format json`` (built from
+typed results: ``tracekit.results``); ``breakdown``, ``diff`` and ``ceiling`` return the typed results themselves,
+frozen dataclasses whose ``to_dict()`` is that JSON (``tracekit.contract``: written in one place). Their blocks
+read by attribute (``b.steps.count``) or, as the JSON's dicts do, by key (``b.steps["count"]``); a misspelt key
+raises ``KeyError``. Importing ``tracekit`` imports neither polars nor pyarrow: each function imports what it needs.
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ from tracekit.options import (  # noqa: E402
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
-    from tracekit.analyses.breakdown import Breakdown
-    from tracekit.analyses.ceiling import Ceiling
-    from tracekit.analyses.diff import Diff
+    from tracekit.results.breakdown import Breakdown
+    from tracekit.results.ceiling import Ceiling
+    from tracekit.results.diff import Diff
     from tracekit.trace import Trace
 
 
@@ -78,7 +80,7 @@ def breakdown(trace: Trace, **options) -> Breakdown:
     >>> b.steps["marker"], round(b.per_step_ms["other"], 3), round(b.per_step_ms["idle"], 3)
     ('nvtx', 17.715, 238.0)
     """
-    from tracekit.analyses.breakdown import breakdown as _breakdown
+    from tracekit.results.breakdown import breakdown as _breakdown
 
     opts = bind_options(breakdown, AnalysisOptions, trace, **options)
     return _breakdown(trace, **opts.analysis_kwargs())
@@ -87,16 +89,7 @@ def breakdown(trace: Trace, **options) -> Breakdown:
 breakdown.__signature__ = api_signature(breakdown, "breakdown")
 
 
-def breakdown_file(path: str | Path, options: AnalysisOptions | None = None) -> Breakdown:
-    """:func:`breakdown` of the trace file ``path`` with :class:`AnalysisOptions` (what ``tracekit
-    breakdown`` runs per file, also in its worker processes: picklable by name).
-
-    >>> breakdown_file("tests/data/nsys/pipit_saxpy_2022.2.sqlite", AnalysisOptions(step_range="^saxpy$")).steps["count"]
-    4
-    """
-    from tracekit.analyses.breakdown import breakdown as _breakdown
-
-    return _breakdown(load(path, kernel_dims=False), **(options or AnalysisOptions()).analysis_kwargs())
+from tracekit.run.file import breakdown_file  # noqa: E402  (one file in, one Breakdown out: tracekit.run.file)
 
 
 def kernels(trace: Trace, *, device: int | None = None, top: int | None = None,
@@ -110,9 +103,9 @@ def kernels(trace: Trace, *, device: int | None = None, top: int | None = None,
     >>> [(r["name"], r["category"], r["count"], round(r["total_ms"], 3)) for r in k["kernels"]]
     [('saxpy(double *, double *, double *, double, int)', 'other', 5, 88.573)]
     """
-    from tracekit.analyses.kernels import kernel_summary
+    from tracekit.results.kernels import kernel_summary
 
-    return kernel_summary(trace, device=device, top=top, rules=rules)
+    return kernel_summary(trace, device=device, top=top, rules=rules).to_dict()
 
 
 def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
@@ -124,21 +117,21 @@ def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
     >>> i["counts"], i["range_names"]  # (its 10 MPI_Send ranges launch nothing: no step candidate)
     ({'kernels': 5, 'memops': 15, 'launches': 20, 'ranges': 22}, [{'pattern': 'saxpy', 'regex': '^saxpy$', 'count': 5}])
     """
-    from tracekit.analyses.info import info as _info
+    from tracekit.results.info import info as _info
 
-    return _info(trace, device=device, top=top)
+    return _info(trace, device=device, top=top).to_dict()
 
 
 def diff(base: Breakdown, new: Breakdown) -> Diff:
     """Two breakdowns side by side: deltas per category and step statistic, and the advice that changed.
 
-    ``to_dict()`` is ``tracekit diff --format json`` (see ``tracekit.analyses.diff``).
+    ``to_dict()`` is ``tracekit diff --format json`` (see ``tracekit.results.diff``).
 
     >>> b = breakdown(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), step_range="^saxpy$")
     >>> diff(b, b).to_dict()["delta"]["advice_changed"]
     []
     """
-    from tracekit.analyses.diff import diff as _diff
+    from tracekit.results.diff import diff as _diff
 
     return _diff(base, new)
 
@@ -147,7 +140,7 @@ def ceiling(**options) -> Ceiling:
     """The tok/s ceiling without a trace (schema ``tracekit.ceiling/1``): bytes a decode step must read
     per GPU over the GPU's peak bandwidth. Weights from ``weight_bytes`` (summed over GPUs), ``params`` (x
     ``dtype``) or ``model`` (a model folder / HF snapshot / config.json: safetensors headers only); see
-    :func:`tracekit.analyses.ceiling.ceiling` for what each option does. The keywords are the options declared
+    :func:`tracekit.results.ceiling.ceiling` for what each option does. The keywords are the options declared
     in :data:`tracekit.options.OPTIONS` for ``ceiling`` (the ``tracekit ceiling`` flags; those shared with
     ``breakdown`` are the same declarations); "not given" means one GPU, one sequence, no KV term.
 
@@ -155,7 +148,7 @@ def ceiling(**options) -> Ceiling:
     >>> round(c.floor_ms, 4), round(c.ceiling_tokens_per_s)
     (0.2058, 4858)
     """
-    from tracekit.analyses.ceiling import ceiling as _ceiling
+    from tracekit.results.ceiling import ceiling as _ceiling
 
     return _ceiling(**bind_options(ceiling, CeilingOptions, **options).analysis_kwargs())
 
@@ -171,13 +164,13 @@ def history(db: str | Path, *, path_contains: str | None = None, last: int | Non
     >>> import tempfile, os
     >>> db = os.path.join(tempfile.mkdtemp(), "runs.db")
     >>> b = breakdown(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), step_range="^saxpy$")
-    >>> from tracekit.runs import save_runs
+    >>> from tracekit.run.history import save_runs
     >>> save_runs(db, [b, b], timestamp="2026-01-01T00:00:00+00:00", git={})
     [1, 2]
     >>> [(r["id"], r["reference_source"], r["delta_ms"], r["regression"]) for r in history(db)["runs"]]
     [(1, 'traced', None, False), (2, 'traced', 0.0, False)]
     """
-    from tracekit.runs import history as _history
+    from tracekit.run.history import history as _history
 
     return _history(db, path_contains=path_contains, last=last)
 

@@ -34,9 +34,9 @@ from pathlib import Path
 
 import click
 
+from tracekit.contract import MANIFEST_SCHEMA  # ("tracekit.manifest/1", named once there)
 from tracekit.errors import TracekitError
 
-MANIFEST_SCHEMA = "tracekit.manifest/1"
 MANIFEST_KEYS = ("schema", "workload", "profiler", "mode", "steps", "gpu_name", "peak_bw_gbps",
                  "weight_bytes_per_step", "dtype", "tp", "spec", "tokens_per_step", "unprofiled_step_ms",
                  "versions", "command", "trace_files")

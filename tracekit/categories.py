@@ -9,6 +9,9 @@
 * :data:`GAP_CAUSES`: the keys of ``gaps`` (``launch_gaps`` + ``idle`` split by cause).
 * :data:`LEVERS`: the keys of ``advice``; :data:`LEVER_NAMES` (and :data:`HOST_WORK_NAMES`): what the headline
   calls pulling each.
+* :data:`EXCLUSION_REASONS`: the keys of ``steps.excluded_reasons`` (why a step is not analysed), each named once
+  (:data:`NO_GPU_WORK`, :data:`CUT_BY_WINDOW`, :data:`NOT_SELECTED_PHASE`, :data:`LAST_STEP`, :data:`WARM_UP`).
+* The schema strings live in ``tracekit.contract`` (:data:`BREAKDOWN_SCHEMA` is re-exported here).
 
 >>> STEP_CATEGORIES[:3], GAP_CATEGORIES
 (('gemm', 'attention', 'communication'), ('launch_gaps', 'idle'))
@@ -19,6 +22,8 @@ True
 from __future__ import annotations
 
 from typing import Literal
+
+from tracekit.contract import BREAKDOWN_SCHEMA  # (named there, with every other schema string)
 
 KernelCategory = Literal["gemm", "attention", "communication", "drafting", "other", "memory"]
 
@@ -46,8 +51,13 @@ LEVER_NAMES: dict[str, str] = {"cuda_graphs": "CUDA graphs", "communication": "f
 HOST_WORK_NAMES: dict[str, str] = {"host_stalls": "no host stalls inside the step",
                                    "between_steps": "no host work between steps",
                                    "both": "no host stalls or host work between steps"}
-# The breakdown JSON's schema string, named once (breakdown writes it, diff and history compare against it).
-BREAKDOWN_SCHEMA = "tracekit.breakdown/3"
+# Why a step is excluded: the keys of steps.excluded_reasons, in the order they are counted (the contract's).
+NO_GPU_WORK = "no GPU work"
+CUT_BY_WINDOW = "cut by capture window"
+NOT_SELECTED_PHASE = "phase"  # not of the phase --phase selects
+LAST_STEP = "last step (no following step)"
+WARM_UP = "warm-up/transition"
+EXCLUSION_REASONS: tuple[str, ...] = (NO_GPU_WORK, CUT_BY_WINDOW, NOT_SELECTED_PHASE, LAST_STEP, WARM_UP)
 # Range names whose GPU work is drafting (--draft-range's default; Python re.search).
 DEFAULT_DRAFT_RANGE = r"(?i)\bdraft"
 # Step phases (steps.phase) and what --phase accepts.
@@ -56,4 +66,5 @@ PHASE_CHOICES: tuple[str, ...] = ("decode", "prefill", "mixed", "all")
 
 __all__ = ["KERNEL_CATEGORIES", "COMPUTE_CATEGORIES", "UNATTRIBUTED", "BUSY_CATEGORIES", "GAP_CATEGORIES",
            "STEP_CATEGORIES", "PRIORITY", "GAP_CAUSES", "LEVERS", "LEVER_NAMES", "HOST_WORK_NAMES", "PHASES",
-           "PHASE_CHOICES", "DEFAULT_DRAFT_RANGE", "BREAKDOWN_SCHEMA", "KernelCategory"]
+           "PHASE_CHOICES", "DEFAULT_DRAFT_RANGE", "BREAKDOWN_SCHEMA", "KernelCategory", "NO_GPU_WORK", "CUT_BY_WINDOW",
+           "NOT_SELECTED_PHASE", "LAST_STEP", "WARM_UP", "EXCLUSION_REASONS"]

@@ -319,11 +319,6 @@ def with_op_categories(table: pl.DataFrame, pos: pl.Series, kernels: pl.DataFram
 # ───────────────────────── parsing and validation ─────────────────────────
 
 
-def _parse(text: str, origin: str) -> tuple[Rule, ...]:
-    """The ``[[rule]]`` tables of a rules file (see :func:`_parse_tables` for the ``[[op]]`` ones too)."""
-    return _parse_tables(text, origin)[0]
-
-
 def _parse_tables(text: str, origin: str) -> tuple[tuple[Rule, ...], tuple[Rule, ...]]:
     """``([[rule]] rules, [[op]] rules)`` of a rules file, validated."""
     try:

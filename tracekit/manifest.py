@@ -28,9 +28,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-SCHEMA = "tracekit.manifest/1"
-KEYS = ("schema", "workload", "profiler", "mode", "steps", "gpu_name", "peak_bw_gbps", "weight_bytes_per_step",
-        "dtype", "tp", "spec", "tokens_per_step", "unprofiled_step_ms", "versions", "command")
+from tracekit.contract import MANIFEST_SCHEMA
+
+SCHEMA = MANIFEST_SCHEMA  # "tracekit.manifest/1" (tracekit.contract names it once)
 MIB = 1 << 20
 # the reader's format -> the manifest's "profiler"
 FORMAT_PROFILER = {"nsys-sqlite": "nsys", "kineto-json": "torch"}

@@ -18,7 +18,7 @@ feeds. :data:`OPTIONS` lists every one, in ``--help`` order, and says which anal
   with its type and default); their body builds the options object and passes :meth:`analysis_kwargs` on.
 
 ``tests/test_options.py`` fails when the command line, the options objects, the API signatures and the analyses'
-own keyword parameters (``tracekit.analyses.breakdown.breakdown``, ``tracekit.analyses.ceiling.ceiling``: the
+own keyword parameters (``tracekit.results.breakdown.breakdown``, ``tracekit.results.ceiling.ceiling``: the
 *use* of each option) disagree on a name, a default or a type. So adding an option is one
 ``Option(...)`` here plus its use: the new keyword of the analysis that reads it. sqlite-utils is the model: every
 command is a thin call of a documented function with the same parameter names.
@@ -56,9 +56,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
-from tracekit.analyses.ceiling import DTYPES  # the dtypes of --params / --dtype / --kv-dtype (standard library only)
 from tracekit.categories import DEFAULT_DRAFT_RANGE, PHASE_CHOICES
 from tracekit.errors import TracekitError
+from tracekit.model.units import DTYPES  # the dtypes of --params / --dtype / --kv-dtype
 
 Phase = Literal["decode", "prefill", "mixed", "all"]
 AmountKind = Literal["bytes", "count"]
@@ -163,7 +163,7 @@ class Option:
             if k == "regex" and value == "":
                 return None  # --draft-range '': drafting by range off
             if k == "engine":
-                from tracekit.engines import parse_engine
+                from tracekit.run.engines import parse_engine
 
                 parse_engine(value)
             return value
@@ -351,7 +351,7 @@ class _CeilingChecks(_Options):
 
     def analysis_kwargs(self) -> dict:
         """The given values only: what "not given" means without a trace (one GPU, one sequence, no KV term) is
-        ``tracekit.analyses.ceiling.ceiling``'s to say."""
+        ``tracekit.results.ceiling.ceiling``'s to say."""
         return {k: v for k, v in super().analysis_kwargs().items() if v is not None}
 
 

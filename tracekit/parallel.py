@@ -1,4 +1,4 @@
-"""Independent stages of one analysis at once, on threads (several files: :mod:`tracekit.engines`)."""
+"""Independent stages of one analysis at once, on threads (several files: :mod:`tracekit.run.engines`)."""
 
 from __future__ import annotations
 

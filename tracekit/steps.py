@@ -16,7 +16,7 @@ Three ways, tried in this order (``Steps.marker`` says which was used):
    begins (a complete prefill step at the start of a window), else cut by the capture window.
 
 A step here is a host-side window on one thread (pid, tid, start, end); the GPU period
-of each step is computed in ``analyses/breakdown.py`` from the work launched inside it.
+of each step is computed in ``results/breakdown.py`` from the work launched inside it.
 """
 
 from __future__ import annotations
@@ -433,6 +433,10 @@ class Period:
     # Stretches with a period of their own (prefill steps, then decode steps, say), in time order: each
     # {"steps", "segments", "launches", "graph_launches", "reads"} (complete steps; medians per step).
     regimes: list[dict] = field(default_factory=list)
+    # Why the part before the first closing read is a whole step or cut by the capture, in words (see _whole).
+    lead: str | None = None
+    # Set when that part is a whole step unlike the usual one (its launches, why): the warning says so.
+    lead_note: str | None = None
 
     def describe(self) -> str:
         """The period in words, for the warning."""
@@ -608,15 +612,86 @@ def _step_ids(close: pl.Series) -> pl.Series:
 HEAD_WIDTHS = (1, 2, 3, 4, 6, 8)
 
 
-def _whole(steps: pl.DataFrame, segs: pl.DataFrame) -> pl.Series:
-    """Complete steps: closed by a closing read, and not the part before the first one unless the capture's start
-    did not cut it: that part is made of the same segments as the usual step, or it begins as a step begins
-    (:func:`_starts_a_step`: a prefill step at the start of a window is a whole step of another kind)."""
+def _whole(steps: pl.DataFrame, segs: pl.DataFrame, capture: str | None = None
+           ) -> tuple[pl.Series, str | None, bool]:
+    """Complete steps, and why the part before the first closing read (the *lead*) is whole or cut.
+
+    Returns ``(complete, why, other)``: ``other`` is True when the lead is a whole step unlike the usual one (rules
+    3 and 4). Every step after the lead that a closing read closes is complete. The lead, in this order of evidence
+    (the first that applies decides; docs/definitions.md, "Inferred steps"):
+
+    1. it is made of the same segments as the usual step: whole;
+    2. its launches are a proper suffix of a complete step's (:func:`_is_suffix`): the capture began inside that
+       kind of step, so it is cut;
+    3. ``capture`` (:func:`capture_evidence`): the trace records its capture's start on the launching thread
+       before the lead's first launch, with nothing recorded in between, so the capture did not cut it: whole,
+       whatever its kind (a prefill step before decode steps);
+    4. it begins with the launches a step begins with (:func:`_starts_a_step`): whole;
+    5. otherwise cut (nothing says the capture did not cut it).
+    """
     h = steps.select(pl.col("hs").hash(17))["hs"]
+    complete = (steps["closed"] & (steps["i"] > 0)).alias("complete")
+    if steps.height == 0 or not bool(steps["closed"][0]):
+        return complete, None, False
     usual = h.filter(steps["closed"] & (steps["i"] > 0)).mode()
-    lead_same = h.is_in(usual.implode()) & (steps["i"] == 0)
-    lead_whole = bool(lead_same.any()) or _starts_a_step(steps.with_columns(h=h), segs)
-    return (steps["closed"] & ((steps["i"] > 0) | (lead_whole & (steps["i"] == 0)))).alias("complete")
+    other = False
+    if bool((h.is_in(usual.implode()) & (steps["i"] == 0)).any()):
+        lead, why = True, "its launches are the usual step's"
+    elif _is_suffix(steps, segs):
+        lead, why = False, "its launches are the end of a complete step's: the capture began inside that step"
+    elif capture is not None:
+        lead, why, other = True, capture, True
+    elif _starts_a_step(steps.with_columns(h=h), segs):
+        lead, why, other = True, "it begins with the launches a step begins with", True
+    else:
+        lead, why = False, "nothing in the trace says the capture did not cut it"
+    first = "the first step is whole: " if lead else "the part before the first step is cut by the capture window: "
+    return (complete | ((steps["i"] == 0) & lead)).alias("complete"), first + why, other
+
+
+def _is_suffix(steps: pl.DataFrame, segs: pl.DataFrame) -> bool:
+    """Whether the lead's work launches, in order, are the last launches of some complete step with more launches
+    (a proper suffix): what the capture leaves of a step it began inside. One join of the lead's launches, by
+    their position from the end, with every complete step's last launches (no loop over steps)."""
+    pool = steps.filter(pl.col("closed") & (pl.col("i") > 0)).select("sid")
+    if pool.height == 0:
+        return False
+    toks = segs.select("sid", "work").explode("work").drop_nulls("work").with_columns(
+        back=pl.int_range(pl.len()).reverse().over("sid"), m=pl.len().over("sid"))
+    lead = toks.filter(pl.col("sid") == int(steps["sid"][0])).select("back", lw="work")
+    n = lead.height
+    if n == 0:
+        return False
+    tails = toks.join(pool, on="sid", how="semi").filter((pl.col("back") < n) & (pl.col("m") > n))
+    hits = tails.join(lead, on="back", how="inner").group_by("sid").agg(same=(pl.col("work") == pl.col("lw")).sum())
+    return bool((hits["same"] == n).any())
+
+
+def capture_evidence(trace: Trace, pid: int, tid: int, seq: pl.DataFrame) -> str | None:
+    """Why the capture did not cut the launching thread's first recorded work, in words, or None without evidence.
+
+    The trace records its capture's start (``TraceMeta.capture_start``) before the thread's first launch, and
+    nothing of the thread (no launch, no host read) is recorded in between: on the launching thread itself
+    (nsys ``cuProfilerStart``/``cudaProfilerStart``, torch.profiler's ``start_trace`` frame), the thread started
+    the capture and then began that work; where the trace does not name the thread (the Kineto profiler span
+    alone), the framework op that launched the first work must be recorded, and so began after the start (the
+    profiler records no op that was open when it started)."""
+    cs = trace.meta.capture_start
+    if cs is None or seq.height == 0 or bool(seq["read"][0]):
+        return None
+    first = int(seq["start"][0])
+    if cs.ns > first:
+        return None
+    ahead = f"{cs.call} {(first - cs.ns) / 1e6:.3f} ms before its first launch, nothing recorded in between"
+    if cs.tid is not None:
+        if (cs.pid, cs.tid) != (pid, tid):
+            return None
+        return f"the capture started on the launching thread ({ahead})"
+    op = trace.ops.filter((pl.col("pid") == pid) & (pl.col("tid") == tid) & (pl.col("start") >= cs.ns)
+                          & (pl.col("start") <= first) & (pl.col("end") >= first))
+    if op.height == 0:
+        return None
+    return f"the capture started ({ahead}) and the op that launched it ({op['name'][0]}) was recorded whole"
 
 
 def _starts_a_step(steps: pl.DataFrame, segs: pl.DataFrame) -> bool:
@@ -646,7 +721,7 @@ def _starts_a_step(steps: pl.DataFrame, segs: pl.DataFrame) -> bool:
     return False
 
 
-def find_period(seq: pl.DataFrame) -> tuple[pl.DataFrame, Period] | None:
+def find_period(seq: pl.DataFrame, capture: str | None = None) -> tuple[pl.DataFrame, Period] | None:
     """The steps of a launch sequence (:func:`launch_sequence`) from its period, or None when it has none.
 
     Returns ``(steps, period)``: ``steps`` has one row per step in time order with ``start`` (its first
@@ -697,7 +772,10 @@ def find_period(seq: pl.DataFrame) -> tuple[pl.DataFrame, Period] | None:
         n_work=pl.col("n_work").sum(), n_graph=pl.col("n_graph").sum(), n_reads=(pl.col("n_reads") > 0).sum(),
         hs=pl.col("h").filter(pl.col("n_work") > 0), regime=pl.col("regime").first(),
     ).filter(pl.col("n_work") > 0).with_columns(i=pl.int_range(pl.len()))
-    steps = steps.with_columns(complete=_whole(steps, segs.select("sid", "work")))
+    # the capture's start is evidence about the lead only when the lead's first launch opens the sequence
+    lead_first = steps.height and seq.height and steps["start"][0] == seq["start"][0]
+    complete, lead, other = _whole(steps, segs.select("sid", "work"), capture if lead_first else None)
+    steps = steps.with_columns(complete)
     steps = steps.with_columns(end=pl.when(pl.col("complete")).then(pl.col("end")))
     good = steps.filter(pl.col("complete"))
     if good.height < 2:
@@ -706,6 +784,11 @@ def find_period(seq: pl.DataFrame) -> tuple[pl.DataFrame, Period] | None:
     period.graph_launches = float(good["n_graph"].median())
     period.reads = float(good["n_reads"].median())
     period.complete = good.height
+    period.lead = lead
+    if other:  # a whole first step unlike the others (a prefill step before decode steps): said in the warning
+        n0, g0 = int(steps["n_work"][0]), int(steps["n_graph"][0])
+        graphs = f" ({g0} graph launch{'es' if g0 != 1 else ''})" if g0 else ""
+        period.lead_note = f"the first step, of {n0} launches{graphs}, is whole: " + lead.split(": ", 1)[1]
     regimes = good.group_by("regime").agg(
         first=pl.col("start").min(), steps=pl.len(), launches=pl.col("n_work").median(),
         graph_launches=pl.col("n_graph").median(), reads=pl.col("n_reads").median()).sort("first")
@@ -744,13 +827,14 @@ def infer_steps(trace: Trace, device: int | None = None) -> Steps | None:
         return None
     pid, tid = main
     seq = launch_sequence(trace, pid, tid)
-    found = find_period(seq)
+    found = find_period(seq, capture_evidence(trace, pid, tid, seq))
     if found is not None:
         steps, per = found
         windows = steps.select("start", "end").with_columns(
             pid=pl.lit(pid, pl.Int64), tid=pl.lit(tid, pl.Int64), name=pl.lit("inferred step"))
+        lead = f"; {per.lead_note}" if per.lead_note else ""
         msg = (f"no step markers found: steps inferred from the period of the launch sequence ({per.describe()}; "
-               f"a step starts after {per.anchor}); pass --step-range to use a range instead")
+               f"a step starts after {per.anchor}{lead}); pass --step-range to use a range instead")
         out = Steps(_windows(windows), "inferred", None, [msg])
         out.period = per
         return out

@@ -25,7 +25,6 @@ import polars as pl
 
 GraphTraceMode = Literal["node", "graph", "none", "unknown"]
 SourceFormat = Literal["nsys-sqlite", "kineto-json"]
-LaunchKind = Literal["kernel", "graph", "memcpy", "memset", "sync", "other"]
 # Launch kinds that put work on a GPU (what `tracekit info` counts as launches).
 WORK_KINDS: tuple[str, ...] = ("kernel", "graph", "memcpy", "memset")
 
@@ -184,6 +183,20 @@ class ProcessGroup:
 
 
 @dataclass(frozen=True)
+class CaptureStart:
+    """The capture's own start as the trace records it: when recording began (``ns``, on the trace's host clock),
+    by which call (``call``: ``cuProfilerStart`` / ``cudaProfilerStart`` in an nsys export, torch.profiler's
+    ``start_trace`` Python frame or the ``PyTorch Profiler`` trace span in a Kineto trace) and, where recorded, on
+    which thread (``pid``/``tid`` null: the profiler started at ``ns`` on a thread the trace does not name).
+    ``tracekit.steps`` uses it to tell a whole first step from one the capture cut."""
+
+    ns: int
+    call: str
+    pid: int | None = None
+    tid: int | None = None
+
+
+@dataclass(frozen=True)
 class TraceMeta:
     """What we know about where a trace came from."""
 
@@ -200,6 +213,8 @@ class TraceMeta:
     command: tuple[str, ...] | None = None
     # The job's process groups where the producer lists them (Kineto distributedInfo.pg_config); untrusted text.
     process_groups: tuple[ProcessGroup, ...] = ()
+    # The capture's recorded start (None: the trace does not record how its capture began).
+    capture_start: CaptureStart | None = None
 
 
 @dataclass(frozen=True)

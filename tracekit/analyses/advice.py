@@ -32,10 +32,12 @@ docs/validation.md records predicted versus measured step times on the H200.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from tracekit.categories import HOST_WORK_NAMES, LEVER_NAMES, LEVERS
+from tracekit.categories import GAP_CATEGORIES, HOST_WORK_NAMES, LEVER_NAMES, LEVERS
+from tracekit.contract import Block, flattened, internal
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracekit.analyses.drafting import VerifyCost
@@ -53,53 +55,46 @@ ALL_LEVERS = LEVERS
 # The basis of a lever's max_saving_ms.
 BASES = ("measured", "estimated", "upper_bound", "unknown", "none")
 EPS_MS = 0.0005  # savings below this (0.5 µs) are none
+# The extension keys a lever may carry beside the contract's (``Lever.extra``), in the order they are written:
+# drafting's detection and its evidence (and the flag its unknown saving needs); communication's measures
+# (hidden time, transfer and wait, the kinds and the collectives), its name and the collectives' implementation cost.
+LEVER_EXTENSIONS = ("detection", "evidence", "missing_flag", "hidden_communication_ms", "transfer_ms", "wait_ms",
+                    "split_basis", "by_kind", "collectives", "lever_name", "staging_ms", "graph_node_ms",
+                    "implementation_cost_ms", "free_allreduce_step_ms")
 
 
 @dataclass(frozen=True)
-class Lever:
-    """One lever of ``advice``; ``extra`` holds extension keys (e.g. ``detection``).
+class Lever(Block):
+    """One lever of ``advice`` (a :class:`tracekit.contract.Block`: ``to_dict()`` is its JSON); ``extra`` holds
+    its extension keys (each one of :data:`LEVER_EXTENSIONS`, written after ``verdict``; e.g. ``detection``).
 
-    ``name``: how the headline calls pulling it; ``basis`` (:data:`BASES`) of ``max_saving_ms``; ``assumed``:
-    the inputs the saving rests on; ``needs``: the flags that would make an unknown saving known."""
+    ``name``: how the headline calls pulling it (not in the JSON); ``basis`` (:data:`BASES`) of ``max_saving_ms``;
+    ``assumed``: the inputs the saving rests on; ``needs``: the flags that would make an unknown saving known."""
 
     applicable: bool
     predicted_step_ms: float | None
     max_saving_ms: float | None
     max_saving_fraction: float | None
     verdict: str
-    extra: dict = field(default_factory=dict)
-    name: str = ""
+    extra: dict = flattened(LEVER_EXTENSIONS, default_factory=dict)
+    name: str = internal(default="")
     basis: str = "none"
     assumed: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
-
-    def __getitem__(self, key: str):
-        return self.to_dict()[key]
 
     @property
     def unknown(self) -> bool:
         """A saving that an input the user can give would make known."""
         return self.basis == "unknown" and bool(self.needs)
 
-    def to_dict(self) -> dict:
-        return {"applicable": self.applicable, "predicted_step_ms": self.predicted_step_ms,
-                "max_saving_ms": self.max_saving_ms, "max_saving_fraction": self.max_saving_fraction,
-                "verdict": self.verdict, **self.extra, "basis": self.basis, "assumed": list(self.assumed),
-                "needs": list(self.needs)}
-
 
 @dataclass(frozen=True)
-class Advice:
-    """Every lever, and those worth pulling ranked by the time they would save (largest first)."""
+class Advice(Block):
+    """Every lever (the contract's ``advice`` object: one key per lever of :data:`LEVERS`, in that order), and
+    those worth pulling ranked by the time they would save (largest first; not in the JSON)."""
 
-    levers: dict[str, Lever]
-    ranked: tuple[str, ...]
-
-    def __getitem__(self, key: str) -> Lever:
-        return self.levers[key]
-
-    def to_dict(self) -> dict:
-        return {k: v.to_dict() for k, v in self.levers.items()}
+    levers: dict[str, Lever] = flattened(LEVERS, complete=True)
+    ranked: tuple[str, ...] = internal(default=())
 
 
 @dataclass(frozen=True)
@@ -110,9 +105,9 @@ class StepFacts:
     reference_ms: float  # time_base.reference_step_ms
     reference_source: str | None  # "flag" | "manifest" | None (= the traced step)
     upper_bounds: bool  # no unprofiled time: every saving is an upper bound on a profiled step
-    per_step_ms: dict  # the exact partition of the traced step
-    kernel_ms: dict  # plain kernel sums per category
-    gaps: dict  # launch_overhead, host_stalls, graph_bubbles, between_steps
+    per_step_ms: Mapping  # the exact partition of the traced step (the breakdown's PerStepMs block)
+    kernel_ms: Mapping  # plain kernel sums per category (its KernelMsPerStep block)
+    gaps: Mapping  # launch_overhead, host_stalls, graph_bubbles, between_steps (its GapCauses block)
     busy_ms: float  # GPU-busy time (union of the step's activity)
     graph_kernel_share: float
     launched_per_step: float  # work launched one by one (not from a graph)
@@ -265,7 +260,9 @@ def host_work_lever(f: StepFacts) -> Lever:
     g = f.gaps
     hs, bs = g["host_stalls"], g["between_steps"]
     traced = hs + bs
-    which = "both" if hs > EPS_MS and bs > EPS_MS else ("host_stalls" if hs > EPS_MS else "between_steps")
+    # named by what it removes: a part under 5% of the lever's time (or under EPS) does not name it
+    big = max(EPS_MS, 0.05 * traced)
+    which = "both" if hs >= big and bs >= big else ("host_stalls" if hs >= bs else "between_steps")
     name = HOST_WORK_NAMES[which]
     if traced <= EPS_MS:
         return _lever(f, False, f.reference_ms, "the GPU never waits for host work in or between steps (no host "
@@ -319,12 +316,6 @@ def _kinds(split) -> str:
     """'all-gather/reduce-scatter': the collective kinds that hold most of the saving (NCCL's names)."""
     kinds = split.kinds_that_matter() if split is not None and split.by_kind else []
     return "/".join(kinds) if kinds else "collectives"
-
-
-def _comm_name(f: StepFacts) -> str:
-    """'a faster all-reduce' when every collective of the step is one, else 'faster collectives'."""
-    kinds = {str(r.get("kind", "")).replace("_", "-") for r in f.collectives}
-    return "a faster all-reduce" if kinds == {"all-reduce"} else LEVER_NAMES["communication"]
 
 
 def communication_lever(f: StepFacts) -> Lever:
@@ -523,7 +514,7 @@ def memory_lever(f: StepFacts) -> Lever:
         verdict = (f"the step takes {_base(f)} against a floor of {floor:.3f} ms for reading {streams} ({pct(frac)} "
                    f"of it): {amount} per step are not spent reading memory")
         rest = sorted(((k, v) for k, v in {**f.gaps, **{k: v for k, v in f.per_step_ms.items()
-                                                        if k not in ("gemm", "launch_gaps", "idle")}}.items() if v),
+                                                        if k not in ("gemm", *GAP_CATEGORIES)}}.items() if v),
                       key=lambda kv_: -kv_[1])[:2]
         if rest:
             verdict += "; the largest other parts of the traced step: " + ", ".join(
@@ -592,4 +583,4 @@ def advise(f: StepFacts) -> Advice:
 
 
 __all__ = ["advise", "check", "Advice", "Lever", "StepFacts", "DEFAULT_REPLAY_GAP_US", "GRAPHED_SHARE", "ALL_LEVERS",
-           "BASES", "pct", "saving_text", "gap_name"]
+           "BASES", "LEVER_EXTENSIONS", "pct", "saving_text", "gap_name"]

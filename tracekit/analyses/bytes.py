@@ -45,6 +45,11 @@ if TYPE_CHECKING:
 
 # tp_source values (the contract's), in precedence order.
 TP_SOURCES = ("flag", "manifest", "command", "communicator", "process_group", "default")
+# those read from the trace (its recorded command line, communicators, process groups) or defaulted: breakdown's
+# roofline writes their evidence (tp_evidence)
+TP_EVIDENCE_SOURCES = TP_SOURCES[2:]
+# those that state tp (the user, the capture, the run's own command line) rather than infer it from collectives
+STATED_TP_SOURCES = TP_SOURCES[:3]
 # A process group whose description names tensor parallelism (vLLM/SGLang/Megatron labels).
 _TP_DESC = re.compile(r"(?i)(^|[^a-z])tp([^a-z]|$)|tp_group|tensor")
 

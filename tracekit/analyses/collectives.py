@@ -1,7 +1,7 @@
 """Collectives: what each communication kernel is, how big, how fast, and how much of it compute hides.
 
 One rank's communication is summarised in a :class:`CommSummary` (small and picklable: what a Dask worker
-sends back instead of the whole breakdown); :mod:`tracekit.analyses.ranks` matches the summaries of several
+sends back instead of the whole breakdown); :mod:`tracekit.run.ranks` matches the summaries of several
 ranks. Definitions (../shared/spec/CONTRACT.md):
 
 * **kind** of a collective: the NCCL args' ``Collective name`` where recorded, else the kernel name
@@ -36,7 +36,7 @@ ranks. Definitions (../shared/spec/CONTRACT.md):
 * **transfer and wait** (:class:`CommSplit`): a collective kernel runs from the rank's arrival until the last
   rank's data is in; the transfer is its duration when this rank arrives last, the rest is waiting for the
   other ranks. From one file, :func:`split_one_rank` (each recurring collective's fastest instances); across
-  rank files, :mod:`tracekit.analyses.ranks`. ``advice.communication.max_saving_ms`` = the exposed transfer.
+  rank files, :mod:`tracekit.run.ranks`. ``advice.communication.max_saving_ms`` = the exposed transfer.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from tracekit.analyses.bytes import STATED_TP_SOURCES
+from tracekit.categories import COMPUTE_CATEGORIES
 from tracekit.model.units import DTYPE_BITS
 from tracekit.trace import COMM_OPS, Trace
 
@@ -206,7 +208,7 @@ def kernel_exposure(acts: pl.DataFrame | None) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     comm = comm.with_columns(end=pl.max_horizontal("start", "end"))
     streams = comm["stream"].unique().to_list()
-    compute = acts.filter(pl.col("category").is_in(["gemm", "attention", "other", "drafting"])
+    compute = acts.filter(pl.col("category").is_in([c for c in COMPUTE_CATEGORIES if c != "communication"])
                           & (pl.col("end") > pl.col("start"))).select("start", "end", "stream")
     parts = []
     for s in streams:  # a handful of communication streams, not events
@@ -467,7 +469,7 @@ class CommSplit:
     """A rank's communication kernel time per step split into the data movement (``transfer_ms``) and waiting for
     the other ranks (``wait_ms``), with the exposed part of each (ms per step; the contract's
     ``advice.communication`` keys). ``basis``: ``"cross-rank"`` (the ranks' files matched,
-    :mod:`tracekit.analyses.ranks`), ``"fastest-instances"`` (this file alone, :func:`split_one_rank`) or
+    :mod:`tracekit.run.ranks`), ``"fastest-instances"`` (this file alone, :func:`split_one_rank`) or
     ``"none"`` (transfer and wait unknown: ``exposed_ms`` is the bound). ``kernels``: the communication
     kernels it was computed from (:data:`SUMMARY_SCHEMA`, ``transfer`` filled), not compared or shipped."""
 
@@ -639,29 +641,18 @@ def one_rank_evidence(trace: Trace, kernels: pl.DataFrame, tp: int, tp_source: s
     if gs.len() == kernels.height and kernels.height and (gs == 1).all():
         return "its communicator has 1 rank"
     kinds = kernels["kind"].cast(pl.String).unique().to_list()
-    if tp == 1 and tp_source in ("flag", "manifest", "command line") and (ep or 1) <= 1 and kinds == ["all_reduce"]:
+    if tp == 1 and tp_source in STATED_TP_SOURCES and (ep or 1) <= 1 and kinds == ["all_reduce"]:
         return f"tensor parallelism 1 ({tp_source})"
     return None
 
 
-def step_collectives(trace: Trace, acts: pl.DataFrame | None, *, device: int, n_steps: int,
-                     gpu_name: str | None, rules=None) -> tuple[list[dict], int | None, str]:
-    """One rank's collectives table (:func:`collective_table`) straight from a trace and its analysed
-    activities, before a Breakdown exists (what ``advice.communication`` quotes); with the communicator size
-    of the trace's all-reduces and its evidence (:func:`tp_from_trace`)."""
-    tp, tp_ev = tp_from_trace(trace)
-    kernels, _ = comm_kernels(trace, acts, device, tp=tp, rules=rules)
-    link, link_gbps = link_of(gpu_name)
-    return _table(kernels, n_steps, link, link_gbps), tp, tp_ev
-
-
 def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
-    """The communication of one analysed rank (a :class:`~tracekit.analyses.breakdown.Breakdown`), with sizes and
+    """The communication of one analysed rank (a :class:`~tracekit.results.breakdown.Breakdown`), with sizes and
     communicators when its ``trace`` is given (the Breakdown alone carries only the analysed steps' kernels).
     The kernels the breakdown already found (its ``facts.comm_split``) are not looked for again."""
     acts = b.activities
-    dev = b.gpu["device"]
-    n_steps = max(1, b.steps["count"])
+    dev = b.gpu.device
+    n_steps = max(1, b.steps.count)
     tp, tp_ev = tp_from_trace(trace) if trace is not None else (None, "no trace given")
     split = getattr(getattr(b, "facts", None), "comm_split", None)
     if split is not None and split.kernels is not None:
@@ -672,16 +663,16 @@ def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
         hidden = float(kernels.filter(pl.col("step").is_not_null())["hidden"].sum() or 0) / 1e6 / n_steps
     in_steps = kernels.filter(pl.col("step").is_not_null())
     serial = float((in_steps["end"] - in_steps["arrival"]).clip(0).sum() or 0) / 1e6 / n_steps
-    link, link_gbps = link_of(b.gpu.get("name"))
+    link, link_gbps = link_of(b.gpu.name)
     return CommSummary(
-        path=b.source["path"], rank=b.rank, device=dev, gpu_name=b.gpu.get("name"),
-        steps=b.steps["count"], step_ms=b.steps["mean_ms"], exposed_ms=b.per_step_ms.get("communication"),
-        kernel_ms=b.kernel_ms_per_step.get("communication"), hidden_ms=hidden,
+        path=b.source.path, rank=b.rank, device=dev, gpu_name=b.gpu.name,
+        steps=b.steps.count, step_ms=b.steps.mean_ms, exposed_ms=b.per_step_ms.communication,
+        kernel_ms=b.kernel_ms_per_step.communication, hidden_ms=hidden,
         serial_ms=serial, tp=tp, tp_evidence=tp_ev, link=link, link_gbps=link_gbps, kernels=kernels,
         warnings=warnings)
 
 
-def _rows(calls: pl.DataFrame, n_steps: int, time_col: str) -> pl.DataFrame:
+def collective_rows(calls: pl.DataFrame, n_steps: int, time_col: str) -> pl.DataFrame:
     """Per (kind, implementation): counts, sizes and times of ``calls`` (one row per call; ``time_col`` = the
     time the bandwidth is computed from, ns)."""
     return (calls.group_by("kind", "impl").agg(
@@ -698,7 +689,7 @@ def _rows(calls: pl.DataFrame, n_steps: int, time_col: str) -> pl.DataFrame:
 
 
 def row_dicts(rows: pl.DataFrame, n_steps: int, link: str | None, link_gbps: float | None) -> list[dict]:
-    """The contract's ``collectives`` entries (plus extension keys) from :func:`_rows`."""
+    """The contract's ``collectives`` entries (plus extension keys) from :func:`collective_rows`."""
     out = []
     for r in rows.iter_rows(named=True):
         n = r["group_size"]
@@ -725,7 +716,7 @@ def collective_table(s: CommSummary) -> list[dict]:
 
     Times are the kernels' own durations (as ``tracekit kernels`` sums them): on one rank they include
     waiting for the other ranks, so bandwidths here are lower bounds; the cross-rank table
-    (:func:`tracekit.analyses.ranks.cross_rank`) computes them from the transfer alone.
+    (:func:`tracekit.run.ranks.cross_rank`) computes them from the transfer alone.
     """
     return _table(s.kernels, max(1, s.steps), s.link, s.link_gbps)
 
@@ -735,7 +726,7 @@ def _table(kernels: pl.DataFrame, n_steps: int, link: str | None, link_gbps: flo
         pl.col("name", "impl", "kind", "group").cast(pl.String), dur=pl.col("end") - pl.col("start"))
     if calls.height == 0:
         return []
-    return row_dicts(_rows(calls, n_steps, "dur"), n_steps, link, link_gbps)
+    return row_dicts(collective_rows(calls, n_steps, "dur"), n_steps, link, link_gbps)
 
 
 def collectives_verdict(rows: list[dict], *, across_ranks: bool = False) -> str | None:
@@ -779,5 +770,6 @@ def _bytes(n: int | None) -> str:
 
 
 __all__ = ["CommSummary", "CommSplit", "StepComm", "split_one_rank", "step_communication", "one_rank_evidence",
-           "kernel_exposure", "NCCL_KIND", "comm_summary", "comm_kernels", "step_collectives", "collective_table", "collectives_verdict", "hidden_communication",
+           "kernel_exposure", "NCCL_KIND", "comm_summary", "comm_kernels", "collective_rows", "row_dicts", "collective_table", "collectives_verdict",
+           "hidden_communication",
            "tp_from_trace", "bus_factor", "is_latency_bound", "HOP_LATENCY_US", "DTYPE_BYTES"]

@@ -28,17 +28,16 @@ import polars as pl
 
 from tracekit.analyses.attribution import THREADS_FROM_ROWS, Attribution
 from tracekit.analyses.gaps import LARGEST, name_gaps, stall_segments, stalled_part
-from tracekit.categories import KERNEL_CATEGORIES, PRIORITY, UNATTRIBUTED
+from tracekit.categories import CUT_BY_WINDOW as CUT
+from tracekit.categories import KERNEL_CATEGORIES, LAST_STEP, PRIORITY, UNATTRIBUTED
+from tracekit.categories import NO_GPU_WORK as NO_WORK
+from tracekit.categories import NOT_SELECTED_PHASE as PHASE
+from tracekit.categories import WARM_UP as WARMUP
 from tracekit.errors import NoSteps
 from tracekit.intervals import cumulative_union_lengths
 from tracekit.parallel import in_threads
 from tracekit.trace import Trace
 
-LAST_STEP = "last step (no following step)"
-WARMUP = "warm-up/transition"
-NO_WORK = "no GPU work"
-CUT = "cut by capture window"
-PHASE = "phase"
 _PRIO = {c: i for i, c in enumerate(PRIORITY)}
 
 
@@ -85,8 +84,12 @@ class StepTable:
 
     @property
     def phase_label(self) -> str:
-        """The analysed steps' phase in words: ``training`` for prefill steps that train (backward kernels)."""
-        return "training" if self.phase_note and self.phase_note.startswith("training ") else self.phase
+        """The analysed steps' phase in words: ``training`` for prefill steps that train (backward kernels),
+        ``non-decode`` for steps that show no LLM decode work (phase unknown)."""
+        note = self.phase_note or ""
+        if note.startswith("no decode advice: these steps show no LLM decode work"):
+            return "non-decode"
+        return "training" if note.startswith("training ") else self.phase
 
     @property
     def excluded(self) -> int:
@@ -171,7 +174,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
 
     # ---- exclusions among the steps with GPU work (their periods stay as computed above): phase, then the last
     # step and warm-up/transition steps by their kernel sequences (tracekit.analyses.steady)
-    from tracekit.analyses.phase import no_decode_advice, phase_counts, select_phase, window_phase
+    from tracekit.analyses.phase import NO_LLM, no_decode_advice, phase_counts, select_phase, window_phase
     from tracekit.analyses.steady import steady_exclusions
 
     phases = phases if phases is not None else attr.phases
@@ -206,8 +209,10 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
                         "excluded")
     step_phase = window_phase(analysed["phase"])
     decode_advice = bool(sel["decode_advice"].any()) if sel.height else True
-    phase_note = None if decode_advice and step_phase != "prefill" else no_decode_advice(step_phase, phases_found,
-                                                                                         training)
+    no_llm = found.filter(pl.col("source") == NO_LLM)["evidence"] if "source" in found.columns else None
+    phase_note = None if decode_advice and step_phase != "prefill" else no_decode_advice(
+        step_phase, phases_found, training, no_llm[0] if no_llm is not None and no_llm.len() and
+        step_phase == "unknown" else None)
 
     # ---- the analysed steps' activities: serialised per stream, clipped to their step's period
     keep = analysed["step"].implode()

@@ -62,6 +62,7 @@ LIGHT_RATIO = 1.5  # GEMM time within this of the lightest steps': a light step
 SAME_FORWARD = 2.0  # GEMM launches within this factor of the light steps': the same forward (layers)
 SHAPES_EAGER_SHARE = 0.5  # eager share of a step's GEMM time from which its recorded shapes may say decode
 GRAPHED_LIGHT_SHARE = 0.5  # graph-replayed share of a light step's kernel time that says decode beside eager heavy steps
+LIGHT_MAJORITY = 0.5  # share of the complete steps that must be light for light steps beside prefill to be decode
 # Attention kernels that only decode runs (a decode step's attention: one or a few query tokens per sequence
 # against a paged KV cache), with where each name comes from.
 DECODE_KERNELS = (
@@ -91,6 +92,14 @@ _GEN_RX = r"generation_(\d+)"  # vLLM's decode sequences, with or without the (.
 TRAINING_KERNELS = (r"(?i)backward|_bwd|bwd_|\bbwd|wgrad|dgrad|multi_tensor_apply\w*<.*?(adam|adagrad|sgd|lamb|lion"
                     r"|momentum)|adam\w*kernel|GammaBetaBackward|cudnn::bn_bw|\bbn_bw|FlashAttnBwd|fmha_cutlassB"
                     r"|fmha_bwd")
+# Host ranges and framework ops that only a training step records (NVTX via emit_nvtx, Kineto cpu_op/annotation):
+# autograd backward nodes and the engine's backward pass, aten backward ops, optimizer steps (torch.optim's profiler
+# hook "Optimizer.step#AdamW.step"), FSDP's backward hooks (RegisterPostBackwardFunction is applied to forward
+# outputs only while autograd records: trace:nsys-ai mfu_2gpu_*) and activation checkpointing, which exists only to
+# recompute activations for a backward pass (_checkpoint_wrapped_module).
+TRAINING_HOST = (r"Backward\d*\b|^autograd::engine::evaluate_function|^aten::\w+_backward|AccumulateGrad"
+                 r"|^Optimizer\.(step|zero_grad)#|RegisterPostBackwardFunction|FSDP::(pre|post)_backward"
+                 r"|_checkpoint_wrapped_module")
 # GEMM ops whose activation is the input at this index (addmm's first input is the bias).
 _ACT_INPUT = {"aten::addmm": 1, "aten::_addmm_activation": 1, "aten::baddbmm": 1, "aten::addbmm": 1,
               "aten::addmv": 1}
@@ -243,6 +252,13 @@ def step_work(acts: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         light=(pl.col("complete") & (pl.col("g_n") > 0) & (pl.col("ratio") <= LIGHT_RATIO)).fill_null(False))
 
 
+def same_forward_as(heavy: pl.DataFrame) -> pl.Expr:
+    """Steps whose GEMM launches are within :data:`SAME_FORWARD` of the ``heavy`` steps' (median): the same
+    model's forward, fewer tokens."""
+    n = float(heavy["g_n"].median())
+    return (pl.col("g_n") >= n / SAME_FORWARD) & (pl.col("g_n") <= n * SAME_FORWARD)
+
+
 def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None = None) -> pl.DataFrame:
     """The phase of every step window.
 
@@ -306,6 +322,17 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
                                "step(s) run eager (engines capture graphs for decode batches)",
                                (100 * pl.col("graphed") / pl.col("k_all")).round(0).cast(pl.Int64),
                                pl.lit(round(r, 1))))
+    # light beside prefill: in a window whose heavy steps are prefill, the steady light steps of the same forward
+    # (the window's majority) process a handful of tokens each: the decode steps that follow a prompt
+    prefill_heavy = work.filter(pl.col("heavy") & pl.col("decode_kernel").is_null())
+    n_light = int(work["light"].sum())
+    light_beside = work.head(0).select("step", phase=pl.lit("decode"), evidence=pl.lit(""))
+    if prefill_heavy.height and n_light >= LIGHT_MAJORITY * int(work["complete"].fill_null(False).sum()):
+        r = float(prefill_heavy["ratio"].median())
+        light_beside = work.filter(pl.col("light") & pl.col("attention") & same_forward_as(prefill_heavy)).select(
+            "step", phase=pl.lit("decode"),
+            evidence=pl.lit(f"token-proportional work: the window's steady step, GEMM time 1/{r:.1f} of the "
+                            f"prefill step(s)' over the same forward (a handful of tokens per sequence)"))
     # graph: the largest single graph replay's share of the step's kernel time
     graph = work.filter(pl.col("attention") & (pl.col("k_all") > 0)
                         & (pl.col("one_replay") >= GRAPH_DECODE_SHARE * pl.col("k_all"))).select(
@@ -326,13 +353,22 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
         sources.append(steps.select("step", phase=pl.lit("prefill"), source=pl.lit("training"),
                                     evidence=pl.lit(f"training trace: {trace_bwd.height} backward/optimizer "
                                                     f"kernels (e.g. {ex})")))
+    else:
+        host = training_host(trace)
+        if host is not None:
+            sources.append(steps.select("step", phase=pl.lit("prefill"), source=pl.lit("training"),
+                                        evidence=pl.lit(host)))
     sources += [shapes.select("step", "phase", "evidence", source=pl.lit("shapes")),
                 heavy.select("step", "phase", "evidence", source=pl.lit("work")),
                 kernels.with_columns(source=pl.lit("kernels")),
-                graph_vs_eager.with_columns(source=pl.lit("work"))]
+                graph_vs_eager.with_columns(source=pl.lit("work")),
+                light_beside.with_columns(source=pl.lit("work"))]
     if manifest and listed is None:
         sources.append(_manifest_phases(manifest, steps))
     sources.append(graph.with_columns(source=pl.lit("graph")))
+    why = no_llm_decode(trace, work)
+    if why is not None:  # the last word, for steps nothing else speaks for: no decode step, phase still unknown
+        sources.append(steps.select("step", phase=pl.lit("unknown"), source=pl.lit(NO_LLM), evidence=pl.lit(why)))
     ranked = pl.concat([s.select(pl.col("step").cast(pl.Int64), pl.col("phase").cast(pl.String),
                                  pl.col("source").cast(pl.String), pl.col("evidence").cast(pl.String),
                                  rank=pl.lit(i)) for i, s in enumerate(sources)])
@@ -344,6 +380,44 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
 
 
 NO_EVIDENCE = "no annotation, GEMM shapes, token-proportional work, decode kernel, manifest or graph replay says"
+NO_LLM = "no_llm"  # source of steps that show no LLM decode work (phase unknown, no decode advice)
+
+
+def training_host(trace: Trace) -> str | None:
+    """Training evidence from the host side (:data:`TRAINING_HOST`: autograd backward, optimizer, FSDP backward
+    hooks, activation checkpointing in range or op names), in words; None without any. For traces whose window
+    holds no backward kernel (a forward-only slice of a training step)."""
+    names = pl.concat([trace.ranges.select("name"), trace.ops.select("name")])
+    hits = names.filter(pl.col("name").str.contains(TRAINING_HOST).fill_null(False))["name"]
+    if hits.len() == 0:
+        return None
+    # the plainest example: one that is not only a checkpoint wrapper's module name
+    strong = hits.filter(~hits.str.contains(r"_checkpoint_wrapped_module"))
+    ex = (strong if strong.len() else hits)[0].split(", op_id")[0][:70]
+    return (f"training trace: {hits.len()} autograd-backward / optimizer / FSDP-backward / checkpointing host "
+            f"ranges (e.g. {ex})")
+
+
+def no_llm_decode(trace: Trace, work: pl.DataFrame) -> str | None:
+    """Why the window's steps are no LLM decode steps, in words, or None when nothing says so.
+
+    A decode step runs the model's attention (or its linear-attention / SSM update) and reads weights through GEMMs,
+    and a serving loop reads its sampled tokens back to the host. Evidence: no step runs an attention kernel (with
+    every kernel visible: not a whole-graph nsys capture), and either no step runs a GEMM either (no model forward at
+    all: pipit's saxpy) or the trace holds no device-to-host copy (no token is ever read back: a layer
+    micro-benchmark, a convolution network). Either alone is not enough: a decode trace may name its attention
+    kernels in ways the taxonomy does not know, and a graph-captured loop may keep its tokens on the GPU."""
+    if trace.meta.graph_trace_mode == "graph" or work.height == 0 or bool(work["attention"].any()):
+        return None
+    gemm = bool((work["g_n"] > 0).any())
+    dtoh = trace.memops.filter(pl.col("copy_kind") == "DtoH").height
+    if not gemm:
+        return "no attention kernel and no GEMM in any step: no model forward"
+    if dtoh:
+        return None
+    convs = trace.kernels.filter(name_matches(trace.kernels["name"], r"(?i)conv|fprop_implicit|fft2d|scudnn"))
+    what = f"; {convs.height} convolution kernels" if convs.height else ""
+    return f"no attention kernel in any step, no device-to-host copy in the trace: no token is read back{what}"
 
 
 def _manifest_phases(manifest: dict, steps: pl.DataFrame) -> pl.DataFrame:
@@ -400,7 +474,8 @@ def select_phase(phases: pl.DataFrame, wanted: str = "decode") -> tuple[pl.DataF
     warnings: list[str] = []
     p = pl.col("phase")
     keep = pl.lit(True) if wanted == "all" else (p == wanted) | ((p == "unknown") & (wanted == "decode"))
-    out = phases.select("step", "phase", keep=keep)
+    no_llm = (pl.col("source") == NO_LLM).fill_null(False) if "source" in phases.columns else pl.lit(False)
+    out = phases.select("step", "phase", keep=keep, no_llm=no_llm)
     counts = phase_counts(phases)
     training = "source" in phases.columns and bool((phases["source"] == "training").any())
     if wanted != "all" and out.height and not out["keep"].any():
@@ -412,9 +487,10 @@ def select_phase(phases: pl.DataFrame, wanted: str = "decode") -> tuple[pl.DataF
         out = out.with_columns(keep=pl.lit(True))
         advice = False
     else:
-        advice = bool(out.filter(pl.col("keep"))["phase"].is_in(["decode", "unknown"]).any()) \
+        kept = out.filter(pl.col("keep"))
+        advice = bool((kept["phase"].is_in(["decode", "unknown"]) & ~kept["no_llm"]).any()) \
             if wanted in ("decode", "all") else False
-        if wanted == "decode" and out.filter(pl.col("keep"))["phase"].eq("unknown").all():
+        if wanted == "decode" and kept["phase"].eq("unknown").all() and not kept["no_llm"].all():
             warnings.append("the phase of the steps is unknown (no annotation, GEMM shapes, token-proportional work, "
                             "decode kernel, manifest or graph replay tells decode from prefill): analysed as decode "
                             "steps")
@@ -427,9 +503,12 @@ def select_phase(phases: pl.DataFrame, wanted: str = "decode") -> tuple[pl.DataF
                       decode_advice=pl.lit(advice)), warnings
 
 
-def no_decode_advice(phase: str, phases: dict[str, int], training: bool) -> str:
+def no_decode_advice(phase: str, phases: dict[str, int], training: bool, no_llm: str | None = None) -> str:
     """Why decode advice does not apply to the analysed steps, once, right for the window: names what the steps
-    are and points to ``--phase decode`` only when the window has decode steps."""
+    are and points to ``--phase decode`` only when the window has decode steps. ``no_llm``: the evidence that the
+    steps show no LLM decode work (:func:`no_llm_decode`)."""
+    if no_llm:
+        return f"no decode advice: these steps show no LLM decode work ({no_llm}); the split above still holds"
     what = "training" if training and phase == "prefill" else phase
     if phases.get("decode"):
         return (f"{what} steps: decode advice does not apply (the split above still holds); the window also has "

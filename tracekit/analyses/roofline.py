@@ -32,10 +32,11 @@ from __future__ import annotations
 import ast
 import math
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import polars as pl
 
+from tracekit.contract import Block
 from tracekit.model.units import DTYPE_BITS, dtype_bytes
 
 # Element sizes: the one table (tracekit.model.units); dtype_bytes is re-exported here for the roofline's callers.
@@ -108,8 +109,10 @@ def weight_bytes_per_gpu(weight_bytes: int | float, tp: int = 1) -> int:
 
 
 @dataclass(frozen=True)
-class RooflineBlock:
-    """The contract's ``roofline`` block of ``tracekit.breakdown/3``; ``to_dict()`` has its keys, in order.
+class RooflineBlock(Block):
+    """The roofline's figures (a :class:`tracekit.contract.Block`; ``to_dict()`` has its keys, in order): the
+    ``roofline`` of ``tracekit ceiling``, and the first keys of breakdown's
+    (``tracekit.results.breakdown.TraceRoofline``).
 
     Every byte figure is per GPU; ``tp`` says by how many GPUs the model's bytes were divided.
     """
@@ -128,9 +131,6 @@ class RooflineBlock:
     fraction_of_ceiling: float | None
     gemm_achieved_bw_gbps: float | None
     attention_achieved_bw_gbps: float | None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def step_roofline(

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import polars as pl
 
-REASONS = ("no GPU work", "cut by capture window", "phase", "last step (no following step)", "warm-up/transition")
-LAST_STEP = "last step (no following step)"
-TRANSITION = "warm-up/transition"
+from tracekit.categories import EXCLUSION_REASONS as REASONS
+from tracekit.categories import LAST_STEP
+from tracekit.categories import WARM_UP as TRANSITION
+
 MIN_STEPS_FOR_LAST = 3  # the last of at least this many steps is excluded
 MIN_COMPOSITION_OVERLAP = 0.75  # composition overlap with the steady step below which a step is a transition
 

@@ -15,23 +15,23 @@ profiler when it is known (``--measured-step-ms`` / ``--measured-tok-s``, else t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+
+from tracekit.categories import GAP_CATEGORIES
+from tracekit.contract import Block
 
 HOST_BOUND = 0.2  # launch_gaps + idle >= this share of the traced step: host-bound
 
 
 @dataclass(frozen=True)
-class TimeBase:
-    """The contract's ``time_base`` object."""
+class TimeBase(Block):
+    """The contract's ``time_base`` object (a :class:`tracekit.contract.Block`: ``to_dict()`` is its JSON)."""
 
     traced_step_ms: float
     unprofiled_step_ms: float | None
     unprofiled_source: str | None  # "flag" | "manifest" | None
     reference_step_ms: float
     profiler_inflation: float | None  # traced / unprofiled
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def time_base(traced_step_ms: float, *, measured_step_ms: float | None, measured_tok_s: float | None,
@@ -54,13 +54,13 @@ def time_base(traced_step_ms: float, *, measured_step_ms: float | None, measured
                     reference_step_ms=ref, profiler_inflation=inflation)
 
 
-def host_bound(per_step_ms: dict, traced_step_ms: float) -> bool:
-    """launch_gaps + idle >= 20% of the traced step.
+def host_bound(per_step_ms, traced_step_ms: float) -> bool:
+    """launch_gaps + idle (``per_step_ms``: the block, or a mapping with those keys) >= 20% of the traced step.
 
     >>> host_bound({"launch_gaps": 1.0, "idle": 1.5}, 10.0), host_bound({"launch_gaps": 0.5, "idle": 0.5}, 10.0)
     (True, False)
     """
-    idle = (per_step_ms.get("launch_gaps") or 0.0) + (per_step_ms.get("idle") or 0.0)
+    idle = sum(per_step_ms[k] or 0.0 for k in GAP_CATEGORIES)
     return traced_step_ms > 0 and idle >= HOST_BOUND * traced_step_ms
 
 

@@ -2,7 +2,7 @@
 
 Each command is load, one library call (``tracekit.info`` / ``kernels`` / ``breakdown_file``), ``emit``.
 Several files (or a directory of rank files) give one result per rank plus the cross-rank table of
-``tracekit.analyses.ranks``; ``breakdown`` runs the per-file stage on ``--engine`` (``tracekit.engines``).
+``tracekit.run.ranks``; ``breakdown`` runs the per-file stage on ``--engine`` (``tracekit.run.engines``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def info(traces, device, fmt, output, color):
     if len(files) == 1:
         emit("info", results[0], fmt, output, color)
     else:
-        from tracekit.analyses.ranks import info_ranks
+        from tracekit.run.ranks import info_ranks
 
         emit("info", info_ranks(results), fmt, output, color)
 
@@ -58,7 +58,7 @@ def kernels(traces, device, top, rules, wide, fmt, output, color):
         emit("kernels", tracekit.kernels(load(files[0], fmt == "json"), device=device, top=top, rules=rules), fmt,
              output, color, wide)
         return
-    from tracekit.analyses.ranks import kernels_ranks
+    from tracekit.run.ranks import kernels_ranks
 
     # the cross-rank totals are over every kernel; --top only shortens each rank's list
     full = [tracekit.kernels(load(p, fmt == "json"), device=device, rules=rules) for p in files]
@@ -92,43 +92,30 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
     if all_devices:
         if len(files) != 1 or opts.device is not None:
             raise TracekitError("--all-devices takes one trace file and no --device")
-        results, labels = _all_devices(files[0], opts)
+        from tracekit.run.ranks import analyse_devices
+
+        results, labels = analyse_devices(load(files[0], True), opts)
     elif len(files) == 1:
         result = beside_renderer_import(lambda: tracekit.breakdown_file(files[0], opts), fmt)
         if save is not None:
-            from tracekit.runs import save_runs
+            from tracekit.run.history import save_runs
 
             save_runs(save, [result])
         emit("breakdown", result, fmt, output, color)
         return
     else:
-        from tracekit.analyses.ranks import analyse_files
+        from tracekit.run.ranks import analyse_files
 
         results, labels = analyse_files(files, opts, fmt=fmt), None
-    from tracekit.analyses.ranks import RankResult, cross_rank
+    from tracekit.run.ranks import cross_rank
 
     cr = cross_rank(results, labels)
     if save is not None:
-        from tracekit.runs import save_runs
+        from tracekit.run.history import save_runs
 
         # each rank as the cross-rank analysis left it (its advice.communication from the matched transfer)
-        save_runs(save, [RankResult(d, None) for d in cr.rank_dicts])
+        save_runs(save, cr.rank_breakdowns)
     emit("ranks", cr, fmt, output, color)
-
-
-def _all_devices(path: Path, opts):
-    """Every GPU of one trace (an nsys report of several ranks), each as a rank: its breakdown and communication."""
-    import dataclasses
-
-    from tracekit.analyses.breakdown import breakdown as run
-    from tracekit.analyses.breakdown import devices_with_activity
-    from tracekit.analyses.ranks import rank_result
-
-    trace = load(path, True)
-    devs = devices_with_activity(trace)
-    results = [rank_result(run(trace, **dataclasses.replace(opts, device=d).analysis_kwargs()), trace,
-                           rules=opts.rules) for d in devs]
-    return results, [f"gpu{d}" for d in devs]
 
 
 COMMANDS = (info, kernels, breakdown)

@@ -21,7 +21,7 @@ def ceiling(opts, fmt, output, color):
 
     Or from the model's own files: tracekit ceiling --gpu H200 --model PATH --tp 2 --batch 8 --context 8192
     """
-    from tracekit.analyses.ceiling import ceiling as run
+    from tracekit.results.ceiling import ceiling as run
 
     emit("ceiling", run(**opts.analysis_kwargs()), fmt, None if output is None else Path(output), color)
 

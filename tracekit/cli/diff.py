@@ -36,8 +36,8 @@ def diff(base, new, opts, base_measured_step_ms, new_measured_step_ms, fmt, outp
 def _side(path: Path, opts, name: str):
     """The breakdown of one side: a trace analysed with ``opts``, or a breakdown saved as JSON."""
     import tracekit
-    from tracekit.analyses.diff import read_saved
     from tracekit.errors import TracekitError
+    from tracekit.results.diff import read_saved
 
     saved = read_saved(path)
     if saved is None:

@@ -127,7 +127,7 @@ def analysis_options(fn=None, *, engine: bool = False, measured: bool = True):
     """Add the analysis options (:func:`tracekit.options.options_of` ``"breakdown"``) to a command and pass them as
     one ``opts: AnalysisOptions``.
 
-    ``engine``: add ``--engine`` (breakdown of several files: where they run, :mod:`tracekit.engines`).
+    ``engine``: add ``--engine`` (breakdown of several files: where they run, :mod:`tracekit.run.engines`).
     ``measured=False`` leaves out ``--measured-step-ms`` / ``--measured-tok-s`` (``diff`` has a measured step per
     side instead: :func:`side_option`). Inconsistent values (both measured flags) are a one-line usage error, exit 2.
     """

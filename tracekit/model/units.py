@@ -25,6 +25,9 @@ import click
 
 from tracekit.errors import TracekitError
 
+# The dtypes a user names (--params with --dtype, --kv-dtype): each is a key of DTYPE_BITS.
+DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8", "int4")
+
 BYTE_UNITS: dict[str, int] = {
     "": 1,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

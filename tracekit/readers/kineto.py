@@ -93,6 +93,26 @@ def sorted_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
     return pl.concat(out, how="horizontal").with_columns(pl.col("start").set_sorted())
 
 
+# torch.profiler's own frame that starts recording, as the Python tracer records it (with_stack=True): a frame
+# open when the tracer started, so it is recorded on the thread that called it (torch/profiler/profiler.py).
+_START_FRAME = r"torch/profiler/profiler\.py\(\d+\): start_trace$"
+
+
+def _capture_start(spans: pl.DataFrame | None, ops: pl.DataFrame) -> schema.CaptureStart | None:
+    """When recording began: the end of torch.profiler's ``start_trace`` frame on its thread where the Python
+    tracer recorded it, else the start of the profiler's ``PyTorch Profiler (N)`` span (thread unknown), else
+    None."""
+    frame = ops.filter(pl.col("name").str.contains(_START_FRAME).fill_null(False)).head(1)
+    if frame.height:
+        r = frame.row(0, named=True)
+        return schema.CaptureStart(ns=int(r["end"]), call="torch.profiler start_trace", pid=r["pid"], tid=r["tid"])
+    if spans is not None:
+        span = spans.filter(pl.col("name").str.starts_with("PyTorch Profiler")).sort("start").head(1)
+        if span.height:
+            return schema.CaptureStart(ns=int(span["start"][0]), call="PyTorch Profiler span")
+    return None
+
+
 def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     """Read a PyTorch profiler / Kineto trace (``.json`` or ``.json.gz``) into a :class:`Trace`.
 
@@ -175,6 +195,7 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     else:
         ops = empty(schema.OPS)
     del parts
+    capture_start = _capture_start(frames.pop("profiler"), ops)
     dropped = frames.dropped
     del frames
 
@@ -223,6 +244,7 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
         world_size=world_size,
         process_groups=process_groups(header.distributedInfo),
         warnings=tuple(warnings),
+        capture_start=capture_start,
     )
     return Trace(kernels=kernels, memops=memops, launches=launches, ranges=ranges, ops=ops, gpus=gpus, meta=meta,
                  graph_execs=empty(schema.GRAPH_EXECS), collectives=collectives).validate()

@@ -60,6 +60,7 @@ _GROUPS = {
     "cpu_op": "op",
     "operator": "op",
     "python_function": "host",
+    "trace": "profiler",  # the profiler's own span ('PyTorch Profiler (0)'): when recording began
 }
 # Small-integer codes for the groups; 0: not read. 'Operator' (legacy) is ops and ProfilerStep#N ranges.
 _CODES = {g: i for i, g in enumerate(dict.fromkeys(_GROUPS.values()), 1)}
@@ -223,6 +224,7 @@ _SPECS: dict[str, tuple[dict[str, tuple[str, str]], dict[str, pl.Expr]]] = {
     "annotation": (_T, _HOST),
     # every other CPU op and Python function: what the host did (gaps are named and classified by it)
     "host": (_T, _HOST),
+    "profiler": (_T, _HOST),
     "op": (
         {**_T, "input_dims": ("args.input_dims", "json"), "input_dims_legacy": ("args.input_dims_legacy", "json"),
          "input_types": ("args.input_types", "json")},

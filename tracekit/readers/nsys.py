@@ -13,6 +13,7 @@ elementwise map against ``StringIds`` (a few thousand rows), never by a per-row 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import urllib.parse
@@ -30,6 +31,7 @@ from tracekit.trace import (
     MEMOPS,
     OPS,
     RANGES,
+    CaptureStart,
     Trace,
     TraceMeta,
     conform,
@@ -414,6 +416,30 @@ def _launches(db: _Db, apis: pl.DataFrame) -> pl.DataFrame:
     return conform(df, LAUNCHES)
 
 
+# The calls that start an nsys capture from the application (``--capture-range=cudaProfilerApi``), any version suffix.
+_CAPTURE_START_RX = r"^(cuProfilerStart|cudaProfilerStart)(_v\d+)?$"
+
+
+def _capture_start(db: _Db, strings: pl.DataFrame) -> CaptureStart | None:
+    """The first ``cuProfilerStart`` / ``cudaProfilerStart`` call recorded, with its thread: recording began when
+    it returned, on that thread. None without one (a capture started by time or from the command line). Looked up
+    only when the string table names the call, and the scan stops at the first rows found (the call opens the
+    capture), so a trace without one costs nothing."""
+    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    ids = strings.filter(pl.col("value").str.contains(_CAPTURE_START_RX).fill_null(False))
+    if ids.height == 0 or not db.has(table):
+        return None
+    sql = (f"SELECT start, end, {_PID.format(c='globalTid')}, {_TID.format(c='globalTid')}, nameId FROM {table} "
+           f"WHERE nameId IN ({','.join(str(int(i)) for i in ids['id'])}) LIMIT 16")
+    rows = db.frame(sql, {"start": pl.Int64, "end": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "name_id": pl.Int64},
+                    table).drop_nulls(["start", "end"])
+    if rows.height == 0:
+        return None
+    first = rows.sort("start").row(0, named=True)
+    call = ids.filter(pl.col("id") == first["name_id"])["value"][0]
+    return CaptureStart(ns=int(first["end"]), call=re.sub(r"_v\d+$", "", call), pid=first["pid"], tid=first["tid"])
+
+
 def _ranges(db: _Db, strings: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     if not db.has("NVTX_EVENTS"):
         return empty(RANGES)
@@ -582,6 +608,7 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
         ranges = _ranges(db, strings, warnings)
         graph_execs = _graph_execs(db)
         gpus = _gpus(db)
+        capture_start = _capture_start(db, strings)
     finally:
         db.close()
     warnings += k_warn
@@ -610,6 +637,7 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
         graph_trace_mode=mode,
         warnings=tuple(warnings),
         command=_command(capture),
+        capture_start=capture_start,
     )
     return Trace(
         kernels=kernels,

@@ -10,28 +10,7 @@ print to, so tests print into a ``StringIO``.
 
 from __future__ import annotations
 
-import json
-import math
-
-
-def _clean(obj):
-    """JSON-safe copy: NaN/inf -> None, tuples -> lists."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def to_json(obj) -> str:
-    return json.dumps(_clean(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def rounded(x, nd=3):
-    return None if x is None else round(float(x), nd)
-
+from tracekit.contract import to_json  # the one JSON writer (re-exported: report.to_json)
 
 # kind -> (module, markdown renderer, csv renderer, terminal renderer); names resolved on first use, so
 # importing this package imports neither rich nor polars.
@@ -79,7 +58,7 @@ def render(kind: str, result, fmt: str, console_factory=None) -> str | None:
     if kind not in _RENDERERS:
         raise ValueError(f"unknown report kind {kind!r}; one of {', '.join(KINDS)}")
     if fmt == "json":  # before the renderers: JSON needs neither markdown nor rich
-        return to_json(result.to_dict() if hasattr(result, "to_dict") else result)
+        return to_json(result)
     module, md_name, csv_name, table_name = _RENDERERS[kind]
     if fmt == "md":
         return _fn(md_name, module)(result)

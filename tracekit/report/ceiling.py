@@ -1,6 +1,6 @@
 """Renderers of ``tracekit ceiling`` (schema ``tracekit.ceiling/1``): the rich table and markdown.
 
-Both show a :class:`tracekit.analyses.ceiling.Ceiling` (whose ``to_dict()`` is the JSON): the quantities, the
+Both show a :class:`tracekit.results.ceiling.Ceiling` (whose ``to_dict()`` is the JSON): the quantities, the
 one-sentence summary, and every assumption. The GPU name may be whatever the user typed, so it goes
 through ``report.safe`` like a name from a trace.
 """

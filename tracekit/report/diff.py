@@ -1,7 +1,7 @@
 """Renderers of ``tracekit diff`` (schema ``tracekit.diff/3``): markdown for a PR comment, and the rich table.
 
 Everything shown is read from ``Diff.to_dict()`` (the ``--format json`` output), so the three formats
-agree; the analysis is ``tracekit.analyses.diff.diff``. The markdown is stable: the same two traces give
+agree; the analysis is ``tracekit.results.diff.diff``. The markdown is stable: the same two traces give
 the same text byte for byte. Untrusted text (paths, verdicts quoting names, warnings) goes through
 ``report.safe``.
 """

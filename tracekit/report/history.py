@@ -1,6 +1,6 @@
 """Renderers of ``tracekit history`` (schema ``tracekit.history/2``): the rich table and stable markdown.
 
-Both read the dict :func:`tracekit.runs.history` returns (the ``--format json`` output). The step shown and
+Both read the dict :func:`tracekit.run.history.history` returns (the ``--format json`` output). The step shown and
 compared is each run's *reference step* (unprofiled where known), marked with its source; the traced mean and
 the categories (shares of the traced step) beside it. Traces are shown by the shortest tail of their path that
 tells them apart (every capture names its file ``trace.sqlite``); the table lists the full paths under it.

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.categories import PRIORITY, STEP_CATEGORIES
+from tracekit.categories import GAP_CATEGORIES, PRIORITY, STEP_CATEGORIES
 from tracekit.report._fmt import tail
 from tracekit.report.safe import plain
 
@@ -167,7 +167,7 @@ def figure(data: PlotData):
     lanes = [c for c in LANES if data.timeline.filter(pl.col("category") == c).height] + [GAP_LANE]
     for y, lane in enumerate(lanes):
         if lane == GAP_LANE:
-            for kind in ("launch_gaps", "idle"):
+            for kind in GAP_CATEGORIES:
                 g = data.gaps.filter(pl.col("kind") == kind)
                 ax_tl.broken_barh(list(zip(g["start_us"], g["end_us"] - g["start_us"])), (y - 0.4, 0.8),
                                   facecolors=COLORS[kind], edgecolor=COLORS[kind], linewidth=0.2, gid=kind)

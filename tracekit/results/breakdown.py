@@ -5,17 +5,25 @@ One pipeline of typed, immutable values (../shared/spec/CONTRACT.md, ``tracekit.
     attribute(trace)  -> Attribution   which step / draft phase each GPU activity belongs to, and what it is
     partition(...)    -> StepTable     each analysed step's period split exactly, its gaps by cause
     time_base(...)    -> TimeBase      the step every saving is stated against (unprofiled when known)
-    roofline(...)                      the bytes a step reads, the floor and the tok/s ceiling
+    roofline(...)     -> TraceRoofline the bytes a step reads, the floor and the tok/s ceiling
     advise(facts)     -> Advice        every lever's predicted step, saving and verdict
     headline(...)     -> str           the one-line summary
 
-:func:`breakdown` runs them and returns a :class:`Breakdown`, whose ``to_dict()`` is the contract JSON.
+:func:`breakdown` runs them (the stages are ``tracekit.analyses``) and returns a :class:`Breakdown`.
+
+Typed results end to end: every block of the contract JSON is a frozen dataclass
+(:class:`tracekit.contract.Block`): :class:`Source`, :class:`Gpu`, :class:`Steps`, ``TimeBase``,
+:class:`PerStepMs`, :class:`Gaps` (its ``largest`` entries :class:`LargestGap`), :class:`KernelMsPerStep`,
+:class:`TraceRoofline`, ``Advice`` (of ``Lever``) and :class:`CaptureSummary`; each is filled once, here, and
+``Breakdown.to_dict()`` is ``tracekit.contract.to_dict``: the JSON is written in one place, from these types.
+Code reads the blocks' attributes (``b.steps.count``); the blocks are also read-only mappings by JSON key
+(``b.steps["count"]``: what the docs and scripts use), and a misspelt key raises ``KeyError``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, make_dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -33,51 +41,158 @@ from tracekit.analyses.advice import (
     pct,
 )
 from tracekit.analyses.attribution import Attribution, attribute, devices_with_activity, pick_device
+from tracekit.analyses.bytes import TP_EVIDENCE_SOURCES
 from tracekit.analyses.partition import StepTable, partition
+from tracekit.analyses.roofline import RooflineBlock
 from tracekit.analyses.timebase import TimeBase, host_bound, time_base
 from tracekit.categories import (
     BREAKDOWN_SCHEMA,
     BUSY_CATEGORIES,
     COMPUTE_CATEGORIES,
     DEFAULT_DRAFT_RANGE,
+    GAP_CATEGORIES,
     GAP_CAUSES,
     KERNEL_CATEGORIES,
     PRIORITY,
     STEP_CATEGORIES,
 )
+from tracekit.contract import Block, extension, internal
+from tracekit.results.common import Gpu, Source
 from tracekit.tokens import resolve_tokens_per_step, tok_s_unit
 from tracekit.trace import Trace
 
-SCHEMA = BREAKDOWN_SCHEMA  # "tracekit.breakdown/3" (tracekit.categories names it once)
+SCHEMA = BREAKDOWN_SCHEMA  # "tracekit.breakdown/3" (tracekit.contract names it once)
+
+
+# ───────────────────────── the contract's blocks ─────────────────────────
+
+@dataclass(frozen=True)
+class Steps(Block):
+    """``steps``: how the steps were found, their traced period's statistics, their phase and what was excluded
+    (``excluded_reasons``: keys of ``tracekit.categories.EXCLUSION_REASONS``)."""
+
+    count: int
+    excluded: int
+    marker: str
+    pattern: str | None
+    mean_ms: float
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    phase: str
+    phases: dict[str, int]
+    excluded_reasons: dict[str, int]
+
+
+def _per_category(name: str, keys: tuple[str, ...], doc: str, bases: tuple = (Block,), more=()) -> type:
+    """A frozen block with one ``float | None`` field per name of ``keys`` (the categories, named once in
+    ``tracekit.categories``), plus ``more`` fields."""
+    cls = make_dataclass(name, [(k, float | None) for k in keys] + list(more), bases=bases, frozen=True)
+    cls.__module__, cls.__doc__ = __name__, doc  # (pickled by name: each is a global of this module)
+    return cls
+
+
+PerStepMs = _per_category(
+    "PerStepMs", STEP_CATEGORIES,
+    "``per_step_ms``: the exact partition of the traced step, one field per ``tracekit.categories.STEP_CATEGORIES`` "
+    "(ms per step; compute categories null for whole-graph captures).")
+KernelMsPerStep = _per_category(
+    "KernelMsPerStep", KERNEL_CATEGORIES,
+    "``kernel_ms_per_step``: plain kernel time per ``tracekit.categories.KERNEL_CATEGORIES`` (ms per step).")
+GapCauses = _per_category(
+    "GapCauses", GAP_CAUSES,
+    "The gaps by cause, one field per ``tracekit.categories.GAP_CAUSES`` (ms per step): what the advice reads.")
 
 
 @dataclass(frozen=True)
-class Breakdown:
-    """The result of :func:`breakdown`; ``to_dict()`` is the contract JSON (``tracekit.breakdown/3``).
+class HostActivity(Block):
+    """``gaps.largest[].before``: what the host was doing during a gap (``kind``: api, op, sync, range, memcpy)."""
 
-    Besides the contract's blocks: ``per_step`` (one row per analysed step: the CSV output and the plots),
-    ``top_kernels`` (name, category, count, total_ms, mean_us, per_step_ms), ``activities`` (the attributed GPU
-    activity of the analysed steps, serialised per stream and clipped to each step's period; ``start0`` is the
-    recorded start) and ``facts`` (what the advice was computed from).
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class LargestGap(Block):
+    """One of ``gaps.largest``: a single gap, where in its step, its cause and what the host was doing."""
+
+    step: int
+    at_ms: float
+    ms: float
+    where: str
+    cause: str
+    before: HostActivity | None
+
+    @classmethod
+    def of(cls, gap: dict) -> LargestGap:
+        """From a ``tracekit.analyses.partition`` gap row."""
+        before = gap["before"]
+        return cls(step=gap["step"], at_ms=gap["at_ms"], ms=gap["ms"], where=gap["where"], cause=gap["cause"],
+                   before=HostActivity(**before) if before is not None else None)
+
+
+Gaps = _per_category(
+    "Gaps", (), "``gaps``: the gaps by cause (:class:`GapCauses`' fields, ms per step) and the ``largest`` single gaps.",
+    bases=(GapCauses,), more=[("largest", tuple)])
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceRoofline(RooflineBlock):
+    """``roofline``: the :class:`~tracekit.analyses.roofline.RooflineBlock` figures, then where ``tp`` came from
+    (``tp_source``; ``tp_evidence``, the trace's evidence, written for a ``tp`` read from the trace or defaulted:
+    ``tracekit.analyses.bytes.TP_EVIDENCE_SOURCES``), the recorded shapes' share of the steps' GEMM time
+    (``shape_coverage``, written when shapes were weighed), why the figures were refused (``refused``: null when
+    they hold, ``tracekit.analyses.roofline.physical_check``) and where ``tokens_per_step`` came from
+    (``tracekit.tokens``)."""
+
+    tp_source: str
+    tp_evidence: str | None = extension(omit=lambda r: r.tp_source not in TP_EVIDENCE_SOURCES)
+    shape_coverage: float | None = extension(omit=lambda r: r.shape_coverage is None)
+    refused: str | None
+    tokens_per_step_source: str | None
+
+
+@dataclass(frozen=True)
+class CaptureSummary(Block):
+    """``manifest`` (an extension): what the capture beside the trace measured without a profiler."""
+
+    workload: str | None
+    mode: str | None
+    unprofiled_step_ms: float | None
+    tp: int | None
+
+
+@dataclass(frozen=True)
+class Breakdown(Block):
+    """The result of :func:`breakdown`; ``to_dict()`` is the contract JSON (``tracekit.breakdown/3``), written by
+    ``tracekit.contract.to_dict`` from the typed blocks below (in the JSON's order).
+
+    Besides the contract's blocks (not in the JSON): ``per_step`` (one row per analysed step: the CSV output and
+    the plots), ``top_kernels`` (name, category, count, total_ms, mean_us, per_step_ms), ``activities`` (the
+    attributed GPU activity of the analysed steps, serialised per stream and clipped to each step's period;
+    ``start0`` is the recorded start; None once shipped from a worker), ``facts`` (what the advice was computed
+    from) and ``rank`` (the trace's rank, where it records one).
     """
 
-    source: dict
-    gpu: dict
-    steps: dict
+    SCHEMA = BREAKDOWN_SCHEMA
+
+    source: Source
+    gpu: Gpu
+    steps: Steps
     time_base: TimeBase
-    per_step_ms: dict
-    gaps: dict
-    kernel_ms_per_step: dict
-    roofline: dict
+    per_step_ms: PerStepMs
+    gaps: Gaps
+    kernel_ms_per_step: KernelMsPerStep
+    roofline: TraceRoofline
     advice: Advice
     headline: str
     warnings: tuple[str, ...]
-    per_step: pl.DataFrame
-    top_kernels: pl.DataFrame
-    activities: pl.DataFrame | None
-    facts: StepFacts
-    rank: int | None = None
-    manifest: dict | None = None  # extension: what the capture measured without a profiler
+    per_step: pl.DataFrame = internal()
+    top_kernels: pl.DataFrame = internal()
+    activities: pl.DataFrame | None = internal()
+    facts: StepFacts = internal()
+    rank: int | None = internal(default=None)
+    manifest: CaptureSummary | None = extension(omit=lambda b: not b.manifest)  # what the capture measured
 
     @property
     def ranked_levers(self) -> tuple[str, ...]:
@@ -89,28 +204,9 @@ class Breakdown:
         """Every lever in display order: the ranked ones first, then the rest, memory bandwidth last — or first,
         when the step is memory-bound (at least ``MEMORY_BOUND`` of its floor: that is the verdict)."""
         rest = [k for k in ALL_LEVERS if k not in self.advice.ranked and k != "memory_bandwidth"]
-        if (self.roofline.get("fraction_of_ceiling") or 0) >= MEMORY_BOUND and self.facts.decode_advice:
+        if (self.roofline.fraction_of_ceiling or 0) >= MEMORY_BOUND and self.facts.decode_advice:
             return ("memory_bandwidth", *self.advice.ranked, *rest)
         return (*self.advice.ranked, *rest, "memory_bandwidth")
-
-    def to_dict(self) -> dict:
-        out = {
-            "schema": SCHEMA,
-            "source": self.source,
-            "gpu": self.gpu,
-            "steps": self.steps,
-            "time_base": self.time_base.to_dict(),
-            "per_step_ms": self.per_step_ms,
-            "gaps": self.gaps,
-            "kernel_ms_per_step": self.kernel_ms_per_step,
-            "roofline": self.roofline,
-            "advice": self.advice.to_dict(),
-            "headline": self.headline,
-            "warnings": list(self.warnings),
-        }
-        if self.manifest:
-            out["manifest"] = self.manifest
-        return out
 
 
 def _quantiles(values: pl.Series) -> dict:
@@ -136,8 +232,8 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
     return partition(attr, trace, phase=phase)
 
 
-def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofline: dict, facts: StepFacts,
-             host_is_bound: bool = False, phase_label: str | None = None) -> str:
+def headline(tb: TimeBase, per_step_ms: PerStepMs, gaps: GapCauses, advice: Advice, roofline: TraceRoofline,
+             facts: StepFacts, host_is_bound: bool = False, phase_label: str | None = None) -> str:
     """One line: the step and its time base, where most of the traced step goes, the top lever (every saving an
     upper bound without an unprofiled time), the levers whose saving is unknown with the flag that resolves them,
     and the ceiling (or why there is none)."""
@@ -150,8 +246,8 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
                  f"step lies between {busy_ms:.3f} ms of GPU work and {tb.traced_step_ms:.3f} ms)"]
     else:
         parts = [f"traced step {tb.traced_step_ms:.3f} ms, no unprofiled time: savings are upper bounds"]
-    shares = {k: v for k, v in per_step_ms.items() if v and k not in ("launch_gaps", "idle")}
-    shares.update({k: v for k, v in gaps.items() if k in GAP_CAUSES and v})
+    shares = {k: v for k, v in per_step_ms.items() if v and k not in GAP_CATEGORIES}
+    shares.update({k: v for k in GAP_CAUSES if (v := gaps[k])})
     if tb.traced_step_ms and shares:
         top = sorted(shares, key=lambda k: -shares[k])[:2]
         parts.append(", ".join(f"{gap_name(facts, k)} {pct(shares[k] / tb.traced_step_ms)}" for k in top)
@@ -173,7 +269,7 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
     for k, v in advice.levers.items():
         if not v.unknown or (k == "memory_bandwidth" and (strong or facts.roofline_refused)):
             continue
-        share = per_step_ms.get(k)
+        share = per_step_ms.get(k) if k in per_step_ms else None  # (levers named after a category: its share)
         if k == "drafting" and share:  # the draft phase's wall time, its launch gaps included (as its verdict)
             share = max(share, min(facts.draft_phase_ms, tb.traced_step_ms))
         what = f"{pct(share / tb.traced_step_ms)} of the traced step; " if share and tb.traced_step_ms else ""
@@ -189,10 +285,10 @@ def headline(tb: TimeBase, per_step_ms: dict, gaps: dict, advice: Advice, roofli
         check = facts.roofline_refused.rpartition("; check ")[2] if "; check " in facts.roofline_refused else ""
         parts.append("no bandwidth ceiling: the roofline's bytes exceed what the GPU can read"
                      + (f" (check {check})" if check else ""))
-    elif roofline.get("fraction_of_ceiling") is not None and roofline.get("ceiling_tokens_per_s") is not None:
-        frac = roofline["fraction_of_ceiling"]
+    elif roofline.fraction_of_ceiling is not None and roofline.ceiling_tokens_per_s is not None:
+        frac = roofline.fraction_of_ceiling
         bound = "memory-bound at " if frac >= MEMORY_BOUND else ""
-        parts.append(f"{bound}{pct(frac)} of the bandwidth ceiling ({roofline['ceiling_tokens_per_s']:,.0f} "
+        parts.append(f"{bound}{pct(frac)} of the bandwidth ceiling ({roofline.ceiling_tokens_per_s:,.0f} "
                      f"{tok_s_unit(roofline)})")
     return "; ".join(parts)
 
@@ -216,18 +312,17 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     if man_warning:
         warnings.append(man_warning)
     n = table.height
-    steps = {"count": n, "excluded": st.excluded, "marker": attr.steps.marker, "pattern": attr.steps.pattern,
-             **_quantiles(table["period"]), "phase": st.phase, "phases": st.phases_found or {},
-             "excluded_reasons": st.excluded_reasons}
+    steps = Steps(count=n, excluded=st.excluded, marker=attr.steps.marker, pattern=attr.steps.pattern,
+                  **_quantiles(table["period"]), phase=st.phase, phases=dict(st.phases_found or {}),
+                  excluded_reasons=dict(st.excluded_reasons))
     mean = lambda col: float(table[col].cast(pl.Float64).mean()) / 1e6  # noqa: E731
-    per_step_ms = {k: mean(f"x_{k}") for k in STEP_CATEGORIES}
-    kernel_ms = {k: mean(f"k_{k}") for k in KERNEL_CATEGORIES}
-    gaps = {k: mean(f"g_{k}") for k in GAP_CAUSES}
-    if attr.graph_mode:
-        for k in COMPUTE_CATEGORIES:
-            per_step_ms[k] = None
-            kernel_ms[k] = None
-    gaps["largest"] = list(st.largest)
+    # whole-graph captures: no per-kernel rows, the compute categories unknown
+    unknown = set(COMPUTE_CATEGORIES) if attr.graph_mode else set()
+    per_step_ms = PerStepMs(**{k: None if k in unknown else mean(f"x_{k}") for k in STEP_CATEGORIES})
+    kernel_ms = KernelMsPerStep(**{k: None if k in unknown else mean(f"k_{k}") for k in KERNEL_CATEGORIES})
+    causes = {k: mean(f"g_{k}") for k in GAP_CAUSES}
+    largest = tuple(LargestGap.of(g) for g in st.largest)
+    gaps = Gaps(**causes, largest=largest)
     top = (acts.filter(pl.col("kind") != "graph_exec").group_by("name", "category")
            .agg(count=pl.len(), total=pl.col("dur").sum())
            .with_columns(pl.col("name", "category").cast(pl.String))  # (enums sort by code, not by text)
@@ -243,7 +338,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         per_step = per_step.with_columns(*[pl.lit(None, pl.Float64).alias(k) for k in COMPUTE_CATEGORIES])
     k_all = table["k_all"].sum()
     graph_share = float(table["k_graphed"].sum() / k_all) if k_all else 0.0
-    busy_ms = sum(v for k, v in per_step_ms.items() if k in BUSY_CATEGORIES and v is not None)
+    busy_ms = sum(v for k in BUSY_CATEGORIES if (v := per_step_ms[k]) is not None)
     if attr.graph_mode:
         busy_ms = sum(mean(f"x_{k}") for k in PRIORITY)
 
@@ -255,7 +350,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     bw, bw_src = resolve_peak_bw(peak_bw, man.get("peak_bw_gbps"), trace_bw, gpu_name or man.get("gpu_name"))
     if bw is None:
         warnings.append("peak memory bandwidth unknown (GPU not in the trace or the table): pass --peak-bw GBPS")
-    gpu = {"device": attr.device, "name": gpu_name, "peak_bw_gbps": bw, "peak_bw_source": bw_src}
+    gpu = Gpu(device=attr.device, name=gpu_name, peak_bw_gbps=bw, peak_bw_source=bw_src)
 
     # ---- time base
     spec = man.get("spec") or {}
@@ -263,7 +358,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     tps = resolve_tokens_per_step(tokens_per_step, man, trace, attr.steps.windows.join(table.select("step"), on="step"))
     batch = tps.value
     tokens = (acc if acc else 1) * batch
-    traced = steps["mean_ms"]
+    traced = steps.mean_ms
     tb = time_base(traced, measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s, tokens_per_step=tokens,
                    manifest_ms=man.get("unprofiled_step_ms"))
     upper = tb.unprofiled_step_ms is None  # every saving is then an upper bound on a profiled step
@@ -280,20 +375,20 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     # ---- roofline
     # the speculative steps' forwards, once: the draft reads for --model without a manifest, the plain step
     fwds = counts = None
-    if attr.draft_detection != "not_detected" and kernel_ms.get("drafting"):
+    if attr.draft_detection != "not_detected" and kernel_ms.drafting:
         from tracekit.analyses.drafting import draft_forward_counts, step_forwards
 
         fwds = step_forwards(acts)
         if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "structure"):
             counts = draft_forward_counts(fwds)
-    roof, rwarn, refusal = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw, tokens, batch, table, n, acts,
-                                     weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
-                                     draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev), comm_rows=comm_rows)
+    roof, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw, tokens, batch, table, n, acts,
+                            weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
+                            draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev), comm_rows=comm_rows,
+                            tokens_per_step_source=tps.source)
     warnings.extend(rwarn)
     # transfer against waiting for the other ranks, from this file alone (tracekit.analyses.collectives)
-    comm_split = split_one_rank(sc.kernels, max(1, n), ranks=roof["tp"] if roof["tp_source"] != "default" else None,
-                                one_rank=one_rank_evidence(trace, sc.kernels, roof["tp"], roof["tp_source"], ep))
-    roof["tokens_per_step_source"] = tps.source  # (tracekit.tokens: flag > manifest > annotation > default)
+    comm_split = split_one_rank(sc.kernels, max(1, n), ranks=roof.tp if roof.tp_source != "default" else None,
+                                one_rank=one_rank_evidence(trace, sc.kernels, roof.tp, roof.tp_source, ep))
 
     # ---- advice
     gap = DEFAULT_REPLAY_GAP_US
@@ -303,7 +398,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     spec_gpu = lookup(gpu_name or man.get("gpu_name"))
     link = (f"{spec_gpu.link_bw_gbps:,.0f} GB/s per direction over {spec_gpu.link}"
             if spec_gpu and spec_gpu.link_bw_gbps else None)
-    between = [x for x in st.largest if x["cause"] == "between_steps"]
+    between = [x for x in largest if x.cause == "between_steps"]
     verify = None
     if fwds is not None:
         from tracekit.analyses.drafting import verify_costs
@@ -312,58 +407,54 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     facts = StepFacts(
         traced_ms=traced, reference_ms=tb.reference_step_ms, reference_source=tb.unprofiled_source,
         upper_bounds=upper, per_step_ms=per_step_ms, kernel_ms=kernel_ms,
-        gaps={k: gaps[k] for k in GAP_CAUSES}, busy_ms=busy_ms, graph_kernel_share=graph_share,
+        gaps=GapCauses(**causes), busy_ms=busy_ms, graph_kernel_share=graph_share,
         launched_per_step=float(table["n_launched"].fill_null(0).mean()),
         graph_launches_per_step=float(table["n_graph_launches"].fill_null(0).mean()),
         kernels_per_step=float(table["n_kernels"].mean()),
         draft_phase_ms=float(table["draft_span"].mean()) / 1e6, draft_detection=attr.draft_detection,
         draft_evidence=attr.draft_evidence,
         phase=st.phase, decode_advice=st.decode_advice, replay_gap_us=gap, accept_len=acc, tokens_per_step=float(batch),
-        floor_ms=roof["floor_ms"], gemm_achieved_bw_gbps=roof["gemm_achieved_bw_gbps"], peak_bw_gbps=bw,
-        kv_bytes_per_step=roof["kv_bytes_per_step"], weight_bytes_per_step=roof["weight_bytes_per_step"],
-        weight_bytes_source=roof["weight_bytes_source"], kv_bytes_source=roof["kv_bytes_source"],
-        attention_achieved_bw_gbps=roof["attention_achieved_bw_gbps"],
+        floor_ms=roof.floor_ms, gemm_achieved_bw_gbps=roof.gemm_achieved_bw_gbps, peak_bw_gbps=bw,
+        kv_bytes_per_step=roof.kv_bytes_per_step, weight_bytes_per_step=roof.weight_bytes_per_step,
+        weight_bytes_source=roof.weight_bytes_source, kv_bytes_source=roof.kv_bytes_source,
+        attention_achieved_bw_gbps=roof.attention_achieved_bw_gbps,
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
         collectives=tuple(comm_rows), hidden_comm_ms=comm_split.hidden_ms, comm_split=comm_split, link=link,
-        longest_between=between[0] if between else None, verify=verify, roofline_refused=refusal,
+        longest_between=between[0] if between else None, verify=verify, roofline_refused=roof.refused,
         phase_note=st.phase_note, tok_s_unit=tps.unit,
-        longest_in_step=next((x for x in st.largest if x["cause"] != "between_steps"), None))
+        longest_in_step=next((x for x in largest if x.cause != "between_steps"), None))
     advice = advise(facts)
     head = headline(tb, per_step_ms, gaps, advice, roof, facts,
                     host_is_bound=tb.unprofiled_step_ms is None and host_bound(per_step_ms, traced),
                     phase_label=st.phase_label)
-    source = {"path": trace.meta.path, "format": trace.meta.format, "producer_version": trace.meta.producer_version,
-              "graph_trace_mode": trace.meta.graph_trace_mode}
-    manifest = {k: man.get(k) for k in ("workload", "mode", "unprofiled_step_ms", "tp")} if man else None
+    source = Source.of(trace.meta)
+    manifest = CaptureSummary(**{f.name: man.get(f.name) for f in fields(CaptureSummary)}) if man else None
     return Breakdown(source=source, gpu=gpu, steps=steps, time_base=tb, per_step_ms=per_step_ms, gaps=gaps,
                      kernel_ms_per_step=kernel_ms, roofline=roof, advice=advice, headline=head,
                      warnings=tuple(warnings), per_step=per_step, top_kernels=top, activities=acts, facts=facts,
                      rank=trace.meta.rank, manifest=manifest)
 
 
-def re_advise(d: dict, facts: StepFacts) -> dict:
-    """A breakdown's contract dict ``d`` with its advice and headline computed again from ``facts`` (what changes
-    when several ranks are analysed together: the communication lever's transfer comes from matching the ranks,
-    :mod:`tracekit.analyses.ranks`)."""
-    from tracekit.analyses.timebase import TimeBase
-
+def re_advise(b: Breakdown, facts: StepFacts) -> Breakdown:
+    """``b`` with its advice and headline computed again from ``facts`` (what changes when several ranks are
+    analysed together: the communication lever's transfer comes from matching the ranks, :mod:`tracekit.run.ranks`)."""
     advice = advise(facts)
-    tb = TimeBase(**d["time_base"])
-    head = headline(tb, d["per_step_ms"], d["gaps"], advice, d["roofline"], facts,
-                    host_is_bound=tb.unprofiled_step_ms is None and host_bound(d["per_step_ms"], tb.traced_step_ms))
-    return {**d, "advice": advice.to_dict(), "headline": head}
+    tb = b.time_base
+    head = headline(tb, b.per_step_ms, b.gaps, advice, b.roofline, facts,
+                    host_is_bound=tb.unprofiled_step_ms is None and host_bound(b.per_step_ms, tb.traced_step_ms))
+    return replace(b, advice=advice, headline=head, facts=facts)
 
 
-def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw: float | None, tokens: float,
-              batch: float, table: pl.DataFrame, n: int, acts: pl.DataFrame | None, *, weight_bytes, model, tp, ep,
-              context, draft_counts: tuple[int, int] | None = None,
-              trace_tp: tuple[int | None, str] = (None, "not looked for"), comm_rows: Sequence[dict] = ()
-              ) -> tuple[dict, list[str], str | None]:
-    """The roofline block: the bytes per GPU from the one resolver (``tracekit.analyses.bytes``: --weight-bytes,
-    --model or the model the trace's recorded command line names when it is in the local Hugging Face cache, the
-    manifest, the trace's shapes or NVTX; TP and its source), the floor against the reference step, and the
-    physical check (``tracekit.analyses.roofline.physical_check``). Returns (block, warnings, refusal): the
-    refusal names what makes the figures impossible and the inputs to check, None when they hold."""
+def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms: float, bw: float | None,
+              tokens: float, batch: float, table: pl.DataFrame, n: int, acts: pl.DataFrame | None, *, weight_bytes,
+              model, tp, ep, context, draft_counts: tuple[int, int] | None = None,
+              trace_tp: tuple[int | None, str] = (None, "not looked for"), comm_rows: Sequence[dict] = (),
+              tokens_per_step_source: str | None = None) -> tuple[TraceRoofline, list[str]]:
+    """The roofline block, filled once: the bytes per GPU from the one resolver (``tracekit.analyses.bytes``:
+    --weight-bytes, --model or the model the trace's recorded command line names when it is in the local Hugging
+    Face cache, the manifest, the trace's shapes or NVTX; TP and its source), the floor against the reference step,
+    and the physical check (``tracekit.analyses.roofline.physical_check``). Returns (block, warnings); the block's
+    ``refused`` names what makes the figures impossible and the inputs to check, None when they hold."""
     from tracekit.analyses.bytes import resolve_bytes, resolve_tp, tp_from_process_groups
     from tracekit.analyses.roofline import physical_check
     from tracekit.model import parse_command
@@ -414,21 +505,18 @@ def _roofline(trace: Trace, man: dict, kernel_ms: dict, reference_ms: float, bw:
         warnings.append(f"tensor parallelism unknown ({par.evidence}): the model's bytes are not divided (--tp 1 "
                         "assumed; pass --tp N)")
     block = rb.roofline(peak_bw_gbps=bw, reference_step_ms=reference_ms, tokens_per_step=tokens,
-                        gemm_ms=kernel_ms.get("gemm"), attention_ms=kernel_ms.get("attention"))
-    block, refusal = physical_check(block, bw, gemm_ms=kernel_ms.get("gemm"), attention_ms=kernel_ms.get("attention"),
-                                    reference_step_ms=reference_ms, drafting_ms=kernel_ms.get("drafting"),
+                        gemm_ms=kernel_ms.gemm, attention_ms=kernel_ms.attention)
+    block, refusal = physical_check(block, bw, gemm_ms=kernel_ms.gemm, attention_ms=kernel_ms.attention,
+                                    reference_step_ms=reference_ms, drafting_ms=kernel_ms.drafting,
                                     suspects=_suspects(rb, batch, tokens))
     if refusal:
         warnings.append(f"roofline refused: {refusal}")
-    r = block.to_dict()
-    # extensions: where tp came from, the trace's evidence for it, and why the roofline was refused
-    r["tp_source"] = par.source
-    if par.source in ("command", "communicator", "process_group", "default"):
-        r["tp_evidence"] = par.evidence
-    if shapes.get("coverage") is not None:
-        r["shape_coverage"] = shapes["coverage"]
-    r["refused"] = refusal
-    return r, warnings, refusal
+    # the figures, then where tp came from (and the trace's evidence for it), the shapes' coverage, why the
+    # roofline was refused, and where the tokens per step came from (tracekit.tokens)
+    roof = TraceRoofline(**{f.name: getattr(block, f.name) for f in fields(RooflineBlock)}, tp_source=par.source,
+                         tp_evidence=par.evidence, shape_coverage=shapes.get("coverage"), refused=refusal,
+                         tokens_per_step_source=tokens_per_step_source)
+    return roof, warnings
 
 
 def _suspects(rb, batch: float, tokens: float) -> list[str]:
@@ -512,5 +600,6 @@ def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int, ac
     return None, None
 
 
-__all__ = ["Breakdown", "breakdown", "step_table", "headline", "re_advise", "devices_with_activity", "pick_device", "SCHEMA",
-           "DEFAULT_DRAFT_RANGE"]
+__all__ = ["Breakdown", "Source", "Gpu", "Steps", "PerStepMs", "KernelMsPerStep", "GapCauses", "Gaps", "LargestGap",
+           "HostActivity", "TraceRoofline", "CaptureSummary", "breakdown", "step_table", "headline", "re_advise",
+           "devices_with_activity", "pick_device", "SCHEMA", "DEFAULT_DRAFT_RANGE"]

@@ -1,9 +1,11 @@
 """Several ranks analysed together: the per-rank breakdowns plus one cross-rank verdict (the contract's
 ``cross_rank`` object).
 
-Each rank is analysed on its own (in a process pool or on a Dask cluster, :mod:`tracekit.engines`); what
-travels back is a :class:`RankResult`: the rank's breakdown as a dict and its :class:`CommSummary` (one row per
-communication kernel). :func:`cross_rank` then matches the ranks' collectives and splits their time.
+Each rank is analysed on its own (in a process pool or on a Dask cluster, :mod:`tracekit.run.engines`); what
+travels back is a :class:`RankResult`: the rank's typed :class:`~tracekit.results.breakdown.Breakdown` (without its
+per-activity frame) and its :class:`CommSummary` (one row per communication kernel). :func:`cross_rank` then
+matches the ranks' collectives and splits their time; its :class:`CrossRank` is a
+:class:`tracekit.contract.Block` whose JSON is the contract's ``cross_rank`` object.
 
 Definitions (../shared/spec/CONTRACT.md, ``cross_rank``):
 
@@ -37,13 +39,15 @@ Definitions (../shared/spec/CONTRACT.md, ``cross_rank``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import polars as pl
 
-from tracekit.analyses.collectives import NCCL_KIND, CommSplit, CommSummary, _rows, comm_summary, row_dicts
+from tracekit.analyses.collectives import NCCL_KIND, CommSplit, CommSummary, collective_rows, comm_summary, row_dicts
 from tracekit.categories import STEP_CATEGORIES, UNATTRIBUTED
+from tracekit.contract import BREAKDOWN_SCHEMA, INFO_SCHEMA, KERNELS_SCHEMA, Block, internal, tagged, to_dict
+from tracekit.results.breakdown import Breakdown, re_advise
 
 COLUMNS = ["rank", "path", "device", "steps", "mean_ms", "p90_ms",
            *[k for k in STEP_CATEGORIES if k != UNATTRIBUTED], "comm_kernel_ms", "comm_transfer_ms", "comm_wait_ms"]
@@ -53,45 +57,51 @@ MATCH_TOLERANCE_NS = 5_000  # spread (median absolute deviation) of end differen
 VALID_TOLERANCE_NS = 20_000  # beyond this spread the ends do not line up: no trustworthy match
 MIN_SHIFT_MATCHES = 4  # an order offset is judged from at least this many matched collectives
 PACE_MARGIN = 0.10  # contract: a pacing rank arrives last this much more often than any other rank
-# the contract's cross_rank keys, and the extensions reported beside them (``cross_rank_detail``)
-CONTRACT_KEYS = ("ranks", "slowest_rank", "pacing_rank", "step_ms_by_rank", "skew_ms", "wait_ms_by_rank",
-                 "transfer_ms", "exposed_communication_ms_by_rank", "clock_offset_ms_by_rank", "collectives", "verdict")
-DETAIL_KEYS = ("rank_ids", "last_arrival_share_by_rank", "comm_kernel_ms_by_rank", "hidden_communication_ms_by_rank",
-               "matched_per_step", "steps", "communicator_size", "communicator_evidence",
-               "last_arrival_share_by_kind", "faster_collectives_saving_ms", "saving_rank", "warnings")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RankResult:
-    """What the per-file stage sends back: the rank's breakdown (contract dict), its communication, and the facts
-    its advice was computed from (to compute it again with the cross-rank transfer)."""
+    """What the per-file stage sends back: the rank's :class:`~tracekit.results.breakdown.Breakdown` (its
+    ``activities`` dropped, its facts' communication kernels too: they are in ``comm``; ``facts`` are kept, to
+    compute the advice again with the cross-rank transfer) and its communication."""
 
-    breakdown: dict
+    breakdown: Breakdown
     comm: CommSummary
-    facts: object | None = None  # advice.StepFacts, without the communication kernels (they are in ``comm``)
 
     def to_dict(self) -> dict:
-        return self.breakdown
+        return to_dict(self.breakdown)
 
 
-def rank_result(b, trace=None, *, rules=None) -> RankResult:
+def rank_result(b: Breakdown, trace=None, *, rules=None) -> RankResult:
     """A :class:`RankResult` from a Breakdown (and its trace, for sizes and communicators)."""
-    import dataclasses
-
-    facts = getattr(b, "facts", None)
-    split = getattr(facts, "comm_split", None)
-    if split is not None:
-        facts = dataclasses.replace(facts, comm_split=dataclasses.replace(split, kernels=None))
-    return RankResult(b.to_dict(), comm_summary(b, trace, rules=rules), facts)
+    comm = comm_summary(b, trace, rules=rules)
+    facts = b.facts
+    if facts.comm_split is not None:
+        facts = replace(facts, comm_split=replace(facts.comm_split, kernels=None))
+    return RankResult(replace(b, activities=None, facts=facts), comm)
 
 
 def analyse_rank(path, opts: dict) -> RankResult:
-    """The per-file stage: load ``path``, break it down with ``opts`` (tracekit.breakdown's keyword arguments),
-    summarise its communication. Module-level, so process pools and Dask workers can call it by reference."""
-    import tracekit
+    """The per-file stage: load ``path``, break it down with ``opts`` (``tracekit.breakdown``'s keyword arguments,
+    checked as it checks them), summarise its communication. Module-level, so process pools and Dask workers can
+    call it by reference."""
+    from tracekit.options import AnalysisOptions
+    from tracekit.readers import load
+    from tracekit.results.breakdown import breakdown
 
-    trace = tracekit.load(Path(path), kernel_dims=False)
-    return rank_result(tracekit.breakdown(trace, **opts), trace, rules=opts.get("rules"))
+    trace = load(Path(path), kernel_dims=False)
+    return rank_result(breakdown(trace, **AnalysisOptions(**opts).analysis_kwargs()), trace, rules=opts.get("rules"))
+
+
+def analyse_devices(trace, options) -> tuple[list[RankResult], list[str]]:
+    """Every GPU of one trace (an nsys report of several ranks: ``breakdown --all-devices``), each as a rank: its
+    :class:`RankResult` and its label (``gpu0``, ...). ``options``: an :class:`~tracekit.options.AnalysisOptions`."""
+    from tracekit.results.breakdown import breakdown, devices_with_activity
+
+    devs = devices_with_activity(trace)
+    results = [rank_result(breakdown(trace, **replace(options, device=d).analysis_kwargs()), trace,
+                           rules=options.rules) for d in devs]
+    return results, [f"gpu{d}" for d in devs]
 
 
 def analyse_files(files, options=None, *, engine: str | None = None, workers: int | None = None,
@@ -100,8 +110,8 @@ def analyse_files(files, options=None, *, engine: str | None = None, workers: in
     :func:`cross_rank`. ``options``: an :class:`~tracekit.options.AnalysisOptions` (its ``engine`` is where the
     files run unless ``engine`` is given) or breakdown keyword arguments; ``stage``: the per-file function (a
     module-level function taking ``(path, kwargs)``)."""
-    from tracekit.engines import map_files
     from tracekit.options import AnalysisOptions
+    from tracekit.run.engines import map_files
 
     if options is None or isinstance(options, AnalysisOptions):
         options = options or AnalysisOptions()
@@ -113,8 +123,13 @@ def analyse_files(files, options=None, *, engine: str | None = None, workers: in
 
 
 @dataclass
-class CrossRank:
-    """The contract's ``cross_rank`` object (``to_dict()``); lists are in rank order (``rank_ids``)."""
+class CrossRank(Block):
+    """The contract's ``cross_rank`` object (a :class:`tracekit.contract.Block`: ``to_dict()`` writes exactly the
+    contract's keys); lists are in rank order (``rank_ids``). Filled as :func:`cross_rank` finds its figures.
+
+    The extension figures beside it (``cross_rank_detail``, :meth:`detail`) are the fields tagged ``detail``; the
+    ranks' breakdowns (each with its advice computed again from the match) and labels are what the report shows
+    beside it."""
 
     ranks: int
     slowest_rank: int | None
@@ -127,44 +142,45 @@ class CrossRank:
     clock_offset_ms_by_rank: list[float] | None
     collectives: list[dict]
     verdict: str
-    # extensions
-    rank_ids: list[int] = field(default_factory=list)
-    last_arrival_share_by_rank: list[float] | None = None
-    comm_kernel_ms_by_rank: list[float] = field(default_factory=list)
-    hidden_communication_ms_by_rank: list[float] = field(default_factory=list)
-    matched_per_step: float | None = None
-    steps: int | None = None
-    communicator_size: int | None = None
-    communicator_evidence: str | None = None
-    last_arrival_share_by_kind: dict | None = None  # {kind: [share per rank]}
-    faster_collectives_saving_ms: float | None = None  # the exposed transfer on ``saving_rank``
-    saving_rank: int | None = None  # the pacing rank, else the slowest
-    warnings: list[str] = field(default_factory=list)
+    # extensions (cross_rank_detail)
+    rank_ids: list[int] = internal(tag="detail", default_factory=list)
+    last_arrival_share_by_rank: list[float] | None = internal(tag="detail", default=None)
+    comm_kernel_ms_by_rank: list[float] = internal(tag="detail", default_factory=list)
+    hidden_communication_ms_by_rank: list[float] = internal(tag="detail", default_factory=list)
+    matched_per_step: float | None = internal(tag="detail", default=None)
+    steps: int | None = internal(tag="detail", default=None)
+    communicator_size: int | None = internal(tag="detail", default=None)
+    communicator_evidence: str | None = internal(tag="detail", default=None)
+    last_arrival_share_by_kind: dict | None = internal(tag="detail", default=None)  # {kind: [share per rank]}
+    # the exposed transfer on ``saving_rank`` (the pacing rank, else the slowest)
+    faster_collectives_saving_ms: float | None = internal(tag="detail", default=None)
+    saving_rank: int | None = internal(tag="detail", default=None)
+    warnings: list[str] = internal(tag="detail", default_factory=list)
     # not serialised: what the multi-rank report shows beside it
-    rank_dicts: list[dict] = field(default_factory=list, repr=False)
-    labels: list[str] = field(default_factory=list, repr=False)
-
-    def to_dict(self) -> dict:
-        """The contract's ``cross_rank`` object: exactly its keys (the extensions are in :meth:`detail`)."""
-        return {k: getattr(self, k) for k in CONTRACT_KEYS}
+    rank_breakdowns: list[Breakdown] = internal(default_factory=list, repr=False)
+    labels: list[str] = internal(default_factory=list, repr=False)
 
     def detail(self) -> dict:
         """The extension figures beside it (``cross_rank_detail`` in the report)."""
-        return {k: getattr(self, k) for k in DETAIL_KEYS}
+        return {k: to_dict(getattr(self, k)) for k in DETAIL_KEYS}
 
     def report(self) -> dict:
         """The multi-file result: every rank's breakdown, the per-rank table and the ``cross_rank`` object."""
         wait = self.wait_ms_by_rank
         table = []
-        for i, d in enumerate(self.rank_dicts):
-            ps, st = d["per_step_ms"], d["steps"]
-            table.append([self.labels[i], d["source"]["path"], d["gpu"]["device"], st["count"], st["mean_ms"],
+        for i, b in enumerate(self.rank_breakdowns):
+            ps, st = b["per_step_ms"], b["steps"]
+            table.append([self.labels[i], b["source"]["path"], b["gpu"]["device"], st["count"], st["mean_ms"],
                           st["p90_ms"], *[ps[k] for k in STEP_CATEGORIES if k != UNATTRIBUTED],
-                          d["kernel_ms_per_step"]["communication"], self.transfer_ms, wait[i]])
-        schema = self.rank_dicts[0]["schema"] if self.rank_dicts else "tracekit.breakdown/1"
-        return {"schema": schema, "ranks": self.rank_dicts, "columns": COLUMNS, "table": table,
-                "cross_rank": self.to_dict(), "cross_rank_detail": self.detail(), "headline": self.verdict,
-                "warnings": list(self.warnings)}
+                          b["kernel_ms_per_step"]["communication"], self.transfer_ms, wait[i]])
+        return {"schema": BREAKDOWN_SCHEMA, "ranks": [to_dict(b) for b in self.rank_breakdowns], "columns": COLUMNS,
+                "table": table, "cross_rank": self.to_dict(), "cross_rank_detail": self.detail(),
+                "headline": self.verdict, "warnings": list(self.warnings)}
+
+
+# the contract's cross_rank keys, and the extensions reported beside them (``cross_rank_detail``)
+CONTRACT_KEYS = tuple(f.name for f in fields(CrossRank) if f.metadata.get("contract") is None)
+DETAIL_KEYS = tagged(CrossRank, "detail")
 
 
 def _as_result(r) -> RankResult:
@@ -239,11 +255,11 @@ def cross_rank(results, labels=None) -> CrossRank:
     res = [_as_result(r) for r in results]
     res, ids, labels = _order(res, labels)
     sums = [r.comm for r in res]
-    dicts = [r.breakdown for r in res]
+    bds = [r.breakdown for r in res]
     n_ranks = len(res)
     warnings: list[str] = []
-    step_ms = [d["steps"]["mean_ms"] for d in dicts]
-    exposed = [d["per_step_ms"].get("communication") for d in dicts]
+    step_ms = [s.step_ms for s in sums]  # (each rank's steps.mean_ms and exposed communication: comm_summary)
+    exposed = [s.exposed_ms for s in sums]
     slowest = max(range(n_ranks), key=lambda i: step_ms[i]) if n_ranks else None
     tp = next((s.tp for s in sums if s.tp), None)
     tp_ev = next((s.tp_evidence for s in sums if s.tp), sums[0].tp_evidence if sums else None)
@@ -253,7 +269,7 @@ def cross_rank(results, labels=None) -> CrossRank:
         exposed_communication_ms_by_rank=exposed, clock_offset_ms_by_rank=None, collectives=[], verdict="",
         rank_ids=ids, comm_kernel_ms_by_rank=[s.serial_ms for s in sums],
         hidden_communication_ms_by_rank=[s.hidden_ms for s in sums], steps=min((s.steps for s in sums), default=0),
-        communicator_size=tp, communicator_evidence=tp_ev, warnings=warnings, rank_dicts=dicts, labels=labels)
+        communicator_size=tp, communicator_evidence=tp_ev, warnings=warnings, rank_breakdowns=bds, labels=labels)
     for i, s in enumerate(sums):
         # the contract serialises each stream: exposed communication can then not be below the serialised
         # communication time that compute on other streams does not hide
@@ -343,20 +359,18 @@ def cross_rank(results, labels=None) -> CrossRank:
     out.collectives = _cross_rows(m, n_steps, n_ranks, sums[pace if pace is not None else 0])
     # each rank's advice.communication, computed again with the matched transfer
     splits = _cross_splits(df, m, sums, n_steps, n_ranks)
-    res_facts = [r.facts for r in res]
+    readvised = set()
     for i, split in enumerate(splits):
-        if split is not None and res_facts[i] is not None:
-            import dataclasses
-
-            from tracekit.analyses.breakdown import re_advise
-
-            dicts[i] = re_advise(dicts[i], dataclasses.replace(res_facts[i], comm_split=split))
-    out.rank_dicts = dicts
+        facts = getattr(bds[i], "facts", None)
+        if split is not None and facts is not None:
+            bds[i] = re_advise(bds[i], replace(facts, comm_split=split))
+            readvised.add(i)
+    out.rank_breakdowns = bds
     who = pace if pace is not None else slowest
     out.saving_rank = ids[who]
-    adv = dicts[who].get("advice", {}).get("communication", {})
     if splits[who] is not None:
-        out.faster_collectives_saving_ms = adv.get("max_saving_ms") if adv.get("split_basis") == "cross-rank" else (
+        # the re-advised lever's saving (its split is the cross-rank one), else this rank's own bound
+        out.faster_collectives_saving_ms = bds[who].advice["communication"].max_saving_ms if who in readvised else (
             min(exposed[who], splits[who].exposed_transfer_ms) if exposed[who] is not None else
             splits[who].exposed_transfer_ms)
     out.verdict = _verdict(out, labels, pace, splits[who])
@@ -420,7 +434,7 @@ def _cross_rows(m: pl.DataFrame, n_steps: int, n_ranks: int, pace: CommSummary) 
         bytes=pl.col("bytes").sort_by("rank").first(), group_size=pl.col("group_size").drop_nulls().first(),
         transfer=pl.col("transfer").first(), mean_dur=(pl.col("end") - pl.col("start")).mean().round(0).cast(pl.Int64))
     calls = per_call.with_columns(start=pl.lit(0, pl.Int64), end=pl.col("mean_dur"))
-    rows = _rows(calls, n_steps, "transfer")
+    rows = collective_rows(calls, n_steps, "transfer")
     skew = (m.group_by("kind", "impl", "ref_step", "rank").agg(w=pl.col("wait").sum())
             .group_by("kind", "impl", "ref_step").agg(pl.col("w").max())
             .group_by("kind", "impl").agg(skew_ms=pl.col("w").sum() / 1e6 / n_steps))
@@ -516,7 +530,7 @@ def info_ranks(results: list[dict]) -> dict:
     """Several files given to `tracekit info`: each file's result plus a cross-rank table of counts."""
     table = [[str(r["source"].get("rank", i)), r["source"]["path"], r["source"]["producer_version"] or "",
               *[r["counts"][k] for k in ("kernels", "memops", "launches", "ranges")]] for i, r in enumerate(results)]
-    return {"schema": "tracekit.info/1", "ranks": results, "columns": INFO_COLUMNS, "table": table}
+    return {"schema": INFO_SCHEMA, "ranks": results, "columns": INFO_COLUMNS, "table": table}
 
 
 def kernels_ranks(results: list[dict], paths) -> dict:
@@ -531,4 +545,4 @@ def kernels_ranks(results: list[dict], paths) -> dict:
         unmatched = sum(k["total_ms"] for k in ks if k["rule"] is None)
         table.append([str(i), str(path), total, by.get("gemm", 0.0), by.get("attention", 0.0),
                       by.get("communication", 0.0), by.get("other", 0.0), unmatched / total if total else 0.0])
-    return {"schema": "tracekit.kernels/1", "ranks": results, "columns": KERNEL_COLUMNS, "table": table}
+    return {"schema": KERNELS_SCHEMA, "ranks": results, "columns": KERNEL_COLUMNS, "table": table}

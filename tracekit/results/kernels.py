@@ -6,18 +6,49 @@ over all GPUs unless a device is given. Memory operations are not kernels and ar
 A name no rule matches takes its category from the framework op that launched it where the trace records one
 (``tracekit.classify.with_op_categories``); its ``rule`` is then ``op:<op name>``. The warning counts the names
 left with no rule, and says how many were categorised by their op.
+
+:func:`kernel_summary` returns a :class:`KernelSummary` (typed rows, :class:`tracekit.contract.Block`);
+``tracekit.kernels()`` returns its ``to_dict()``, the dict the command prints with ``--format json``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
+from tracekit.contract import KERNELS_SCHEMA, Block
 from tracekit.trace import Trace
 
-SCHEMA = "tracekit.kernels/1"
+SCHEMA = KERNELS_SCHEMA  # "tracekit.kernels/1" (tracekit.contract names it once)
 
 
-def kernel_summary(trace: Trace, *, device: int | None = None, top: int | None = None, rules=None) -> dict:
+@dataclass(frozen=True)
+class KernelRow(Block):
+    """One kernel name: its category and the rule that gave it (null: none matched), count, total and mean time,
+    and share of all kernel time."""
+
+    name: str
+    category: str
+    rule: str | None
+    count: int
+    total_ms: float
+    mean_us: float
+    share: float
+
+
+@dataclass(frozen=True)
+class KernelSummary(Block):
+    """The result of :func:`kernel_summary` (``tracekit.kernels/1``): rows largest total first."""
+
+    SCHEMA = KERNELS_SCHEMA
+
+    kernels: tuple[KernelRow, ...]
+    warnings: tuple[str, ...]
+
+
+def kernel_summary(trace: Trace, *, device: int | None = None, top: int | None = None, rules=None
+                   ) -> KernelSummary:
     from tracekit.classify import OP_RULE_PREFIX, load_rules, name_table, with_op_categories
 
     k = trace.kernels
@@ -47,10 +78,10 @@ def kernel_summary(trace: Trace, *, device: int | None = None, top: int | None =
                         "counted as other; add rules with --rules FILE")
     if top is not None:
         agg = agg.head(top)
-    rows = [
-        {"name": r["name"], "category": r["category"], "rule": r["rule"], "count": int(r["count"]),
-         "total_ms": r["total_ns"] / 1e6, "mean_us": r["total_ns"] / r["count"] / 1e3,
-         "share": (r["total_ns"] / grand) if grand else 0.0}
+    rows = tuple(
+        KernelRow(name=r["name"], category=r["category"], rule=r["rule"], count=int(r["count"]),
+                  total_ms=r["total_ns"] / 1e6, mean_us=r["total_ns"] / r["count"] / 1e3,
+                  share=(r["total_ns"] / grand) if grand else 0.0)
         for r in agg.iter_rows(named=True)
-    ]
-    return {"schema": SCHEMA, "kernels": rows, "warnings": warnings}
+    )
+    return KernelSummary(kernels=rows, warnings=tuple(warnings))

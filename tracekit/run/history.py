@@ -18,7 +18,7 @@ multi-rank breakdown appends one row per rank). Columns:
 * one ``<key>_ms`` column per ``per_step_ms`` key (``gemm_ms``, ..., ``idle_ms``);
 * the roofline: ``weight_bytes_per_step``, ``floor_ms``, ``ceiling_tokens_per_s``,
   ``fraction_of_ceiling``, ``gemm_achieved_bw_gbps``;
-* ``breakdown_json``: the full breakdown JSON (``tracekit.analyses.breakdown.SCHEMA``; rows saved by an older
+* ``breakdown_json``: the full breakdown JSON (``tracekit.results.breakdown.SCHEMA``; rows saved by an older
   tracekit hold ``/1`` or ``/2``: ``history`` keeps them, shows them as saved with a note, and compares each run
   only with the previous run of the same trace path saved under the same schema, since the definitions changed).
 
@@ -37,10 +37,11 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from tracekit.categories import STEP_CATEGORIES  # BREAKDOWN_SCHEMA: what --save writes
+from tracekit.categories import STEP_CATEGORIES
+from tracekit.contract import BREAKDOWN_SCHEMA, HISTORY_SCHEMA, to_json
 from tracekit.errors import TracekitError
 
-SCHEMA = "tracekit.history/2"
+SCHEMA = HISTORY_SCHEMA  # "tracekit.history/2" (tracekit.contract names it once)
 PER_STEP_KEYS = list(STEP_CATEGORIES)
 REGRESSION_REL = 0.05
 FLOAT_COLS = (["peak_bw_gbps", "step_mean_ms", "step_median_ms", "step_p10_ms", "step_p90_ms", "reference_step_ms",
@@ -53,11 +54,6 @@ COLUMNS = {"id": int, "timestamp": str, "path": str, "trace_bytes": int, "format
            **{c: float for c in FLOAT_COLS}}
 
 
-def breakdown_schema() -> str:
-    """The schema ``breakdown --save`` writes now (``tracekit.analyses.breakdown.SCHEMA``, its one home)."""
-    from tracekit.analyses.breakdown import SCHEMA as current
-
-    return current
 
 
 def _git(*args) -> str | None:
@@ -88,7 +84,7 @@ def _now() -> str:
 
 def run_row(b, *, timestamp: str | None = None, git: dict | None = None) -> dict:
     """The ``runs`` row for one Breakdown."""
-    from tracekit.analyses.diff import reference_step
+    from tracekit.results.diff import reference_step
 
     d = b.to_dict()
     ref, ref_source = reference_step(d)
@@ -113,8 +109,6 @@ def run_row(b, *, timestamp: str | None = None, git: dict | None = None) -> dict
         "fraction_of_ceiling": roof.get("fraction_of_ceiling"),
         "gemm_achieved_bw_gbps": roof.get("gemm_achieved_bw_gbps"),
     }
-    from tracekit.report import to_json
-
     row["breakdown_json"] = to_json(d)
     return row
 
@@ -216,7 +210,7 @@ def history(path, *, path_contains: str | None = None, last: int | None = None) 
     import polars as pl
 
     df = load_runs(path, path_contains=path_contains, last=last)
-    current = breakdown_schema()
+    current = BREAKDOWN_SCHEMA  # what --save writes now
     keep = [c for c in df.columns if c not in ("breakdown_json", "prev_source")]
     runs = df.select(keep).to_dicts()
     warnings = [] if runs else ["the history holds no runs" + (" matching the filter" if path_contains else "")]

@@ -20,22 +20,37 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracekit.contract import CEILING_SCHEMA, Block
 from tracekit.errors import TracekitError
+from tracekit.model.units import DTYPES  # noqa: F401  (the dtypes of --params / --dtype / --kv-dtype)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (annotations only: `tracekit ceiling` imports no polars)
+    from tracekit.analyses.roofline import RooflineBlock
     from tracekit.model.checkpoint import Model
 
-SCHEMA = "tracekit.ceiling/1"
-DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8", "int4")
+SCHEMA = CEILING_SCHEMA  # "tracekit.ceiling/1" (tracekit.contract names it once)
 
 
 @dataclass(frozen=True)
-class Ceiling:
-    """Everything ``tracekit ceiling`` reports; ``to_dict()`` is the JSON."""
+class CeilingGpu(Block):
+    """``gpu``: the GPU (its table name, or the name given) and its peak bandwidth, with where that came from."""
 
-    gpu_name: str
+    name: str
     peak_bw_gbps: float
     peak_bw_source: str
+
+
+@dataclass(frozen=True)
+class Ceiling(Block):
+    """Everything ``tracekit ceiling`` reports (a :class:`tracekit.contract.Block`: ``to_dict()`` is the JSON, written
+    by the one serialiser). ``summary`` is the plain sentence ('ceiling 84 tok/s; you are at 65% of it');
+    ``roofline`` the breakdown/3 roofline figures of the same bytes. ``bytes_breakdown`` (weights, draft, kv),
+    ``inputs`` (the inputs as resolved), ``model`` (the model's summary) and ``step``
+    (``tracekit.model.StepBytes.to_dict()`` with ``--model``) are reports of their inputs, kept as plain dicts."""
+
+    SCHEMA = CEILING_SCHEMA
+
+    gpu: CeilingGpu
     bytes_per_step_per_gpu: int
     floor_ms: float
     ceiling_steps_per_s: float
@@ -43,45 +58,39 @@ class Ceiling:
     ceiling_tokens_per_s: float
     measured_tokens_per_s: float | None
     fraction_of_ceiling: float | None
-    assumptions: list[str]
+    assumptions: tuple[str, ...]
+    summary: str
     bytes_breakdown: dict = field(default_factory=dict)
     inputs: dict = field(default_factory=dict)
     model: dict | None = None
-    roofline: dict = field(default_factory=dict)   # the breakdown/3 roofline block of the same bytes
-    step: dict | None = None                       # tracekit.model.StepBytes.to_dict() with --model
+    roofline: RooflineBlock | None = None
+    step: dict | None = None
 
     @property
-    def summary(self) -> str:
-        """The plain sentence: 'ceiling 84 tok/s; you are at 65% of it'."""
-        head = f"ceiling {_tok(self.ceiling_tokens_per_s)} tok/s"
-        if self.fraction_of_ceiling is None:
-            return (f"{head} ({_num(self.ceiling_steps_per_s)} steps/s x {_num(self.tokens_per_step)} tokens/step) "
-                    f"on {self.gpu_name} at {_num(self.peak_bw_gbps)} GB/s")
-        pct = self.fraction_of_ceiling * 100
-        s = f"{head}; you are at {pct:.0f}% of it"
-        if self.fraction_of_ceiling > 1.0:
-            s += " (above the ceiling: check the weight bytes, the peak bandwidth and the accept length)"
-        return s
+    def gpu_name(self) -> str:
+        return self.gpu.name
 
-    def to_dict(self) -> dict:
-        return {
-            "schema": SCHEMA,
-            "gpu": {"name": self.gpu_name, "peak_bw_gbps": self.peak_bw_gbps, "peak_bw_source": self.peak_bw_source},
-            "bytes_per_step_per_gpu": self.bytes_per_step_per_gpu,
-            "floor_ms": self.floor_ms,
-            "ceiling_steps_per_s": self.ceiling_steps_per_s,
-            "tokens_per_step": self.tokens_per_step,
-            "ceiling_tokens_per_s": self.ceiling_tokens_per_s,
-            "measured_tokens_per_s": self.measured_tokens_per_s,
-            "fraction_of_ceiling": self.fraction_of_ceiling,
-            "assumptions": list(self.assumptions),
-            "summary": self.summary,
-            "bytes_breakdown": dict(self.bytes_breakdown),
-            "inputs": dict(self.inputs),
-            "model": self.model,
-            "roofline": dict(self.roofline),
-            "step": self.step,
-        }
+    @property
+    def peak_bw_gbps(self) -> float:
+        return self.gpu.peak_bw_gbps
+
+    @property
+    def peak_bw_source(self) -> str:
+        return self.gpu.peak_bw_source
+
+
+def _summary(gpu: CeilingGpu, ceiling_tokens_per_s: float, ceiling_steps_per_s: float, tokens_per_step: float,
+             fraction_of_ceiling: float | None) -> str:
+    """The plain sentence: 'ceiling 84 tok/s; you are at 65% of it'."""
+    head = f"ceiling {_tok(ceiling_tokens_per_s)} tok/s"
+    if fraction_of_ceiling is None:
+        return (f"{head} ({_num(ceiling_steps_per_s)} steps/s x {_num(tokens_per_step)} tokens/step) "
+                f"on {gpu.name} at {_num(gpu.peak_bw_gbps)} GB/s")
+    pct = fraction_of_ceiling * 100
+    s = f"{head}; you are at {pct:.0f}% of it"
+    if fraction_of_ceiling > 1.0:
+        s += " (above the ceiling: check the weight bytes, the peak bandwidth and the accept length)"
+    return s
 
 
 def _num(x: float) -> str:
@@ -238,10 +247,9 @@ def ceiling(
     assert r.bytes_per_step == total
     assumptions.append(f"tokens per step = {'accept length ' + format(accept_len, 'g') if accept_len else '1 (no speculation)'}"
                        f" x batch {batch}")
+    g = CeilingGpu(name=name, peak_bw_gbps=bw, peak_bw_source=source)
     return Ceiling(
-        gpu_name=name,
-        peak_bw_gbps=bw,
-        peak_bw_source=source,
+        gpu=g,
         bytes_per_step_per_gpu=int(r.bytes_per_step),
         floor_ms=r.floor_ms,
         ceiling_steps_per_s=r.ceiling_steps_per_s,
@@ -249,10 +257,11 @@ def ceiling(
         ceiling_tokens_per_s=r.ceiling_tokens_per_s,
         measured_tokens_per_s=float(measured_tok_s) if measured_tok_s is not None else None,
         fraction_of_ceiling=r.fraction_of_ceiling,
-        assumptions=assumptions,
+        assumptions=tuple(assumptions),
+        summary=_summary(g, r.ceiling_tokens_per_s, r.ceiling_steps_per_s, r.tokens_per_step, r.fraction_of_ceiling),
         bytes_breakdown=breakdown,
         inputs=inputs,
         model=summary,
-        roofline=r.to_dict(),
+        roofline=r,
         step=step,
     )

@@ -1,9 +1,9 @@
 """Where the per-file stage of several trace files runs: a local process pool, or a Dask cluster.
 
 ``breakdown DIR`` analyses each file (rank) on its own and only then compares the ranks. The per-file stage
-(:func:`tracekit.analyses.ranks.analyse_rank`) is the same on every engine; what travels back is its small
-result (a :class:`~tracekit.analyses.ranks.RankResult`: the rank's breakdown dict and one row per
-communication kernel), never a trace or a per-kernel frame. The cross-rank table is built where the command
+(:func:`tracekit.run.ranks.analyse_rank`) is the same on every engine; what travels back is its small
+result (a :class:`~tracekit.run.ranks.RankResult`: the rank's typed breakdown without its per-activity frame,
+and one row per communication kernel), never a trace or a per-kernel frame. The cross-rank table is built where the command
 runs.
 
 * ``process`` (default): a pool of spawned processes, one per file at a time, as many as there are cores.
@@ -13,8 +13,8 @@ runs.
   ``dask scheduler`` and ``dask worker tcp://head:8786`` per node, or from a batch system with dask-jobqueue
   (Slurm, PBS, ...) or on Kubernetes with dask-kubernetes (docs/performance.md).
 
-    from tracekit.analyses.ranks import analyse_rank, cross_rank
-    from tracekit.engines import map_files
+    from tracekit.run.ranks import analyse_rank, cross_rank
+    from tracekit.run.engines import map_files
 
     results = map_files(analyse_rank, files, {}, engine="dask")     # a local cluster
     print(cross_rank(results).verdict)
