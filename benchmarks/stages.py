@@ -195,7 +195,7 @@ def main(argv=None) -> None:
     import polars as pl  # noqa: F401  (imported before the clocks start, as in the command)
 
     import tracekit
-    from tracekit.analyses.breakdown import breakdown
+    from tracekit.results.breakdown import breakdown
     from tracekit.options import AnalysisOptions
 
     kwargs = AnalysisOptions().analysis_kwargs()
