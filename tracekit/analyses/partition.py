@@ -111,7 +111,9 @@ def serialise(acts: pl.DataFrame) -> pl.DataFrame:
     [(7, 0, 10), (7, 10, 12), (8, 6, 9)]
     """
     prev = pl.col("end").cum_max().shift(1)
-    if acts["stream"].n_unique() > 1:
+    stream = acts["stream"]  # (several streams, null counting as one: n_unique() > 1, without hashing every row)
+    nulls = stream.null_count()
+    if 0 < nulls < stream.len() or (nulls == 0 and stream.len() and stream.min() != stream.max()):
         prev = prev.over("stream")
     start = pl.max_horizontal("start", prev.fill_null(pl.col("start")))
     return acts.with_columns(start=start).with_columns(end=pl.max_horizontal("end", "start"))

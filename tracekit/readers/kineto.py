@@ -98,11 +98,18 @@ def sorted_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
 _START_FRAME = r"torch/profiler/profiler\.py\(\d+\): start_trace$"
 
 
-def _capture_start(spans: pl.DataFrame | None, ops: pl.DataFrame) -> schema.CaptureStart | None:
+def _capture_start(spans: pl.DataFrame | None, ops: pl.DataFrame, names: pl.Series | None = None
+                   ) -> schema.CaptureStart | None:
     """When recording began: the end of torch.profiler's ``start_trace`` frame on its thread where the Python
     tracer recorded it, else the start of the profiler's ``PyTorch Profiler (N)`` span (thread unknown), else
-    None."""
-    frame = ops.filter(pl.col("name").str.contains(_START_FRAME).fill_null(False)).head(1)
+    None. ``names``: the table ``ops["name"]`` holds codes into (the pattern is then matched once per distinct
+    name, not once per op: two million ops of a 1 GB trace)."""
+    if names is None:
+        frame = ops.filter(pl.col("name").str.contains(_START_FRAME).fill_null(False)).head(1)
+    else:
+        codes = pl.int_range(0, names.len(), dtype=ops.schema["name"], eager=True).filter(
+            names.str.contains(_START_FRAME).fill_null(False))
+        frame = ops.filter(pl.col("name").is_in(codes.implode())).head(1) if codes.len() else ops.clear()
     if frame.height:
         r = frame.row(0, named=True)
         return schema.CaptureStart(ns=int(r["end"]), call="torch.profiler start_trace", pid=r["pid"], tid=r["tid"])
@@ -189,13 +196,17 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     # (names arrive as codes into one table, kineto_columns.CODED: sorted as codes, named after the sort)
     coded = {**schema.OPS, "name": (pl.UInt32, "")}
     parts = [conform(f, coded) for f in (frames.pop("op"), frames.pop("host")) if f is not None]
+    spans = frames.pop("profiler")
     if parts:
         ops = sorted_by_start(parts)
-        ops = conform(ops.with_columns(name=frames.op_names().gather(ops["name"])), schema.OPS)
+        names = frames.op_names()
+        capture_start = _capture_start(spans, ops, names)  # (on the codes, before the names are gathered)
+        ops = conform(ops.with_columns(name=names.gather(ops["name"])), schema.OPS)
+        del names
     else:
         ops = empty(schema.OPS)
-    del parts
-    capture_start = _capture_start(frames.pop("profiler"), ops)
+        capture_start = _capture_start(spans, ops)
+    del parts, spans
     dropped = frames.dropped
     del frames
 
