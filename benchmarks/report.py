@@ -96,8 +96,9 @@ STAGES = [
     ("analyses.partition.sums", "kernel time by category, launches"),
     ("analyses.partition._holes", "gaps by cause"),
     ("analyses.partition._largest", "the largest gaps, named"),
+    ("  analyses.gaps.name_gaps", "· what the host was doing in each (candidates by binary search)"),
     ("analyses.collectives.step_communication", "collectives table"),
-    ("analyses.breakdown._weight_bytes_from_trace", "weight bytes from recorded shapes"),
+    ("results.breakdown._weight_bytes_from_trace", "weight bytes from recorded shapes"),
 ]
 
 

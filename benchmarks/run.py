@@ -183,7 +183,7 @@ def bench_nsys(sizes: list[int], work: Path, engines: list[str], rows: list):
 def ranks_cmd(folder: Path, workers: int) -> list[str]:
     """The per-file stage of ``tracekit breakdown DIR --engine process`` with ``workers`` processes, then the
     cross-rank comparison: what the command runs (``analyse_files`` + ``cross_rank``), with the pool's size set."""
-    code = ("import sys; from pathlib import Path; from tracekit.analyses.ranks import analyse_files, cross_rank; "
+    code = ("import sys; from pathlib import Path; from tracekit.run.ranks import analyse_files, cross_rank; "
             "files = sorted(Path(sys.argv[1]).glob('*.sqlite')); "
             "cross_rank(analyse_files(files, engine='process', workers=int(sys.argv[2])))")
     return [sys.executable, "-c", code, str(folder), str(workers)]
