@@ -111,7 +111,7 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
     activities with end before start are dropped. Columns are kept to what the analyses read: at ten
     million rows every extra column costs a copy per step below.
     """
-    from tracekit.classify import load_rules, name_table, with_op_categories
+    from tracekit.classify import frame_name_table, load_rules, with_op_categories
     from tracekit.lookup import row_lookup
 
     k = _on_device(trace.kernels, device)
@@ -132,7 +132,7 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
 
     def named() -> list[pl.DataFrame]:
         loaded = load_rules(rules) if rules is not None else load_rules()
-        pos, names = name_table(k["name"], loaded)
+        pos, names = frame_name_table(k, loaded)  # (made once per trace: the analyses below reuse it)
         names = with_op_categories(names, pos, k, trace, loaded)  # names no rule matches: by their launching op
         prio = _PRIO
         names = names.with_columns(prio=pl.col("category").replace_strict(prio, default=len(PRIORITY) - 1,
