@@ -130,9 +130,73 @@ def stages(columns: dict[str, str]) -> str:
     return "\n".join(out) + "\n"
 
 
+# Issue 25's figures for the version it was filed against (2026-12-03, the same machine), for the targets table.
+ISSUE_25 = {"nsys 10M": "13.4–14.4 s, 3.1× the parallel scan, 3.48 GB", "nsys 1M": "1.7 s, 2.4×",
+            "kineto 1GB": "8.0 s, 805 MB"}
+
+
+def _by(rows: list[dict], group: str) -> dict[str, dict]:
+    return {r["kind"]: r for r in rows if r["group"] == group and r["rc"] == 0}
+
+
+def targets(path, before: str = "tracekit@before") -> str:
+    """Issue 25's "done when", one row per target: the version measured in the same rounds (``before``), this
+    checkout, and whether the target is met (by this checkout's medians)."""
+    rows = _load(path)["rows"]
+    out = ["| target (issue 25) | issue's figure (2026-12-03) | before this pass (same rounds) | now | met? |",
+           "|---|---|---:|---:|---|"]
+
+    def ratio(g, kind):
+        by = _by(rows, g)
+        par = by.get("floor:connectorx:parallel") or by.get("floor:adbc:parallel")
+        r = by.get(kind)
+        return (r["wall_s"] / par["wall_s"], r) if r and par else (None, r)
+
+    def cell(x, r, mem=False):
+        if r is None:
+            return "—"
+        s = f"{r['wall_s']:.1f} s" + (f", {x:.2f}×" if x is not None else "")
+        return s + (f", {r['peak_rss_mb'] / 1000:.2f} GB" if mem else "")
+
+    for g, limit, mem_gb in (("nsys 10M", 1.5, 2.5), ("nsys 1M", 1.5, None)):
+        xb, rb = ratio(g, before)
+        xn, rn = ratio(g, "tracekit")
+        if rn is None:
+            continue
+        ok = xn <= limit and (mem_gb is None or rn["peak_rss_mb"] / 1000 <= mem_gb)
+        what = f"{g}: ≤ {limit}× the parallel scan" + (f", peak ≤ {mem_gb} GB" if mem_gb else "")
+        out.append(f"| {what} | {ISSUE_25[g]} | {cell(xb, rb, bool(mem_gb))} | {cell(xn, rn, bool(mem_gb))} | "
+                   f"{'yes' if ok else 'no'} |")
+    k = _by(rows, "kineto 1GB")
+    if "tracekit" in k:
+        rb, rn = k.get(before), k["tracekit"]
+        ok = rn["wall_s"] <= 5 and rn["peak_rss_mb"] <= 400
+
+        def fmt(r):
+            return f"{r['wall_s']:.1f} s, {r['peak_rss_mb']:,.0f} MB" if r else "—"
+        out.append(f"| Kineto 1 GB: ≤ 5 s and ≤ 0.4 GB | {ISSUE_25['kineto 1GB']} | {fmt(rb)} | {fmt(rn)} | "
+                   f"{'yes' if ok else 'no'} |")
+    one, ten = _by(rows, "nsys 1M"), _by(rows, "nsys 10M")
+    if "tracekit" in one and "tracekit" in ten:
+        def grow(kind):
+            return (f"×{ten[kind]['wall_s'] / one[kind]['wall_s']:.1f} time, "
+                    f"×{ten[kind]['peak_rss_mb'] / one[kind]['peak_rss_mb']:.1f} memory") if kind in one and kind in ten else "—"
+        ok = ten["tracekit"]["wall_s"] / one["tracekit"]["wall_s"] <= 10
+        out.append(f"| growth 1M → 10M no worse than linear (×10) | | {grow(before)} | {grow('tracekit')} | "
+                   f"{'yes' if ok else 'no'} |")
+    rk = {r["kind"]: r for r in rows if r["group"].startswith("ranks") and r["rc"] == 0}
+    if "ranks:1" in rk and "ranks:2" in rk:
+        s = rk["ranks:1"]["wall_s"] / rk["ranks:2"]["wall_s"]
+        out.append(f"| {rk['ranks:1']['group']}, `--engine process`: scales with cores (1 vs 2 workers) | | | "
+                   f"{rk['ranks:1']['wall_s']:.1f} s → {rk['ranks:2']['wall_s']:.1f} s, ×{s:.2f} | "
+                   f"{'yes' if s >= 1.5 else 'partly' if s > 1.1 else 'no'} |")
+    return "\n".join(out) + "\n"
+
+
 if __name__ == "__main__":
     for p in sys.argv[1:]:
         print(machine_line(_load(p)))
         print(current(p))
         print(growth(p))
         print(ranks(p))
+        print(targets(p))

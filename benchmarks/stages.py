@@ -195,8 +195,8 @@ def main(argv=None) -> None:
     import polars as pl  # noqa: F401  (imported before the clocks start, as in the command)
 
     import tracekit
-    from tracekit.results.breakdown import breakdown
     from tracekit.options import AnalysisOptions
+    from tracekit.results.breakdown import breakdown
 
     kwargs = AnalysisOptions().analysis_kwargs()
     timer = time.process_time if a.timer == "cpu" else time.perf_counter
