@@ -238,7 +238,7 @@ def test_threaded_stages_equal_sequential(path, monkeypatch):
     assert_frame_equal(par.per_step, seq.per_step)
 
 
-# ---- the evening pass's fast paths (docs/performance.md, "The breakdown/2 regression, cut")
+# ---- the evening pass's fast paths (benchmarks/results/HISTORY.md, "The breakdown/2 regression, cut")
 
 @settings(max_examples=300, deadline=None)
 @given(gaps=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 30)), min_size=1, max_size=40),
@@ -311,7 +311,7 @@ def test_drafting_precheck_premise(rel):
     assert (both["n"] >= 2).any() == (rel.startswith(("hf-small-spec", "spec-")))  # the spec samples do cut
 
 
-# ---- issue 25's pass (docs/performance.md): names classified once per trace, the largest gaps' candidates
+# ---- issue 25's pass (benchmarks/results/HISTORY.md, "Issue 25, phase 2"): names classified once per trace, the largest gaps' candidates
 
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
 def test_frame_name_table_is_name_table_once(path):
