@@ -2,10 +2,12 @@
 
 * :func:`current` — one row per input: the floor, tracekit (each version of the run), ratios, CPU, peak memory;
   from a ``benchmarks/run.py`` results file (``--versions`` rows included).
+* :func:`targets` — issue 25's "done when", met or not, with the version measured in the same rounds;
+  :func:`growth` and :func:`ranks` — 1M → 10M, and 1 vs 2 workers on a directory of rank files.
 * :func:`stages` — where the time of one run goes: the read, then the analysis by function, from
   ``benchmarks/stages.py`` files (one column per file).
 
-    python benchmarks/report.py benchmarks/results/2026-12-04-2core-phase1.json
+    python benchmarks/report.py benchmarks/results/2026-12-04-2core.json
 """
 
 from __future__ import annotations
