@@ -92,6 +92,8 @@ def _connectorx(path: Path, q: str) -> int:
 
     # A percent-encoded file: URI keeps mode=ro&immutable=1 (the file is opened O_RDONLY).
     url = "sqlite://" + urllib.parse.quote(_uri(path), safe="")
+    if " LIMIT " in q:  # (connectorx appends its own LIMIT to probe the schema: a limited query goes inside)
+        q = f"SELECT * FROM ({q})"
     return cx.read_sql(url, q, return_type="arrow").num_rows
 
 

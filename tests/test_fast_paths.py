@@ -238,7 +238,7 @@ def test_threaded_stages_equal_sequential(path, monkeypatch):
     assert_frame_equal(par.per_step, seq.per_step)
 
 
-# ---- the evening pass's fast paths (docs/performance.md, "The breakdown/2 regression, cut")
+# ---- the evening pass's fast paths (benchmarks/results/HISTORY.md, "The breakdown/2 regression, cut")
 
 @settings(max_examples=300, deadline=None)
 @given(gaps=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 30)), min_size=1, max_size=40),
@@ -309,3 +309,55 @@ def test_drafting_precheck_premise(rel):
     both = fwd.join(kernels, on="step", how="left").with_columns(pl.col("len").fill_null(0))
     assert (both["n"] <= both["len"]).all()
     assert (both["n"] >= 2).any() == (rel.startswith(("hf-small-spec", "spec-")))  # the spec samples do cut
+
+
+# ---- issue 25's pass (benchmarks/results/HISTORY.md, "Issue 25, phase 2"): names classified once per trace, the largest gaps' candidates
+
+@pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+def test_frame_name_table_is_name_table_once(path):
+    """The kernels' name table made once per frame: the same table as name_table, the same objects on a second
+    call, a new one for another rules object or another frame; the communication and training-kernel tests from
+    it equal the plain per-row ones (classify's category compared as text, name_matches on the names)."""
+    import gc
+
+    from tracekit import classify
+    from tracekit.analyses.collectives import _is_comm
+    from tracekit.analyses.phase import TRAINING_KERNELS, _kernel_matches, name_matches
+
+    k = tracekit.load(path, kernel_dims=False).kernels
+    pos, table = classify.frame_name_table(k)
+    pos2, table2 = classify.name_table(k["name"])
+    assert pos.to_list() == pos2.to_list() and table.equals(table2)
+    assert classify.frame_name_table(k)[0] is pos  # made once
+    shipped = classify.load_rules()
+    assert classify.frame_name_table(k, shipped)[0] is pos  # (the shipped rules are one object)
+    other = classify.Rules(shipped.rules, files=shipped.files, ops=shipped.ops)
+    pos3, table3 = classify.frame_name_table(k, other)
+    assert pos3 is not pos and pos3.to_list() == pos.to_list() and table3.equals(table)
+    copy = k.clone()
+    assert classify.frame_name_table(copy)[0] is not pos
+    assert id(copy) in classify._FRAME_TABLES
+    key = id(copy)
+    del copy
+    gc.collect()
+    assert key not in classify._FRAME_TABLES  # the entry went with its frame
+    plain = (classify.classify(k["name"])["category"] == "communication").to_list()
+    assert _is_comm(k, sub=False)[0].to_list() == plain == _is_comm(k["name"])[0].to_list()
+    assert _kernel_matches(k, TRAINING_KERNELS).to_list() == name_matches(k["name"], TRAINING_KERNELS).to_list()
+
+
+@settings(max_examples=300, deadline=None)
+@given(starts=st.lists(st.integers(-50, 50), max_size=60),
+       windows=st.lists(st.tuples(st.integers(-60, 60), st.integers(0, 40)), max_size=12))
+def test_rows_within_equals_filter(starts, windows):
+    """The largest gaps' candidates by binary search (frames in start order) are the rows the plain filter keeps,
+    in order."""
+    from tracekit.analyses.gaps import _rows_within
+
+    s = pl.Series("start", sorted(starts), dtype=pl.Int64)
+    wins = [(lo, lo + w) for lo, w in windows]
+    near = pl.any_horizontal(pl.col("start").is_between(lo, hi, closed="left") for lo, hi in wins) if wins else (
+        pl.lit(False))
+    want = s.to_frame().with_row_index("i").filter(near)["i"].to_list()
+    assert _rows_within(s, wins).to_list() == want
+    assert _rows_within(s.reverse(), wins) is None or s.n_unique() < 2  # (not in order: the caller filters)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
@@ -210,6 +211,29 @@ def name_table(names: pl.Series, rules: Rules | None = None) -> tuple[pl.Series,
     slots = pl.Series("pos", [None], dtype=pl.UInt32).extend_constant(None, int(ucodes.max()))
     slots = slots.scatter(ucodes, pl.int_range(0, len(uniq), dtype=pl.UInt32, eager=True))
     return slots.gather(codes).rename("pos"), table
+
+
+# frame_name_table's tables: id(frame) -> (a weak reference to the frame, [(rules, pos, table), ...])
+_FRAME_TABLES: dict[int, tuple[weakref.ref, list]] = {}
+
+
+def frame_name_table(frame: pl.DataFrame, rules: Rules | None = None) -> tuple[pl.Series, pl.DataFrame]:
+    """:func:`name_table` of ``frame["name"]``, made once per frame (e.g. a trace's kernels) and rules object:
+    the kernels' names are classified by several analyses (categories, communication kernels, training
+    kernels), a pass over ten million rows each time otherwise. The entry goes when the frame does (polars
+    frames are immutable here: no tracekit code changes a trace's frames in place)."""
+    rules = load_rules() if rules is None else rules
+    key = id(frame)
+    entry = _FRAME_TABLES.get(key)
+    if entry is None or entry[0]() is not frame:
+        entry = (weakref.ref(frame, lambda _, key=key: _FRAME_TABLES.pop(key, None)), [])
+        _FRAME_TABLES[key] = entry
+    for r, pos, table in entry[1]:
+        if r is rules:
+            return pos, table
+    pos, table = name_table(frame["name"], rules)
+    entry[1].append((rules, pos, table))
+    return pos, table
 
 
 def _classify_one(name: str, rules: Rules) -> tuple[str, str, str | None]:

@@ -111,7 +111,7 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
     activities with end before start are dropped. Columns are kept to what the analyses read: at ten
     million rows every extra column costs a copy per step below.
     """
-    from tracekit.classify import load_rules, name_table, with_op_categories
+    from tracekit.classify import frame_name_table, load_rules, with_op_categories
     from tracekit.lookup import row_lookup
 
     k = _on_device(trace.kernels, device)
@@ -132,7 +132,7 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
 
     def named() -> list[pl.DataFrame]:
         loaded = load_rules(rules) if rules is not None else load_rules()
-        pos, names = name_table(k["name"], loaded)
+        pos, names = frame_name_table(k, loaded)  # (made once per trace: the analyses below reuse it)
         names = with_op_categories(names, pos, k, trace, loaded)  # names no rule matches: by their launching op
         prio = _PRIO
         names = names.with_columns(prio=pl.col("category").replace_strict(prio, default=len(PRIORITY) - 1,
@@ -340,6 +340,12 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
             step_by = ("pid",)
             warnings.append("step ranges are not on the launching threads: GPU work attributed to the step open "
                             "in the same process instead")
+    step = acts["step"]
+    if step.null_count() == 0 and step.is_sorted():
+        # (every activity in a step, steps one after the other: the usual case. Flagged, the per-step group-bys
+        # of the phase and drafting analyses below work on slices instead of hashing ten million step ids.)
+        acts = acts.with_columns(step.set_sorted())
+    del step
     from tracekit.analyses.drafting import OFF_EVIDENCE, detect_drafting, is_off, spec_kernel_evidence
     from tracekit.analyses.phase import step_phases
 

@@ -178,12 +178,17 @@ def _serialised(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(arrival=pl.max_horizontal("start", prev.fill_null(pl.col("start"))))
 
 
-def _is_comm(names: pl.Series, rules=None) -> tuple[pl.Series, pl.Series]:
-    """(is communication, rule sub) per name, by the kernel rules (distinct names matched once)."""
-    from tracekit.classify import load_rules, name_table
+def _is_comm(names: pl.Series | pl.DataFrame, rules=None, sub: bool = True) -> tuple[pl.Series, pl.Series | None]:
+    """(is communication, rule sub) per name, by the kernel rules (distinct names matched once); ``sub=False``:
+    no sub (None). The test is made once per distinct name and its booleans gathered: no string per row.
+    ``names`` may be a frame with a ``name`` column (a trace's kernels): its name table is then the one the
+    attribution made (``classify.frame_name_table``)."""
+    from tracekit.classify import frame_name_table, load_rules, name_table
 
-    pos, table = name_table(names, load_rules(rules) if rules is not None else None)
-    return (table["category"].gather(pos).fill_null("other") == "communication"), table["sub"].gather(pos)
+    loaded = load_rules(rules) if rules is not None else None
+    pos, table = frame_name_table(names, loaded) if isinstance(names, pl.DataFrame) else name_table(names, loaded)
+    is_comm = (table["category"] == "communication").gather(pos).fill_null(False).alias("category")
+    return is_comm, table["sub"].gather(pos) if sub else None
 
 
 def kernel_exposure(acts: pl.DataFrame | None) -> pl.DataFrame:
@@ -371,7 +376,7 @@ def _comm_kernels(trace: Trace, dev: int, rules=None) -> pl.DataFrame:
     ``impl``. Only narrow columns of the streams that carry communication are touched: ten million kernels cost
     one merge and one running maximum, not a copy of the kernel table."""
     k = _on_device(trace.kernels, dev)
-    is_comm, _ = _is_comm(k["name"], rules)
+    is_comm, _ = _is_comm(k, rules, sub=False)
     if not is_comm.any():
         return pl.DataFrame(schema={"start": pl.Int64, "end": pl.Int64, "stream": pl.Int64, "pid": pl.Int64,
                                     "correlation": pl.Int64, "name": pl.String, "impl": pl.String,
@@ -414,7 +419,7 @@ def comm_kernels(trace: Trace | None, acts: pl.DataFrame | None, device: int, *,
         comm = _launch_name(comm, trace)
     elif acts is not None:
         # a breakdown's activities are those of the analysed steps only, their ends clipped to the step period
-        is_comm, _ = _is_comm(acts["name"], rules)
+        is_comm, _ = _is_comm(acts["name"], rules, sub=False)
         narrow = acts.select("start", "end", "stream", comm=is_comm & (pl.col("kind") == "kernel"),
                              row=pl.int_range(0, pl.len(), dtype=pl.UInt32))
         arr = _serialised(narrow).filter("comm")

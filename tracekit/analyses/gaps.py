@@ -168,6 +168,27 @@ def after_waits(holes: pl.DataFrame, launches: pl.DataFrame, waits: pl.DataFrame
     hi = covered(h.select("pid", "tid", t="hi"), segments)
     kept = ((h["hi"] - h["lo"]) - (hi - lo)).clip(lower_bound=0)
     return zero.scatter(h["_i"], kept.cast(pl.Int64))
+def _rows_within(start: pl.Series, windows: list[tuple[int, int]]) -> pl.Series | None:
+    """The rows (in order) whose ``start`` lies in some window ``[lo, hi)``, when ``start`` is in order without
+    nulls (else None: filter instead).
+
+    >>> _rows_within(pl.Series([1, 3, 5, 7, 9]), [(4, 8), (0, 2), (5, 6)]).to_list()
+    [0, 2, 3]
+    """
+    if start.null_count() or not start.is_sorted():
+        return None
+    spans = sorted((int(start.search_sorted(lo, side="left")), int(start.search_sorted(hi, side="left")))
+                   for lo, hi in windows)
+    merged: list[list[int]] = []
+    for a, b in spans:  # (a dozen windows, not events)
+        if a >= b:
+            continue
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    parts = [pl.int_range(a, b, dtype=pl.UInt32, eager=True) for a, b in merged]
+    return pl.concat(parts) if parts else pl.Series([], dtype=pl.UInt32)
 
 
 def name_gaps(gaps: pl.DataFrame, trace: Trace, launches: pl.DataFrame, skip: pl.DataFrame | None = None
@@ -183,20 +204,27 @@ def name_gaps(gaps: pl.DataFrame, trace: Trace, launches: pl.DataFrame, skip: pl
         if kind == "range" and skip is not None and skip.height and frame.height:
             frame = frame.join(skip.select("pid", "tid", "start"), on=["pid", "tid", "start"], how="anti")
         if frame.height:
-            frames.append((frame.filter(pl.col("end").is_not_null()), kind))
+            frames.append((frame, kind))
     if launches.height:
-        frames.append((launches.with_row_index("row").filter(pl.col("end").is_not_null()), "api"))
+        frames.append((launches, "api"))
     if not frames:
         return [None] * gaps.height
+    # (the longest of the rows with an end: max skips the nulls)
     longest = max(int((f["end"] - f["start"]).max() or 0) for f, _ in frames)
     # Only candidates that start inside some gap's search window [h0 - longest, h1) can name it: the rest is
-    # dropped before any text is made (ten million launches, ten gaps).
+    # dropped before any text is made (ten million launches, ten gaps), and before any column is copied: in a
+    # frame in start order, the rows of each window found by two binary searches.
     named = gaps.filter(pl.col("pid").is_not_null())
-    near = pl.any_horizontal(pl.col("start").is_between(h0 - longest, h1, closed="left")
-                             for h0, h1 in zip(named["h0"], named["h1"])) if named.height else pl.lit(False)
+    windows = [(h0 - longest, h1) for h0, h1 in zip(named["h0"], named["h1"])]
+    near = pl.any_horizontal(pl.col("start").is_between(lo, hi, closed="left")
+                             for lo, hi in windows) if windows else pl.lit(False)
     cands = []
     for frame, kind in frames:
-        frame = frame.filter(near)
+        if kind == "api":
+            frame = frame.with_row_index("row")  # (the row of launches: a launch never names its own gap)
+        rows = _rows_within(frame["start"], windows)
+        frame = frame.filter(near) if rows is None else frame[rows]
+        frame = frame.filter(pl.col("end").is_not_null())
         if kind == "api":
             cands.append(frame.select(
                 "pid", "tid", "start", "end", name=pl.col("name").cast(pl.String),

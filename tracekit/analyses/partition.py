@@ -112,7 +112,9 @@ def serialise(acts: pl.DataFrame) -> pl.DataFrame:
     [(7, 0, 10), (7, 10, 12), (8, 6, 9)]
     """
     prev = pl.col("end").cum_max().shift(1)
-    if acts["stream"].n_unique() > 1:
+    stream = acts["stream"]  # (several streams, null counting as one: n_unique() > 1, without hashing every row)
+    nulls = stream.null_count()
+    if 0 < nulls < stream.len() or (nulls == 0 and stream.len() and stream.min() != stream.max()):
         prev = prev.over("stream")
     start = pl.max_horizontal("start", prev.fill_null(pl.col("start")))
     return acts.with_columns(start=start).with_columns(end=pl.max_horizontal("end", "start"))
@@ -303,46 +305,58 @@ def _ordered(reasons: Counter) -> dict[str, int]:
 def _holes(a: pl.DataFrame, analysed: pl.DataFrame, trace: Trace, launches: pl.DataFrame
            ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The gaps between a step's first and last activity (``a`` grouped by step, each in start order):
-    per-step sums of host stalls and graph bubbles, and the longest single gaps."""
+    per-step sums of host stalls and graph bubbles, and the longest single gaps.
+
+    One lazy query makes every gap's columns (nothing per row of ``a`` is materialised), and a gap's stalled part
+    is computed only where a stall segment overlaps it; a per-gap stall column is never made (ten million gaps: the
+    frames this made used to fault in ~1.4 GB of fresh memory)."""
+    segments = stall_segments(trace, launches)
     first = pl.col("step") != pl.col("step").shift(1)
     runmax = pl.col("end").cum_max()  # (periods tile the timeline: a running maximum across steps is right)
-    # (one lazy query: the per-row helper columns are never materialised for all ten million rows)
     f = a.lazy().select("step", "start", "end", "launch", "graphed", "_ps").with_row_index("_r").with_columns(
         h0=pl.when(first.fill_null(True)).then(pl.col("_ps")).otherwise(runmax.shift(1)),
         holder=pl.when(pl.col("end") >= runmax).then(pl.col("_r")).forward_fill())
-    # the work before the gap: the activity holding the running maximum (none for a step's first gap)
+    # the work before the gap: the activity holding the running maximum (none for a step's first gap), and its launch
     f = f.with_columns(prev_row=pl.when(~first.fill_null(True)).then(pl.col("holder").shift(1)))
-    g = f.filter(pl.col("start") > pl.col("h0")).select(
-        "step", "h0", h1="start", launch="launch", graphed=pl.col("graphed").fill_null(False), prev_row="prev_row"
-    ).collect()
+    f = f.with_columns(prev_launch=pl.col("launch").gather(pl.col("prev_row").fill_null(0)))
+    graphed = pl.col("graphed").fill_null(False)
     # a graph bubble: graph-replayed work after the gap, from the same graph launch as the work before it
-    prev_launch = a["launch"].gather(g["prev_row"].fill_null(0))
-    g = g.select("step", "h0", "h1", "launch", "graphed", bubble=(
-        pl.col("graphed") & pl.col("launch").is_not_null() & pl.col("prev_row").is_not_null()
-        & (pl.col("launch") == prev_launch)).fill_null(False))
-    if g["step"].is_sorted():
-        g = g.with_columns(pl.col("step").set_sorted())  # (the per-step sums below work on slices)
-    segments = stall_segments(trace, launches)
+    bubble = (graphed & pl.col("launch").is_not_null() & pl.col("prev_row").is_not_null()
+              & (pl.col("launch") == pl.col("prev_launch"))).fill_null(False)
+    g = f.filter(pl.col("start") > pl.col("h0")).select(
+        "step", "h0", h1="start", launch="launch", graphed=graphed, bubble=bubble, ms=pl.col("start") - pl.col("h0"),
+    ).collect()
     # A gap can be stalled only where some stall segment (of any thread) overlaps it: the rest (at ten million
     # launches, nearly every gap) is 0 without the per-thread lookups. Graph bubbles are never stalls.
     maybe = _overlaps_any(g, segments) & ~g["bubble"]
-    part = stalled_part(g.filter(maybe).select("h0", "h1", "launch"), launches, segments)
-    at = pl.int_range(0, g.height, dtype=pl.UInt32, eager=True).filter(maybe)
-    g = g.with_columns(stall=pl.repeat(0, g.height, dtype=pl.Int64, eager=True).scatter(at, part.cast(pl.Int64)),
-                       ms=pl.col("h1") - pl.col("h0"))
+    rows = pl.int_range(0, g.height, dtype=pl.UInt32, eager=True)
+    at = rows.filter(maybe)
+    part = stalled_part(g.filter(maybe).select("h0", "h1", "launch"), launches, segments).cast(pl.Int64)
+    stalls = pl.DataFrame({"_i": at, "stall": part, "step": g["step"].filter(maybe)})
+    # per step: the stalled parts (summed over the few gaps that have one) and the graph bubbles
+    bubbles = g.lazy().select("step", "ms", "bubble")
+    if g["step"].is_sorted():
+        bubbles = bubbles.with_columns(pl.col("step").set_sorted())  # (grouped by slices)
     # the launch overhead after a host wait's return (the host work a CUDA graph cannot remove; advice.cuda_graphs)
-    # (a graph bubble's launch is the replay's, which may follow a wait: no launch, so no after-wait time)
-    holes_ = g.select("h0", "h1", launch=pl.when(~pl.col("bubble")).then(pl.col("launch")))
-    g = g.with_columns(after=after_waits(holes_, launches, host_waits(trace, launches), segments))
-    sums = g.group_by("step").agg(
-        g_host_stalls=pl.col("stall").sum(),
-        g_graph_bubbles=pl.col("ms").filter(pl.col("bubble")).sum(),
-        g_after_waits=pl.col("after").sum())
-    if g.height > 4 * LARGEST:  # only rows at least as long as the LARGEST-th longest can be in the top: sort those
-        kth = g["ms"].top_k(LARGEST).min()
-        g = g.filter(pl.col("ms") >= kth)
+    # (a graph bubble's launch is the replay's, which may follow a wait: no launch, so no after-wait time); summed
+    # over the few gaps that have some, as the stalls are
+    after = after_waits(g.select("h0", "h1", launch=pl.when(~pl.col("bubble")).then(pl.col("launch"))), launches,
+                        host_waits(trace, launches), segments)
+    some = after > 0
+    afters = pl.DataFrame({"step": g["step"].filter(some), "after": after.filter(some)})
+    sums = (bubbles.group_by("step").agg(g_graph_bubbles=pl.col("ms").filter(pl.col("bubble")).sum()).collect()
+            .join(stalls.group_by("step").agg(g_host_stalls=pl.col("stall").sum()), on="step", how="left")
+            .join(afters.group_by("step").agg(g_after_waits=pl.col("after").sum()), on="step", how="left")
+            .select("step", pl.col("g_host_stalls").fill_null(0), "g_graph_bubbles",
+                    pl.col("g_after_waits").fill_null(0)))
+    # only rows at least as long as the LARGEST-th longest can be in the top: sort those (all of them when few)
+    pick = rows.filter(g["ms"] >= g["ms"].top_k(LARGEST).min()) if g.height > 4 * LARGEST else rows
+    stall = pl.DataFrame({"_i": pick}).join(stalls.select("_i", "stall"), on="_i", how="left",
+                                            maintain_order="left")["stall"].fill_null(0)
+    cand = g[pick].select("step", "h0", "h1", "launch", "graphed", "bubble").with_columns(stall=stall).with_columns(
+        ms=pl.col("h1") - pl.col("h0"))
     # (eager gaps before graph bubbles, each in time order: the order the ties of the sort below have always had)
-    top = g.sort("bubble", maintain_order=True).sort("ms", descending=True).head(LARGEST)
+    top = cand.sort("bubble", maintain_order=True).sort("ms", descending=True).head(LARGEST)
     return sums, top
 
 

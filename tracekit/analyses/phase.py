@@ -116,6 +116,15 @@ def name_matches(names: pl.Series, regex: str) -> pl.Series:
     return names.is_in(hit.implode()).fill_null(False)
 
 
+def _kernel_matches(kernels: pl.DataFrame, regex: str) -> pl.Series:
+    """:func:`name_matches` of ``kernels["name"]`` (a trace's kernels), from their name table (made once per trace,
+    ``classify.frame_name_table``): each distinct name tested once, booleans gathered."""
+    from tracekit.classify import frame_name_table
+
+    pos, table = frame_name_table(kernels)
+    return table["name"].str.contains(regex).fill_null(False).gather(pos).fill_null(False).alias("name")
+
+
 PHASE_SCHEMA = {"step": pl.Int64, "phase": pl.String, "source": pl.String, "evidence": pl.String}
 
 
@@ -281,7 +290,7 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
     # training: backward/optimizer kernels in the step, else anywhere in the trace
     bwd = acts.filter(name_matches(acts["name"], TRAINING_KERNELS))
     per_bwd = bwd.group_by("step").agg(n=pl.len(), example=pl.col("name").first().cast(pl.String))
-    trace_bwd = trace.kernels.filter(name_matches(trace.kernels["name"], TRAINING_KERNELS))
+    trace_bwd = trace.kernels.filter(_kernel_matches(trace.kernels, TRAINING_KERNELS))
     work = step_work(acts, windows)
     # shapes (decode only where they cover the step's GEMMs: most of its GEMM time launched eagerly)
     shapes = gemm_rows(trace, windows).join(ann.select("step", "bs"), on="step", how="left").join(

@@ -56,6 +56,15 @@ def step_signatures(acts: pl.DataFrame) -> pl.DataFrame:
         tok=pl.struct(_code(acts, "name"), pl.col("graphed").fill_null(False), _code(acts, "kind")).hash(23))
     if df["step"].null_count():
         df = df.filter(pl.col("step").is_not_null())
+    stream = df["stream"]  # (no nulls here: one value when its min is its max, without hashing ten million)
+    if df["start"].is_sorted() and stream.len() and stream.min() == stream.max():
+        # One stream, in start order (the usual trace): each step's rows are its sequence as they stand, hashed
+        # where they are grouped (the same lists as below, without the per-stream lists and their explode).
+        if df["step"].is_sorted():
+            df = df.with_columns(pl.col("step").set_sorted())  # (grouped by slices, no hashing)
+        return (df.lazy().group_by("step", maintain_order=True)
+                .agg(toks=pl.struct("stream", "tok").hash(29), n=pl.len())
+                .select("step", sig=pl.col("toks").hash(31), n=pl.col("n").cast(pl.Int64)).collect())
     if df["start"].is_sorted():
         # In start order already (the activities frame): each (step, stream)'s rows in order as they stand, then
         # the few (step, stream) groups sorted; the same lists as the full sort below, twice as fast at 10M rows.

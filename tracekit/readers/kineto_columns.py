@@ -124,6 +124,11 @@ def _grouped(events: list, codes_of: dict) -> dict[str, list]:
 
 
 _BATCH = 1 << 14  # rows of a group typed at once (one polars query)
+# Groups whose typed frames keep their names as codes (UInt32) into one shared name table (Frames.op_names): the
+# ops and host work that become Trace.ops (millions of rows, a few hundred names) are sorted as 4-byte codes and
+# named once, after the sort (a view per row into one table), instead of carrying and gathering a string view
+# per row and a copy of the name table per batch.
+CODED = frozenset({"op", "host"})
 
 
 def _texts(raws: list) -> pl.Series:
@@ -331,7 +336,9 @@ def _typed(group: str, parts: list[pl.DataFrame], names: _Names, dropped: dict[s
 
     Events with a missing or implausible time are dropped and counted in ``dropped``.
     """
-    df = names.resolve(pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0])
+    df = pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
+    if group not in CODED:
+        df = names.resolve(df)
     spec = _SPECS[group][0]
     absent = [pl.lit(None, pl.String).alias(c) for c in spec if c not in df.schema]  # typed as text: null
     typed = [_typing(c, spec[c][1], df.schema.get(c) == pl.Int64) for c in spec]
@@ -351,6 +358,7 @@ class Frames:
         self.pending: dict[str, list[pl.DataFrame]] = {g: [] for g in _SPECS}
         self.rows = dict.fromkeys(_SPECS, 0)
         self.names = {g: _Names(g) for g in _SPECS}
+        self.names["host"] = self.names["op"]  # (one name table for Trace.ops: see CODED)
         self.dropped: dict[str, int] = {}
 
     def add(self, events: list, codes_of: dict) -> None:
@@ -365,6 +373,11 @@ class Frames:
         if self.pending[g]:
             self.typed[g].append(_typed(g, self.pending[g], self.names[g], self.dropped))
             self.pending[g], self.rows[g] = [], 0
+
+    def op_names(self) -> pl.Series:
+        """The names of the CODED groups, by code (null for an event without a name). A null more at the end, so
+        that the table is never flagged sorted (a one-row series is), a flag a gather would carry to every row."""
+        return pl.Series("name", [*self.names["op"].index, None], dtype=pl.String)
 
     def pop(self, g: str) -> pl.DataFrame | None:
         """All of a group's rows as one frame (None without any), handed over."""
