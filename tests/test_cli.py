@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from tracekit.cli import cli
 
-from conftest import DATA, shared
+from conftest import DATA, sample_trace, shared
 
 MFU = str(DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite")
 
@@ -253,14 +253,17 @@ def test_breakdown_stdout_starts_with_the_headline_not_the_command_line():
 
 
 def test_markdown_keeps_quotes_literally_and_stays_injection_safe():
-    """Quotes are plain text in markdown (`profiler's`, `'cudaStreamSynchronize'`, never `&#x27;`); what could open a
+    """Quotes are plain text in markdown (`profiler's`, `'grammar_mask'`, never `&#x27;`); what could open a
     tag or a table cell is still escaped."""
     from tracekit.report import safe
 
     md = _tracekit("breakdown", EAGER, "--format", "md").stdout
     assert "&#x27;" not in md and "&quot;" not in md
-    assert "the longest while the host was in sync 'cudaStreamSynchronize'" in md
     assert "shares of the traced step include the profiler's own overhead" in md
+    # a gap named by the host range covering it (serve-small-graph: the injected 'grammar_mask' stall)
+    md = _tracekit("breakdown", sample_trace("serve-small-graph"), "--format", "md").stdout
+    assert "&#x27;" not in md and "&quot;" not in md
+    assert "while the host was in range 'grammar\\_mask'" in md
     assert safe.md("it's <script>alert('x')</script> | x") == "it's &lt;script&gt;alert('x')&lt;/script&gt; \\| x"
 
 
