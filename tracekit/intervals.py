@@ -124,6 +124,33 @@ def _tiled_with_singles(df: pl.DataFrame, group: str, level: str, levels: list[i
         group, *[(pl.col(c) + pl.col(f"{c}_r").fill_null(0)).alias(c) for c in cols])
 
 
+# Rows per piece where an analysis works on whole steps piece by piece (gaps, step signatures): ten million
+# activities at once make columns of 80 MB each, faulted in fresh and given back to the system at once by polars'
+# allocator; pieces of about this many rows keep each column under its 8 MiB threshold and reuse the same memory.
+CHUNK_ROWS = 1 << 19
+
+
+def step_chunks(step: pl.Series, rows: int = CHUNK_ROWS) -> list[tuple[int, int]]:
+    """``(offset, length)`` slices of a frame grouped by ``step`` (each step's rows one run), each of whole steps
+    and about ``rows`` rows (a step longer than that is one slice of its own). One slice of everything when
+    ``step`` is not sorted or has nulls (its steps may not be runs).
+
+    >>> step_chunks(pl.Series([0, 0, 1, 1, 1, 2, 3, 3]), rows=3)
+    [(0, 5), (5, 3)]
+    """
+    n = step.len()
+    if n <= rows or step.null_count() or not step.is_sorted():
+        return [(0, n)] if n else []
+    starts = (step != step.shift(1)).fill_null(True).arg_true()  # each step's first row
+    out, at = [], 0
+    while at < n:  # (a few slices, not steps)
+        nxt = int(starts.search_sorted(at + rows, side="left"))
+        end = int(starts[nxt]) if nxt < starts.len() else n  # (a step longer than ``rows``: a slice of its own)
+        out.append((at, end - at))
+        at = end
+    return out
+
+
 def _one_group(df: pl.DataFrame, by: Sequence[str]) -> tuple | None:
     """The single value of each ``by`` column when every row of ``df`` has the same, non-null ones; else None."""
     vals = []

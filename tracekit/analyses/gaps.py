@@ -54,6 +54,60 @@ def host_only(intervals: pl.DataFrame, work: pl.DataFrame) -> pl.Series:
     return (j["ws"].is_null() | (j["ws"] > j["end"])).alias("host_only")
 
 
+def work_rows(left: pl.DataFrame, launches: pl.DataFrame, on: str, strategy: str = "backward",
+              allow_exact_matches: bool = True) -> pl.Series:
+    """For each row of ``left`` (``pid``, ``tid``, ``on``): the row of ``launches`` (in start order) of the as-of
+    matching *work* launch call (a kernel, graph, copy or memset launch) of its thread, as :func:`~tracekit.intervals.asof`
+    matches (``backward``: the last one starting at or before ``on``, before it without exact matches;
+    ``forward``: the first at or after it, after it without); null where none.
+
+    When one thread made every call (the usual trace) the work calls are not copied out of ten million launches:
+    a binary search over every call's start, then a step over the few other calls (synchronisations, ...) next
+    to the match, found among those calls' own rows.
+
+    >>> la = pl.DataFrame({"pid": [1] * 4, "tid": [2] * 4, "start": [0, 10, 20, 30],
+    ...                    "kind": ["kernel", "sync", "sync", "kernel"]})
+    >>> work_rows(pl.DataFrame({"pid": [1, 1, 1], "tid": [2, 2, 2], "t": [25, 30, 5]}), la, "t").to_list()
+    [0, 3, 0]
+    >>> work_rows(pl.DataFrame({"pid": [1, 1], "tid": [2, 2], "t": [5, 30]}), la, "t", "forward", False).to_list()
+    [3, None]
+    """
+    is_work = launches["kind"].is_in(list(WORK_KINDS))
+    starts = launches["start"]
+    one = _one_thread(launches)
+    if one is None or starts.null_count() or not starts.is_sorted():
+        work = launches.select("pid", "tid", ws="start").with_row_index("_row").filter(is_work)
+        return asof(left.select("pid", "tid", on), work if work["ws"].is_sorted() else work.sort("ws"), on, "ws",
+                    ["pid", "tid"], strategy=strategy, allow_exact_matches=allow_exact_matches)["_row"]
+    n = launches.height
+    keys = left[on]
+    if strategy == "backward":
+        j = starts.search_sorted(keys, side="right" if allow_exact_matches else "left").cast(pl.Int64) - 1
+    else:
+        j = starts.search_sorted(keys, side="left" if allow_exact_matches else "right").cast(pl.Int64)
+    other = (~is_work).arg_true().cast(pl.Int64)  # the calls that launch no work: few
+    if other.len():
+        # runs of consecutive other calls: the work call before a run is its first row - 1, after it its last + 1
+        new_run = other.diff().fill_null(2) != 1
+        first = pl.select(pl.when(new_run).then(other).forward_fill()).to_series()
+        last = pl.select(pl.when(new_run.shift(-1).fill_null(True)).then(other).backward_fill()).to_series()
+        at = other.search_sorted(j.clip(0, n - 1), side="left").cast(pl.Int64)
+        hit = (at < other.len()) & (other.gather(at.clip(0, other.len() - 1)) == j)
+        step = (first if strategy == "backward" else last).gather(at.clip(0, other.len() - 1))
+        j = pl.select(pl.when(hit).then(step - 1 if strategy == "backward" else step + 1).otherwise(j)).to_series()
+    same = pl.lit(True)
+    for c, v in zip(("pid", "tid"), one):
+        same = same & (pl.col(c) == v)
+    ok = (j >= 0) & (j < n) & keys.is_not_null()
+    return left.select(pl.when(same & ok).then(j).cast(pl.UInt32).alias("_row"))["_row"]
+
+
+def _one_thread(launches: pl.DataFrame) -> tuple | None:
+    from tracekit.intervals import _one_group
+
+    return _one_group(launches, ["pid", "tid"]) if launches.height else None
+
+
 def blocking_copies(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     """The launch calls (``pid``, ``tid``, ``start``, ``end``) of the copies that block the host: device-to-host,
     or from/to pageable host memory."""
@@ -96,8 +150,9 @@ def stall_segments(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
         iv = frame.filter(pl.col("end").is_not_null() & (pl.col("end") > pl.col("start"))).select(
             "pid", "tid", "start", "end")
         if iv.height:
-            work = launches.select("pid", "tid", "start").filter(launches["kind"].is_in(list(WORK_KINDS)))
-            parts.append(iv.filter(host_only(iv, work)))
+            # host-only: no work launch call of its thread starts inside it (:func:`host_only`)
+            ws = launches["start"].gather(work_rows(iv, launches, "start", strategy="forward"))
+            parts.append(iv.filter(ws.is_null() | (ws > iv["end"])))
     s = pl.concat([p.cast({"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64}) for p in parts])
     s = s.filter(pl.col("end") > pl.col("start"))
     if s.height == 0:
@@ -126,9 +181,7 @@ def stalled_part(holes: pl.DataFrame, launches: pl.DataFrame, segments: pl.DataF
     call = launches.select("pid", "tid", ls="start", le="end")[holes["launch"].fill_null(0)]
     h = holes.select("h0", "h1", has=pl.col("launch").is_not_null()).hstack(call)
     # The end of the previous work launch call on the thread (the host interval's start).
-    work = launches.select("pid", "tid", ws="start", we="end").filter(launches["kind"].is_in(list(WORK_KINDS)))
-    prev = asof(h.select("pid", "tid", "ls"), work if work["ws"].is_sorted() else work.sort("ws"), "ls", "ws",
-                ["pid", "tid"], allow_exact_matches=False)["we"]
+    prev = launches["end"].gather(work_rows(h, launches, "ls", allow_exact_matches=False))
     h = h.with_columns(prev_end=prev)
     h = h.with_columns(lo=pl.max_horizontal("h0", pl.col("prev_end").fill_null(pl.col("h0"))),
                        hi=pl.min_horizontal("h1", "le"))
@@ -138,25 +191,33 @@ def stalled_part(holes: pl.DataFrame, launches: pl.DataFrame, segments: pl.DataF
     return h.select(stall=pl.min_horizontal(stall, pl.col("h1") - pl.col("h0")).clip(lower_bound=0))["stall"]
 
 
-def after_waits(holes: pl.DataFrame, launches: pl.DataFrame, waits: pl.DataFrame, segments: pl.DataFrame
-                ) -> pl.Series:
+def waits_before(launches: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
+    """For each work launch call that follows a host wait (:func:`host_waits`) on its thread with no other work
+    launch call between: ``launch`` (its row of ``launches``) and ``b_end`` (the latest such wait's return). One
+    forward as-of lookup per wait."""
+    if waits.height == 0:
+        return pl.DataFrame(schema={"launch": pl.UInt32, "b_end": pl.Int64})
+    w = waits.select("pid", "tid", "end").cast({"pid": pl.Int64, "tid": pl.Int64})
+    nxt = work_rows(w, launches.cast({"pid": pl.Int64, "tid": pl.Int64}), "end", strategy="forward")
+    # per launch call that follows a wait: the latest return of a wait before it
+    return w.with_columns(launch=nxt).drop_nulls("launch").group_by("launch").agg(b_end=pl.col("end").max())
+
+
+def after_waits(holes: pl.DataFrame, launches: pl.DataFrame, waits: pl.DataFrame, segments: pl.DataFrame,
+                ends: pl.DataFrame | None = None) -> pl.Series:
     """Nanoseconds of each hole (``h0``, ``h1``, ``launch``; graph bubbles excluded by the caller) that the
     launching thread spent after the return of a host wait (:func:`host_waits`) and before the launch call of
     the work after the hole, when no other work launch call of the thread came between, and not stalled
     (``segments``): the host work a synchronisation leaves the GPU waiting for (e.g. CPU sampling or a grammar
     mask after ``torch.cuda.synchronize()``). It is a part of the hole's launch overhead (the call itself is not
-    in it). One forward as-of lookup per wait, then a join of the few holes whose launch follows one."""
+    in it). A join of the few holes whose launch follows a wait (:func:`waits_before`; ``ends``, when the
+    caller has it)."""
     n = holes.height
     zero = pl.repeat(0, n, dtype=pl.Int64, eager=True).alias("after_waits")
     if n == 0 or waits.height == 0:
         return zero
-    work = launches.select("pid", "tid", ws="start").with_row_index("launch").filter(
-        launches["kind"].is_in(list(WORK_KINDS)))
-    w = waits.select("pid", "tid", "end").cast({"pid": pl.Int64, "tid": pl.Int64})
-    nxt = asof(w, (work if work["ws"].is_sorted() else work.sort("ws")).cast({"pid": pl.Int64, "tid": pl.Int64}),
-               "end", "ws", ["pid", "tid"], strategy="forward")
-    # per launch call that follows a wait: the latest return of a wait before it
-    ends = w.with_columns(launch=nxt["launch"]).drop_nulls("launch").group_by("launch").agg(b_end=pl.col("end").max())
+    if ends is None:
+        ends = waits_before(launches, waits)
     h = (holes.select("h0", "h1", "launch").with_row_index("_i").drop_nulls("launch")
          .with_columns(pl.col("launch").cast(pl.UInt32)).join(ends, on="launch", how="inner"))
     if h.height == 0:
@@ -210,7 +271,9 @@ def name_gaps(gaps: pl.DataFrame, trace: Trace, launches: pl.DataFrame, skip: pl
     if not frames:
         return [None] * gaps.height
     # (the longest of the rows with an end: max skips the nulls)
-    longest = max(int((f["end"] - f["start"]).max() or 0) for f, _ in frames)
+    # (streamed: no ten-million-row column of durations made for one number)
+    longest = max(int(f.lazy().select((pl.col("end") - pl.col("start")).max()).collect(engine="streaming").item()
+                      or 0) for f, _ in frames)
     # Only candidates that start inside some gap's search window [h0 - longest, h1) can name it: the rest is
     # dropped before any text is made (ten million launches, ten gaps), and before any column is copied: in a
     # frame in start order, the rows of each window found by two binary searches.
@@ -220,10 +283,11 @@ def name_gaps(gaps: pl.DataFrame, trace: Trace, launches: pl.DataFrame, skip: pl
                              for lo, hi in windows) if windows else pl.lit(False)
     cands = []
     for frame, kind in frames:
-        if kind == "api":
-            frame = frame.with_row_index("row")  # (the row of launches: a launch never names its own gap)
         rows = _rows_within(frame["start"], windows)
-        frame = frame.filter(near) if rows is None else frame[rows]
+        if rows is None:
+            frame = (frame.with_row_index("row") if kind == "api" else frame).filter(near)
+        else:  # (the row of launches: a launch never names its own gap)
+            frame = frame[rows].with_columns(row=rows) if kind == "api" else frame[rows]
         frame = frame.filter(pl.col("end").is_not_null())
         if kind == "api":
             cands.append(frame.select(
@@ -258,5 +322,5 @@ def name_gaps(gaps: pl.DataFrame, trace: Trace, launches: pl.DataFrame, skip: pl
     return out
 
 
-__all__ = ["LARGEST", "host_only", "blocking_copies", "host_waits", "stall_segments", "covered", "stalled_part",
-           "after_waits", "name_gaps"]
+__all__ = ["LARGEST", "host_only", "work_rows", "blocking_copies", "host_waits", "stall_segments", "covered", "stalled_part",
+           "waits_before", "after_waits", "name_gaps"]

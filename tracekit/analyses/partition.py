@@ -27,14 +27,22 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.analyses.attribution import THREADS_FROM_ROWS, Attribution
-from tracekit.analyses.gaps import LARGEST, after_waits, host_waits, name_gaps, stall_segments, stalled_part
+from tracekit.analyses.gaps import (
+    LARGEST,
+    after_waits,
+    host_waits,
+    name_gaps,
+    stall_segments,
+    stalled_part,
+    waits_before,
+)
 from tracekit.categories import CUT_BY_WINDOW as CUT
 from tracekit.categories import KERNEL_CATEGORIES, LAST_STEP, PRIORITY, UNATTRIBUTED
 from tracekit.categories import NO_GPU_WORK as NO_WORK
 from tracekit.categories import NOT_SELECTED_PHASE as PHASE
 from tracekit.categories import WARM_UP as WARMUP
 from tracekit.errors import NoSteps
-from tracekit.intervals import cumulative_union_lengths
+from tracekit.intervals import cumulative_union_lengths, step_chunks
 from tracekit.parallel import in_threads
 from tracekit.trace import Trace
 
@@ -101,6 +109,25 @@ def _per_step_slots(n: int, steps: pl.Series, values: pl.Series, at: pl.Series) 
     """``values`` (one per ``steps`` id) looked up for each id in ``at``: a scatter then a gather, no join."""
     slots = pl.Series([None], dtype=values.dtype).extend_constant(None, max(n - 1, 0))
     return slots.scatter(steps, values).gather(at.cast(pl.UInt32))
+
+
+def keep_rows(df: pl.DataFrame, mask: pl.Series) -> pl.DataFrame:
+    """The rows of ``df`` where ``mask`` is true: a slice (no copy) when they are one run of rows, the usual case
+    (the analysed steps are every step but the warm-up and the last), else a filter. A filter copies every column
+    even to drop one step: ten million activities, ~0.8 GB of fresh memory.
+
+    >>> keep_rows(pl.DataFrame({"x": [1, 2, 3, 4]}), pl.Series([False, True, True, False]))["x"].to_list()
+    [2, 3]
+    """
+    mask = mask.fill_null(False)
+    n = int(mask.sum())
+    if n == mask.len():
+        return df
+    if n == 0:
+        return df.clear()
+    first = int(mask.arg_max())
+    last = mask.len() - 1 - int(mask.reverse().arg_max())
+    return df.slice(first, n) if last - first + 1 == n else df.filter(mask)
 
 
 def serialise(acts: pl.DataFrame) -> pl.DataFrame:
@@ -170,7 +197,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     left to analyse, saying why.
     """
     acts = attr.activities
-    in_steps = acts if acts["step"].null_count() == 0 else acts.filter(pl.col("step").is_not_null())
+    in_steps = acts if acts["step"].null_count() == 0 else keep_rows(acts, acts["step"].is_not_null())
     if in_steps["step"].is_sorted():  # (activities in start order, steps one after the other: the usual case)
         in_steps = in_steps.with_columns(pl.col("step").set_sorted())  # group-bys then work on slices
     good, reasons, warnings = periods(attr, in_steps, trace.meta.path)
@@ -218,8 +245,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         step_phase == "unknown" else None)
 
     # ---- the analysed steps' activities: serialised per stream, clipped to their step's period
-    keep = analysed["step"].implode()
-    a = in_steps if in_steps["step"].is_in(keep).all() else in_steps.filter(pl.col("step").is_in(keep))
+    a = keep_rows(in_steps, in_steps["step"].is_in(analysed["step"].implode()))
     a = serialise(a.with_columns(start0="start"))
     n_windows = attr.steps.windows.height
     p_start = _per_step_slots(n_windows, analysed["step"], analysed["p_start"], a["step"])
@@ -232,28 +258,31 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     if not (a["step"].is_sorted() and a["start"].is_sorted()):
         a = a.sort(["_ps", "start"], maintain_order=True)
     big = a.height + trace.launches.height >= THREADS_FROM_ROWS
+    not_memop = pl.col("kind") != "memop"
+    graphed = pl.col("graphed").fill_null(False)
+    sum_cols = [*[pl.col("dur").filter(pl.col("prio") == _PRIO[c]).sum().alias(f"k_{c}")
+                  for c in (*KERNEL_CATEGORIES, UNATTRIBUTED)],
+                pl.col("dur").filter(graphed & not_memop).sum().alias("k_graphed"),
+                pl.col("dur").filter(not_memop).sum().alias("k_all"),
+                pl.col("correlation").filter(pl.col("graphed")).n_unique().alias("n_graph_launches"),
+                pl.col("correlation").filter(~graphed).n_unique().alias("n_launched"),
+                pl.col("end").max().alias("a_last")]
+    gap_inputs = _gap_inputs(trace, attr.launches)
 
-    def unions():
-        return cumulative_union_lengths(a.select("step", "start", "end", "prio"), "step", "prio", len(PRIORITY),
-                                        presorted=True, tiled=True)
+    def piece(o: int, n: int):
+        """The unions, kernel sums and gaps of whole steps (rows ``o`` to ``o + n`` of ``a``)."""
+        p = a.slice(o, n)
+        u = cumulative_union_lengths(p.select("step", "start", "end", "prio"), "step", "prio", len(PRIORITY),
+                                     presorted=True, tiled=True)
+        return u, p.group_by("step").agg(*sum_cols), _holes_piece(p, gap_inputs)
 
-    def sums():
-        not_memop = pl.col("kind") != "memop"
-        graphed = pl.col("graphed").fill_null(False)
-        return a.group_by("step").agg(
-            *[pl.col("dur").filter(pl.col("prio") == _PRIO[c]).sum().alias(f"k_{c}")
-              for c in (*KERNEL_CATEGORIES, UNATTRIBUTED)],
-            k_graphed=pl.col("dur").filter(graphed & not_memop).sum(),
-            k_all=pl.col("dur").filter(not_memop).sum(),
-            n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
-            n_launched=pl.col("correlation").filter(~graphed).n_unique(),
-            a_last=pl.col("end").max(),
-        )
-
-    def holes():
-        return _holes(a, analysed, trace, attr.launches)
-
-    u, s, (hole_sums, largest_holes) = in_threads(unions, sums, holes, threads=big)
+    # Whole steps, piece by piece (intervals.step_chunks), two pieces at a time on big traces: each piece's
+    # columns are small and reused by the next, where ten million rows at once faulted in ~1.5 GB of fresh memory.
+    pieces = in_threads(*[lambda o=o, n=n: piece(o, n) for o, n in step_chunks(a["step"]) or [(0, 0)]],
+                        threads=big)
+    u = pl.concat([p[0] for p in pieces])
+    s = pl.concat([p[1] for p in pieces])
+    hole_sums, largest_holes = _gaps(pieces, gap_inputs, attr.launches)
     table = analysed.select("step", "p_start", "p_end", "n_kernels", "phase", "first_launch", "first_graphed",
                             period=pl.col("p_end") - pl.col("p_start")).join(u, on="step", how="left")
     prev = pl.lit(0, pl.Int64)
@@ -302,15 +331,65 @@ def _ordered(reasons: Counter) -> dict[str, int]:
     return {r: int(reasons[r]) for r in (*REASONS, *sorted(set(reasons) - set(REASONS))) if reasons.get(r)}
 
 
-def _holes(a: pl.DataFrame, analysed: pl.DataFrame, trace: Trace, launches: pl.DataFrame
-           ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The gaps between a step's first and last activity (``a`` grouped by step, each in start order):
-    per-step sums of host stalls and graph bubbles, and the longest single gaps.
+def _gap_inputs(trace: Trace, launches: pl.DataFrame) -> dict:
+    """What every piece of the gap analysis looks up: the host's stall segments and their union (any thread), its
+    waits, and the launch calls that follow a wait (``gaps.waits_before``)."""
+    from tracekit.intervals import merge
 
-    One lazy query makes every gap's columns (nothing per row of ``a`` is materialised), and a gap's stalled part
-    is computed only where a stall segment overlaps it; a per-gap stall column is never made (ten million gaps: the
-    frames this made used to fault in ~1.4 GB of fresh memory)."""
     segments = stall_segments(trace, launches)
+    union = (merge(segments.select("start", "end").with_columns(_g=pl.lit(0)), ["_g"]).collect().drop("_g")
+             if segments.height else segments.select("start", "end"))
+    waits = host_waits(trace, launches)
+    return {"segments": segments, "union": union, "waits": waits, "ends": waits_before(launches, waits)}
+
+
+def _gaps(pieces: list, inputs: dict, launches: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The gaps between a step's first and last activity, from the pieces' :func:`_holes_piece` (the third item of
+    each): per-step sums of host stalls, graph bubbles and after-wait time, and the longest single gaps. The
+    stalled and after-wait parts are looked up once, for the few gaps that can have some."""
+    segments, waits, ends = inputs["segments"], inputs["waits"], inputs["ends"]
+    offsets, at = [], 0
+    for p in pieces:  # (gap numbers: each piece's from the gaps before it)
+        offsets.append(at)
+        at += p[2][0]
+
+    def joined(i: int) -> pl.DataFrame:
+        return pl.concat([p[2][i].with_columns(pl.col("_i") + o) if "_i" in p[2][i].columns else p[2][i]
+                          for p, o in zip(pieces, offsets)])
+
+    bubbles, maybe, follow, cand = (joined(i) for i in range(1, 5))
+    # the stalled part of the gaps a stall segment overlaps (the rest: 0)
+    stalls = maybe.select("_i", "step", stall=stalled_part(maybe.select("h0", "h1", "launch"), launches,
+                                                           segments).cast(pl.Int64))
+    # the launch overhead after a host wait's return (the host work a CUDA graph cannot remove; advice.cuda_graphs)
+    # (a graph bubble's launch is the replay's, which may follow a wait: no launch, so no after-wait time); summed
+    # over the few gaps that have some, as the stalls are
+    after = after_waits(follow.select("h0", "h1", "launch"), launches, waits, segments, ends=ends)
+    afters = follow.select("step", after=after).filter(pl.col("after") > 0)
+    sums = (bubbles.join(stalls.group_by("step").agg(g_host_stalls=pl.col("stall").sum()), on="step", how="left")
+            .join(afters.group_by("step").agg(g_after_waits=pl.col("after").sum()), on="step", how="left")
+            .select("step", pl.col("g_host_stalls").fill_null(0), "g_graph_bubbles",
+                    pl.col("g_after_waits").fill_null(0)))
+    # (each piece kept its gaps at least as long as its LARGEST-th longest: the same threshold over them keeps
+    # exactly the gaps the whole would have, in time order)
+    if cand.height > 4 * LARGEST:
+        cand = cand.filter(pl.col("ms") >= cand["ms"].top_k(LARGEST).min())
+    stall = cand.select("_i").join(stalls.select("_i", "stall"), on="_i", how="left",
+                                   maintain_order="left")["stall"].fill_null(0)
+    cand = cand.select("step", "h0", "h1", "launch", "graphed", "bubble").with_columns(stall=stall).with_columns(
+        ms=pl.col("h1") - pl.col("h0"))
+    # (eager gaps before graph bubbles, each in time order: the order the ties of the sort below have always had)
+    top = cand.sort("bubble", maintain_order=True).sort("ms", descending=True).head(LARGEST)
+    return sums, top
+
+
+def _holes_piece(a: pl.DataFrame, inputs: dict) -> tuple[int, pl.DataFrame, pl.DataFrame, pl.DataFrame,
+                                                          pl.DataFrame]:
+    """The gaps of whole steps (``a`` grouped by step, each in start order), one lazy query for every gap's
+    columns, of which only these are kept: their number; the per-step graph bubbles; the gaps a stall segment
+    overlaps; the gaps whose launch follows a host wait; the candidates for the longest gaps (each gap numbered
+    ``_i`` from 0). ``inputs``: :func:`_gap_inputs`."""
+    union, ends = inputs["union"], inputs["ends"]
     first = pl.col("step") != pl.col("step").shift(1)
     runmax = pl.col("end").cum_max()  # (periods tile the timeline: a running maximum across steps is right)
     f = a.lazy().select("step", "start", "end", "launch", "graphed", "_ps").with_row_index("_r").with_columns(
@@ -326,38 +405,24 @@ def _holes(a: pl.DataFrame, analysed: pl.DataFrame, trace: Trace, launches: pl.D
     g = f.filter(pl.col("start") > pl.col("h0")).select(
         "step", "h0", h1="start", launch="launch", graphed=graphed, bubble=bubble, ms=pl.col("start") - pl.col("h0"),
     ).collect()
+    rows = pl.int_range(0, g.height, dtype=pl.UInt32, eager=True)
     # A gap can be stalled only where some stall segment (of any thread) overlaps it: the rest (at ten million
     # launches, nearly every gap) is 0 without the per-thread lookups. Graph bubbles are never stalls.
-    maybe = _overlaps_any(g, segments) & ~g["bubble"]
-    rows = pl.int_range(0, g.height, dtype=pl.UInt32, eager=True)
-    at = rows.filter(maybe)
-    part = stalled_part(g.filter(maybe).select("h0", "h1", "launch"), launches, segments).cast(pl.Int64)
-    stalls = pl.DataFrame({"_i": at, "stall": part, "step": g["step"].filter(maybe)})
-    # per step: the stalled parts (summed over the few gaps that have one) and the graph bubbles
+    maybe = _overlaps_any(g, union) & ~g["bubble"]
+    maybe = g.filter(maybe).select("step", "h0", "h1", "launch", _i=rows.filter(maybe))
+    # the gaps whose launch (not a graph bubble's) follows a host wait
+    follow = g.select("step", "h0", "h1", launch=pl.when(~pl.col("bubble")).then(pl.col("launch")).cast(pl.UInt32),
+                      _i=rows)
+    follow = follow.join(ends.select("launch"), on="launch", how="semi", maintain_order="left") if ends.height \
+        else follow.clear()
     bubbles = g.lazy().select("step", "ms", "bubble")
     if g["step"].is_sorted():
         bubbles = bubbles.with_columns(pl.col("step").set_sorted())  # (grouped by slices)
-    # the launch overhead after a host wait's return (the host work a CUDA graph cannot remove; advice.cuda_graphs)
-    # (a graph bubble's launch is the replay's, which may follow a wait: no launch, so no after-wait time); summed
-    # over the few gaps that have some, as the stalls are
-    after = after_waits(g.select("h0", "h1", launch=pl.when(~pl.col("bubble")).then(pl.col("launch"))), launches,
-                        host_waits(trace, launches), segments)
-    some = after > 0
-    afters = pl.DataFrame({"step": g["step"].filter(some), "after": after.filter(some)})
-    sums = (bubbles.group_by("step").agg(g_graph_bubbles=pl.col("ms").filter(pl.col("bubble")).sum()).collect()
-            .join(stalls.group_by("step").agg(g_host_stalls=pl.col("stall").sum()), on="step", how="left")
-            .join(afters.group_by("step").agg(g_after_waits=pl.col("after").sum()), on="step", how="left")
-            .select("step", pl.col("g_host_stalls").fill_null(0), "g_graph_bubbles",
-                    pl.col("g_after_waits").fill_null(0)))
-    # only rows at least as long as the LARGEST-th longest can be in the top: sort those (all of them when few)
-    pick = rows.filter(g["ms"] >= g["ms"].top_k(LARGEST).min()) if g.height > 4 * LARGEST else rows
-    stall = pl.DataFrame({"_i": pick}).join(stalls.select("_i", "stall"), on="_i", how="left",
-                                            maintain_order="left")["stall"].fill_null(0)
-    cand = g[pick].select("step", "h0", "h1", "launch", "graphed", "bubble").with_columns(stall=stall).with_columns(
-        ms=pl.col("h1") - pl.col("h0"))
-    # (eager gaps before graph bubbles, each in time order: the order the ties of the sort below have always had)
-    top = cand.sort("bubble", maintain_order=True).sort("ms", descending=True).head(LARGEST)
-    return sums, top
+    bubbles = bubbles.group_by("step").agg(g_graph_bubbles=pl.col("ms").filter(pl.col("bubble")).sum()).collect()
+    # only gaps at least as long as the LARGEST-th longest can be in the top: those (all of them when few)
+    pick = g["ms"] >= g["ms"].top_k(LARGEST).min() if g.height > 4 * LARGEST else pl.repeat(True, g.height, eager=True)
+    cand = g.filter(pick).with_columns(_i=rows.filter(pick))
+    return g.height, bubbles, maybe, follow, cand
 
 
 def _overlaps_any(holes: pl.DataFrame, segments: pl.DataFrame) -> pl.Series:
@@ -415,4 +480,4 @@ def _largest(holes: pl.DataFrame, table: pl.DataFrame, trace: Trace, launches: p
             for r, n in zip(top.iter_rows(named=True), names)]
 
 
-__all__ = ["StepTable", "partition", "serialise", "periods", "LAST_STEP", "WARMUP", "NO_WORK", "CUT", "PHASE"]
+__all__ = ["StepTable", "partition", "serialise", "keep_rows", "periods", "LAST_STEP", "WARMUP", "NO_WORK", "CUT", "PHASE"]

@@ -34,6 +34,7 @@ import polars as pl
 from tracekit.categories import EXCLUSION_REASONS as REASONS
 from tracekit.categories import LAST_STEP
 from tracekit.categories import WARM_UP as TRANSITION
+from tracekit.intervals import step_chunks
 
 MIN_STEPS_FOR_LAST = 3  # the last of at least this many steps is excluded
 MIN_COMPOSITION_OVERLAP = 0.75  # composition overlap with the steady step below which a step is a transition
@@ -50,7 +51,11 @@ def _code(df: pl.DataFrame, col: str) -> pl.Expr:
 def step_signatures(acts: pl.DataFrame) -> pl.DataFrame:
     """Per step of ``acts`` (the attributed activities: step, start, name, kind, graphed, stream): ``step``,
     ``sig`` (UInt64 hash of its sequence: per stream in start order, each activity by name, graph-replayed or
-    not, and kind), ``n`` (activities)."""
+    not, and kind), ``n`` (activities). Whole steps at a time (``intervals.step_chunks``), when they are runs."""
+    return pl.concat([_signatures(acts.slice(o, n)) for o, n in step_chunks(acts["step"])] or [_signatures(acts)])
+
+
+def _signatures(acts: pl.DataFrame) -> pl.DataFrame:
     df = acts.select(
         pl.col("step").cast(pl.Int64), "start", pl.col("stream").fill_null(-1),
         tok=pl.struct(_code(acts, "name"), pl.col("graphed").fill_null(False), _code(acts, "kind")).hash(23))
@@ -80,10 +85,7 @@ def step_signatures(acts: pl.DataFrame) -> pl.DataFrame:
 def composition_overlap(acts: pl.DataFrame, candidates: pl.Series) -> pl.DataFrame:
     """Per step of ``acts``: ``overlap`` of its composition with the median composition of the ``candidates``
     steps (see the module docstring)."""
-    comp = acts.select(pl.col("step").cast(pl.Int64), "category", pl.col("graphed").fill_null(False), "kind")
-    if comp["step"].null_count():
-        comp = comp.filter(pl.col("step").is_not_null())
-    comp = comp.group_by("step", "category", "graphed", "kind").agg(c=pl.len())
+    comp = pl.concat([_counts(acts.slice(o, n)) for o, n in step_chunks(acts["step"])] or [_counts(acts)])
     comp = comp.with_columns(tok=pl.struct("category", "graphed", "kind").hash(37)).select("step", "tok", "c")
     cand = comp.filter(pl.col("step").is_in(candidates.implode()))
     n_c = candidates.len()
@@ -93,6 +95,14 @@ def composition_overlap(acts: pl.DataFrame, candidates: pl.Series) -> pl.DataFra
     both = comp.join(med, on="tok", how="left").with_columns(pl.col("med").fill_null(0.0))
     return both.group_by("step").agg(
         overlap=pl.min_horizontal("c", "med").sum() / pl.max_horizontal(pl.col("c").sum(), pl.lit(total_med)))
+
+
+def _counts(acts: pl.DataFrame) -> pl.DataFrame:
+    """Per step of ``acts``: its activities counted by (category, graph-replayed or not, kind)."""
+    comp = acts.select(pl.col("step").cast(pl.Int64), "category", pl.col("graphed").fill_null(False), "kind")
+    if comp["step"].null_count():
+        comp = comp.filter(pl.col("step").is_not_null())
+    return comp.group_by("step", "category", "graphed", "kind").agg(c=pl.len())
 
 
 def steady_exclusions(acts: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
