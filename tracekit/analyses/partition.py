@@ -392,22 +392,30 @@ def _holes_piece(a: pl.DataFrame, inputs: dict) -> tuple[int, pl.DataFrame, pl.D
     union, ends = inputs["union"], inputs["ends"]
     first = pl.col("step") != pl.col("step").shift(1)
     runmax = pl.col("end").cum_max()  # (periods tile the timeline: a running maximum across steps is right)
-    f = a.lazy().select("step", "start", "end", "launch", "graphed", "_ps").with_row_index("_r").with_columns(
-        h0=pl.when(first.fill_null(True)).then(pl.col("_ps")).otherwise(runmax.shift(1)),
-        holder=pl.when(pl.col("end") >= runmax).then(pl.col("_r")).forward_fill())
-    # the work before the gap: the activity holding the running maximum (none for a step's first gap), and its launch
-    f = f.with_columns(prev_row=pl.when(~first.fill_null(True)).then(pl.col("holder").shift(1)))
-    f = f.with_columns(prev_launch=pl.col("launch").gather(pl.col("prev_row").fill_null(0)))
     graphed = pl.col("graphed").fill_null(False)
-    # a graph bubble: graph-replayed work after the gap, from the same graph launch as the work before it
-    bubble = (graphed & pl.col("launch").is_not_null() & pl.col("prev_row").is_not_null()
-              & (pl.col("launch") == pl.col("prev_launch"))).fill_null(False)
+    f = a.lazy().select("step", "start", "end", "launch", "graphed", "_ps").with_columns(
+        h0=pl.when(first.fill_null(True)).then(pl.col("_ps")).otherwise(runmax.shift(1)))
+    if bool(a["graphed"].any()):
+        # the work before the gap: the activity holding the running maximum (none for a step's first gap), and its
+        # launch
+        f = f.with_row_index("_r").with_columns(
+            holder=pl.when(pl.col("end") >= runmax).then(pl.col("_r")).forward_fill())
+        f = f.with_columns(prev_row=pl.when(~first.fill_null(True)).then(pl.col("holder").shift(1)))
+        f = f.with_columns(prev_launch=pl.col("launch").gather(pl.col("prev_row").fill_null(0)))
+        # a graph bubble: graph-replayed work after the gap, from the same graph launch as the work before it
+        bubble = (graphed & pl.col("launch").is_not_null() & pl.col("prev_row").is_not_null()
+                  & (pl.col("launch") == pl.col("prev_launch"))).fill_null(False)
+    else:  # (nothing replayed from a graph in these steps: no bubble, nothing to look up)
+        bubble = pl.lit(False)
     g = f.filter(pl.col("start") > pl.col("h0")).select(
         "step", "h0", h1="start", launch="launch", graphed=graphed, bubble=bubble, ms=pl.col("start") - pl.col("h0"),
     ).collect()
     rows = pl.int_range(0, g.height, dtype=pl.UInt32, eager=True)
     # A gap can be stalled only where some stall segment (of any thread) overlaps it: the rest (at ten million
     # launches, nearly every gap) is 0 without the per-thread lookups. Graph bubbles are never stalls.
+    if union.height and g.height:  # (the union's intervals within the piece's time: the rest overlaps none of it)
+        lo = int(union["end"].search_sorted(g["h0"].min(), side="right"))
+        union = union.slice(lo, max(0, int(union["start"].search_sorted(g["h1"].max(), side="left")) - lo))
     maybe = _overlaps_any(g, union) & ~g["bubble"]
     maybe = g.filter(maybe).select("step", "h0", "h1", "launch", _i=rows.filter(maybe))
     # the gaps whose launch (not a graph bubble's) follows a host wait
@@ -437,7 +445,9 @@ def _overlaps_any(holes: pl.DataFrame, segments: pl.DataFrame) -> pl.Series:
         return pl.repeat(False, holes.height, eager=True)
     from tracekit.intervals import merge
 
-    u = merge(segments.select("start", "end").with_columns(_g=pl.lit(0)), ["_g"]).collect()
+    u = segments.select("start", "end")
+    if not _disjoint(u):  # (the caller's union already, when it comes piece after piece)
+        u = merge(u.with_columns(_g=pl.lit(0)), ["_g"]).collect()
     h0, h1 = holes["h0"], holes["h1"]
     if h0.null_count() == 0 and h1.null_count() == 0 and h0.is_sorted() and h1.is_sorted():
         # Holes in time order (a step's gaps, steps one after the other): the holes each union interval overlaps
@@ -454,6 +464,14 @@ def _overlaps_any(holes: pl.DataFrame, segments: pl.DataFrame) -> pl.Series:
     i = u["start"].search_sorted(holes["h1"], side="left").cast(pl.Int64) - 1
     end = u["end"].gather(i.clip(lower_bound=0))
     return ((i >= 0) & (end > holes["h0"])).fill_null(False)
+
+
+def _disjoint(iv: pl.DataFrame) -> bool:
+    """Intervals (``start``, ``end``) sorted and disjoint, as ``intervals.merge`` leaves them (none touching)."""
+    st, en = iv["start"], iv["end"]
+    if st.null_count() or en.null_count() or not st.is_sorted():
+        return False
+    return iv.height < 2 or bool((st.slice(1) > en.slice(0, iv.height - 1)).all() and (en >= st).all())
 
 
 def _largest(holes: pl.DataFrame, table: pl.DataFrame, trace: Trace, launches: pl.DataFrame,

@@ -45,6 +45,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.categories import PHASES
+from tracekit.intervals import step_chunks
 from tracekit.trace import Trace
 
 DECODE_MAX_TOKENS = 32  # tokens per sequence a decode step may process (spec verify: K+1)
@@ -208,10 +209,11 @@ def _activities(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
         work.select("pid", "correlation", "step", "graphed"), on=["pid", "correlation"], how="inner")
 
 
-def step_work(acts: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+def step_work(acts: pl.DataFrame | list[pl.DataFrame], windows: pl.DataFrame) -> pl.DataFrame:
     """Per step window with kernels: what its own work says about the tokens it processes.
 
-    ``acts``: step, name, category, graphed, correlation, dur (kernels). Columns: ``step``, ``complete`` (its
+    ``acts``: step, name, category, graphed, correlation, dur (kernels; or a list of such frames, each of whole
+    steps). Columns: ``step``, ``complete`` (its
     window has an end), ``k_all`` (kernel time), ``g_ms`` / ``g_n`` (GEMM kernel time and launches),
     ``g_eager`` (GEMM time launched one by one), ``c_med`` (median collective kernel duration, null without
     any), ``graphed`` (kernel time replayed from graphs), ``one_replay`` (the largest single graph replay's
@@ -219,6 +221,31 @@ def step_work(acts: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     :data:`DECODE_KERNELS`, or null), ``ratio`` (GEMM time / the lightest quarter's), ``heavy`` and ``light``
     (see the module docstring, source 4), ``c_ratio``.
     """
+    parts = acts if isinstance(acts, list) else [acts]
+    per = pl.concat([_step_sums(a) for a in parts])
+    per = per.join(windows.select(pl.col("step").cast(pl.Int64), complete=pl.col("end").is_not_null()), on="step",
+                   how="left")
+    ref_pool = per.filter(pl.col("complete") & (pl.col("g_n") > 0))
+    if ref_pool.height < 2:
+        return per.with_columns(ratio=pl.lit(None, pl.Float64), c_ratio=pl.lit(None, pl.Float64),
+                                heavy=pl.lit(False), light=pl.lit(False))
+    ref_g = float(ref_pool["g_ms"].quantile(0.25, interpolation="lower"))
+    light = ref_pool.filter(pl.col("g_ms") <= LIGHT_RATIO * ref_g)
+    ref_n = float(light["g_n"].median())
+    ref_c = light["c_med"].drop_nulls().median()
+    per = per.with_columns(ratio=pl.col("g_ms") / ref_g if ref_g > 0 else pl.lit(None, pl.Float64),
+                           c_ratio=pl.col("c_med") / ref_c if ref_c else pl.lit(None, pl.Float64))
+    same_forward = (pl.col("g_n") >= ref_n / SAME_FORWARD) & (pl.col("g_n") <= ref_n * SAME_FORWARD)
+    return per.with_columns(
+        heavy=(same_forward & (
+            ((pl.col("ratio") >= HEAVY_RATIO)
+             & (pl.col("c_ratio").is_null() | (pl.col("c_ratio") >= HEAVY_COMM_RATIO)))
+            | ((pl.col("ratio") >= COMM_HEAVY_GEMM_RATIO) & (pl.col("c_ratio") >= COMM_HEAVY_RATIO)))).fill_null(False),
+        light=(pl.col("complete") & (pl.col("g_n") > 0) & (pl.col("ratio") <= LIGHT_RATIO)).fill_null(False))
+
+
+def _step_sums(acts: pl.DataFrame) -> pl.DataFrame:
+    """:func:`step_work`'s sums per step of ``acts`` (whole steps)."""
     # (category compared as it is, Enum or text: a cast of ten million values to text costs more than the rest)
     cat = pl.col("category")
     gemm, comm = cat == "gemm", cat == "communication"
@@ -240,25 +267,7 @@ def step_work(acts: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     per = per.join(first_dk, on="step", how="left")
     replays = (small.filter("gr").group_by("step", "correlation").agg(t=pl.col("dur").sum())
                .group_by("step").agg(one_replay=pl.col("t").max()))
-    per = per.join(replays, on="step", how="left").with_columns(pl.col("one_replay").fill_null(0)).join(
-        windows.select(pl.col("step").cast(pl.Int64), complete=pl.col("end").is_not_null()), on="step", how="left")
-    ref_pool = per.filter(pl.col("complete") & (pl.col("g_n") > 0))
-    if ref_pool.height < 2:
-        return per.with_columns(ratio=pl.lit(None, pl.Float64), c_ratio=pl.lit(None, pl.Float64),
-                                heavy=pl.lit(False), light=pl.lit(False))
-    ref_g = float(ref_pool["g_ms"].quantile(0.25, interpolation="lower"))
-    light = ref_pool.filter(pl.col("g_ms") <= LIGHT_RATIO * ref_g)
-    ref_n = float(light["g_n"].median())
-    ref_c = light["c_med"].drop_nulls().median()
-    per = per.with_columns(ratio=pl.col("g_ms") / ref_g if ref_g > 0 else pl.lit(None, pl.Float64),
-                           c_ratio=pl.col("c_med") / ref_c if ref_c else pl.lit(None, pl.Float64))
-    same_forward = (pl.col("g_n") >= ref_n / SAME_FORWARD) & (pl.col("g_n") <= ref_n * SAME_FORWARD)
-    return per.with_columns(
-        heavy=(same_forward & (
-            ((pl.col("ratio") >= HEAVY_RATIO)
-             & (pl.col("c_ratio").is_null() | (pl.col("c_ratio") >= HEAVY_COMM_RATIO)))
-            | ((pl.col("ratio") >= COMM_HEAVY_GEMM_RATIO) & (pl.col("c_ratio") >= COMM_HEAVY_RATIO)))).fill_null(False),
-        light=(pl.col("complete") & (pl.col("g_n") > 0) & (pl.col("ratio") <= LIGHT_RATIO)).fill_null(False))
+    return per.join(replays, on="step", how="left").with_columns(pl.col("one_replay").fill_null(0))
 
 
 def same_forward_as(heavy: pl.DataFrame) -> pl.Expr:
@@ -279,19 +288,24 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
     """
     steps = windows.select(pl.col("step").cast(pl.Int64))
     if acts is None:
-        acts = _activities(trace, windows)
+        pieces = [_activities(trace, windows)]
     else:
-        # (the columns read first, then one filter: filtering the wide frame copies every column)
+        # (the columns read first, then one filter: filtering the wide frame copies every column; whole steps piece
+        # by piece, intervals.step_chunks, so that the copy is never of ten million rows at once)
         keep = pl.col("step").is_not_null() & ((pl.col("kind") == "kernel") if "kind" in acts.columns else True)
         cat = pl.col("name_category") if "name_category" in acts.columns else pl.col("category")
-        acts = acts.select(pl.col("step").cast(pl.Int64), "name", "correlation", pl.col("graphed").fill_null(False),
-                           "dur", category=cat, _keep=keep).filter("_keep").drop("_keep")
+
+        def kernels_of(a: pl.DataFrame) -> pl.DataFrame:
+            return a.select(pl.col("step").cast(pl.Int64), "name", "correlation", pl.col("graphed").fill_null(False),
+                            "dur", category=cat, _keep=keep).filter("_keep").drop("_keep")
+
+        pieces = [kernels_of(acts.slice(o, n)) for o, n in step_chunks(acts["step"])] or [kernels_of(acts)]
     ann = annotation_phases(trace, windows)
     # training: backward/optimizer kernels in the step, else anywhere in the trace
-    bwd = acts.filter(name_matches(acts["name"], TRAINING_KERNELS))
+    bwd = pl.concat([p.filter(name_matches(p["name"], TRAINING_KERNELS)) for p in pieces])
     per_bwd = bwd.group_by("step").agg(n=pl.len(), example=pl.col("name").first().cast(pl.String))
     trace_bwd = trace.kernels.filter(_kernel_matches(trace.kernels, TRAINING_KERNELS))
-    work = step_work(acts, windows)
+    work = step_work(pieces, windows)
     # shapes (decode only where they cover the step's GEMMs: most of its GEMM time launched eagerly)
     shapes = gemm_rows(trace, windows).join(ann.select("step", "bs"), on="step", how="left").join(
         work.select("step", "attention", eager=pl.col("g_eager") >= SHAPES_EAGER_SHARE * pl.col("g_ms")),
