@@ -151,7 +151,19 @@ def step_chunks(step: pl.Series, rows: int = CHUNK_ROWS) -> list[tuple[int, int]
     return out
 
 
-def _one_group(df: pl.DataFrame, by: Sequence[str]) -> tuple | None:
+def by_pieces(fn, frame: pl.DataFrame, step: str = "step") -> list:
+    """``fn`` of each :func:`step_chunks` piece of ``frame`` (whole steps), in order; two pieces at a time on
+    threads when there are several (polars releases the GIL while it works). ``[fn(frame)]`` when ``frame`` is
+    one piece or its steps are not runs."""
+    from tracekit.parallel import in_threads
+
+    pieces = step_chunks(frame[step])
+    if len(pieces) < 2:
+        return [fn(frame)]
+    return in_threads(*[lambda o=o, n=n: fn(frame.slice(o, n)) for o, n in pieces])
+
+
+def one_group(df: pl.DataFrame, by: Sequence[str]) -> tuple | None:
     """The single value of each ``by`` column when every row of ``df`` has the same, non-null ones; else None."""
     vals = []
     for c in by:
@@ -185,7 +197,7 @@ def asof(left: pl.DataFrame, right: pl.DataFrame, left_on: str, right_on: str, b
     """
     by = list(by)
     rest = [c for c in right.columns if c not in by]
-    g = _one_group(right, by) if right.height else None
+    g = one_group(right, by) if right.height else None
     if g is not None and right[right_on].null_count() == 0:
         keys = left[left_on]
         if strategy == "backward":

@@ -103,9 +103,9 @@ def work_rows(left: pl.DataFrame, launches: pl.DataFrame, on: str, strategy: str
 
 
 def _one_thread(launches: pl.DataFrame) -> tuple | None:
-    from tracekit.intervals import _one_group
+    from tracekit.intervals import one_group
 
-    return _one_group(launches, ["pid", "tid"]) if launches.height else None
+    return one_group(launches, ["pid", "tid"]) if launches.height else None
 
 
 def blocking_copies(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:

@@ -45,7 +45,8 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.categories import PHASES
-from tracekit.intervals import step_chunks
+from tracekit.intervals import by_pieces
+from tracekit.parallel import in_threads
 from tracekit.trace import Trace
 
 DECODE_MAX_TOKENS = 32  # tokens per sequence a decode step may process (spec verify: K+1)
@@ -222,7 +223,7 @@ def step_work(acts: pl.DataFrame | list[pl.DataFrame], windows: pl.DataFrame) ->
     (see the module docstring, source 4), ``c_ratio``.
     """
     parts = acts if isinstance(acts, list) else [acts]
-    per = pl.concat([_step_sums(a) for a in parts])
+    per = pl.concat(in_threads(*[lambda a=a: _step_sums(a) for a in parts], threads=len(parts) > 1))
     per = per.join(windows.select(pl.col("step").cast(pl.Int64), complete=pl.col("end").is_not_null()), on="step",
                    how="left")
     ref_pool = per.filter(pl.col("complete") & (pl.col("g_n") > 0))
@@ -299,7 +300,7 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
             return a.select(pl.col("step").cast(pl.Int64), "name", "correlation", pl.col("graphed").fill_null(False),
                             "dur", category=cat, _keep=keep).filter("_keep").drop("_keep")
 
-        pieces = [kernels_of(acts.slice(o, n)) for o, n in step_chunks(acts["step"])] or [kernels_of(acts)]
+        pieces = by_pieces(kernels_of, acts)
     ann = annotation_phases(trace, windows)
     # training: backward/optimizer kernels in the step, else anywhere in the trace
     bwd = pl.concat([p.filter(name_matches(p["name"], TRAINING_KERNELS)) for p in pieces])

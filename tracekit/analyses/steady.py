@@ -34,7 +34,7 @@ import polars as pl
 from tracekit.categories import EXCLUSION_REASONS as REASONS
 from tracekit.categories import LAST_STEP
 from tracekit.categories import WARM_UP as TRANSITION
-from tracekit.intervals import step_chunks
+from tracekit.intervals import by_pieces
 
 MIN_STEPS_FOR_LAST = 3  # the last of at least this many steps is excluded
 MIN_COMPOSITION_OVERLAP = 0.75  # composition overlap with the steady step below which a step is a transition
@@ -52,7 +52,7 @@ def step_signatures(acts: pl.DataFrame) -> pl.DataFrame:
     """Per step of ``acts`` (the attributed activities: step, start, name, kind, graphed, stream): ``step``,
     ``sig`` (UInt64 hash of its sequence: per stream in start order, each activity by name, graph-replayed or
     not, and kind), ``n`` (activities). Whole steps at a time (``intervals.step_chunks``), when they are runs."""
-    return pl.concat([_signatures(acts.slice(o, n)) for o, n in step_chunks(acts["step"])] or [_signatures(acts)])
+    return pl.concat(by_pieces(_signatures, acts))
 
 
 def _signatures(acts: pl.DataFrame) -> pl.DataFrame:
@@ -85,7 +85,7 @@ def _signatures(acts: pl.DataFrame) -> pl.DataFrame:
 def composition_overlap(acts: pl.DataFrame, candidates: pl.Series) -> pl.DataFrame:
     """Per step of ``acts``: ``overlap`` of its composition with the median composition of the ``candidates``
     steps (see the module docstring)."""
-    comp = pl.concat([_counts(acts.slice(o, n)) for o, n in step_chunks(acts["step"])] or [_counts(acts)])
+    comp = pl.concat(by_pieces(_counts, acts))
     comp = comp.with_columns(tok=pl.struct("category", "graphed", "kind").hash(37)).select("step", "tok", "c")
     cand = comp.filter(pl.col("step").is_in(candidates.implode()))
     n_c = candidates.len()
