@@ -65,21 +65,24 @@ from tracekit.readers.kineto_header import (
     process_groups,
     producer_version,
 )
-from tracekit.readers.kineto_stream import Decoded, Doc, iter_chunks
+from tracekit.readers.kineto_stream import ArgsError, Decoded, Doc, fail, iter_chunks
 from tracekit.trace import Trace, TraceMeta, conform, empty
 
 __all__ = ["read_kineto", "MATMUL_OPS"]
 
 
-def sorted_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
+def sorted_by_start(parts: list[pl.DataFrame], lead: pl.DataFrame | None = None) -> pl.DataFrame:
     """``pl.concat(parts).sort("start")`` (the same rows in the same order), a column at a time: ``parts`` is
     emptied and each column of the input is freed once it is gathered, so the sort holds one column twice, not
-    the whole frame (the ops of a 1 GB trace: 2M rows, ~120 MB a copy).
+    the whole frame (the ops of a 1 GB trace: 2M rows, ~120 MB a copy). ``lead``: more columns of the rows of
+    ``parts[0]`` only (null in the other parts' rows), gathered in the same order: columns only the first part
+    has (the few ops with shapes) are never widened to every row before the sort.
 
     >>> parts = [pl.DataFrame({"start": [3, 1], "x": ["c", "a"]}), pl.DataFrame({"start": [2], "x": ["b"]})]
-    >>> sorted_by_start(parts).rows(), parts
-    ([(1, 'a'), (2, 'b'), (3, 'c')], [])
+    >>> sorted_by_start(parts, pl.DataFrame({"y": ["C", "A"]})).rows(), parts
+    ([(1, 'a', 'A'), (2, 'b', None), (3, 'c', 'C')], [])
     """
+    first = parts[0].height
     df = pl.concat(parts, rechunk=False)
     parts.clear()
     # (what DataFrame.sort computes for one column, ties alike; on one chunk: an arg_sort over a frame's ~100 reader
@@ -89,6 +92,9 @@ def sorted_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
     for name in df.columns:
         out.append(df.select(name)[order])  # a frame's gather, as DataFrame.sort makes it (flags alike)
         df = df.drop(name)  # (the input column is freed here)
+    if lead is not None and lead.width:
+        at = pl.select(pl.when(order < first).then(order)).to_series()  # (null: a row of another part)
+        out.append(lead.select(pl.all().gather(at)))
     # start flagged sorted, as DataFrame.sort leaves it: a later sort by start is then free
     return pl.concat(out, how="horizontal").with_columns(pl.col("start").set_sorted())
 
@@ -135,7 +141,10 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     for events, doc in iter_chunks(path, st):
         if doc is not None:  # header fields (before traceEvents) and tail fields (after it)
             merge_into(header, doc)
-        frames.add(events, codes_of)
+        try:
+            frames.add(events, codes_of)
+        except ArgsError as e:
+            raise fail(path, f"unexpected JSON structure ({e})") from None
         del events, doc
 
     # --- host API calls -------------------------------------------------------------
@@ -194,11 +203,17 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     # ops: the matmul-like and all-reduce ops with their shapes, then every other CPU op and Python function
     # (host work, no shapes), in one frame in start order
     # (names arrive as codes into one table, kineto_columns.CODED: sorted as codes, named after the sort)
-    coded = {**schema.OPS, "name": (pl.UInt32, "")}
-    parts = [conform(f, coded) for f in (frames.pop("op"), frames.pop("host")) if f is not None]
+    # (the shapes, which only the first few have, are gathered into place after the sort, not widened before it)
+    shaped = ("input_dims", "input_types")
+    coded = {c: v for c, v in schema.OPS.items() if c not in shaped} | {"name": (pl.UInt32, "")}
+    op = frames.pop("op")
+    lead = conform(op, {c: schema.OPS[c] for c in shaped}) if op is not None else None
+    parts = [conform(f, coded) for f in (op, frames.pop("host")) if f is not None]
+    del op
     spans = frames.pop("profiler")
     if parts:
-        ops = sorted_by_start(parts)
+        ops = sorted_by_start(parts, lead)
+        del lead
         names = frames.op_names()
         capture_start = _capture_start(spans, ops, names)  # (on the codes, before the names are gathered)
         ops = conform(ops.with_columns(name=names.gather(ops["name"])), schema.OPS)

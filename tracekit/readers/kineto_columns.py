@@ -18,7 +18,7 @@ import msgspec
 import polars as pl
 
 from tracekit.readers.common import api_kind, strip_api_version
-from tracekit.readers.kineto_stream import NULL
+from tracekit.readers.kineto_stream import NULL, decode_args
 from tracekit.trace import COMM_OPS
 
 # Framework ops whose input shapes tell the weight bytes a step reads (kept in Trace.ops).
@@ -318,7 +318,7 @@ def _columns(group: str, events: list, names: _Names, kernel_dims: bool) -> pl.D
     """
     spec, _ = _SPECS[group]
     n = len(events)
-    args = list(map(_GET_ARGS, events)) if any(a.startswith("args.") for a, _ in spec.values()) else None
+    args = decode_args(list(map(_GET_ARGS, events))) if any(a.startswith("args.") for a, _ in spec.values()) else None
     cols: list[pl.Series] = [names.codes(events)]
     for col, (attr, kind) in spec.items():
         if kind == "dims" and not kernel_dims:
@@ -342,7 +342,9 @@ def _typed(group: str, parts: list[pl.DataFrame], names: _Names, dropped: dict[s
     spec = _SPECS[group][0]
     absent = [pl.lit(None, pl.String).alias(c) for c in spec if c not in df.schema]  # typed as text: null
     typed = [_typing(c, spec[c][1], df.schema.get(c) == pl.Int64) for c in spec]
-    out = df.lazy().with_columns(absent).with_columns(typed).filter(_OK).select(_SELECT[group]).collect()
+    # (one chunk per column: the pieces' columns come out chunked unalike, and a frame of unaligned columns is
+    # copied whole into one chunk by the first select on it: 70 MB for the ops of a 1 GB trace)
+    out = df.lazy().with_columns(absent).with_columns(typed).filter(_OK).select(_SELECT[group]).collect().rechunk()
     if out.height != df.height:
         dropped[group] = dropped.get(group, 0) + df.height - out.height
     return out
