@@ -173,6 +173,17 @@ def _us_to_ns(e: pl.Expr) -> pl.Expr:
     return pl.coalesce(exact, approx)
 
 
+_MAX_TS_NS = _MAX_TS_US * 1000
+
+
+def _us_to_ns_fast(e: pl.Expr) -> pl.Expr:
+    """:func:`_us_to_ns` for the texts every profiler writes ('5366601892462.641': digits, a dot, three digits),
+    null for any other: the digits without the dot are the ns (a quarter of the cost; :func:`_typed` falls back
+    to the exact parse for a batch that has any other text)."""
+    v = e.str.replace(".", "", literal=True, n=1).cast(pl.Int64, strict=False)
+    return pl.when(e.str.contains(r"^-?[0-9]+\.[0-9]{3}$") & (v < _MAX_TS_NS) & (v > -_MAX_TS_NS)).then(v)
+
+
 def _dims(e: pl.Expr) -> pl.Expr:
     """grid/block JSON array text '[8, 16, 5]' -> '8,16,5'."""
     return _unquote(e).str.replace_all(r"[\s\[\]]", "")
@@ -340,8 +351,14 @@ def _typed(group: str, parts: list[pl.DataFrame], names: _Names, dropped: dict[s
     if group not in CODED:
         df = names.resolve(df)
     spec = _SPECS[group][0]
+    done = set()
+    if df.schema.get("ts") == pl.String:  # (floats: the usual texts parsed the short way when all of them are)
+        ts = df.select(_us_to_ns_fast(pl.col("ts"))).to_series()
+        if ts.null_count() == df["ts"].null_count():
+            df, done = df.with_columns(ts), {"ts"}
+        del ts
     absent = [pl.lit(None, pl.String).alias(c) for c in spec if c not in df.schema]  # typed as text: null
-    typed = [_typing(c, spec[c][1], df.schema.get(c) == pl.Int64) for c in spec]
+    typed = [_typing(c, spec[c][1], df.schema.get(c) == pl.Int64) for c in spec if c not in done]
     # (one chunk per column: the pieces' columns come out chunked unalike, and a frame of unaligned columns is
     # copied whole into one chunk by the first select on it: 70 MB for the ops of a 1 GB trace)
     out = df.lazy().with_columns(absent).with_columns(typed).filter(_OK).select(_SELECT[group]).collect().rechunk()
