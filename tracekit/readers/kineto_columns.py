@@ -253,6 +253,9 @@ _SELECT = {
 _SELECT["runtime"].append(pl.col("kind"))
 
 
+_WITH_ARGS = frozenset(g for g, (spec, _) in _SPECS.items() if any(a.startswith("args.") for a, _ in spec.values()))
+
+
 def _values(events: list, args: list | None, attr: str, default) -> list:
     """One field of every event (``args.x``: of its args; ``default`` where args is null)."""
     if not attr.startswith("args."):
@@ -277,7 +280,7 @@ def _column(values: list) -> pl.Series:
             return s
         if s.dtype == pl.Null:
             return s.cast(pl.String)
-        if s.dtype == pl.Int64 and not any(map(isinstance, values, repeat(bool))):
+        if s.dtype == pl.Int64 and bool not in set(map(type, values)):  # (polars reads True as 1)
             return s
     try:
         return pl.Series(values, dtype=pl.String, strict=False)
@@ -329,7 +332,7 @@ def _columns(group: str, events: list, names: _Names, kernel_dims: bool) -> pl.D
     """
     spec, _ = _SPECS[group]
     n = len(events)
-    args = decode_args(list(map(_GET_ARGS, events))) if any(a.startswith("args.") for a, _ in spec.values()) else None
+    args = decode_args(list(map(_GET_ARGS, events))) if group in _WITH_ARGS else None
     cols: list[pl.Series] = [names.codes(events)]
     for col, (attr, kind) in spec.items():
         if kind == "dims" and not kernel_dims:
