@@ -136,6 +136,13 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     path = Path(path)
     st = Decoded(path)
     frames = Frames(kernel_dims)
+    try:
+        return _read(path, st, frames)
+    finally:
+        frames.close()
+
+
+def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
     header = Doc()
     codes_of: dict = {None: 0}
     for events, doc in iter_chunks(path, st):

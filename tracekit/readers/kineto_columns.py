@@ -10,6 +10,8 @@ are parsed apart (a float64 cannot hold an epoch-µs value to the ns). Every dis
 
 from __future__ import annotations
 
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
 from itertools import compress, count, repeat
 from operator import attrgetter, eq, not_
@@ -124,6 +126,7 @@ def _grouped(events: list, codes_of: dict) -> dict[str, list]:
 
 
 _BATCH = 1 << 14  # rows of a group typed at once (one polars query)
+_AHEAD = 2  # batches typed in the background at most while the next pieces are decoded
 # Groups whose typed frames keep their names as codes (UInt32) into one shared name table (Frames.op_names): the
 # ops and host work that become Trace.ops (millions of rows, a few hundred names) are sorted as 4-byte codes and
 # named once, after the sort (a view per row into one table), instead of carrying and gathering a string view
@@ -372,11 +375,15 @@ def _typed(group: str, parts: list[pl.DataFrame], names: _Names, dropped: dict[s
 
 class Frames:
     """Typed frames by group. A group's columns wait until it has _BATCH rows: typing them (one
-    polars query) costs about as much for 10 rows as for 10 000."""
+    polars query) costs about as much for 10 rows as for 10 000. The typing runs in a second thread (polars
+    releases the GIL), beside the decoding of the next pieces, at most _AHEAD batches behind; :meth:`close` ends
+    it."""
 
     def __init__(self, kernel_dims: bool):
         self.kernel_dims = kernel_dims
-        self.typed: dict[str, list[pl.DataFrame]] = {g: [] for g in _SPECS}
+        self.typed: dict[str, list[Future]] = {g: [] for g in _SPECS}
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="tracekit-kineto-typing")
+        self._ahead: deque[Future] = deque()
         self.pending: dict[str, list[pl.DataFrame]] = {g: [] for g in _SPECS}
         self.rows = dict.fromkeys(_SPECS, 0)
         self.names = {g: _Names(g) for g in _SPECS}
@@ -393,8 +400,17 @@ class Frames:
 
     def _flush(self, g: str) -> None:
         if self.pending[g]:
-            self.typed[g].append(_typed(g, self.pending[g], self.names[g], self.dropped))
+            # (one worker: the batches are typed one after the other, so ``dropped`` has one writer)
+            job = self._pool.submit(_typed, g, self.pending[g], self.names[g], self.dropped)
+            self.typed[g].append(job)
+            self._ahead.append(job)
             self.pending[g], self.rows[g] = [], 0
+            while len(self._ahead) > _AHEAD:  # (bounds the untyped batches held)
+                self._ahead.popleft().result()
+
+    def close(self) -> None:
+        """Wait for the typing thread and end it."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def op_names(self) -> pl.Series:
         """The names of the CODED groups, by code (null for an event without a name). A null more at the end, so
@@ -404,6 +420,6 @@ class Frames:
     def pop(self, g: str) -> pl.DataFrame | None:
         """All of a group's rows as one frame (None without any), handed over."""
         self._flush(g)
-        frames = [f for f in self.typed.pop(g) if f.height]
+        frames = [f for f in (job.result() for job in self.typed.pop(g)) if f.height]
         return pl.concat(frames, how="vertical_relaxed") if frames else None
 
