@@ -15,7 +15,8 @@ How it reads (and why):
   thread: I/O and zlib release the GIL) and the ``traceEvents`` array is cut between two
   events into ~1 MB pieces, each decoded by ``msgspec`` into small typed Structs that name
   only the fields we use (msgspec skips everything else, e.g. ``Concrete Inputs``, without
-  building Python objects for it). A piece is decoded from a memoryview of its buffer, with
+  building Python objects for it; an event's ``args`` stays JSON text until its group needs it:
+  the host work's never does). A piece is decoded from a memoryview of its buffer, with
   the byte after its last event overwritten by ``]``: it is copied once, when its blocks
   are joined. Memory is bounded by the piece size plus the normalized frames, not by the
   file (docs/kineto-reader.md has the numbers).
@@ -23,7 +24,7 @@ How it reads (and why):
   ``compress``, dict lookups), never a Python loop per event; of the ``cpu_op`` events only
   matmul-like ones are kept. A group's fields become polars columns piece by piece and are
   typed in batches of ``_BATCH`` rows, one polars query each (a query costs about the same
-  for 10 rows as for 10 000).
+  for 10 rows as for 10 000), in a second thread while the next pieces are decoded.
 * Exact timestamps: scalars whose JSON type varies between producers (``ts``, ``dur``,
   ``pid``, ``args.stream`` ...) are decoded untyped, with ``float_hook`` keeping a float as
   its JSON text. A column of ints becomes Int64 as is; any other column is text, parsed by

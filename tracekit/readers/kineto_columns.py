@@ -2,7 +2,8 @@
 
 Events are grouped by category with C-level maps over the Structs (``map``, ``compress``, dict lookups),
 never a Python loop per event; of the ``cpu_op`` events only matmul-like ones are kept. A group's fields
-become polars columns piece by piece and are typed in batches of ``_BATCH`` rows, one polars query each.
+become polars columns piece by piece and are typed in batches of ``_BATCH`` rows, one polars query each, in a
+second thread.
 Scalars whose JSON type varies between producers (``ts``, ``dur``, ``pid``, ``args.stream`` ...) arrive
 untyped, floats as their JSON text, so ``ts`` (float µs) becomes exact int64 ns: integer and fraction digits
 are parsed apart (a float64 cannot hold an epoch-µs value to the ns). Every distinct name is stored once.
