@@ -138,6 +138,35 @@ def test_epoch_timestamps_keep_nanoseconds():
     assert any(v % 1000 not in (0, 250, 500, 750) for v in want.values())  # the float path would fail here
 
 
+@pytest.mark.parametrize("text, ns", [
+    ("5366601892462.641", 5366601892462641), ("-12.345", -12345), ("0.000", 0), ("007.120", 7120),
+    ("1712195495519695.800", 1712195495519695800),
+    # not the usual form: the short way says nothing (null), the exact parse reads them
+    ("12.34", None), ("1.2345", None), ("1e3", None), ("12", None), ("1.2.345", None), ("+1.234", None),
+    ("9000000000000000.000", None),  # beyond the plausible range (ns would not fit int64 safely)
+    ("99999999999999999.999", None),
+])
+def test_short_timestamp_parse_agrees_with_the_exact_one(text, ns):
+    import polars as pl
+    df = pl.DataFrame({"ts": [text]})
+    fast = df.select(kineto_columns._us_to_ns_fast(pl.col("ts"))).item()
+    exact = df.select(kineto_columns._us_to_ns(pl.col("ts"))).item()
+    assert fast == ns
+    if ns is not None:  # the oracle: decimal arithmetic on the text
+        assert exact == ns == int(Decimal(text) * 1000)
+
+
+def test_a_batch_with_other_timestamp_forms_is_read_exactly(tmp_path):
+    # one unusual ts among usual ones: the whole batch takes the exact parse
+    texts = ["100.125", "200.5", "300.250", "4e2", "500", "600.0004", "700.0005"]
+    events = ",".join('{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, '
+                      f'"ts": {t}, "dur": 1}}' for t in texts)
+    p = tmp_path / "forms.json"
+    p.write_text('{"traceEvents": [' + events + "]}")
+    want = [int((Decimal(t) * 1000).to_integral_value(ROUND_HALF_UP)) for t in texts]
+    assert read_kineto(p).ops["start"].to_list() == sorted(want)
+
+
 def test_legacy_format():
     t = read_kineto(DATA / "kineto_legacy_resnet50_worker0.pt.trace.json.gz")
     assert t.kernels["stream"].unique().to_list() == [7]  # tid 'stream 7', args.stream 7

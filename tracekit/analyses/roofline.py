@@ -451,9 +451,10 @@ def shape_coverage(gemm: pl.DataFrame, launches: pl.DataFrame, intervals: pl.Dat
         return None
     if intervals is None or intervals.height == 0:
         return 0.0
-    g = gemm.select("pid", "correlation", "dur").join(
-        launches.select("pid", "correlation", "tid", ls="start").unique(["pid", "correlation"]),
-        on=["pid", "correlation"], how="inner").sort("ls")
+    keys = ["pid", "correlation"]
+    # (only the launches of these kernels are made unique: not a hash table of every launch of the trace)
+    mine = launches.select(*keys, "tid", ls="start").join(gemm.select(keys).unique(), on=keys, how="semi")
+    g = gemm.select("pid", "correlation", "dur").join(mine.unique(keys), on=keys, how="inner").sort("ls")
     iv = intervals.select("pid", "tid", os="start", oe="end").sort("os")
     j = g.join_asof(iv, left_on="ls", right_on="os", by=["pid", "tid"], strategy="backward", check_sortedness=False)
     covered = float(j.filter(pl.col("oe").is_not_null() & (pl.col("ls") <= pl.col("oe")))["dur"].sum() or 0)

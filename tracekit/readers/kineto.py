@@ -15,7 +15,8 @@ How it reads (and why):
   thread: I/O and zlib release the GIL) and the ``traceEvents`` array is cut between two
   events into ~1 MB pieces, each decoded by ``msgspec`` into small typed Structs that name
   only the fields we use (msgspec skips everything else, e.g. ``Concrete Inputs``, without
-  building Python objects for it). A piece is decoded from a memoryview of its buffer, with
+  building Python objects for it; an event's ``args`` stays JSON text until its group needs it:
+  the host work's never does). A piece is decoded from a memoryview of its buffer, with
   the byte after its last event overwritten by ``]``: it is copied once, when its blocks
   are joined. Memory is bounded by the piece size plus the normalized frames, not by the
   file (docs/kineto-reader.md has the numbers).
@@ -23,7 +24,7 @@ How it reads (and why):
   ``compress``, dict lookups), never a Python loop per event; of the ``cpu_op`` events only
   matmul-like ones are kept. A group's fields become polars columns piece by piece and are
   typed in batches of ``_BATCH`` rows, one polars query each (a query costs about the same
-  for 10 rows as for 10 000).
+  for 10 rows as for 10 000), in a second thread while the next pieces are decoded.
 * Exact timestamps: scalars whose JSON type varies between producers (``ts``, ``dur``,
   ``pid``, ``args.stream`` ...) are decoded untyped, with ``float_hook`` keeping a float as
   its JSON text. A column of ints becomes Int64 as is; any other column is text, parsed by
@@ -65,21 +66,24 @@ from tracekit.readers.kineto_header import (
     process_groups,
     producer_version,
 )
-from tracekit.readers.kineto_stream import Decoded, Doc, iter_chunks
+from tracekit.readers.kineto_stream import ArgsError, Decoded, Doc, fail, iter_chunks
 from tracekit.trace import Trace, TraceMeta, conform, empty
 
 __all__ = ["read_kineto", "MATMUL_OPS"]
 
 
-def sorted_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
+def sorted_by_start(parts: list[pl.DataFrame], lead: pl.DataFrame | None = None) -> pl.DataFrame:
     """``pl.concat(parts).sort("start")`` (the same rows in the same order), a column at a time: ``parts`` is
     emptied and each column of the input is freed once it is gathered, so the sort holds one column twice, not
-    the whole frame (the ops of a 1 GB trace: 2M rows, ~120 MB a copy).
+    the whole frame (the ops of a 1 GB trace: 2M rows, ~120 MB a copy). ``lead``: more columns of the rows of
+    ``parts[0]`` only (null in the other parts' rows), gathered in the same order: columns only the first part
+    has (the few ops with shapes) are never widened to every row before the sort.
 
     >>> parts = [pl.DataFrame({"start": [3, 1], "x": ["c", "a"]}), pl.DataFrame({"start": [2], "x": ["b"]})]
-    >>> sorted_by_start(parts).rows(), parts
-    ([(1, 'a'), (2, 'b'), (3, 'c')], [])
+    >>> sorted_by_start(parts, pl.DataFrame({"y": ["C", "A"]})).rows(), parts
+    ([(1, 'a', 'A'), (2, 'b', None), (3, 'c', 'C')], [])
     """
+    first = parts[0].height
     df = pl.concat(parts, rechunk=False)
     parts.clear()
     # (what DataFrame.sort computes for one column, ties alike; on one chunk: an arg_sort over a frame's ~100 reader
@@ -89,6 +93,9 @@ def sorted_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
     for name in df.columns:
         out.append(df.select(name)[order])  # a frame's gather, as DataFrame.sort makes it (flags alike)
         df = df.drop(name)  # (the input column is freed here)
+    if lead is not None and lead.width:
+        at = pl.select(pl.when(order < first).then(order)).to_series()  # (null: a row of another part)
+        out.append(lead.select(pl.all().gather(at)))
     # start flagged sorted, as DataFrame.sort leaves it: a later sort by start is then free
     return pl.concat(out, how="horizontal").with_columns(pl.col("start").set_sorted())
 
@@ -130,12 +137,22 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     path = Path(path)
     st = Decoded(path)
     frames = Frames(kernel_dims)
+    try:
+        return _read(path, st, frames)
+    finally:
+        frames.close()
+
+
+def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
     header = Doc()
     codes_of: dict = {None: 0}
     for events, doc in iter_chunks(path, st):
         if doc is not None:  # header fields (before traceEvents) and tail fields (after it)
             merge_into(header, doc)
-        frames.add(events, codes_of)
+        try:
+            frames.add(events, codes_of)
+        except ArgsError as e:
+            raise fail(path, f"unexpected JSON structure ({e})") from None
         del events, doc
 
     # --- host API calls -------------------------------------------------------------
@@ -194,11 +211,17 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     # ops: the matmul-like and all-reduce ops with their shapes, then every other CPU op and Python function
     # (host work, no shapes), in one frame in start order
     # (names arrive as codes into one table, kineto_columns.CODED: sorted as codes, named after the sort)
-    coded = {**schema.OPS, "name": (pl.UInt32, "")}
-    parts = [conform(f, coded) for f in (frames.pop("op"), frames.pop("host")) if f is not None]
+    # (the shapes, which only the first few have, are gathered into place after the sort, not widened before it)
+    shaped = ("input_dims", "input_types")
+    coded = {c: v for c, v in schema.OPS.items() if c not in shaped} | {"name": (pl.UInt32, "")}
+    op = frames.pop("op")
+    lead = conform(op, {c: schema.OPS[c] for c in shaped}) if op is not None else None
+    parts = [conform(f, coded) for f in (op, frames.pop("host")) if f is not None]
+    del op
     spans = frames.pop("profiler")
     if parts:
-        ops = sorted_by_start(parts)
+        ops = sorted_by_start(parts, lead)
+        del lead
         names = frames.op_names()
         capture_start = _capture_start(spans, ops, names)  # (on the codes, before the names are gathered)
         ops = conform(ops.with_columns(name=names.gather(ops["name"])), schema.OPS)

@@ -3,7 +3,7 @@
 The file is read (or gunzipped) 1 MB at a time in a second thread (I/O and zlib release the GIL), and the
 ``traceEvents`` array is cut between two events into ~1 MB pieces, each decoded by ``msgspec`` into the
 small typed Structs below, which name only the fields tracekit uses (msgspec skips the rest without building
-Python objects for it). A piece is decoded from a memoryview of its buffer, with the byte after its last
+Python objects for it; ``args`` stays JSON text, decoded by :func:`decode_args` for the events whose args are read). A piece is decoded from a memoryview of its buffer, with the byte after its last
 event overwritten by ``]``, so it is copied once. Everything before ``"traceEvents": [`` and after its
 closing ``]`` is the header (:class:`Doc`), read by ``kineto_header``. Errors are one line, msgspec's own.
 """
@@ -47,9 +47,6 @@ class _Args(Struct, frozen=True, gc=False):
     pg_name: Raw = field(name="Process Group Name", default=NULL)
 
 
-_NOARGS = _Args()  # shared by every event without args (frozen, so msgspec may reuse it)
-
-
 class Event(Struct, gc=False):
     ph: str | None = None
     cat: str | None = None
@@ -58,7 +55,9 @@ class Event(Struct, gc=False):
     tid: Any = None
     ts: Any = None
     dur: Any = None
-    args: _Args | None = _NOARGS  # None only for an explicit "args": null
+    # the args' JSON text, decoded (:func:`decode_args`) only for the events whose args are read: most events are
+    # host work (CPU ops, Python functions) whose args are never looked at
+    args: Raw = NULL
 
 
 
@@ -80,6 +79,20 @@ class Doc(Struct):
 # Untyped (Any) fields keep a float as its JSON text (``float_hook``): exact, and cheaper than a float.
 DECODER = msgspec.json.Decoder(Doc, float_hook=str.strip)
 _EVENTS = msgspec.json.Decoder(list[Event], float_hook=str.strip)
+_ARGS = msgspec.json.Decoder(list[_Args | None], float_hook=str.strip)
+
+
+def decode_args(raws: list[Raw]) -> list[_Args | None]:
+    """The args of some events (their ``Event.args``), decoded at once (one JSON array of their texts); None for
+    an event without args or with ``"args": null``. Raises :class:`ArgsError` for args that are not an object."""
+    try:
+        return _ARGS.decode(b"".join((b"[", b",".join(raws), b"]")))
+    except msgspec.ValidationError as e:
+        raise ArgsError(re.sub(r"`\$\[\d+\]", "`$.traceEvents[...].args", one_line(e))) from None
+
+
+class ArgsError(ValueError):
+    """An event's args of the wrong JSON type (msgspec's message, located in the trace)."""
 
 
 def fail(path: Path, what: str, todo: str = "check that it is a complete PyTorch profiler / Kineto trace") -> TracekitError:

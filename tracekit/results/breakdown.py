@@ -574,7 +574,9 @@ def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int, ac
     if trace.ops.height and trace.ops["input_dims"].is_not_null().any():
         # Only the ops of the analysed steps (warm-up or prefill ops would inflate the bytes).
         w = table.select("step", "pid", "tid", ws="w_start", we="w_end").sort("ws")
-        ops = (trace.ops.sort("start")
+        # (only the ops with shapes are looked at: weight_bytes_from_shapes keeps no other, and an as-of join
+        # answers each row on its own; not the millions of host ops of a Kineto trace)
+        ops = (trace.ops.sort("start").filter(pl.col("input_dims").is_not_null())
                .join_asof(w, left_on="start", right_on="ws", by=["pid", "tid"], strategy="backward",
                           check_sortedness=False)
                .filter(pl.col("step").is_not_null() & (pl.col("start") <= pl.col("we")))
