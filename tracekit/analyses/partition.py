@@ -248,14 +248,25 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     a = keep_rows(in_steps, in_steps["step"].is_in(analysed["step"].implode()))
     a = serialise(a.with_columns(start0="start"))
     n_windows = attr.steps.windows.height
-    p_start = _per_step_slots(n_windows, analysed["step"], analysed["p_start"], a["step"])
-    p_end = _per_step_slots(n_windows, analysed["step"], analysed["p_end"], a["step"])
-    a = a.with_columns(start=pl.col("start").clip(p_start, p_end), end=pl.col("end").clip(p_start, p_end),
-                       _ps=p_start)
-    del p_start, p_end
+
+    def per_row(col: str) -> pl.Series:
+        return _per_step_slots(n_windows, analysed["step"], analysed[col], a["step"])
+
+    # Clipped to the period: a serialised activity starts at or after its step's first start, so only an end past
+    # the period's end needs it (an activity overlapping the next step's first). Where no step has one (the usual
+    # case, checked per step), nothing is clipped and no per-row period columns are made (ten million rows: two
+    # gathers and two copies, ~0.3 GB); a step's first activity then starts at its period's start (``start0``).
+    last = a.group_by("step").agg(pl.col("end").max()).join(analysed.select("step", "p_end"), on="step")
+    if not bool((last["end"] <= last["p_end"]).all()):
+        p_start, p_end = per_row("p_start"), per_row("p_end")
+        a = a.with_columns(start=pl.col("start").clip(p_start, p_end), end=pl.col("end").clip(p_start, p_end),
+                           _ps=p_start)
+        del p_start, p_end
     # Rows grouped by step, each in start order: true already in the usual case (one launching thread);
     # serialisation over several streams or a late activity of a step (clipped to its period's end) needs a sort.
     if not (a["step"].is_sorted() and a["start"].is_sorted()):
+        if "_ps" not in a.columns:
+            a = a.with_columns(_ps=per_row("p_start"))
         a = a.sort(["_ps", "start"], maintain_order=True)
     big = a.height + trace.launches.height >= THREADS_FROM_ROWS
     not_memop = pl.col("kind") != "memop"
@@ -319,7 +330,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     largest = _largest(largest_holes, table.join(nxt, on="step", how="left"), trace, attr.launches, skip)
     periods_frame = good.select("step", "p_start", "p_end", period=pl.col("p_end") - pl.col("p_start"),
                                 phase="phase", reason="reason")
-    return StepTable(attribution=attr, table=table, periods=periods_frame, activities=a.drop("_ps"), largest=tuple(largest),
+    return StepTable(attribution=attr, table=table, periods=periods_frame, activities=a.drop("_ps", strict=False), largest=tuple(largest),
                      excluded_reasons=_ordered(reasons), phase=step_phase, decode_advice=decode_advice,
                      warnings=attr.warnings + tuple(warnings), phases_found=phases_found, phase_note=phase_note)
 
@@ -393,7 +404,10 @@ def _holes_piece(a: pl.DataFrame, inputs: dict) -> tuple[int, pl.DataFrame, pl.D
     first = pl.col("step") != pl.col("step").shift(1)
     runmax = pl.col("end").cum_max()  # (periods tile the timeline: a running maximum across steps is right)
     graphed = pl.col("graphed").fill_null(False)
-    f = a.lazy().select("step", "start", "end", "launch", "graphed", "_ps").with_columns(
+    # (a step's period starts at its first activity's recorded start, ``_ps`` where the rows had to be clipped or
+    # sorted; else that is the step's first row's ``start0``)
+    ps = "_ps" if "_ps" in a.columns else "start0"
+    f = a.lazy().select("step", "start", "end", "launch", "graphed", _ps=ps).with_columns(
         h0=pl.when(first.fill_null(True)).then(pl.col("_ps")).otherwise(runmax.shift(1)))
     if bool(a["graphed"].any()):
         # the work before the gap: the activity holding the running maximum (none for a step's first gap), and its

@@ -46,7 +46,6 @@ import polars as pl
 
 from tracekit.categories import PHASES
 from tracekit.intervals import by_pieces
-from tracekit.parallel import in_threads
 from tracekit.trace import Trace
 
 DECODE_MAX_TOKENS = 32  # tokens per sequence a decode step may process (spec verify: K+1)
@@ -210,11 +209,11 @@ def _activities(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
         work.select("pid", "correlation", "step", "graphed"), on=["pid", "correlation"], how="inner")
 
 
-def step_work(acts: pl.DataFrame | list[pl.DataFrame], windows: pl.DataFrame) -> pl.DataFrame:
+def step_work(acts: pl.DataFrame, windows: pl.DataFrame, summed: bool = False) -> pl.DataFrame:
     """Per step window with kernels: what its own work says about the tokens it processes.
 
-    ``acts``: step, name, category, graphed, correlation, dur (kernels; or a list of such frames, each of whole
-    steps). Columns: ``step``, ``complete`` (its
+    ``acts``: step, name, category, graphed, correlation, dur (kernels; ``summed``: their :func:`step_sums`
+    already, e.g. made piece by piece). Columns: ``step``, ``complete`` (its
     window has an end), ``k_all`` (kernel time), ``g_ms`` / ``g_n`` (GEMM kernel time and launches),
     ``g_eager`` (GEMM time launched one by one), ``c_med`` (median collective kernel duration, null without
     any), ``graphed`` (kernel time replayed from graphs), ``one_replay`` (the largest single graph replay's
@@ -222,8 +221,7 @@ def step_work(acts: pl.DataFrame | list[pl.DataFrame], windows: pl.DataFrame) ->
     :data:`DECODE_KERNELS`, or null), ``ratio`` (GEMM time / the lightest quarter's), ``heavy`` and ``light``
     (see the module docstring, source 4), ``c_ratio``.
     """
-    parts = acts if isinstance(acts, list) else [acts]
-    per = pl.concat(in_threads(*[lambda a=a: _step_sums(a) for a in parts], threads=len(parts) > 1))
+    per = acts if summed else step_sums(acts)
     per = per.join(windows.select(pl.col("step").cast(pl.Int64), complete=pl.col("end").is_not_null()), on="step",
                    how="left")
     ref_pool = per.filter(pl.col("complete") & (pl.col("g_n") > 0))
@@ -245,8 +243,8 @@ def step_work(acts: pl.DataFrame | list[pl.DataFrame], windows: pl.DataFrame) ->
         light=(pl.col("complete") & (pl.col("g_n") > 0) & (pl.col("ratio") <= LIGHT_RATIO)).fill_null(False))
 
 
-def _step_sums(acts: pl.DataFrame) -> pl.DataFrame:
-    """:func:`step_work`'s sums per step of ``acts`` (whole steps)."""
+def step_sums(acts: pl.DataFrame) -> pl.DataFrame:
+    """:func:`step_work`'s sums per step of ``acts`` (kernels of whole steps)."""
     # (category compared as it is, Enum or text: a cast of ten million values to text costs more than the rest)
     cat = pl.col("category")
     gemm, comm = cat == "gemm", cat == "communication"
@@ -289,7 +287,7 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
     """
     steps = windows.select(pl.col("step").cast(pl.Int64))
     if acts is None:
-        pieces = [_activities(trace, windows)]
+        acts, kernels_of = _activities(trace, windows), None
     else:
         # (the columns read first, then one filter: filtering the wide frame copies every column; whole steps piece
         # by piece, intervals.step_chunks, so that the copy is never of ten million rows at once)
@@ -300,13 +298,19 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
             return a.select(pl.col("step").cast(pl.Int64), "name", "correlation", pl.col("graphed").fill_null(False),
                             "dur", category=cat, _keep=keep).filter("_keep").drop("_keep")
 
-        pieces = by_pieces(kernels_of, acts)
+
+    def piece(a: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """A piece's backward/optimizer kernels and its step sums (only these small frames are kept)."""
+        k = kernels_of(a) if kernels_of is not None else a
+        return k.filter(name_matches(k["name"], TRAINING_KERNELS)), step_sums(k)
+
+    parts = by_pieces(piece, acts)
     ann = annotation_phases(trace, windows)
     # training: backward/optimizer kernels in the step, else anywhere in the trace
-    bwd = pl.concat([p.filter(name_matches(p["name"], TRAINING_KERNELS)) for p in pieces])
+    bwd = pl.concat([b for b, _ in parts])
     per_bwd = bwd.group_by("step").agg(n=pl.len(), example=pl.col("name").first().cast(pl.String))
     trace_bwd = trace.kernels.filter(_kernel_matches(trace.kernels, TRAINING_KERNELS))
-    work = step_work(pieces, windows)
+    work = step_work(pl.concat([w for _, w in parts]), windows, summed=True)
     # shapes (decode only where they cover the step's GEMMs: most of its GEMM time launched eagerly)
     shapes = gemm_rows(trace, windows).join(ann.select("step", "bs"), on="step", how="left").join(
         work.select("step", "attention", eager=pl.col("g_eager") >= SHAPES_EAGER_SHARE * pl.col("g_ms")),

@@ -50,3 +50,21 @@ def api_kind(name: pl.Expr) -> pl.Expr:
 
 # (nesting depth lives with the other interval primitives; re-exported for the readers)
 from tracekit.intervals import nesting_depth  # noqa: E402,F401
+
+
+def release_freed_memory() -> None:
+    """Give the C library's freed heap memory back to the system (glibc's ``malloc_trim``; nothing elsewhere).
+
+    The SQLite engines build their Arrow batches with the C allocator on their own threads, and glibc keeps what
+    those threads free in their arenas for reuse: ~0.35 GB after reading ten million kernels (0.04 GB at one
+    million), memory the analysis never reuses (polars allocates with its own allocator), which would only add
+    to the peak of everything after the read. The call takes ~0.04 s at ten million kernels."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # (not glibc: musl has no malloc_trim, and nothing to give back this way)
+        pass

@@ -56,7 +56,7 @@ from pathlib import Path
 import polars as pl
 
 from tracekit import trace as schema
-from tracekit.readers.common import nesting_depth
+from tracekit.readers.common import nesting_depth, release_freed_memory
 from tracekit.readers.kineto_columns import MATMUL_OPS, Frames
 from tracekit.readers.kineto_header import (
     distributed,
@@ -219,6 +219,7 @@ def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
     parts = [conform(f, coded) for f in (op, frames.pop("host")) if f is not None]
     del op
     spans = frames.pop("profiler")
+    release_freed_memory()  # (what the decoding freed, before the sort of the ops makes the read's peak)
     if parts:
         ops = sorted_by_start(parts, lead)
         del lead

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.errors import TracekitError
-from tracekit.readers.common import api_kind, nesting_depth, strip_api_version
+from tracekit.readers.common import api_kind, nesting_depth, release_freed_memory, strip_api_version
 from tracekit.trace import (
     GPUS,
     GRAPH_EXECS,
@@ -611,6 +611,7 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
         capture_start = _capture_start(db, strings)
     finally:
         db.close()
+    release_freed_memory()  # (what the engines' threads freed while they read: the analysis' peak starts here)
     warnings += k_warn
     memops = _plausible(memops, "memcpy/memset records", warnings)
     warnings += l_warn
