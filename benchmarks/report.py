@@ -84,7 +84,8 @@ def ranks(path) -> str:
 
 
 # The analysis by stage: (function, what it does); top-level stages (summed for "the rest") and, indented, the
-# costliest functions inside them.
+# costliest functions inside them. "A|B": the first of the functions a results file has (they were renamed);
+# "A+B": the sum of those.
 STAGES = [
     ("analyses.attribution.activities", "GPU activities: names and categories, each one's launch, one frame in time order"),
     ("  analyses.attribution._merge_by_start", "· the merge into time order (a gather of every column)"),
@@ -94,14 +95,24 @@ STAGES = [
     ("analyses.drafting.detect_drafting", "drafting by structure"),
     ("analyses.steady.steady_exclusions", "steady state: kernel sequence of each step"),
     ("analyses.partition.serialise", "same-stream serialisation"),
-    ("analyses.partition.unions", "exact partition: unions by category"),
-    ("analyses.partition.sums", "kernel time by category, launches"),
-    ("analyses.partition._holes", "gaps by cause"),
+    ("analyses.partition.unions|intervals.cumulative_union_lengths", "exact partition: unions by category"),
+    ("analyses.partition.sums|analyses.partition._kernel_sums", "kernel time by category, launches"),
+    ("analyses.partition._holes|analyses.partition._holes_piece+analyses.partition._gap_inputs"
+     "+analyses.partition._gaps", "gaps by cause"),
     ("analyses.partition._largest", "the largest gaps, named"),
     ("  analyses.gaps.name_gaps", "· what the host was doing in each (candidates by binary search)"),
     ("analyses.collectives.step_communication", "collectives table"),
     ("results.breakdown._weight_bytes_from_trace", "weight bytes from recorded shapes"),
 ]
+
+
+def _stage_s(cum: dict, fn: str) -> float:
+    """Seconds of a STAGES entry in one results file's profile (see STAGES for "|" and "+")."""
+    for alt in fn.strip().split("|"):
+        names = alt.split("+")
+        if any(n in cum for n in names):
+            return sum(cum.get(n, 0) for n in names)
+    return 0.0
 
 
 def stages(columns: dict[str, str]) -> str:
@@ -120,11 +131,10 @@ def stages(columns: dict[str, str]) -> str:
     out.append("| the analysis under the profiler, CPU | " + " | ".join(
         f"{d.get('analysis_profiled', {}).get('total_s', 0):.2f}" for d in data.values()) + " |")
     for fn, what in STAGES:
-        name = fn.strip()
-        out.append(f"| {what} | " + " | ".join(f"{cum[h].get(name, 0):.2f}" for h in heads) + " |")
+        out.append(f"| {what} | " + " | ".join(f"{_stage_s(cum[h], fn):.2f}" for h in heads) + " |")
     rest = []
     for h, d in data.items():
-        top = sum(cum[h].get(fn, 0) for fn, _ in STAGES if not fn.startswith(" "))
+        top = sum(_stage_s(cum[h], fn) for fn, _ in STAGES if not fn.startswith(" "))
         rest.append(f"{d.get('analysis_profiled', {}).get('total_s', 0) - top:.2f}")
     out.append("| the rest (per-step table, roofline, advice, JSON) | " + " | ".join(rest) + " |")
     out.append("| peak RSS after the read / after the analysis, MB | " + " | ".join(
@@ -165,10 +175,13 @@ def targets(path, before: str = "tracekit@before") -> str:
         xn, rn = ratio(g, "tracekit")
         if rn is None:
             continue
-        ok = xn <= limit and (mem_gb is None or rn["peak_rss_mb"] / 1000 <= mem_gb)
-        what = f"{g}: ≤ {limit}× the parallel scan" + (f", peak ≤ {mem_gb} GB" if mem_gb else "")
-        out.append(f"| {what} | {ISSUE_25[g]} | {cell(xb, rb, bool(mem_gb))} | {cell(xn, rn, bool(mem_gb))} | "
-                   f"{'yes' if ok else 'no'} |")
+        out.append(f"| {g}: ≤ {limit}× the parallel scan | {ISSUE_25[g]} | {cell(xb, rb)} | {cell(xn, rn)} | "
+                   f"{'yes' if xn <= limit else 'no'} |")
+        if mem_gb:  # (the memory target on a row of its own: it is met or not on its own)
+            def gb(r):
+                return f"{r['peak_rss_mb'] / 1000:.2f} GB" if r else "—"
+            out.append(f"| {g}: peak ≤ {mem_gb} GB | | {gb(rb)} | {gb(rn)} | "
+                       f"{'yes' if rn['peak_rss_mb'] / 1000 <= mem_gb else 'no'} |")
     k = _by(rows, "kineto 1GB")
     if "tracekit" in k:
         rb, rn = k.get(before), k["tracekit"]

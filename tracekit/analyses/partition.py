@@ -269,15 +269,6 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
             a = a.with_columns(_ps=per_row("p_start"))
         a = a.sort(["_ps", "start"], maintain_order=True)
     big = a.height + trace.launches.height >= THREADS_FROM_ROWS
-    not_memop = pl.col("kind") != "memop"
-    graphed = pl.col("graphed").fill_null(False)
-    sum_cols = [*[pl.col("dur").filter(pl.col("prio") == _PRIO[c]).sum().alias(f"k_{c}")
-                  for c in (*KERNEL_CATEGORIES, UNATTRIBUTED)],
-                pl.col("dur").filter(graphed & not_memop).sum().alias("k_graphed"),
-                pl.col("dur").filter(not_memop).sum().alias("k_all"),
-                pl.col("correlation").filter(pl.col("graphed")).n_unique().alias("n_graph_launches"),
-                pl.col("correlation").filter(~graphed).n_unique().alias("n_launched"),
-                pl.col("end").max().alias("a_last")]
     gap_inputs = _gap_inputs(trace, attr.launches)
 
     def piece(o: int, n: int):
@@ -285,7 +276,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         p = a.slice(o, n)
         u = cumulative_union_lengths(p.select("step", "start", "end", "prio"), "step", "prio", len(PRIORITY),
                                      presorted=True, tiled=True)
-        return u, p.group_by("step").agg(*sum_cols), _holes_piece(p, gap_inputs)
+        return u, _kernel_sums(p), _holes_piece(p, gap_inputs)
 
     # Whole steps, piece by piece (intervals.step_chunks), two pieces at a time on big traces: each piece's
     # columns are small and reused by the next, where ten million rows at once faulted in ~1.5 GB of fresh memory.
@@ -333,6 +324,22 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     return StepTable(attribution=attr, table=table, periods=periods_frame, activities=a.drop("_ps", strict=False), largest=tuple(largest),
                      excluded_reasons=_ordered(reasons), phase=step_phase, decode_advice=decode_advice,
                      warnings=attr.warnings + tuple(warnings), phases_found=phases_found, phase_note=phase_note)
+
+
+def _kernel_sums(a: pl.DataFrame) -> pl.DataFrame:
+    """Per step of ``a``: kernel time by category (``k_*``, unclipped durations), replayed from graphs and in all,
+    the graph launches and the work launched one by one, and the end of its last activity."""
+    not_memop = pl.col("kind") != "memop"
+    graphed = pl.col("graphed").fill_null(False)
+    return a.group_by("step").agg(
+        *[pl.col("dur").filter(pl.col("prio") == _PRIO[c]).sum().alias(f"k_{c}")
+          for c in (*KERNEL_CATEGORIES, UNATTRIBUTED)],
+        k_graphed=pl.col("dur").filter(graphed & not_memop).sum(),
+        k_all=pl.col("dur").filter(not_memop).sum(),
+        n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
+        n_launched=pl.col("correlation").filter(~graphed).n_unique(),
+        a_last=pl.col("end").max(),
+    )
 
 
 def _ordered(reasons: Counter) -> dict[str, int]:
