@@ -11,6 +11,8 @@
   against the statements the reader runs.
 * The evening pass: ``_overlaps_any``'s runs of time-ordered gaps against its per-gap search, step signatures from
   per-stream lists against the full sort, the Enum name paths against text, and the premise of the drafting precheck.
+* Issue 25, phase 3: the per-step analyses on pieces of a few steps against one piece of all, and ``gaps.work_rows``
+  (a search among every launch call) against an as-of join over a filtered copy of the work calls.
 """
 
 from __future__ import annotations
@@ -361,3 +363,60 @@ def test_rows_within_equals_filter(starts, windows):
     want = s.to_frame().with_row_index("i").filter(near)["i"].to_list()
     assert _rows_within(s, wins).to_list() == want
     assert _rows_within(s.reverse(), wins) is None or s.n_unique() < 2  # (not in order: the caller filters)
+
+
+# ---- issue 25, phase 3: whole steps piece by piece (benchmarks/results/HISTORY.md, "Issue 25, phase 3")
+
+@pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+def test_pieces_of_whole_steps_equal_one_piece(path, monkeypatch):
+    """The partition's unions, sums and gaps, the steady-state signatures and phase's step sums made on pieces of a
+    few steps (threads on) give exactly what one piece of every step gives: the whole breakdown and its frames."""
+    import tracekit.analyses.attribution as at
+    import tracekit.analyses.partition as pa
+    import tracekit.intervals as iv
+    import tracekit.results.breakdown as bd
+
+    t = tracekit.load(path, kernel_dims=False)
+    monkeypatch.setattr(iv, "CHUNK_ROWS", 10**12)
+    whole = bd.breakdown(t)
+    seen: list[int] = []
+    orig = iv.step_chunks
+
+    def spy(step, rows=None):
+        out = orig(step, rows)
+        seen.append(len(out))
+        return out
+
+    monkeypatch.setattr(iv, "CHUNK_ROWS", 8)  # (a step or a few a piece)
+    monkeypatch.setattr(iv, "step_chunks", spy)
+    monkeypatch.setattr(pa, "step_chunks", spy)
+    for m in (at, pa):
+        monkeypatch.setattr(m, "THREADS_FROM_ROWS", 0)
+    pieces = bd.breakdown(t)
+    if whole.activities.height > 16 and whole.steps.count > 2:
+        assert max(seen) > 1  # it did cut the steps into pieces
+    assert pieces.to_dict() == whole.to_dict()
+    assert_frame_equal(pieces.activities, whole.activities)
+    assert_frame_equal(pieces.per_step, whole.per_step)
+
+
+@settings(max_examples=300, deadline=None)
+@given(kinds=st.lists(st.sampled_from(["kernel", "sync", "memcpy", "alloc", "graph"]), min_size=1, max_size=30),
+       gaps=st.lists(st.integers(0, 3), min_size=30, max_size=30),
+       keys=st.lists(st.integers(-5, 100), max_size=20), strategy=st.sampled_from(["backward", "forward"]),
+       exact=st.booleans(), other_thread=st.booleans())
+def test_work_rows_equal_asof_over_the_work_calls(kinds, gaps, keys, strategy, exact, other_thread):
+    """``gaps.work_rows`` on a one-thread trace (a search among every call, then a step over the other calls) gives
+    the as-of match of a filtered copy of the work calls, ties in start time included."""
+    from tracekit.analyses.gaps import work_rows
+    from tracekit.intervals import asof
+
+    starts = pl.Series(gaps[:len(kinds)], dtype=pl.Int64).cum_sum()
+    la = pl.DataFrame({"start": starts, "kind": kinds}).with_columns(pid=pl.lit(1, pl.Int64), tid=pl.lit(2, pl.Int64))
+    tid = pl.when(pl.int_range(pl.len()) % 3 == 0).then(3).otherwise(2) if other_thread else pl.lit(2)
+    left = pl.DataFrame({"t": pl.Series(keys, dtype=pl.Int64)}).with_columns(
+        pid=pl.lit(1, pl.Int64), tid=tid.cast(pl.Int64))
+    work = la.select("pid", "tid", ws="start").with_row_index("_row").filter(la["kind"].is_in(list(WORK_KINDS)))
+    want = asof(left, work, "t", "ws", ["pid", "tid"], strategy=strategy, allow_exact_matches=exact)["_row"]
+    got = work_rows(left, la, "t", strategy=strategy, allow_exact_matches=exact)
+    assert got.to_list() == want.to_list()

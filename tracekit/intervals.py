@@ -130,15 +130,16 @@ def _tiled_with_singles(df: pl.DataFrame, group: str, level: str, levels: list[i
 CHUNK_ROWS = 1 << 19
 
 
-def step_chunks(step: pl.Series, rows: int = CHUNK_ROWS) -> list[tuple[int, int]]:
+def step_chunks(step: pl.Series, rows: int | None = None) -> list[tuple[int, int]]:
     """``(offset, length)`` slices of a frame grouped by ``step`` (each step's rows one run), each of whole steps
-    and about ``rows`` rows (a step longer than that is one slice of its own). One slice of everything when
-    ``step`` is not sorted or has nulls (its steps may not be runs).
+    and about ``rows`` rows (default :data:`CHUNK_ROWS`; a step longer than that is one slice of its own). One
+    slice of everything when ``step`` is not sorted or has nulls (its steps may not be runs).
 
     >>> step_chunks(pl.Series([0, 0, 1, 1, 1, 2, 3, 3]), rows=3)
     [(0, 5), (5, 3)]
     """
     n = step.len()
+    rows = rows or CHUNK_ROWS
     if n <= rows or step.null_count() or not step.is_sorted():
         return [(0, n)] if n else []
     starts = (step != step.shift(1)).fill_null(True).arg_true()  # each step's first row
