@@ -389,7 +389,6 @@ def test_pieces_of_whole_steps_equal_one_piece(path, monkeypatch):
 
     monkeypatch.setattr(iv, "CHUNK_ROWS", 8)  # (a step or a few a piece)
     monkeypatch.setattr(iv, "step_chunks", spy)
-    monkeypatch.setattr(pa, "step_chunks", spy)
     for m in (at, pa):
         monkeypatch.setattr(m, "THREADS_FROM_ROWS", 0)
     pieces = bd.breakdown(t)

@@ -33,25 +33,24 @@ LARGEST = 10  # gaps.largest: the longest single gaps of any cause
 STALL_API_KINDS = ("sync", "alloc")
 
 
-def host_only(intervals: pl.DataFrame, work: pl.DataFrame) -> pl.Series:
+def host_only(intervals: pl.DataFrame, launches: pl.DataFrame) -> pl.Series:
     """For each interval (``pid``, ``tid``, ``start``, ``end``), whether no work launch call of its thread starts
-    inside it (a range or op that launches no GPU work). ``work``: the work launches, in start order.
+    inside it (a range or op that launches no GPU work). ``launches``: the launch calls, in start order (those of
+    :data:`~tracekit.trace.WORK_KINDS` are the work launches).
 
     >>> iv = pl.DataFrame({"pid": [1, 1], "tid": [2, 2], "start": [0, 100], "end": [50, 200]})
-    >>> w = pl.DataFrame({"pid": [1], "tid": [2], "start": [120]})
-    >>> host_only(iv, w).to_list()
+    >>> la = pl.DataFrame({"pid": [1, 1], "tid": [2, 2], "start": [10, 120], "kind": ["sync", "kernel"]})
+    >>> host_only(iv, la).to_list()
     [True, False]
     """
     if intervals.height == 0:
         return pl.Series("host_only", [], dtype=pl.Boolean)
-    if work.height == 0:
+    if launches.height == 0:
         return pl.repeat(True, intervals.height, eager=True).alias("host_only")
-    # The first work launch of the interval's thread at or after its start (a forward as-of lookup; the
-    # launches are in start order): the interval launches work when that one starts by its end.
-    w = work.select("pid", "tid", ws="start")
-    j = asof(intervals.select("pid", "tid", "start", "end"), w if w["ws"].is_sorted() else w.sort("ws"), "start",
-             "ws", ["pid", "tid"], strategy="forward")
-    return (j["ws"].is_null() | (j["ws"] > j["end"])).alias("host_only")
+    # The first work launch of the interval's thread at or after its start: the interval launches work when that
+    # one starts by its end.
+    ws = launches["start"].gather(work_rows(intervals, launches, "start", strategy="forward"))
+    return (ws.is_null() | (ws > intervals["end"])).alias("host_only")
 
 
 def work_rows(left: pl.DataFrame, launches: pl.DataFrame, on: str, strategy: str = "backward",
@@ -150,9 +149,7 @@ def stall_segments(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
         iv = frame.filter(pl.col("end").is_not_null() & (pl.col("end") > pl.col("start"))).select(
             "pid", "tid", "start", "end")
         if iv.height:
-            # host-only: no work launch call of its thread starts inside it (:func:`host_only`)
-            ws = launches["start"].gather(work_rows(iv, launches, "start", strategy="forward"))
-            parts.append(iv.filter(ws.is_null() | (ws > iv["end"])))
+            parts.append(iv.filter(host_only(iv, launches)))
     s = pl.concat([p.cast({"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64}) for p in parts])
     s = s.filter(pl.col("end") > pl.col("start"))
     if s.height == 0:

@@ -42,8 +42,7 @@ from tracekit.categories import NO_GPU_WORK as NO_WORK
 from tracekit.categories import NOT_SELECTED_PHASE as PHASE
 from tracekit.categories import WARM_UP as WARMUP
 from tracekit.errors import NoSteps
-from tracekit.intervals import cumulative_union_lengths, step_chunks
-from tracekit.parallel import in_threads
+from tracekit.intervals import by_pieces, cumulative_union_lengths
 from tracekit.trace import Trace
 
 _PRIO = {c: i for i, c in enumerate(PRIORITY)}
@@ -271,17 +270,15 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     big = a.height + trace.launches.height >= THREADS_FROM_ROWS
     gap_inputs = _gap_inputs(trace, attr.launches)
 
-    def piece(o: int, n: int):
-        """The unions, kernel sums and gaps of whole steps (rows ``o`` to ``o + n`` of ``a``)."""
-        p = a.slice(o, n)
+    def piece(p: pl.DataFrame):
+        """The unions, kernel sums and gaps of whole steps."""
         u = cumulative_union_lengths(p.select("step", "start", "end", "prio"), "step", "prio", len(PRIORITY),
                                      presorted=True, tiled=True)
         return u, _kernel_sums(p), _holes_piece(p, gap_inputs)
 
-    # Whole steps, piece by piece (intervals.step_chunks), two pieces at a time on big traces: each piece's
-    # columns are small and reused by the next, where ten million rows at once faulted in ~1.5 GB of fresh memory.
-    pieces = in_threads(*[lambda o=o, n=n: piece(o, n) for o, n in step_chunks(a["step"]) or [(0, 0)]],
-                        threads=big)
+    # Whole steps, piece by piece (intervals.by_pieces), two pieces at a time on big traces: each piece's columns are small and
+    # reused by the next, where ten million rows at once faulted in ~1.5 GB of fresh memory.
+    pieces = by_pieces(piece, a, threads=big)
     u = pl.concat([p[0] for p in pieces])
     s = pl.concat([p[1] for p in pieces])
     hole_sums, largest_holes = _gaps(pieces, gap_inputs, attr.launches)

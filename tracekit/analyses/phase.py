@@ -209,11 +209,11 @@ def _activities(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
         work.select("pid", "correlation", "step", "graphed"), on=["pid", "correlation"], how="inner")
 
 
-def step_work(acts: pl.DataFrame, windows: pl.DataFrame, summed: bool = False) -> pl.DataFrame:
+def step_work(acts: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Per step window with kernels: what its own work says about the tokens it processes.
 
-    ``acts``: step, name, category, graphed, correlation, dur (kernels; ``summed``: their :func:`step_sums`
-    already, e.g. made piece by piece). Columns: ``step``, ``complete`` (its
+    ``acts``: step, name, category, graphed, correlation, dur (kernels); :func:`work_from_sums` when their
+    :func:`step_sums` are made already (e.g. piece by piece). Columns: ``step``, ``complete`` (its
     window has an end), ``k_all`` (kernel time), ``g_ms`` / ``g_n`` (GEMM kernel time and launches),
     ``g_eager`` (GEMM time launched one by one), ``c_med`` (median collective kernel duration, null without
     any), ``graphed`` (kernel time replayed from graphs), ``one_replay`` (the largest single graph replay's
@@ -221,7 +221,11 @@ def step_work(acts: pl.DataFrame, windows: pl.DataFrame, summed: bool = False) -
     :data:`DECODE_KERNELS`, or null), ``ratio`` (GEMM time / the lightest quarter's), ``heavy`` and ``light``
     (see the module docstring, source 4), ``c_ratio``.
     """
-    per = acts if summed else step_sums(acts)
+    return work_from_sums(step_sums(acts), windows)
+
+
+def work_from_sums(per: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """:func:`step_work` from the steps' :func:`step_sums`."""
     per = per.join(windows.select(pl.col("step").cast(pl.Int64), complete=pl.col("end").is_not_null()), on="step",
                    how="left")
     ref_pool = per.filter(pl.col("complete") & (pl.col("g_n") > 0))
@@ -298,7 +302,6 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
             return a.select(pl.col("step").cast(pl.Int64), "name", "correlation", pl.col("graphed").fill_null(False),
                             "dur", category=cat, _keep=keep).filter("_keep").drop("_keep")
 
-
     def piece(a: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         """A piece's backward/optimizer kernels and its step sums (only these small frames are kept)."""
         k = kernels_of(a) if kernels_of is not None else a
@@ -310,7 +313,7 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
     bwd = pl.concat([b for b, _ in parts])
     per_bwd = bwd.group_by("step").agg(n=pl.len(), example=pl.col("name").first().cast(pl.String))
     trace_bwd = trace.kernels.filter(_kernel_matches(trace.kernels, TRAINING_KERNELS))
-    work = step_work(pl.concat([w for _, w in parts]), windows, summed=True)
+    work = work_from_sums(pl.concat([w for _, w in parts]), windows)
     # shapes (decode only where they cover the step's GEMMs: most of its GEMM time launched eagerly)
     shapes = gemm_rows(trace, windows).join(ann.select("step", "bs"), on="step", how="left").join(
         work.select("step", "attention", eager=pl.col("g_eager") >= SHAPES_EAGER_SHARE * pl.col("g_ms")),
