@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from unittest.mock import patch
 
 import polars as pl
 import pytest
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 import tracekit
+import tracekit.intervals as iv
 import tracekit.lookup as lookup
 import tracekit.readers.nsys as nsys
 from tracekit.analyses.attribution import _merge_by_start, _window_of
@@ -78,19 +80,21 @@ def _frame(rows) -> pl.DataFrame:
 
 
 @settings(max_examples=300, deadline=None)
-@given(left=keys, right=st.one_of(keys, big), sort_both=st.booleans())
-def test_row_lookup_generated_keys(left, right, sort_both):
-    """Generated (synthetic) keys: duplicates (first row wins), nulls, several pids, negative and huge ids."""
+@given(left=keys, right=st.one_of(keys, big), sort_both=st.booleans(), chunk=st.sampled_from([1, 3, 1 << 19]))
+def test_row_lookup_generated_keys(left, right, sort_both, chunk):
+    """Generated (synthetic) keys: duplicates (first row wins), nulls, several pids, negative and huge ids; the
+    sorted merge in pieces of a few rows (``chunk``) as in one."""
     lf, rf = _frame(left), _frame(right)
     if sort_both:
         lf, rf = lf.sort("pid", "correlation", nulls_last=True), rf.sort("pid", "correlation", nulls_last=True)
-    assert lookup.row_lookup(lf, rf).to_list() == _hash(lf, rf).to_list()
+    with patch.object(iv, "CHUNK_ROWS", chunk):
+        assert lookup.row_lookup(lf, rf).to_list() == _hash(lf, rf).to_list()
 
 
 @settings(max_examples=300, deadline=None)
 @given(ids=st.sets(st.integers(-5, 60), min_size=1, max_size=40), left=keys, sort_left=st.booleans(),
-       data=st.data())
-def test_row_lookup_valid_rows(ids, left, sort_left, data):
+       data=st.data(), chunk=st.sampled_from([1, 3, 1 << 19]))
+def test_row_lookup_valid_rows(ids, left, sort_left, data, chunk):
     """``valid=`` (only work launches may match) on every path, the sorted one above all (one process, ids
     strictly increasing: launches in time order): as the hash join against the right side with the invalid
     rows' keys removed."""
@@ -101,7 +105,8 @@ def test_row_lookup_valid_rows(ids, left, sort_left, data):
     if sort_left:
         lf = lf.sort("correlation", nulls_last=True)
     want = _hash(lf, right.with_columns(correlation=pl.when(valid).then(pl.col("correlation"))))
-    assert lookup.row_lookup(lf, right, valid=valid).to_list() == want.to_list()
+    with patch.object(iv, "CHUNK_ROWS", chunk):  # (the sorted merge in pieces of a few rows, as in one)
+        assert lookup.row_lookup(lf, right, valid=valid).to_list() == want.to_list()
     shuffled = right.with_row_index("i").sample(fraction=1.0, shuffle=True, seed=2)  # not sorted: other paths
     v2 = valid.gather(shuffled["i"])
     shuffled = shuffled.drop("i")
@@ -419,3 +424,25 @@ def test_work_rows_equal_asof_over_the_work_calls(kinds, gaps, keys, strategy, e
     want = asof(left, work, "t", "ws", ["pid", "tid"], strategy=strategy, allow_exact_matches=exact)["_row"]
     got = work_rows(left, la, "t", strategy=strategy, allow_exact_matches=exact)
     assert got.to_list() == want.to_list()
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans=st.lists(st.tuples(st.integers(0, 6), st.integers(-1, 8)), min_size=0, max_size=25),
+       streams=st.lists(st.sampled_from([7, 8, None]), min_size=25, max_size=25), one=st.booleans())
+def test_serialise_skips_only_what_it_would_leave(spans, streams, one):
+    """``serialise`` returns the frame as it is only where the running-maximum formula moves nothing: any
+    overlap, nesting or end before start on one stream, and several streams, take the full computation."""
+    from tracekit.analyses.partition import _already_serial, serialise
+
+    starts = pl.Series([s for s, _ in spans], dtype=pl.Int64).cum_sum()
+    ends = starts + pl.Series([d for _, d in spans], dtype=pl.Int64)
+    st_col = [7] * len(spans) if one else streams[:len(spans)]
+    a = pl.DataFrame({"stream": pl.Series(st_col, dtype=pl.Int64), "start": starts, "end": ends})
+    prev = pl.col("end").cum_max().shift(1)
+    if a["stream"].n_unique() > 1:
+        prev = prev.over("stream")
+    want = a.with_columns(start=pl.max_horizontal("start", prev.fill_null(pl.col("start")))).with_columns(
+        end=pl.max_horizontal("end", "start"))
+    assert_frame_equal(serialise(a), want)
+    if one and _already_serial(a):
+        assert want.equals(a)  # the shortcut is taken only where the formula is the identity

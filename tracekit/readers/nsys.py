@@ -181,6 +181,10 @@ class _Db:
             # A percent-encoded file: URI keeps mode=ro&immutable=1 (the file is opened O_RDONLY).
             # (Not return_type="arrow_stream": its batches are made holding the GIL, so two tables would be
             # read one after the other.)
+            # (connectorx appends its own LIMIT to probe the schema: a limited query goes inside a subquery, else
+            # it fails and the capture-start lookup fell back to ADBC, whose import alone costs ~0.1 s)
+            if " LIMIT " in sql:
+                sql = f"SELECT * FROM ({sql})"
             return connectorx.read_sql("sqlite://" + urllib.parse.quote(self.uri, safe=""), sql, return_type="arrow")
         import adbc_driver_sqlite.dbapi as adbc
 
