@@ -145,7 +145,7 @@ class _Db:
         return self._frame(sql, schema, what, threaded=threading.get_ident() != self._owner)
 
     def parallel(self, tasks: list) -> list:
-        """Run the callables ``tasks`` (each reads one big table and shapes its frame) at once, one thread
+        """Run the callables ``tasks`` (each reads a big table, or the small ones, and shapes its frame) at once, one thread
         each up to the number of CPUs, and return their results in order; an exception is raised as if they
         had run one after the other. SQLite scans are single-threaded and every engine releases the GIL
         while it reads, so on two cores the kernel and runtime tables of a 10M-kernel export come off the
@@ -222,7 +222,8 @@ class _Db:
 
     def scalar_map(self, sql: str) -> dict:
         try:
-            return {r[0]: r[1] for r in self.con.execute(sql)}
+            with self._lock:  # (the shared connection: one statement at a time, whichever thread asks)
+                return {r[0]: r[1] for r in self.con.execute(sql)}
         except sqlite3.DatabaseError:
             return {}
 
@@ -604,15 +605,16 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
         # ones after. (Each thread's warnings are kept apart, then listed in the order of the tables.)
         k_warn: list[str] = []
         l_warn: list[str] = []
-        kernels, launches = db.parallel([
+
+        def small_tables():
+            # (a third task: on two threads it starts when the first big table is in, beside the other one)
+            return _memops(db), _ranges(db, strings, warnings), _graph_execs(db), _gpus(db), _capture_start(db, strings)
+
+        kernels, launches, (memops, ranges, graph_execs, gpus, capture_start) = db.parallel([
             lambda: _sorted(_plausible(_kernels(db, strings, kernel_dims), "kernel records", k_warn)),
             lambda: _sorted(_plausible(_launches(db, apis), "CUDA API calls", l_warn)),
+            small_tables,
         ])
-        memops = _memops(db)
-        ranges = _ranges(db, strings, warnings)
-        graph_execs = _graph_execs(db)
-        gpus = _gpus(db)
-        capture_start = _capture_start(db, strings)
     finally:
         db.close()
     release_freed_memory()  # (what the engines' threads freed while they read: the analysis' peak starts here)
