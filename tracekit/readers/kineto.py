@@ -159,6 +159,7 @@ def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
     rt = frames.pop("runtime")
     if rt is not None:
         launches = conform(rt.sort("start"), schema.LAUNCHES)  # name without version suffix, kind: see _names
+        del rt  # (each group's frame as read is freed once conformed: not held through the ops' sort, the read's peak)
     else:
         launches = empty(schema.LAUNCHES)
     corr_pid = (
@@ -184,6 +185,7 @@ def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
         collectives = conform(k.filter(pl.col("collective").is_not_null() & (pl.col("collective") != "")),
                               schema.COLLECTIVES).sort("start")
         kernels = conform(k, schema.KERNELS).sort("start")
+        del k
     else:
         kernels, collectives = empty(schema.KERNELS), empty(schema.COLLECTIVES)
 
@@ -198,6 +200,7 @@ def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
             copy_kind=pl.when(pl.col("kind") == "memcpy").then(pl.col("name").str.extract(r"(?i)memcpy\s+([A-Za-z]+to[A-Za-z]+)"))
         )
         memops = conform(m, schema.MEMOPS).sort("start")
+        del m
     else:
         memops = empty(schema.MEMOPS)
 
@@ -205,6 +208,7 @@ def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
     if r is not None:
         r = r.sort("pid", "tid", "start")
         ranges = conform(r.with_columns(depth=nesting_depth(r)), schema.RANGES).sort("start")
+        del r
     else:
         ranges = empty(schema.RANGES)
 
