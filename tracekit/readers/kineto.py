@@ -143,10 +143,11 @@ def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
         del rt  # (each group's frame as read is freed once conformed: not held through the ops' sort, the read's peak)
     else:
         launches = empty(schema.LAUNCHES)
+    # (the first call of each correlation: what unique(keep="first", maintain_order=True) keeps, without its hash
+    # table of every row: 47 MB of the 1 GB read's peak)
     corr_pid = (
-        launches.filter(pl.col("correlation").is_not_null())
+        launches.filter(pl.col("correlation").is_not_null() & pl.col("correlation").is_first_distinct())
         .select("correlation", _host_pid="pid")
-        .unique("correlation", keep="first", maintain_order=True)
     )
     host_pids = launches["pid"].drop_nulls()
     default_pid = int(host_pids.mode().sort()[0]) if host_pids.len() else 0
