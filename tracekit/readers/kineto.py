@@ -140,7 +140,7 @@ def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
     rt = frames.pop("runtime")
     if rt is not None:
         launches = conform(by_start(rt), schema.LAUNCHES)  # name without version suffix, kind: see _names
-        del rt  # (each group's frame as read is freed once conformed: not held through the ops' sort, the read's peak)
+        del rt  # (each group's frame as read is freed once conformed, not held to the end of the read)
     else:
         launches = empty(schema.LAUNCHES)
     # (the first call of each correlation: what unique(keep="first", maintain_order=True) keeps, without its hash
