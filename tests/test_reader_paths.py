@@ -24,6 +24,7 @@ from polars.testing import assert_frame_equal
 import tracekit
 from tracekit.readers import kineto_columns, nsys
 from tracekit.readers.kineto import by_start
+from tracekit.readers.kineto_columns import sorted_by_start
 
 DAY = 86_400 * 10**9
 
@@ -80,13 +81,16 @@ def _batches(rng, n_batches: int, spread: int, in_order: bool, shapes: bool) -> 
     return out
 
 
+@pytest.mark.parametrize("first", [500, 10**9])
 @pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("spread", [3, 10**6])
-def test_ops_in_order_are_concat_then_sort(monkeypatch, in_order, spread):
+def test_ops_in_order_are_concat_then_sort(monkeypatch, in_order, spread, first):
     """Fed in batches (the ops with shapes now and then, host work in two runs), OpsInOrder gives the rows of
     ``concat([ops, host work]).sort("start")`` (stable), named, with the same flags: in rounds while reading when
-    every run is in time order, all at the end otherwise."""
+    every run is in time order, all at the end otherwise, or all at once when there are too few rows for a round
+    (``first``)."""
     monkeypatch.setattr(kineto_columns, "_SETTLE", 500)  # (several rounds in a few thousand rows)
+    monkeypatch.setattr(kineto_columns, "_SETTLE_FIRST", first)
     rng = np.random.default_rng(spread + in_order)
     ops, host = _batches(rng, 6, spread, in_order, True), _batches(rng, 30, spread, in_order, False)
     plain = pl.concat([*ops, *(h.drop(kineto_columns._RUN) for h in host)], how="diagonal")
@@ -101,12 +105,28 @@ def test_ops_in_order_are_concat_then_sort(monkeypatch, in_order, spread):
         rounds.append(len(got_ops.done))
     for o in waiting:
         got_ops.add("op", o)
-    assert got_ops.in_order == in_order
-    assert (max(rounds) > 1) == in_order  # (rows put in place while reading only when in order)
+    if first == 500:
+        assert got_ops.in_order == in_order
+    assert (max(rounds) > 1) == (in_order and first == 500)  # (rows put in place while reading only when in order)
     got = got_ops.finish()
     want = plain.sort("start", maintain_order=True)
     want = want.with_columns(name=pl.Series(["a", "b", None, "d"], dtype=pl.String).gather(want["name"]))
     want = want.select(kineto_columns._OPS)
+    assert_frame_equal(got, want)
+    assert {c: got[c].flags for c in got.columns} == {c: want[c].flags for c in want.columns}
+
+
+@pytest.mark.parametrize("spread", [5, 10**9])
+def test_sorted_by_start_is_concat_then_sort(spread):
+    rng = np.random.default_rng(spread)
+    parts = []
+    for i in range(7):  # reader batches: many chunks, many equal starts when the spread is small
+        n = int(rng.integers(1, 3000))
+        parts.append(pl.DataFrame({
+            "start": rng.integers(0, spread, n), "i": np.arange(n) + 10_000 * i,
+            "name": pl.Series(rng.choice(["a", "b", "c"], n).tolist(), dtype=pl.String), "dims": pl.repeat(None, n, dtype=pl.String, eager=True)}))
+    want = pl.concat(parts).sort("start")
+    got = sorted_by_start(list(parts))
     assert_frame_equal(got, want)
     assert {c: got[c].flags for c in got.columns} == {c: want[c].flags for c in want.columns}
 
