@@ -436,8 +436,9 @@ class OpsInOrder:
     frame again (jemalloc, polars' allocator, keeps freed memory for a second or so: the read's peak).
 
     A run that goes back in time (threads written one after the other, a file not written in time order) ends
-    this: then every row is sorted at the end, by ``start, _seq`` (the same order). All methods but
-    :meth:`finish` run in the typing thread, one call at a time.
+    this: then every row is sorted at the end, by ``start, _seq`` (the same order). The first round waits for
+    :data:`_SETTLE_FIRST` rows: a smaller trace's ops are sorted once at the end (:func:`sorted_by_start`). All
+    methods but :meth:`finish` run in the typing thread, one call at a time.
     """
 
     def __init__(self, names: _Names):
