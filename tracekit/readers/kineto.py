@@ -72,32 +72,14 @@ from tracekit.trace import Trace, TraceMeta, conform, empty
 __all__ = ["read_kineto", "MATMUL_OPS"]
 
 
-def sorted_by_start(parts: list[pl.DataFrame], lead: pl.DataFrame | None = None) -> pl.DataFrame:
-    """``pl.concat(parts).sort("start")`` (the same rows in the same order), a column at a time: ``parts`` is
-    emptied and each column of the input is freed once it is gathered, so the sort holds one column twice, not
-    the whole frame (the ops of a 1 GB trace: 2M rows, ~120 MB a copy). ``lead``: more columns of the rows of
-    ``parts[0]`` only (null in the other parts' rows), gathered in the same order: columns only the first part
-    has (the few ops with shapes) are never widened to every row before the sort.
+def by_start(df: pl.DataFrame) -> pl.DataFrame:
+    """``df.sort("start")`` (stable): ``df`` itself, flagged, when it is in start order already (the runtime calls
+    and kernels of a trace mostly are): no copy of every column.
 
-    >>> parts = [pl.DataFrame({"start": [3, 1], "x": ["c", "a"]}), pl.DataFrame({"start": [2], "x": ["b"]})]
-    >>> sorted_by_start(parts, pl.DataFrame({"y": ["C", "A"]})).rows(), parts
-    ([(1, 'a', 'A'), (2, 'b', None), (3, 'c', 'C')], [])
+    >>> by_start(pl.DataFrame({"start": [1, 1, 2], "x": [3, 1, 2]}))["x"].to_list(), by_start(pl.DataFrame({"start": [2, 1, 1], "x": [3, 1, 2]}))["x"].to_list()
+    ([3, 1, 2], [1, 2, 3])
     """
-    first = parts[0].height
-    df = pl.concat(parts, rechunk=False)
-    parts.clear()
-    # (what DataFrame.sort computes for one column, ties alike; on one chunk: an arg_sort over a frame's ~100 reader
-    # batches takes twice the memory)
-    order = df["start"].rechunk().arg_sort()
-    out = []
-    for name in df.columns:
-        out.append(df.select(name)[order])  # a frame's gather, as DataFrame.sort makes it (flags alike)
-        df = df.drop(name)  # (the input column is freed here)
-    if lead is not None and lead.width:
-        at = pl.select(pl.when(order < first).then(order)).to_series()  # (null: a row of another part)
-        out.append(lead.select(pl.all().gather(at)))
-    # start flagged sorted, as DataFrame.sort leaves it: a later sort by start is then free
-    return pl.concat(out, how="horizontal").with_columns(pl.col("start").set_sorted())
+    return df.with_columns(pl.col("start").set_sorted()) if df["start"].is_sorted() else df.sort("start")
 
 
 # torch.profiler's own frame that starts recording, as the Python tracer records it (with_stack=True): a frame
@@ -109,14 +91,13 @@ def _capture_start(spans: pl.DataFrame | None, ops: pl.DataFrame, names: pl.Seri
                    ) -> schema.CaptureStart | None:
     """When recording began: the end of torch.profiler's ``start_trace`` frame on its thread where the Python
     tracer recorded it, else the start of the profiler's ``PyTorch Profiler (N)`` span (thread unknown), else
-    None. ``names``: the table ``ops["name"]`` holds codes into (the pattern is then matched once per distinct
-    name, not once per op: two million ops of a 1 GB trace)."""
+    None. ``names``: every distinct name of ``ops`` (the pattern is then matched once per distinct name, not once
+    per op: two million ops of a 1 GB trace)."""
     if names is None:
         frame = ops.filter(pl.col("name").str.contains(_START_FRAME).fill_null(False)).head(1)
     else:
-        codes = pl.int_range(0, names.len(), dtype=ops.schema["name"], eager=True).filter(
-            names.str.contains(_START_FRAME).fill_null(False))
-        frame = ops.filter(pl.col("name").is_in(codes.implode())).head(1) if codes.len() else ops.clear()
+        hits = names.filter(names.str.contains(_START_FRAME).fill_null(False))
+        frame = ops.filter(pl.col("name").is_in(hits.implode())).head(1) if hits.len() else ops.clear()
     if frame.height:
         r = frame.row(0, named=True)
         return schema.CaptureStart(ns=int(r["end"]), call="torch.profiler start_trace", pid=r["pid"], tid=r["tid"])
@@ -158,32 +139,33 @@ def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
     # --- host API calls -------------------------------------------------------------
     rt = frames.pop("runtime")
     if rt is not None:
-        launches = conform(rt.sort("start"), schema.LAUNCHES)  # name without version suffix, kind: see _names
+        launches = conform(by_start(rt), schema.LAUNCHES)  # name without version suffix, kind: see _names
+        del rt  # (each group's frame as read is freed once conformed, not held to the end of the read)
     else:
         launches = empty(schema.LAUNCHES)
+    # (the first call of each correlation: what unique(keep="first", maintain_order=True) keeps, without its hash
+    # table of every row: 47 MB of the 1 GB read's peak)
     corr_pid = (
-        launches.filter(pl.col("correlation").is_not_null())
+        launches.filter(pl.col("correlation").is_not_null() & pl.col("correlation").is_first_distinct())
         .select("correlation", _host_pid="pid")
-        .unique("correlation", keep="first", maintain_order=True)
     )
     host_pids = launches["pid"].drop_nulls()
     default_pid = int(host_pids.mode().sort()[0]) if host_pids.len() else 0
 
     def host_pid(df: pl.DataFrame) -> pl.DataFrame:
         # GPU rows carry the device as pid; the launching process is the runtime call's
-        return (
-            df.drop("pid", strict=False)
-            .join(corr_pid, on="correlation", how="left")
-            .with_columns(pid=pl.col("_host_pid").fill_null(default_pid))
-            .drop("_host_pid")
-        )
+        # (the join of the correlations alone: the frame's other columns are not copied)
+        pid = (df.select("correlation").join(corr_pid, on="correlation", how="left", maintain_order="left")
+               .select(pid=pl.col("_host_pid").fill_null(default_pid)))
+        return df.drop("pid", strict=False).hstack(pid)
 
     k = frames.pop("kernel")
     if k is not None:
         k = host_pid(k)
         collectives = conform(k.filter(pl.col("collective").is_not_null() & (pl.col("collective") != "")),
                               schema.COLLECTIVES).sort("start")
-        kernels = conform(k, schema.KERNELS).sort("start")
+        kernels = by_start(conform(k, schema.KERNELS))
+        del k
     else:
         kernels, collectives = empty(schema.KERNELS), empty(schema.COLLECTIVES)
 
@@ -198,6 +180,7 @@ def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
             copy_kind=pl.when(pl.col("kind") == "memcpy").then(pl.col("name").str.extract(r"(?i)memcpy\s+([A-Za-z]+to[A-Za-z]+)"))
         )
         memops = conform(m, schema.MEMOPS).sort("start")
+        del m
     else:
         memops = empty(schema.MEMOPS)
 
@@ -205,32 +188,23 @@ def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
     if r is not None:
         r = r.sort("pid", "tid", "start")
         ranges = conform(r.with_columns(depth=nesting_depth(r)), schema.RANGES).sort("start")
+        del r
     else:
         ranges = empty(schema.RANGES)
 
     # ops: the matmul-like and all-reduce ops with their shapes, then every other CPU op and Python function
-    # (host work, no shapes), in one frame in start order
-    # (names arrive as codes into one table, kineto_columns.CODED: sorted as codes, named after the sort)
-    # (the shapes, which only the first few have, are gathered into place after the sort, not widened before it)
-    shaped = ("input_dims", "input_types")
-    coded = {c: v for c, v in schema.OPS.items() if c not in shaped} | {"name": (pl.UInt32, "")}
-    op = frames.pop("op")
-    lead = conform(op, {c: schema.OPS[c] for c in shaped}) if op is not None else None
-    parts = [conform(f, coded) for f in (op, frames.pop("host")) if f is not None]
-    del op
+    # (host work, no shapes), in one frame in start order, put in order while the trace was read
+    # (kineto_columns.OpsInOrder)
     spans = frames.pop("profiler")
-    release_freed_memory()  # (what the decoding freed, before the sort of the ops makes the read's peak)
-    if parts:
-        ops = sorted_by_start(parts, lead)
-        del lead
-        names = frames.op_names()
-        capture_start = _capture_start(spans, ops, names)  # (on the codes, before the names are gathered)
-        ops = conform(ops.with_columns(name=names.gather(ops["name"])), schema.OPS)
-        del names
+    release_freed_memory()  # (what the decoding freed)
+    ops = frames.pop_ops()
+    if ops is not None:
+        capture_start = _capture_start(spans, ops, frames.op_names())  # (matched once per distinct name)
+        ops = conform(ops, schema.OPS)
     else:
         ops = empty(schema.OPS)
         capture_start = _capture_start(spans, ops)
-    del parts, spans
+    del spans
     dropped = frames.dropped
     del frames
 

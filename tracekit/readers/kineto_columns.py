@@ -89,14 +89,15 @@ _RECODE = {(c, step): c for c in range(_LEGACY_OP) for step in (False, True)} | 
     (_LEGACY_OP, True): _CODES["annotation"], (_LEGACY_OP, False): _CODES["op"]}
 
 
-def _grouped(events: list, codes_of: dict) -> dict[str, list]:
+def _grouped(events: list, codes_of: dict, split_host: bool = False) -> dict[str, list]:
     """Complete ('X') events by group, chosen by category with C-level maps (no Python loop per event).
 
     ``codes_of`` caches category -> group code across chunks (categories are few). Legacy traces
     file record_function ranges under 'Operator'; ProfilerStep#N is the one we can tell apart
     from ops, so it joins the annotations. Matmul-like (weight shapes) and all-reduce ops (message sizes)
     are ops with their shapes; every other CPU op and Python function is host work (group ``host``: name and
-    interval only).
+    interval only). ``split_host``: the Python functions apart, as group ``python`` (``host`` is then the other
+    CPU ops only).
     """
     codes = list(map(codes_of.get, map(_GET_CAT, events), repeat(-1)))
     present = set(codes)
@@ -122,7 +123,7 @@ def _grouped(events: list, codes_of: dict) -> dict[str, list]:
                 evs = list(compress(evs, keep))
             evs = _complete(evs)
             if evs:
-                out.setdefault(g, []).extend(evs)
+                out.setdefault("python" if split_host and g == "host" else g, []).extend(evs)
     return out
 
 
@@ -349,7 +350,8 @@ def _columns(group: str, events: list, names: _Names, kernel_dims: bool) -> pl.D
     return pl.DataFrame(cols)
 
 
-def _typed(group: str, parts: list[pl.DataFrame], names: _Names, dropped: dict[str, int]) -> pl.DataFrame:
+def _typed(group: str, parts: list[pl.DataFrame], names: _Names, dropped: dict[str, int], _ops=None, _hold=False
+           ) -> pl.DataFrame:
     """A group's untyped frames (see _columns) -> one typed frame: start, end, name + the group's columns.
 
     Events with a missing or implausible time are dropped and counted in ``dropped``.
@@ -368,10 +370,194 @@ def _typed(group: str, parts: list[pl.DataFrame], names: _Names, dropped: dict[s
     typed = [_typing(c, spec[c][1], df.schema.get(c) == pl.Int64) for c in spec if c not in done]
     # (one chunk per column: the pieces' columns come out chunked unalike, and a frame of unaligned columns is
     # copied whole into one chunk by the first select on it: 70 MB for the ops of a 1 GB trace)
-    out = df.lazy().with_columns(absent).with_columns(typed).filter(_OK).select(_SELECT[group]).collect().rechunk()
+    select = [*_SELECT[group], pl.col(_RUN)] if _RUN in df.schema else _SELECT[group]
+    out = df.lazy().with_columns(absent).with_columns(typed).filter(_OK).select(select).collect().rechunk()
     if out.height != df.height:
         dropped[group] = dropped.get(group, 0) + df.height - out.height
     return out
+
+
+def _typed_ops(group: str, parts: list[pl.DataFrame], names: _Names, dropped: dict[str, int],
+               ops: OpsInOrder, hold: bool) -> None:
+    """:func:`_typed` for the ops and host work: the typed rows go to ``ops`` (``hold``: see OpsInOrder.add)."""
+    ops.add(group, _typed(group, parts, names, dropped), hold)
+
+
+# Host work by where it came from: the CPU ops that are not matmul-like or all-reduce (_grouped's "host") and the
+# Python functions ("python", with split_host): each its own run of rows in start order, as a profiler writes them.
+_HOST_RUNS = {"host": 1, "python": 2}
+_RUN = "_run"
+_SEQ = "_seq"  # a row's place in the reading order: (0 for ops with shapes, 1 for host work) << 32 | row
+_SETTLE = 1 << 17
+_SETTLE_FIRST = 1 << 19  # ops before the first round: a smaller trace's are sorted once, at the end, as one
+_CODED_ORDER = ("op", "host")  # rows of Trace.ops put in start order at a time while reading (about eight typed batches)
+_OPS = ["start", "end", "pid", "tid", "name", "input_dims", "input_types"]
+
+
+def sorted_by_start(parts: list[pl.DataFrame], lead: pl.DataFrame | None = None) -> pl.DataFrame:
+    """``pl.concat(parts).sort("start")`` (the same rows in the same order), a column at a time: ``parts`` is
+    emptied and each column of the input is freed once it is gathered, so the sort holds one column twice, not
+    the whole frame (the ops of a 1 GB trace: 2M rows, ~120 MB a copy). ``lead``: more columns of the rows of
+    ``parts[0]`` only (null in the other parts' rows), gathered in the same order: columns only the first part
+    has (the few ops with shapes) are never widened to every row before the sort.
+
+    >>> parts = [pl.DataFrame({"start": [3, 1], "x": ["c", "a"]}), pl.DataFrame({"start": [2], "x": ["b"]})]
+    >>> sorted_by_start(parts, pl.DataFrame({"y": ["C", "A"]})).rows(), parts
+    ([(1, 'a', 'A'), (2, 'b', None), (3, 'c', 'C')], [])
+    """
+    first = parts[0].height
+    df = pl.concat(parts, rechunk=False)
+    parts.clear()
+    # (what DataFrame.sort computes for one column, ties alike; on one chunk: an arg_sort over a frame's ~100 reader
+    # batches takes twice the memory)
+    order = df["start"].rechunk().arg_sort()
+    out = []
+    for name in df.columns:
+        out.append(df.select(name)[order])  # a frame's gather, as DataFrame.sort makes it (flags alike)
+        df = df.drop(name)  # (the input column is freed here)
+    if lead is not None and lead.width:
+        at = pl.select(pl.when(order < first).then(order)).to_series()  # (null: a row of another part)
+        out.append(lead.select(pl.all().gather(at)))
+    # start flagged sorted, as DataFrame.sort leaves it: a later sort by start is then free
+    return pl.concat(out, how="horizontal").with_columns(pl.col("start").set_sorted())
+
+
+class OpsInOrder:
+    """Trace.ops put in start order while the trace is read, not after it.
+
+    Trace.ops is the matmul-like and all-reduce ops with their shapes (group ``op``), then the host work (``host``),
+    in one frame stably sorted by start: the order of ``pl.concat([op rows, host rows]).sort("start",
+    maintain_order=True)``; each row's ``_seq`` is its place in that concatenation. Profilers write each thread's
+    events in time order, so the rows arrive in a few runs each in start order (ops with shapes, the other CPU ops,
+    the Python functions): every row earlier than the last start of every run so far can be put in its final place
+    already (sorted by ``start, _seq``, named), in chunks of about :data:`_SETTLE` rows. The millions of host
+    rows of a big trace are then put in order and named beside the decoding (in the typing thread), and the
+    memory the typed batches held is freed as the read goes, not in one sort at its end that allocates the whole
+    frame again (jemalloc, polars' allocator, keeps freed memory for a second or so: the read's peak).
+
+    A run that goes back in time (threads written one after the other, a file not written in time order) ends
+    this: then every row is sorted at the end, by ``start, _seq`` (the same order). The first round waits for
+    :data:`_SETTLE_FIRST` rows: a smaller trace's ops are sorted once at the end (:func:`sorted_by_start`). All
+    methods but :meth:`finish` run in the typing thread, one call at a time.
+    """
+
+    def __init__(self, names: _Names):
+        self.names = names
+        self.runs: dict[int, list[pl.DataFrame]] = {}  # run -> typed rows not yet in place
+        self.last: dict[int, int] = {}  # run -> its latest start so far
+        self.waiting = 0  # rows in self.runs
+        self.done: list[pl.DataFrame] = []  # chunks in their final order, named
+        self.done_max: int | None = None  # the latest start in self.done
+        self.in_order = True
+        self.rows = {"op": 0, "host": 0}
+        self.incoming: list[tuple[str, pl.DataFrame]] = []  # typed batches not yet sorted out
+        self.next_at = _SETTLE_FIRST  # waiting rows that make the next round
+
+    def table(self) -> pl.Series:
+        """The names by code (null for an event without a name). A null more at the end, so that the table is never
+        flagged sorted (a one-row series is), a flag a gather would carry to every row."""
+        return pl.Series("name", [*self.names.index, None], dtype=pl.String)
+
+    def add(self, group: str, df: pl.DataFrame, hold: bool = False) -> None:
+        """A typed batch of ``op`` or ``host`` rows, in reading order. ``hold``: rows of the other group were read
+        and are not typed yet, and none of that group was typed before (so no run of theirs is known): nothing is
+        put in place now."""
+        if df.height:
+            self.incoming.append((group, df))
+            self.waiting += df.height
+        if self.waiting >= self.next_at and not hold:
+            self._sort_out()
+            if self.in_order:
+                self._settle(min(self.last.values()))
+            self.next_at = self.waiting + _SETTLE  # (rows a lagging run holds back wait for the next round)
+
+    def _sort_out(self) -> None:
+        """The batches come in: each row's ``_seq``, each into its run (a few polars calls per ~_SETTLE rows, not
+        per batch: each call in this thread waits for the GIL the decoding holds)."""
+        for group in _CODED_ORDER:
+            frames = [df for g, df in self.incoming if g == group]
+            if not frames:
+                continue
+            df = pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+            del frames
+            first = self.rows[group] | (0 if group == "op" else 1 << 32)
+            df = df.with_columns(pl.int_range(first, first + df.height, dtype=pl.Int64, eager=True).alias(_SEQ))
+            self.rows[group] += df.height
+            if group == "op":
+                parts = [(0, df)]
+            else:
+                parts = [(int(r), p.drop(_RUN)) for (r,), p in
+                         df.partition_by(_RUN, maintain_order=True, as_dict=True).items()]
+            for run, p in parts:
+                start = p["start"]
+                if self.in_order:
+                    prev = self.last.get(run)
+                    self.in_order = start.is_sorted() and (
+                        start[0] >= prev if prev is not None else self.done_max is None or start[0] > self.done_max)
+                self.runs.setdefault(run, []).append(p)
+                self.last[run] = start[-1]
+        self.incoming = []
+
+    def _settle(self, before: int | None) -> None:
+        """Put the waiting rows that start before ``before`` (None: every row) in their final place."""
+        take = []
+        for run, frames in self.runs.items():
+            f = pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+            k = f.height if before is None else int(f["start"].search_sorted(before, side="left"))
+            if k:
+                take.append(f.slice(0, k))
+            self.runs[run] = [f.slice(k)] if k < f.height else []
+            self.waiting -= k
+        if take:
+            chunk = pl.concat(take, how="diagonal").sort("start", _SEQ)
+            self.done.append(self._named(chunk))
+            self.done_max = chunk["start"][-1]
+
+    def _sorted_at_once(self) -> pl.DataFrame | None:
+        """Every row, when none were put in place while reading (a smaller trace): the ops with shapes, then the
+        host work, sorted by start (:func:`sorted_by_start`: the same order as the rounds give), then named."""
+        op, host = ([df for g, df in self.incoming if g == group] for group in _CODED_ORDER)
+        self.incoming = []
+        parts = [pl.concat(fs, how="vertical") for fs in (op, host) if fs]
+        if not parts:
+            return None
+        lead = parts[0].select("input_dims", "input_types") if op else None
+        parts = [f.select("start", "end", "pid", "tid", "name") for f in parts]
+        df = sorted_by_start(parts, lead)
+        names = self.table()
+        return df.with_columns(names.gather(df["name"]).alias("name"))
+
+    def _named(self, df: pl.DataFrame) -> pl.DataFrame:
+        """``df`` in Trace.ops' columns, names for codes (and ``_seq``)."""
+        absent = [pl.lit(None, pl.String).alias(c) for c in ("input_dims", "input_types") if c not in df.schema]
+        df = df.with_columns(absent).with_columns(self.table().gather(df["name"]).alias("name"))
+        return df.select(*_OPS, _SEQ)
+
+    def finish(self) -> pl.DataFrame | None:
+        """All the rows, in order (the typing done)."""
+        if not self.done and not self.runs:  # (no round yet: one sort, a column at a time, of every row)
+            return self._sorted_at_once()
+        self._sort_out()
+        if self.in_order:
+            self._settle(None)
+            chunks, self.done = self.done, []
+            if not chunks:
+                return None
+            return pl.concat(chunks, how="vertical").drop(_SEQ).with_columns(pl.col("start").set_sorted())
+        # (a run went back in time: every row sorted here, a column at a time)
+        frames = self.done + [self._named(f) for fs in self.runs.values() for f in fs]
+        self.done, self.runs = [], {}
+        if not frames:
+            return None
+        df = pl.concat(frames, how="vertical")
+        del frames
+        order = df.select(pl.arg_sort_by("start", _SEQ)).to_series()
+        df = df.drop(_SEQ)
+        out = []
+        for name in df.columns:
+            out.append(df.select(name)[order])
+            df = df.drop(name)  # (the input column is freed here)
+        return pl.concat(out, how="horizontal").with_columns(pl.col("start").set_sorted())
 
 
 class Frames:
@@ -390,19 +576,28 @@ class Frames:
         self.names = {g: _Names(g) for g in _SPECS}
         self.names["host"] = self.names["op"]  # (one name table for Trace.ops: see CODED)
         self.dropped: dict[str, int] = {}
+        self.ops = OpsInOrder(self.names["op"])
 
     def add(self, events: list, codes_of: dict) -> None:
         """One chunk's events."""
-        for g, evs in _grouped(events, codes_of).items():
-            self.pending[g].append(_columns(g, evs, self.names[g], self.kernel_dims))
+        for g, evs in _grouped(events, codes_of, split_host=True).items():
+            run = _HOST_RUNS.get(g)
+            g = "host" if run else g
+            df = _columns(g, evs, self.names[g], self.kernel_dims)
+            self.pending[g].append(df.with_columns(pl.lit(run, pl.UInt8).alias(_RUN)) if run else df)
             self.rows[g] += len(evs)
             if self.rows[g] >= _BATCH:
                 self._flush(g)
 
     def _flush(self, g: str) -> None:
         if self.pending[g]:
-            # (one worker: the batches are typed one after the other, so ``dropped`` has one writer)
-            job = self._pool.submit(_typed, g, self.pending[g], self.names[g], self.dropped)
+            # (one worker: the batches are typed one after the other, so ``dropped`` has one writer, and the ops
+            # reach self.ops in the order they were read)
+            # (OpsInOrder may put rows in place only when no ops or host rows read so far are still untyped with
+            # none of their group typed before: such rows could start earlier than every row it has)
+            hold = any(self.pending[h] and not self.typed[h] for h in CODED if h != g)
+            job = self._pool.submit(_typed_ops if g in CODED else _typed, g, self.pending[g], self.names[g],
+                                    self.dropped, self.ops, hold)
             self.typed[g].append(job)
             self._ahead.append(job)
             self.pending[g], self.rows[g] = [], 0
@@ -414,9 +609,17 @@ class Frames:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def op_names(self) -> pl.Series:
-        """The names of the CODED groups, by code (null for an event without a name). A null more at the end, so
-        that the table is never flagged sorted (a one-row series is), a flag a gather would carry to every row."""
-        return pl.Series("name", [*self.names["op"].index, None], dtype=pl.String)
+        """The names of the CODED groups, by code (null for an event without a name)."""
+        return self.ops.table()
+
+    def pop_ops(self) -> pl.DataFrame | None:
+        """Trace.ops (:class:`OpsInOrder`), handed over; None without any."""
+        for g in _CODED_ORDER:
+            self._flush(g)
+        for g in _CODED_ORDER:
+            for job in self.typed.pop(g):
+                job.result()
+        return self.ops.finish()
 
     def pop(self, g: str) -> pl.DataFrame | None:
         """All of a group's rows as one frame (None without any), handed over."""
