@@ -101,14 +101,18 @@ def _sorted_lookup(left: pl.DataFrame, right: pl.DataFrame, g: str, k: str, vali
         # (a merge reads the right keys between the first and last left key: for a few left rows, such as the
         # copies of a trace, the binary search below reads far less)
         return _merge_pieces(left, rk, g, k, one, valid)
-    else:
-        row = rk.search_sorted(lk, side="left").cast(pl.UInt32)
-        hit = (pl.lit(rk).gather(pl.col("row").clip(0, n - 1)) == pl.col(k))
-    hit = hit & (pl.col(g) == one)
+    row = rk.search_sorted(lk, side="left").cast(pl.UInt32)
+    return _hits(left.select(g, k, row=row), g, one, valid, n,
+                 pl.lit(rk).gather(pl.col("row").clip(0, n - 1)) == pl.col(k))
+
+
+def _hits(found: pl.DataFrame, g: str, one, valid: pl.Series | None, n: int, hit: pl.Expr | None = None) -> pl.Series:
+    """``found``'s ``row`` where it is a match: ``hit`` (default: every row), the right side's one group, and a
+    ``valid`` row of the right side (``n`` rows); else null."""
+    hit = (pl.col(g) == one) if hit is None else hit & (pl.col(g) == one)
     if valid is not None:
         hit = hit & pl.lit(valid).gather(pl.col("row").clip(0, n - 1))
-    out = left.select(g, k, row=row).select(pl.when(hit.fill_null(False)).then(pl.col("row")).alias("row"))
-    return out["row"]
+    return found.select(pl.when(hit.fill_null(False)).then(pl.col("row")).alias("row"))["row"]
 
 
 def _merge_pieces(left: pl.DataFrame, rk: pl.Series, g: str, k: str, one, valid: pl.Series | None) -> pl.Series:
@@ -129,10 +133,7 @@ def _merge_pieces(left: pl.DataFrame, rk: pl.Series, g: str, k: str, one, valid:
         r = pl.DataFrame({k: rk.slice(lo, hi - lo), "row": pl.int_range(lo, hi, dtype=pl.UInt32, eager=True)}
                          ).set_sorted(k)
         row = lp.select(k).set_sorted(k).join(r, on=k, how="left", maintain_order="left")["row"]
-        hit = pl.col(g) == one
-        if valid is not None:
-            hit = hit & pl.lit(valid).gather(pl.col("row").clip(0, n - 1))
-        out.append(lp.select(g, row=row).select(pl.when(hit.fill_null(False)).then(pl.col("row")).alias("row"))["row"])
+        out.append(_hits(lp.select(g, row=row), g, one, valid, n))
     return pl.concat(out, rechunk=True) if out else pl.Series("row", [], dtype=pl.UInt32)
 
 

@@ -145,8 +145,8 @@ class _Db:
         return self._frame(sql, schema, what, threaded=threading.get_ident() != self._owner)
 
     def parallel(self, tasks: list) -> list:
-        """Run the callables ``tasks`` (each reads a big table, or the small ones, and shapes its frame) at once, one thread
-        each up to the number of CPUs, and return their results in order; an exception is raised as if they
+        """Run the callables ``tasks`` (each reads a big table, or the small ones, and shapes its frame) at once,
+        one thread each up to the number of CPUs, and return their results in order; an exception is raised as if they
         had run one after the other. SQLite scans are single-threaded and every engine releases the GIL
         while it reads, so on two cores the kernel and runtime tables of a 10M-kernel export come off the
         disk in about half the time of one after the other. Inside a task, ``frame()`` opens its own
@@ -601,8 +601,9 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
         export, capture = _metadata(db)
         strings = _strings(db)
         apis = _api_table(strings)
-        # The two big tables are read, checked and put in time order side by side (one thread each); the small
-        # ones after. (Each thread's warnings are kept apart, then listed in the order of the tables.)
+        # The two big tables are read, checked and put in time order side by side (one thread each); the small ones
+        # are a third task, started when the first big one is in. (Each task's warnings are kept apart, then listed
+        # in the order of the tables.)
         k_warn: list[str] = []
         l_warn: list[str] = []
 
