@@ -13,6 +13,7 @@
   per-stream lists against the full sort, the Enum name paths against text, and the premise of the drafting precheck.
 * Issue 25, phase 3: the per-step analyses on pieces of a few steps against one piece of all, and ``gaps.work_rows``
   (a search among every launch call) against an as-of join over a filtered copy of the work calls.
+* Issue 25, fifth pass: the steady-state tokens packed from Enum codes against the hashed text.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ STEP_TRACES = [p for p in SAMPLES]
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
 def test_tiled_unions_equal_grouped_sorted_unions(path):
     t = tracekit.load(path, kernel_dims=False)
-    acts = step_table(t).activities
+    acts = step_table(t).activities.with_columns(prio=pl.col("category").to_physical())  # (priority = enum code)
     n = acts["prio"].max() + 1
     # (by clipped start: ties at a period boundary are zero-length rows of the step before, which add nothing)
     in_order = acts.sort("start", maintain_order=True)
@@ -295,6 +296,25 @@ def test_enum_name_paths_equal_text_paths(path):
         assert name_matches(names, rx).to_list() == name_matches(text, rx).to_list()
     (c1, s1), (c2, s2) = _is_comm(names), _is_comm(text)
     assert c1.to_list() == c2.to_list() and s1.to_list() == s2.to_list()
+
+
+@pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+def test_packed_tokens_equal_text_tokens(path):
+    """Issue 25, fifth pass: the steady-state tokens packed from the Enum codes (one number per (name, graphed,
+    kind) and per (category, graphed, kind)) group the steps exactly as the hashed text does: the same steps share
+    a signature, and every step's composition overlap is the same."""
+    from tracekit.analyses.steady import composition_overlap, step_signatures
+
+    acts = step_table(tracekit.load(path, kernel_dims=False)).activities
+    text = acts.with_columns(pl.col("name", "kind", "category").cast(pl.String))
+    packed, hashed = step_signatures(acts).sort("step"), step_signatures(text).sort("step")
+    assert packed["step"].to_list() == hashed["step"].to_list() and packed["n"].to_list() == hashed["n"].to_list()
+    same = packed.select(pl.col("sig").rank("dense").alias("a")).with_columns(b=hashed["sig"].rank("dense"))
+    assert same.group_by("a").agg(pl.col("b").n_unique())["b"].max() == 1
+    assert same.group_by("b").agg(pl.col("a").n_unique())["a"].max() == 1
+    steps = packed["step"]
+    cands = steps.head(max(2, steps.len() // 2))
+    assert_frame_equal(composition_overlap(acts, cands).sort("step"), composition_overlap(text, cands).sort("step"))
 
 
 @pytest.mark.parametrize("rel", ["hf-small-spec", "spec-small-graph-nomark", "hf-small-eager", "serve-small-graph"])

@@ -105,8 +105,9 @@ def _tiled_with_singles(df: pl.DataFrame, group: str, level: str, levels: list[i
     few. None when most rows overlap: the plain sweep is then as fast.
     """
     ended = pl.col("end").cum_max().shift(1).fill_null(_BEFORE_ALL)
-    fresh = pl.col("start") >= ended
-    single = df.select((fresh & fresh.shift(-1).fill_null(True)).alias("single"))["single"]
+    # (two steps: in one expression the running maximum was computed twice, for the row and for the next)
+    fresh = df.select((pl.col("start") >= ended).alias("single"))
+    single = fresh.select(pl.col("single") & pl.col("single").shift(-1).fill_null(True))["single"]
     n_rest = df.height - int(single.sum())
     if n_rest > df.height // 2:
         return None

@@ -25,10 +25,10 @@ from tracekit.trace import WORK_KINDS, Trace
 
 # Rows (kernels + launches) from which independent stages of a breakdown run on two threads.
 THREADS_FROM_ROWS = 1_000_000
-# Attribution.activities["kind"] / ["category"]
+# Attribution.activities["kind"] / ["category"]; a category's physical code is its priority (index in PRIORITY):
+# the partition's unions read it as their level, so no priority column is kept beside it.
 KIND_ENUM = pl.Enum(["kernel", "memop", "graph_exec"])
 CATEGORY_ENUM = pl.Enum(list(PRIORITY))
-_PRIO = {c: i for i, c in enumerate(PRIORITY)}
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Attribution:
 
     ``activities``: one row per GPU activity on ``device`` in start order, columns ``start``, ``end`` (ns,
     as recorded), ``pid``, ``correlation``, ``stream``, ``name`` (enum), ``kind`` (kernel | memop |
-    graph_exec), ``category`` (enum, after drafting), ``prio`` (its index in ``PRIORITY``), ``launch`` (row of
+    graph_exec), ``category`` (enum, after drafting; its physical code is its index in ``PRIORITY``), ``launch`` (row of
     ``launches`` that issued it, null if unknown), ``graphed`` (that launch was a graph launch), ``dur``,
     ``step`` (window id, null outside steps) and ``draft`` (draft window id, null outside drafting); where drafting
     was found, ``name_category`` keeps each activity's category by name (before drafting took it).
@@ -134,9 +134,6 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
         loaded = load_rules(rules) if rules is not None else load_rules()
         pos, names = frame_name_table(k, loaded)  # (made once per trace: the analyses below reuse it)
         names = with_op_categories(names, pos, k, trace, loaded)  # names no rule matches: by their launching op
-        prio = _PRIO
-        names = names.with_columns(prio=pl.col("category").replace_strict(prio, default=len(PRIORITY) - 1,
-                                                                           return_dtype=pl.Int32))
         # Low-cardinality text as enums (a few bytes a row, not a string each): ten million kernels' names,
         # kinds and categories as strings would cost ~1 GB. Compare them with strings as usual.
         name_enum = pl.Enum(pl.concat([names["name"], m["name"], g["name"]]).drop_nulls().unique(maintain_order=True))
@@ -144,14 +141,11 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
         return [
             k.select(*cols).with_columns(
                 name=names["name"].cast(name_enum).gather(pos), kind=pl.lit("kernel", KIND_ENUM),
-                category=names["category"].cast(CATEGORY_ENUM).gather(pos).fill_null("other"),
-                prio=names["prio"].gather(pos).fill_null(prio["other"])),
+                category=names["category"].cast(CATEGORY_ENUM).gather(pos).fill_null("other")),
             m.select(*cols, name=pl.col("name").cast(name_enum)).with_columns(
-                kind=pl.lit("memop", KIND_ENUM), category=pl.lit("memory", CATEGORY_ENUM),
-                prio=pl.lit(prio["memory"], pl.Int32)),
+                kind=pl.lit("memop", KIND_ENUM), category=pl.lit("memory", CATEGORY_ENUM)),
             g.select(*cols, name=pl.col("name").cast(name_enum)).with_columns(
-                kind=pl.lit("graph_exec", KIND_ENUM), category=pl.lit("unattributed", CATEGORY_ENUM),
-                prio=pl.lit(prio["unattributed"], pl.Int32)),
+                kind=pl.lit("graph_exec", KIND_ENUM), category=pl.lit("unattributed", CATEGORY_ENUM)),
         ]
 
     # independent: side by side (for big traces)
@@ -193,8 +187,9 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start") -> pl.DataFr
 
     A linear merge, not a sort: the largest frame (one device's kernels) is sorted already and the few
     others (copies, graph executions) are placed into it by binary search; every column is then one gather
-    by the merged order, straight from the frames as they are (a reader's frame comes in many chunks: no
-    copy into one chunk first, as polars' ``merge_sorted`` would make; 10M kernels: 0.5 s against 1-1.6 s).
+    by the merged order. A column the reader delivered in many chunks is first copied into one (a memcpy):
+    a gather across ~150 chunks looks each row's chunk up and costs ~4× the copy and a gather together
+    (10M kernels: the merge's CPU 0.8 → 0.4 s).
     """
     schema = dict(frames[0].schema)
     full = [f if f[key].is_sorted() else f.sort(key, maintain_order=True) for f in frames if f.height]
@@ -207,10 +202,13 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start") -> pl.DataFr
     # Output row of each small row: after the big rows that start at or before it (ties: big rows first).
     at = big[key].search_sorted(small[key], side="right").cast(pl.UInt32) + pl.int_range(0, m, dtype=pl.UInt32,
                                                                                         eager=True)
-    mark = pl.lit(pl.repeat(0, n + m, dtype=pl.UInt32, eager=True).scatter(at, 1))
-    before = mark.cum_sum()  # small rows at or before each output row
-    order = pl.when(mark == 1).then(n + before - 1).otherwise(pl.int_range(0, n + m, dtype=pl.UInt32) - before)
-    return pl.concat([big, small], rechunk=False).select(pl.all().gather(pl.select(order).to_series()))
+    # Source row of each output row (in [big, small]): a big row's shifted back by the small rows before it.
+    before = pl.repeat(0, n + m, dtype=pl.UInt32, eager=True).scatter(at, 1).cum_sum()
+    order = (pl.int_range(0, n + m, dtype=pl.UInt32, eager=True) - before).scatter(
+        at, pl.int_range(n, n + m, dtype=pl.UInt32, eager=True))
+    del before
+    # (column by column: one column's contiguous copy at a time)
+    return pl.DataFrame([pl.concat([big[c], small[c]], rechunk=True).gather(order) for c in big.columns])
 
 
 
@@ -365,8 +363,7 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         detection, evidence = "not_detected", (OFF_EVIDENCE,)
         by_name = pl.col("category") == "drafting"
         acts = acts.with_columns(
-            category=pl.when(by_name).then(pl.lit("other", CATEGORY_ENUM)).otherwise(pl.col("category")),
-            prio=pl.when(by_name).then(pl.lit(_PRIO["other"], pl.Int32)).otherwise(pl.col("prio")))
+            category=pl.when(by_name).then(pl.lit("other", CATEGORY_ENUM)).otherwise(pl.col("category")))
     elif drafted is not None and bool(acts.select(drafted.any()).item()):
         detection, evidence = "ranges", (_range_evidence(trace, draft_range, acts),)
     elif not detect_structure:
@@ -398,15 +395,13 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         acts = acts.with_columns(
             name_category="category",  # (speculative traces only: what each draft kernel is by name)
             category=pl.when(drafted).then(pl.lit("drafting", CATEGORY_ENUM)).otherwise(pl.col("category")),
-            prio=pl.when(drafted).then(pl.lit(_PRIO["drafting"], pl.Int32)).otherwise(pl.col("prio")),
         )
     del launch, step_of, draft_of  # (launch-sized: freed before the per-step work)
     graph_mode = trace.meta.graph_trace_mode == "graph" and bool((acts["kind"] == "graph_exec").any())
     if graph_mode:
         compute = pl.col("category").is_in(list(COMPUTE_CATEGORIES))
         acts = acts.with_columns(
-            category=pl.when(compute).then(pl.lit(UNATTRIBUTED, CATEGORY_ENUM)).otherwise(pl.col("category")),
-            prio=pl.when(compute).then(pl.lit(_PRIO[UNATTRIBUTED], pl.Int32)).otherwise(pl.col("prio")))
+            category=pl.when(compute).then(pl.lit(UNATTRIBUTED, CATEGORY_ENUM)).otherwise(pl.col("category")))
     lost = _lost_graph_steps(trace, steps.windows, list(step_by))
     return Attribution(device=dev, steps=steps, activities=acts, launches=work, step_by=step_by,
                        draft_detection=detection, phases=phases, graph_mode=graph_mode,

@@ -45,8 +45,6 @@ from tracekit.errors import NoSteps
 from tracekit.intervals import by_pieces, cumulative_union_lengths
 from tracekit.trace import Trace
 
-_PRIO = {c: i for i, c in enumerate(PRIORITY)}
-
 
 @dataclass(frozen=True)
 class StepTable:
@@ -285,7 +283,9 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
 
     def piece(p: pl.DataFrame):
         """The unions, kernel sums and gaps of whole steps."""
-        u = cumulative_union_lengths(p.select("step", "start", "end", "prio"), "step", "prio", len(PRIORITY),
+        # (a category's physical code is its priority: the union's level)
+        level = pl.col("category").to_physical()
+        u = cumulative_union_lengths(p.select("step", "start", "end", prio=level), "step", "prio", len(PRIORITY),
                                      presorted=True, tiled=True)
         return u, _kernel_sums(p), _holes_piece(p, gap_inputs)
 
@@ -342,7 +342,7 @@ def _kernel_sums(a: pl.DataFrame) -> pl.DataFrame:
     not_memop = pl.col("kind") != "memop"
     graphed = pl.col("graphed").fill_null(False)
     return a.group_by("step").agg(
-        *[pl.col("dur").filter(pl.col("prio") == _PRIO[c]).sum().alias(f"k_{c}")
+        *[pl.col("dur").filter(pl.col("category") == c).sum().alias(f"k_{c}")
           for c in (*KERNEL_CATEGORIES, UNATTRIBUTED)],
         k_graphed=pl.col("dur").filter(graphed & not_memop).sum(),
         k_all=pl.col("dur").filter(not_memop).sum(),
@@ -450,9 +450,10 @@ def _holes_piece(a: pl.DataFrame, inputs: dict) -> tuple[int, pl.DataFrame, pl.D
     maybe = _overlaps_any(g, union) & ~g["bubble"]
     maybe = g.filter(maybe).select("step", "h0", "h1", "launch", _i=rows.filter(maybe))
     # the gaps whose launch (not a graph bubble's) follows a host wait
+    # (a filter by membership in the few launches that follow a wait: a semi join hashed every gap's launch)
     follow = g.select("step", "h0", "h1", launch=pl.when(~pl.col("bubble")).then(pl.col("launch")).cast(pl.UInt32),
                       _i=rows)
-    follow = follow.join(ends.select("launch"), on="launch", how="semi", maintain_order="left") if ends.height \
+    follow = follow.filter(pl.col("launch").is_in(ends["launch"].cast(pl.UInt32).implode())) if ends.height \
         else follow.clear()
     bubbles = g.lazy().select("step", "ms", "bubble")
     if g["step"].is_sorted():
@@ -482,15 +483,13 @@ def _overlaps_any(holes: pl.DataFrame, segments: pl.DataFrame) -> pl.Series:
     h0, h1 = holes["h0"], holes["h1"]
     if h0.null_count() == 0 and h1.null_count() == 0 and h0.is_sorted() and h1.is_sorted():
         # Holes in time order (a step's gaps, steps one after the other): the holes each union interval overlaps
-        # are one run, [first hole ending after it starts, first hole starting at or after its end); a +1/-1 at
-        # the runs' ends and a running sum mark them: two searches per union interval, not one per hole.
-        lo = h1.search_sorted(u["start"], side="right").cast(pl.Int64)
-        hi = h0.search_sorted(u["end"], side="left").cast(pl.Int64)
-        runs = pl.DataFrame({"lo": lo, "hi": hi}).filter(pl.col("lo") < pl.col("hi"))
-        marks = (pl.concat([runs.select(i="lo", d=pl.lit(1, pl.Int64)), runs.select(i="hi", d=pl.lit(-1, pl.Int64))])
-                 .group_by("i").agg(pl.col("d").sum()))
-        depth = pl.repeat(0, holes.height + 1, dtype=pl.Int64, eager=True).scatter(marks["i"], marks["d"]).cum_sum()
-        return (depth.head(holes.height) > 0).alias("overlaps")
+        # are one run, [first hole ending after it starts, first hole starting at or after its end): two searches
+        # per union interval, not one per hole, and the runs' rows (few: the union is disjoint) marked.
+        lo = h1.search_sorted(u["start"], side="right")
+        hi = h0.search_sorted(u["end"], side="left")
+        rows = pl.DataFrame({"lo": lo, "hi": hi}).select(i=pl.int_ranges("lo", "hi", dtype=pl.UInt32)).explode("i")
+        return pl.repeat(False, holes.height, dtype=pl.Boolean, eager=True).scatter(
+            rows["i"].drop_nulls(), True).alias("overlaps")
     # the last union interval that starts before the hole ends; it overlaps when it ends after the hole starts
     i = u["start"].search_sorted(holes["h1"], side="left").cast(pl.Int64) - 1
     end = u["end"].gather(i.clip(lower_bound=0))
