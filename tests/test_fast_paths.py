@@ -217,6 +217,29 @@ def test_window_search_equals_asof_join(path):
         assert _window_of(t.launches, windows, by, "step").to_list() == ref.to_series().to_list()
 
 
+@settings(max_examples=300, deadline=None)
+@given(wins=st.lists(st.tuples(st.integers(1, 30), st.one_of(st.none(), st.integers(-5, 40))), min_size=1, max_size=12),
+       calls=st.lists(st.tuples(st.integers(-10, 400), st.integers(0, 2)), max_size=60))
+def test_window_runs_equal_asof_join_generated(wins, calls):
+    """The window of each launch from the runs of launches per window (issue 25, fifth pass) against the as-of
+    join: windows that overlap the next, open ones (no end), ends before starts, launches on their start or end,
+    before the first window, ties, and launches of other threads."""
+    t, rows = 0, []
+    for i, (gap, length) in enumerate(wins):  # window starts strictly increasing
+        t += gap
+        rows.append((i * 10 + 3, 1, 1, t, None if length is None else t + length))
+    windows = pl.DataFrame(rows, schema={"step": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64,
+                                         "end": pl.Int64}, orient="row")
+    launches = pl.DataFrame([(1, 1 if k else 2, s) for s, k in calls], schema={"pid": pl.Int64, "tid": pl.Int64,
+                                                                            "start": pl.Int64}, orient="row").sort("start")
+    for by in (["pid", "tid"], ["pid"]):
+        w = windows.select(*by, ws="start", we="end", wid="step").sort("ws")
+        ref = launches.select(*by, "start").join_asof(w, left_on="start", right_on="ws", by=by, strategy="backward",
+                                                      check_sortedness=False)
+        ref = ref.select(pl.when(pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))).then("wid"))
+        assert _window_of(launches, windows, by, "step").to_list() == ref.to_series().to_list()
+
+
 @pytest.mark.parametrize("path", STEP_TRACES[:6], ids=[p.parent.name for p in STEP_TRACES[:6]])
 def test_threaded_stages_equal_sequential(path, monkeypatch):
     """The breakdown's independent stages on two threads (big traces) give what they give one after the other."""

@@ -220,19 +220,27 @@ def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col
         return pl.repeat(None, launches.height, dtype=pl.Int64, eager=True).alias(col)
     w = windows.select(*by, ws="start", we="end", wid=col).sort("ws")
     groups = w.select(by).unique()
-    if groups.height == 1 and bool((w["ws"].diff().slice(1) > 0).all()):
-        # One thread (or process) holds every window, the usual case: a binary search per launch, no join.
-        # Row 0 of the lookup is "no window yet": index = number of window starts at or before the launch.
-        ends = pl.concat([pl.Series([None], dtype=w["we"].dtype), w["we"]])
-        ids = pl.concat([pl.Series([None], dtype=w["wid"].dtype), w["wid"]])
-        i = w["ws"].search_sorted(launches["start"], side="right")
-        end = pl.lit(ends).gather(pl.col("i"))
-        inside = end.is_null() | (pl.col("start") <= end)
+    if groups.height == 1 and bool((w["ws"].diff().slice(1) > 0).all()) and w["wid"].null_count() == 0:
+        # One thread (or process) holds every window, the usual case: no join, and no search per launch. A launch
+        # belongs to the last window starting at or before it, if it starts by that window's end; the launches in
+        # start order, each window's are one run: [first launch at or after its start, first launch after its end
+        # or at or after the next window's start). Two searches per window, then the ids written at the runs'
+        # first rows and carried forward (a marker, then null, after each run's last).
+        start = launches["start"]
+        lo = start.search_sorted(w["ws"], side="left").cast(pl.Int64)
+        nxt = lo.shift(-1).fill_null(launches.height)
+        hi = pl.select(pl.when(pl.lit(w["we"]).is_null()).then(pl.lit(nxt)).otherwise(pl.min_horizontal(
+            pl.lit(start.search_sorted(w["we"], side="right").cast(pl.Int64)), pl.lit(nxt)))).to_series()
+        runs = pl.DataFrame({"lo": lo, "hi": hi, "wid": w["wid"]}).filter(pl.col("lo") < pl.col("hi"))
+        marker = int(w["wid"].min()) - 1
+        ids = (pl.repeat(None, launches.height, dtype=w["wid"].dtype, eager=True)
+               .scatter(runs.filter(pl.col("hi") < launches.height)["hi"], marker)
+               .scatter(runs["lo"], runs["wid"]).forward_fill())
+        inside = pl.col("_id") != marker
         if not all(launches[c].null_count() == 0 and launches[c].min() == launches[c].max() == groups[c][0]
                    for c in by):
             inside = inside & pl.all_horizontal(pl.col(c) == groups[c][0] for c in by)
-        return launches.select(*by, "start", i=i).select(
-            pl.when(inside).then(pl.lit(ids).gather(pl.col("i"))).alias(col))[col]
+        return launches.select(*by, _id=ids).select(pl.when(inside).then(pl.col("_id")).alias(col))[col]
     out = launches.select(*by, "start").join_asof(w, left_on="start", right_on="ws", by=by, strategy="backward",
                                                   check_sortedness=False)
     return out.select(pl.when(pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))).then(pl.col("wid"))
