@@ -381,10 +381,10 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     else:
         # No draft ranges: the draft forwards found from the steps' structure (or the speculative kernels).
         # (only the columns it reads, then the filter: filtering every column of ten million rows cost ~1 s)
-        in_steps = acts.select("step", "name", "category", "kind", "dur").with_row_index("_row")
-        if in_steps["step"].null_count():
-            in_steps = in_steps.filter(pl.col("step").is_not_null())
-        ids, info = detect_drafting(in_steps.drop("_row"), phases=phases)
+        in_steps = acts.select("step", "name", "category", "kind", "dur")
+        if in_steps["step"].null_count():  # (else every row is in a step: the rows are the activities' own)
+            in_steps = in_steps.with_row_index("_row").filter(pl.col("step").is_not_null())
+        ids, info = detect_drafting(in_steps.drop("_row", strict=False), phases=phases)
         detection = info.detection
         evidence = info.evidence if detection == "structure" else (no_ranges, *info.evidence)
         if detection == "structure":  # draft forwards of a distinct draft model: speculative decode steps
@@ -396,8 +396,8 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         if info.warning and detection != "not_detected":
             warnings.append(info.warning)
         if ids.null_count() < ids.len():
-            slots = pl.repeat(None, acts.height, dtype=pl.Int64, eager=True)
-            acts = acts.with_columns(draft=slots.scatter(in_steps["_row"], ids))
+            acts = acts.with_columns(draft=pl.repeat(None, acts.height, dtype=pl.Int64, eager=True).scatter(
+                in_steps["_row"], ids) if "_row" in in_steps.columns else ids.cast(pl.Int64))
             drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
     if drafted is not None:
         acts = acts.with_columns(
