@@ -19,6 +19,7 @@ import polars as pl
 
 from tracekit.categories import COMPUTE_CATEGORIES, DEFAULT_DRAFT_RANGE, PRIORITY, UNATTRIBUTED
 from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
+from tracekit.intervals import one_thread
 from tracekit.parallel import in_threads
 from tracekit.steps import Steps, find_steps, select_ranges, step_candidates
 from tracekit.trace import WORK_KINDS, Trace
@@ -237,8 +238,13 @@ def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col
                .scatter(runs.filter(pl.col("hi") < launches.height)["hi"], marker)
                .scatter(runs["lo"], runs["wid"]).forward_fill())
         inside = pl.col("_id") != marker
-        if not all(launches[c].null_count() == 0 and launches[c].min() == launches[c].max() == groups[c][0]
-                   for c in by):
+        one = one_thread(launches)  # (asked once per launch table: remembered)
+        if one is not None:
+            same = all(dict(zip(("pid", "tid"), one))[c] == groups[c][0] for c in by)
+        else:
+            same = all(launches[c].null_count() == 0 and launches[c].min() == launches[c].max() == groups[c][0]
+                       for c in by)
+        if not same:
             inside = inside & pl.all_horizontal(pl.col(c) == groups[c][0] for c in by)
         return launches.select(*by, _id=ids).select(pl.when(inside).then(pl.col("_id")).alias(col))[col]
     out = launches.select(*by, "start").join_asof(w, left_on="start", right_on="ws", by=by, strategy="backward",

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.intervals import asof, merge
+from tracekit.intervals import asof, merge, one_thread
 from tracekit.trace import WORK_KINDS, Trace
 
 LARGEST = 10  # gaps.largest: the longest single gaps of any cause
@@ -73,7 +73,7 @@ def work_rows(left: pl.DataFrame, launches: pl.DataFrame, on: str, strategy: str
     """
     is_work = launches["kind"].is_in(list(WORK_KINDS))
     starts = launches["start"]
-    one = _one_thread(launches)
+    one = one_thread(launches)
     if one is None or starts.null_count() or not starts.is_sorted():
         work = launches.select("pid", "tid", ws="start").with_row_index("_row").filter(is_work)
         return asof(left.select("pid", "tid", on), work if work["ws"].is_sorted() else work.sort("ws"), on, "ws",
@@ -101,10 +101,6 @@ def work_rows(left: pl.DataFrame, launches: pl.DataFrame, on: str, strategy: str
     return left.select(pl.when(same & ok).then(j).cast(pl.UInt32).alias("_row"))["_row"]
 
 
-def _one_thread(launches: pl.DataFrame) -> tuple | None:
-    from tracekit.intervals import one_group
-
-    return one_group(launches, ["pid", "tid"]) if launches.height else None
 
 
 def blocking_copies(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
@@ -195,7 +191,9 @@ def waits_before(launches: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
     if waits.height == 0:
         return pl.DataFrame(schema={"launch": pl.UInt32, "b_end": pl.Int64})
     w = waits.select("pid", "tid", "end").cast({"pid": pl.Int64, "tid": pl.Int64})
-    nxt = work_rows(w, launches.cast({"pid": pl.Int64, "tid": pl.Int64}), "end", strategy="forward")
+    if launches.schema["pid"] != pl.Int64 or launches.schema["tid"] != pl.Int64:
+        launches = launches.cast({"pid": pl.Int64, "tid": pl.Int64})
+    nxt = work_rows(w, launches, "end", strategy="forward")
     # per launch call that follows a wait: the latest return of a wait before it
     return w.with_columns(launch=nxt).drop_nulls("launch").group_by("launch").agg(b_end=pl.col("end").max())
 
