@@ -46,7 +46,7 @@ import polars as pl
 
 from tracekit.categories import PHASES
 from tracekit.intervals import by_pieces
-from tracekit.trace import Trace
+from tracekit.trace import Trace, name_matches
 
 DECODE_MAX_TOKENS = 32  # tokens per sequence a decode step may process (spec verify: K+1)
 PREFILL_MIN_TOKENS = 128  # tokens per sequence from which a step is prefill (3-D GEMM inputs, or bs known)
@@ -179,7 +179,7 @@ def gemm_rows(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
     # aten::linear when the step has it (the weight GEMM as the model wrote it); otherwise the mm-like ops.
     ops = ops.with_columns(linear=(pl.col("name") == "aten::linear").any().over("step")).filter(
         (pl.col("name") == "aten::linear") | ~pl.col("linear"))
-    dims = pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64)))
+    dims = pl.col("input_dims").cast(pl.String).str.json_decode(pl.List(pl.List(pl.Int64)))
     idx = pl.col("name").replace_strict(_ACT_INPUT, default=0, return_dtype=pl.Int64)
     ops = ops.with_columns(act=dims.list.get(idx, null_on_oob=True)).filter(pl.col("act").list.len() >= 1)
     ops = ops.with_columns(
@@ -418,8 +418,9 @@ def training_host(trace: Trace) -> str | None:
     """Training evidence from the host side (:data:`TRAINING_HOST`: autograd backward, optimizer, FSDP backward
     hooks, activation checkpointing in range or op names), in words; None without any. For traces whose window
     holds no backward kernel (a forward-only slice of a training step)."""
-    names = pl.concat([trace.ranges.select("name"), trace.ops.select("name")])
-    hits = names.filter(pl.col("name").str.contains(TRAINING_HOST).fill_null(False))["name"]
+    # (the ops' names tested once per distinct name: Trace.ops.name is categorical)
+    hits = pl.concat([f.filter(name_matches(f["name"], TRAINING_HOST))["name"].cast(pl.String)
+                      for f in (trace.ranges, trace.ops)])
     if hits.len() == 0:
         return None
     # the plainest example: one that is not only a checkpoint wrapper's module name

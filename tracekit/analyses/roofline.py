@@ -346,8 +346,8 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
 
     shape_t = pl.List(pl.List(pl.Int64))
     df = df.with_columns(
-        _dims=pl.col("input_dims").str.json_decode(shape_t),
-        _types=pl.col("input_types").fill_null("[]").str.json_decode(pl.List(pl.String)),
+        _dims=pl.col("input_dims").cast(pl.String).str.json_decode(shape_t),
+        _types=pl.col("input_types").cast(pl.String).fill_null("[]").str.json_decode(pl.List(pl.String)),
     )
 
     def operand(i: int, prefix: str) -> list[pl.Expr]:

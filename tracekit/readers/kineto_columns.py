@@ -458,6 +458,10 @@ class OpsInOrder:
         flagged sorted (a one-row series is), a flag a gather would carry to every row."""
         return pl.Series("name", [*self.names.index, None], dtype=pl.String)
 
+    def categories(self) -> pl.Series:
+        """:meth:`table` as Categorical (Trace.ops.name): a gather of it is 4 bytes a row, not a 16-byte view."""
+        return self.table().cast(pl.Categorical)
+
     def add(self, group: str, df: pl.DataFrame, hold: bool = False) -> None:
         """A typed batch of ``op`` or ``host`` rows, in reading order. ``hold``: rows of the other group were read
         and are not typed yet, and none of that group was typed before (so no run of theirs is known): nothing is
@@ -521,16 +525,17 @@ class OpsInOrder:
         parts = [pl.concat(fs, how="vertical") for fs in (op, host) if fs]
         if not parts:
             return None
-        lead = parts[0].select("input_dims", "input_types") if op else None
+        lead = parts[0].select(pl.col("input_dims", "input_types").cast(pl.Categorical)) if op else None
         parts = [f.select("start", "end", "pid", "tid", "name") for f in parts]
         df = sorted_by_start(parts, lead)
-        names = self.table()
-        return df.with_columns(names.gather(df["name"]).alias("name"))
+        return df.with_columns(self.categories().gather(df["name"]).alias("name"))
 
     def _named(self, df: pl.DataFrame) -> pl.DataFrame:
         """``df`` in Trace.ops' columns, names for codes (and ``_seq``)."""
-        absent = [pl.lit(None, pl.String).alias(c) for c in ("input_dims", "input_types") if c not in df.schema]
-        df = df.with_columns(absent).with_columns(self.table().gather(df["name"]).alias("name"))
+        # (the shapes as Categorical: 4 bytes a row, null in most; a String column is a 16-byte view a row)
+        shapes = [pl.col(c).cast(pl.Categorical) if c in df.schema else pl.lit(None, pl.Categorical).alias(c)
+                  for c in ("input_dims", "input_types")]
+        df = df.with_columns(*shapes, self.categories().gather(df["name"]).alias("name"))
         return df.select(*_OPS, _SEQ)
 
     def finish(self) -> pl.DataFrame | None:
