@@ -9,7 +9,7 @@ producer's quirks; they must return frames with exactly these columns and dtypes
 * names are resolved strings (no string ids); the few columns with millions of rows and few distinct
   values (kernel names, launch kinds and API names, op names and shapes) are ``Categorical``: compare them with
   strings as usual, ``cast(pl.String)`` before ``.str`` functions (on the few rows that need it, or on the
-  distinct values: :func:`name_matches`);
+  distinct values: ``analyses.phase.name_matches``);
 * ``pid`` is the host process that issued the work. A ``correlation`` id is unique
   only within its ``pid`` (nsys correlation ids are per process), so every
   launch <-> GPU-activity join is on ``("pid", "correlation")``.
@@ -155,21 +155,6 @@ SCHEMAS: dict[str, dict[str, tuple[pl.DataType, str]]] = {
     "gpus": GPUS,
     "collectives": COLLECTIVES,
 }
-
-
-def name_matches(names: pl.Series, pattern: str) -> pl.Expr:
-    """``pl.col(names.name).str.contains(pattern)`` (null: False) for a String or Categorical column ``names``; for a
-    Categorical one the pattern is tested once per distinct value, not once per row (Trace.ops of a big Kineto
-    trace: two million rows, a few hundred names), and no row's text is made.
-
-    >>> s = pl.Series("name", ["aten::mm", "x", None], dtype=pl.Categorical)
-    >>> pl.DataFrame(s).select(name_matches(s, "^aten")).to_series().to_list()
-    [True, False, False]
-    """
-    if names.dtype != pl.Categorical:
-        return pl.col(names.name).str.contains(pattern).fill_null(False)
-    d = names.unique().cast(pl.String)
-    return pl.col(names.name).is_in(d.filter(d.str.contains(pattern).fill_null(False)).implode()).fill_null(False)
 
 
 def empty(schema: dict[str, tuple[pl.DataType, str]]) -> pl.DataFrame:

@@ -46,9 +46,10 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from tracekit.analyses.bytes import STATED_TP_SOURCES
+from tracekit.analyses.phase import name_matches
 from tracekit.categories import COMPUTE_CATEGORIES
 from tracekit.model.units import DTYPE_BITS
-from tracekit.trace import COMM_OPS, Trace, name_matches
+from tracekit.trace import COMM_OPS, Trace
 
 # Per-step hardware latency of a ring collective, us (NCCL src/graph/tuning.cc hwLat, ring / LL protocol).
 HOP_LATENCY_US = {"nvlink": 0.6, "pcie": 1.0}

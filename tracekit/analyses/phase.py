@@ -46,7 +46,7 @@ import polars as pl
 
 from tracekit.categories import PHASES
 from tracekit.intervals import by_pieces
-from tracekit.trace import Trace, name_matches
+from tracekit.trace import Trace
 
 DECODE_MAX_TOKENS = 32  # tokens per sequence a decode step may process (spec verify: K+1)
 PREFILL_MIN_TOKENS = 128  # tokens per sequence from which a step is prefill (3-D GEMM inputs, or bs known)
@@ -106,8 +106,8 @@ _ACT_INPUT = {"aten::addmm": 1, "aten::_addmm_activation": 1, "aten::baddbmm": 1
               "aten::addmv": 1}
 
 def name_matches(names: pl.Series, regex: str) -> pl.Series:
-    """``names`` (kernel names: String, Categorical or Enum) that contain ``regex``, testing each distinct name
-    once (ten million kernels have a few hundred names)."""
+    """``names`` (kernel or op names: String, Categorical or Enum) that contain ``regex``, testing each distinct
+    name once (ten million kernels, or two million Kineto host ops, have a few hundred names)."""
     if isinstance(names.dtype, pl.Enum):
         # an Enum's names are its categories, in code order: one lookup table, one gather by code
         table = pl.Series(names.dtype.categories).str.contains(regex).fill_null(False)
@@ -181,15 +181,19 @@ def gemm_rows(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
         (pl.col("name") == "aten::linear") | ~pl.col("linear"))
     dims = pl.col("input_dims").cast(pl.String).str.json_decode(pl.List(pl.List(pl.Int64)))
     idx = pl.col("name").replace_strict(_ACT_INPUT, default=0, return_dtype=pl.Int64)
-    ops = ops.with_columns(act=dims.list.get(idx, null_on_oob=True)).filter(pl.col("act").list.len() >= 1)
-    ops = ops.with_columns(
+    # (rows and tokens of each distinct (op, shapes), joined to its rows: a decode loop repeats a few dozen)
+    shapes = ops.select("name", "input_dims").unique().with_columns(act=dims.list.get(idx, null_on_oob=True)).filter(
+        pl.col("act").list.len() >= 1)
+    shapes = shapes.select(
+        "name", "input_dims",
         rows=pl.when(pl.col("act").list.len() >= 2).then(pl.col("act").list.head(pl.col("act").list.len() - 1)
                                                          .list.eval(pl.element().product()).list.first())
         .otherwise(1),
         tokens=pl.when(pl.col("act").list.len() >= 3).then(pl.col("act").list.get(-2)),
     )
+    ops = ops.join(shapes, on=["name", "input_dims"], how="inner", nulls_equal=True, maintain_order="left")
     return ops.group_by("step").agg(tokens=pl.col("tokens").max(), rows=pl.col("rows").max(),
-                                    op=pl.col("name").first())
+                                    op=pl.col("name").first().cast(pl.String))
 
 
 def _activities(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
