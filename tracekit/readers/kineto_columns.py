@@ -335,11 +335,11 @@ def _typing(col: str, kind: str, is_int: bool) -> pl.Expr:
     return _KINDS[kind][not is_int](pl.col(col)).alias(col)
 
 
-def _columns(group: str, events: list, names: _Names, kernel_dims: bool) -> pl.DataFrame:
+def _columns(group: str, events: list, names: _Names, kernel_dims: bool, run: int | None = None) -> pl.DataFrame:
     """One group's events of one chunk -> their fields as Int64/String columns, not yet typed.
 
     A field absent from every event (most kernel args, legacy 'Input dims', grid/block without
-    ``kernel_dims``) gets no column: _typed makes it null.
+    ``kernel_dims``) gets no column: _typed makes it null. ``run``: the host rows' run (column ``_run``).
     """
     spec, _ = _SPECS[group]
     n = len(events)
@@ -353,6 +353,8 @@ def _columns(group: str, events: list, names: _Names, kernel_dims: bool) -> pl.D
         if values[0] is absent and values.count(absent) == n:
             continue
         cols.append((_column(values) if absent is None else _texts(values)).alias(col))
+    if run:  # (a repeated value: not a polars query per piece, ~5% of the decoding thread's time)
+        cols.append(pl.Series(_RUN, [run], dtype=pl.UInt8).new_from_index(0, n))
     return pl.DataFrame(cols)
 
 
@@ -594,8 +596,7 @@ class Frames:
         for g, evs in _grouped(events, codes_of, split_host=True).items():
             run = _HOST_RUNS.get(g)
             g = "host" if run else g
-            df = _columns(g, evs, self.names[g], self.kernel_dims)
-            self.pending[g].append(df.with_columns(pl.lit(run, pl.UInt8).alias(_RUN)) if run else df)
+            self.pending[g].append(_columns(g, evs, self.names[g], self.kernel_dims, run))
             self.rows[g] += len(evs)
             if self.rows[g] >= _BATCH:
                 self._flush(g)
