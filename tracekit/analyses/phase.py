@@ -112,7 +112,9 @@ def name_matches(names: pl.Series, regex: str) -> pl.Series:
         # an Enum's names are its categories, in code order: one lookup table, one gather by code
         table = pl.Series(names.dtype.categories).str.contains(regex).fill_null(False)
         return table.gather(names.to_physical()).fill_null(False).alias(names.name)
-    uniq = names.unique()
+    # (a Categorical's candidates: every string of its categories, a few thousand, not a unique() of its rows:
+    # two million Kineto ops, ten million kernels)
+    uniq = names.dtype.categories.to_series() if names.dtype == pl.Categorical else names.unique()
     hit = uniq.filter(uniq.cast(pl.String).str.contains(regex).fill_null(False))
     return names.is_in(hit.implode()).fill_null(False)
 
