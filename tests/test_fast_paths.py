@@ -489,3 +489,20 @@ def test_serialise_skips_only_what_it_would_leave(spans, streams, one):
     assert_frame_equal(serialise(a), want)
     if one and _already_serial(a):
         assert want.equals(a)  # the shortcut is taken only where the formula is the identity
+
+
+def test_categorical_name_matches_equal_text_paths():
+    """name_matches on a Categorical (Trace.kernels.name, Trace.ops.name: the candidates are every string of its
+    categories, shared by the whole process) marks exactly the rows whose text matches: strings of the categories
+    that no row holds, nulls and non-matching rows are False, as a plain regex over the text says."""
+    import re
+
+    from tracekit.analyses.phase import TRAINING_HOST, name_matches
+
+    pl.Series(["aten::other", "autograd::engine::evaluate_function: Foo"], dtype=pl.Categorical)  # (in the pool)
+    rows = ["aten::mm", "MmBackward0", None, "python/x.py(3): f", "AccumulateGrad", "aten::mm"]
+    names = pl.Series("name", rows, dtype=pl.Categorical)
+    for rx in ("^aten::", TRAINING_HOST):
+        want = [r is not None and re.search(rx, r) is not None for r in rows]
+        assert name_matches(names, rx).to_list() == want
+        assert name_matches(names.cast(pl.String), rx).to_list() == want

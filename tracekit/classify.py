@@ -259,7 +259,13 @@ def op_frames(trace) -> pl.DataFrame:
     parts = []
     for f in (trace.ops, trace.ranges):
         if f.height:
-            parts.append(f.select("pid", "tid", "start", "end", op=pl.col("name").str.extract(OP_NAME, 1))
+            if f.schema["name"] == pl.Categorical:  # (Trace.ops: the op of each distinct name, joined to its rows)
+                d = f["name"].unique()
+                ops = pl.DataFrame([d, d.cast(pl.String).str.extract(OP_NAME, 1).alias("op")]).drop_nulls("op")
+                f = f.join(ops, on="name", how="inner", maintain_order="left")
+            else:
+                f = f.with_columns(op=pl.col("name").str.extract(OP_NAME, 1))
+            parts.append(f.select("pid", "tid", "start", "end", "op")
                          .filter(pl.col("op").is_not_null() & pl.col("end").is_not_null()
                                  & (pl.col("end") >= pl.col("start"))))
     if not parts:

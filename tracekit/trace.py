@@ -7,8 +7,9 @@ producer's quirks; they must return frames with exactly these columns and dtypes
 
 * times are integer nanoseconds on one clock per trace (``start`` <= ``end``);
 * names are resolved strings (no string ids); the few columns with millions of rows and few distinct
-  values (kernel names, launch kinds and API names) are ``Categorical``: compare them with strings as
-  usual, ``cast(pl.String)`` before ``.str`` functions;
+  values (kernel names, launch kinds and API names, op names and shapes) are ``Categorical``: compare them with
+  strings as usual, ``cast(pl.String)`` before ``.str`` functions (on the few rows that need it, or on the
+  distinct values: ``analyses.phase.name_matches``);
 * ``pid`` is the host process that issued the work. A ``correlation`` id is unique
   only within its ``pid`` (nsys correlation ids are per process), so every
   launch <-> GPU-activity join is on ``("pid", "correlation")``.
@@ -81,10 +82,13 @@ _OWN: dict[str, list[tuple[str, pl.DataType, str]]] = {
         ("graph_id", pl.Int64, "graph id"),
     ],
     "ops": [
-        ("name", pl.String, "framework op or Python function, e.g. aten::linear (host work: what the launching thread "
-                            "was doing; shapes only for matmul-like and all-reduce ops)"),
-        ("input_dims", pl.String, "JSON list of input shapes (Kineto 'Input Dims'), null if not recorded or not read"),
-        ("input_types", pl.String, "JSON list of input dtypes (Kineto 'Input type'), null if not recorded"),
+        ("name", pl.Categorical, "framework op or Python function, e.g. aten::linear (host work: what the launching "
+                                 "thread was doing; shapes only for matmul-like and all-reduce ops; categorical: "
+                                 "millions of rows of a few hundred names)"),
+        ("input_dims", pl.Categorical, "JSON list of input shapes (Kineto 'Input Dims'), null if not recorded or not "
+                                       "read (categorical: a few distinct shapes, null in most rows)"),
+        ("input_types", pl.Categorical, "JSON list of input dtypes (Kineto 'Input type'), null if not recorded "
+                                        "(categorical)"),
     ],
     "collectives": [
         ("start", pl.Int64, "GPU start of the collective's kernel, ns (joins kernels on pid, correlation, start)"),

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from tracekit.analyses.bytes import STATED_TP_SOURCES
+from tracekit.analyses.phase import name_matches
 from tracekit.categories import COMPUTE_CATEGORIES
 from tracekit.model.units import DTYPE_BITS
 from tracekit.trace import COMM_OPS, Trace
@@ -320,8 +321,8 @@ def _op_bytes(comm: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     c = comm.join(launches.unique(["pid", "correlation"], keep="first"), on=["pid", "correlation"], how="left")
     o = ops.select("pid", l_tid="tid", o_start="start", o_end="end", dims="input_dims", types="input_types")
     o = o.with_columns(
-        dims=pl.col("dims").str.json_decode(pl.List(pl.List(pl.Int64))),
-        types=pl.col("types").fill_null("[]").str.json_decode(pl.List(pl.String)))
+        dims=pl.col("dims").cast(pl.String).str.json_decode(pl.List(pl.List(pl.Int64))),
+        types=pl.col("types").cast(pl.String).fill_null("[]").str.json_decode(pl.List(pl.String)))
     # the largest tensor argument (first of equals): its elements x its dtype size
     o = o.with_columns(i=pl.col("dims").list.eval(pl.element().list.len()).list.arg_max())
     o = o.with_columns(
@@ -347,7 +348,8 @@ def _launch_name(comm: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     if comm.height == 0 or trace.launches.height == 0 or not comm.select(
             (unknown & pl.col("collective").is_null()).any()).item():
         return none
-    names = [f.filter(pl.col("name").str.contains(r"^(?:nccl:|c10d::)")).select("pid", "tid", "start", "end", "name")
+    names = [f.filter(name_matches(f["name"], r"^(?:nccl:|c10d::)")).select(
+                 "pid", "tid", "start", "end", pl.col("name").cast(pl.String))
              for f in (trace.ranges, trace.ops) if f.height]
     names = [f for f in names if f.height]
     if not names:

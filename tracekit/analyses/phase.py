@@ -106,13 +106,15 @@ _ACT_INPUT = {"aten::addmm": 1, "aten::_addmm_activation": 1, "aten::baddbmm": 1
               "aten::addmv": 1}
 
 def name_matches(names: pl.Series, regex: str) -> pl.Series:
-    """``names`` (kernel names: String, Categorical or Enum) that contain ``regex``, testing each distinct name
-    once (ten million kernels have a few hundred names)."""
+    """``names`` (kernel or op names: String, Categorical or Enum) that contain ``regex``, testing each distinct
+    name once (ten million kernels, or two million Kineto host ops, have a few hundred names)."""
     if isinstance(names.dtype, pl.Enum):
         # an Enum's names are its categories, in code order: one lookup table, one gather by code
         table = pl.Series(names.dtype.categories).str.contains(regex).fill_null(False)
         return table.gather(names.to_physical()).fill_null(False).alias(names.name)
-    uniq = names.unique()
+    # (a Categorical's candidates: every string of its categories, a few thousand, not a unique() of its rows:
+    # two million Kineto ops, ten million kernels)
+    uniq = names.dtype.categories.to_series() if names.dtype == pl.Categorical else names.unique()
     hit = uniq.filter(uniq.cast(pl.String).str.contains(regex).fill_null(False))
     return names.is_in(hit.implode()).fill_null(False)
 
@@ -179,17 +181,21 @@ def gemm_rows(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
     # aten::linear when the step has it (the weight GEMM as the model wrote it); otherwise the mm-like ops.
     ops = ops.with_columns(linear=(pl.col("name") == "aten::linear").any().over("step")).filter(
         (pl.col("name") == "aten::linear") | ~pl.col("linear"))
-    dims = pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64)))
+    dims = pl.col("input_dims").cast(pl.String).str.json_decode(pl.List(pl.List(pl.Int64)))
     idx = pl.col("name").replace_strict(_ACT_INPUT, default=0, return_dtype=pl.Int64)
-    ops = ops.with_columns(act=dims.list.get(idx, null_on_oob=True)).filter(pl.col("act").list.len() >= 1)
-    ops = ops.with_columns(
+    # (rows and tokens of each distinct (op, shapes), joined to its rows: a decode loop repeats a few dozen)
+    shapes = ops.select("name", "input_dims").unique().with_columns(act=dims.list.get(idx, null_on_oob=True)).filter(
+        pl.col("act").list.len() >= 1)
+    shapes = shapes.select(
+        "name", "input_dims",
         rows=pl.when(pl.col("act").list.len() >= 2).then(pl.col("act").list.head(pl.col("act").list.len() - 1)
                                                          .list.eval(pl.element().product()).list.first())
         .otherwise(1),
         tokens=pl.when(pl.col("act").list.len() >= 3).then(pl.col("act").list.get(-2)),
     )
+    ops = ops.join(shapes, on=["name", "input_dims"], how="inner", nulls_equal=True, maintain_order="left")
     return ops.group_by("step").agg(tokens=pl.col("tokens").max(), rows=pl.col("rows").max(),
-                                    op=pl.col("name").first())
+                                    op=pl.col("name").first().cast(pl.String))
 
 
 def _activities(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
@@ -418,8 +424,9 @@ def training_host(trace: Trace) -> str | None:
     """Training evidence from the host side (:data:`TRAINING_HOST`: autograd backward, optimizer, FSDP backward
     hooks, activation checkpointing in range or op names), in words; None without any. For traces whose window
     holds no backward kernel (a forward-only slice of a training step)."""
-    names = pl.concat([trace.ranges.select("name"), trace.ops.select("name")])
-    hits = names.filter(pl.col("name").str.contains(TRAINING_HOST).fill_null(False))["name"]
+    # (the ops' names tested once per distinct name: Trace.ops.name is categorical)
+    hits = pl.concat([f.filter(name_matches(f["name"], TRAINING_HOST))["name"].cast(pl.String)
+                      for f in (trace.ranges, trace.ops)])
     if hits.len() == 0:
         return None
     # the plainest example: one that is not only a checkpoint wrapper's module name

@@ -345,10 +345,6 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
         )
 
     shape_t = pl.List(pl.List(pl.Int64))
-    df = df.with_columns(
-        _dims=pl.col("input_dims").str.json_decode(shape_t),
-        _types=pl.col("input_types").fill_null("[]").str.json_decode(pl.List(pl.String)),
-    )
 
     def operand(i: int, prefix: str) -> list[pl.Expr]:
         shape = pl.col("_dims").list.get(i, null_on_oob=True)
@@ -358,7 +354,13 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
             pl.col("_types").list.get(i, null_on_oob=True).alias(f"{prefix}_t"),
         ]
 
-    df = df.with_columns(*operand(0, "a0"), *operand(1, "a1"), *operand(2, "a2"))
+    # (the operands of each distinct pair of shape texts, joined to its rows: a decode loop repeats a few dozen
+    # shapes ten thousand times; no per-row list of lists is made)
+    shapes = df.select("input_dims", "input_types").unique().with_columns(
+        _dims=pl.col("input_dims").cast(pl.String).str.json_decode(shape_t),
+        _types=pl.col("input_types").cast(pl.String).fill_null("[]").str.json_decode(pl.List(pl.String)),
+    ).with_columns(*operand(0, "a0"), *operand(1, "a1"), *operand(2, "a2")).drop("_dims", "_types")
+    df = df.join(shapes, on=["input_dims", "input_types"], how="left", nulls_equal=True, maintain_order="left")
     name = pl.col("name")
     is_mm = name.is_in(["aten::mm", "aten::matmul"])
     mm_pick1 = (pl.col("a1_nd") == 2) & ((pl.col("a0_nd") != 2) | (pl.col("a1_n") >= pl.col("a0_n")))

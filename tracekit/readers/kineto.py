@@ -94,7 +94,7 @@ def _capture_start(spans: pl.DataFrame | None, ops: pl.DataFrame, names: pl.Seri
     None. ``names``: every distinct name of ``ops`` (the pattern is then matched once per distinct name, not once
     per op: two million ops of a 1 GB trace)."""
     if names is None:
-        frame = ops.filter(pl.col("name").str.contains(_START_FRAME).fill_null(False)).head(1)
+        frame = ops.filter(pl.col("name").cast(pl.String).str.contains(_START_FRAME).fill_null(False)).head(1)
     else:
         hits = names.filter(names.str.contains(_START_FRAME).fill_null(False))
         frame = ops.filter(pl.col("name").is_in(hits.implode())).head(1) if hits.len() else ops.clear()

@@ -136,6 +136,10 @@ _AHEAD = 2  # batches typed in the background at most while the next pieces are 
 CODED = frozenset({"op", "host"})
 
 
+# Groups whose names (and kinds) are Categorical in the Trace (kernels.name, launches.name and kind): typed so at once.
+_CATEGORICAL = frozenset({"runtime", "kernel"})
+
+
 def _texts(raws: list) -> pl.Series:
     """The JSON texts of ``raws`` (msgspec.Raw) as a String series (invalid UTF-8 replaced), in C."""
     return pl.Series(list(map(str, raws, repeat("utf-8"), repeat("replace"))), dtype=pl.String)
@@ -320,6 +324,8 @@ class _Names:
         if self.group == "runtime":
             distinct = distinct.select(name=strip_api_version(pl.col("name").fill_null(""))).with_columns(
                 kind=api_kind(pl.col("name")))
+        if self.group in _CATEGORICAL:  # (4 bytes a row from here on: the sort and conform at the read's end too)
+            distinct = distinct.cast(pl.Categorical)
         return df.with_columns(distinct[df["name"]].get_columns())
 
 
@@ -329,11 +335,11 @@ def _typing(col: str, kind: str, is_int: bool) -> pl.Expr:
     return _KINDS[kind][not is_int](pl.col(col)).alias(col)
 
 
-def _columns(group: str, events: list, names: _Names, kernel_dims: bool) -> pl.DataFrame:
+def _columns(group: str, events: list, names: _Names, kernel_dims: bool, run: int | None = None) -> pl.DataFrame:
     """One group's events of one chunk -> their fields as Int64/String columns, not yet typed.
 
     A field absent from every event (most kernel args, legacy 'Input dims', grid/block without
-    ``kernel_dims``) gets no column: _typed makes it null.
+    ``kernel_dims``) gets no column: _typed makes it null. ``run``: the host rows' run (column ``_run``).
     """
     spec, _ = _SPECS[group]
     n = len(events)
@@ -347,6 +353,8 @@ def _columns(group: str, events: list, names: _Names, kernel_dims: bool) -> pl.D
         if values[0] is absent and values.count(absent) == n:
             continue
         cols.append((_column(values) if absent is None else _texts(values)).alias(col))
+    if run:  # (a repeated value: not a polars query per piece, ~5% of the decoding thread's time)
+        cols.append(pl.Series(_RUN, [run], dtype=pl.UInt8).new_from_index(0, n))
     return pl.DataFrame(cols)
 
 
@@ -458,6 +466,10 @@ class OpsInOrder:
         flagged sorted (a one-row series is), a flag a gather would carry to every row."""
         return pl.Series("name", [*self.names.index, None], dtype=pl.String)
 
+    def categories(self) -> pl.Series:
+        """:meth:`table` as Categorical (Trace.ops.name): a gather of it is 4 bytes a row, not a 16-byte view."""
+        return self.table().cast(pl.Categorical)
+
     def add(self, group: str, df: pl.DataFrame, hold: bool = False) -> None:
         """A typed batch of ``op`` or ``host`` rows, in reading order. ``hold``: rows of the other group were read
         and are not typed yet, and none of that group was typed before (so no run of theirs is known): nothing is
@@ -521,16 +533,17 @@ class OpsInOrder:
         parts = [pl.concat(fs, how="vertical") for fs in (op, host) if fs]
         if not parts:
             return None
-        lead = parts[0].select("input_dims", "input_types") if op else None
+        lead = parts[0].select(pl.col("input_dims", "input_types").cast(pl.Categorical)) if op else None
         parts = [f.select("start", "end", "pid", "tid", "name") for f in parts]
         df = sorted_by_start(parts, lead)
-        names = self.table()
-        return df.with_columns(names.gather(df["name"]).alias("name"))
+        return df.with_columns(self.categories().gather(df["name"]).alias("name"))
 
     def _named(self, df: pl.DataFrame) -> pl.DataFrame:
         """``df`` in Trace.ops' columns, names for codes (and ``_seq``)."""
-        absent = [pl.lit(None, pl.String).alias(c) for c in ("input_dims", "input_types") if c not in df.schema]
-        df = df.with_columns(absent).with_columns(self.table().gather(df["name"]).alias("name"))
+        # (the shapes as Categorical: 4 bytes a row, null in most; a String column is a 16-byte view a row)
+        shapes = [pl.col(c).cast(pl.Categorical) if c in df.schema else pl.lit(None, pl.Categorical).alias(c)
+                  for c in ("input_dims", "input_types")]
+        df = df.with_columns(*shapes, self.categories().gather(df["name"]).alias("name"))
         return df.select(*_OPS, _SEQ)
 
     def finish(self) -> pl.DataFrame | None:
@@ -583,8 +596,7 @@ class Frames:
         for g, evs in _grouped(events, codes_of, split_host=True).items():
             run = _HOST_RUNS.get(g)
             g = "host" if run else g
-            df = _columns(g, evs, self.names[g], self.kernel_dims)
-            self.pending[g].append(df.with_columns(pl.lit(run, pl.UInt8).alias(_RUN)) if run else df)
+            self.pending[g].append(_columns(g, evs, self.names[g], self.kernel_dims, run))
             self.rows[g] += len(evs)
             if self.rows[g] >= _BATCH:
                 self._flush(g)
