@@ -96,7 +96,10 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
 
         results, labels = analyse_devices(load(files[0], True), opts)
     elif len(files) == 1:
-        result = beside_renderer_import(lambda: tracekit.breakdown_file(files[0], opts), fmt)
+        from tracekit.readers.nsys_scan import head_start
+
+        with head_start(files[0], kernel_dims=False):  # (the big scans begin before polars and rich are imported)
+            result = beside_renderer_import(lambda: tracekit.breakdown_file(files[0], opts), fmt)
         if save is not None:
             from tracekit.run.history import save_runs
 
