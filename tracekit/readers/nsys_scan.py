@@ -238,12 +238,30 @@ def _queries(path: Path, kernel_dims: bool) -> list[str]:
         db.close()
 
 
+def _import_arrow(without_numpy: bool) -> None:
+    """Import pyarrow (connectorx builds its tables with it); ``without_numpy``: as if numpy were not installed,
+    when neither is imported yet. pyarrow supports that (its numpy conversions then raise), and nothing on the
+    command line's read-and-analyse path converts to numpy: importing numpy is ~0.06-0.1 s of the ~0.15 s that
+    ``import pyarrow`` costs, before the scans can start. For the command line only (its process is its own): a
+    library caller may use pyarrow with numpy afterwards."""
+    import sys
+
+    if without_numpy and "numpy" not in sys.modules and "pyarrow" not in sys.modules:
+        sys.modules["numpy"] = None  # (an import of numpy raises ImportError while this is here)
+        try:
+            import pyarrow  # noqa: F401
+        finally:
+            del sys.modules["numpy"]
+    import pyarrow  # noqa: F401
+
+
 @contextmanager
-def head_start(path, *, kernel_dims: bool = True):
+def head_start(path, *, kernel_dims: bool = True, arrow_without_numpy: bool = False):
     """Inside this block, the kernel and runtime SELECTs of the nsys export ``path`` are being scanned on threads
     (when the reader would use connectorx for them); :func:`tracekit.readers.nsys.read_nsys` called inside takes
     their tables. Anything the reader has not taken is dropped on leaving. Any problem with the file: no head
-    start (the reader reports it as before)."""
+    start (the reader reports it as before). ``arrow_without_numpy``: see :func:`_import_arrow` (the command
+    line's own process only)."""
     started: list[tuple[str, str]] = []
     try:
         path = Path(path)
@@ -253,7 +271,8 @@ def head_start(path, *, kernel_dims: bool = True):
             queries = [q for q in queries if (uri, q) not in _PENDING]
             if queries:
                 import connectorx  # noqa: F401  (here, before the threads: each would otherwise wait on the import)
-                import pyarrow  # noqa: F401  (connectorx builds its tables with it)
+
+                _import_arrow(arrow_without_numpy)
 
                 conn = connectorx_uri(uri)
                 for q in queries:
