@@ -538,11 +538,18 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
             # (a third task: on two threads it starts when the first big table is in, beside the other one)
             return _memops(db), _ranges(db, strings, warnings), _graph_execs(db), _gpus(db), _capture_start(db, strings)
 
-        kernels, launches, (memops, ranges, graph_execs, gpus, capture_start) = db.parallel([
+        tasks = [
             lambda: _sorted(_plausible(_kernels(db, strings, kernel_dims), "kernel records", k_warn)),
             lambda: _sorted(_plausible(_launches(db, apis), "CUDA API calls", l_warn)),
             small_tables,
-        ])
+        ]
+        if nsys_scan.pending(db.uri):
+            # The big tables are being scanned already (the command line's head start): the small ones first, while
+            # the two scans run, instead of after the first of them is in.
+            small, kernels, launches = db.parallel([tasks[2], tasks[0], tasks[1]])
+        else:
+            kernels, launches, small = db.parallel(tasks)
+        memops, ranges, graph_execs, gpus, capture_start = small
     finally:
         db.close()
     release_freed_memory()  # (what the engines' threads freed while they read: the analysis' peak starts here)

@@ -204,6 +204,11 @@ def take(uri: str, sql: str):
     return None if scan is None else scan.result()
 
 
+def pending(uri: str) -> bool:
+    """Whether a head start is scanning a table of the export at ``uri``."""
+    return any(u == uri for u, _ in list(_PENDING))
+
+
 def _wanted(path: Path) -> bool:
     """Whether the reader would read this file with connectorx first (big export, connectorx there, no override)."""
     import importlib.util
