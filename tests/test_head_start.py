@@ -57,9 +57,11 @@ def _assert_same_trace(a, b):
 def test_head_start_gives_the_frames_the_reader_reads(path, as_big, monkeypatch):
     plain = nsys.read_nsys(path, kernel_dims=False)
     hits = _hits(monkeypatch)
-    with nsys_scan.head_start(path, kernel_dims=False):
-        assert nsys_scan.pending(nsys_scan.export_uri(path))
-        early = nsys.read_nsys(path, kernel_dims=False)
+    with nsys_scan.head_start(path, kernel_dims=False) as scanning:
+        assert scanning and nsys_scan.pending(nsys_scan.export_uri(path))
+        with nsys_scan.head_start(path, kernel_dims=False) as inner:  # (the CLI's block around breakdown_file's)
+            assert inner
+            early = nsys.read_nsys(path, kernel_dims=False)
     # both big tables came from the head start: the kernels, and the runtime calls that launch or synchronise
     assert [("KERNEL" in q, "RUNTIME" in q) for q in hits] == [(True, False), (False, True)]
     assert not nsys_scan._PENDING
@@ -94,8 +96,8 @@ def test_no_head_start_for_a_small_export_or_a_forced_engine(monkeypatch, tmp_pa
     monkeypatch.delenv("TRACEKIT_SQLITE_ENGINES", raising=False)
     path = TRACES[1]
     assert path.stat().st_size < nsys_scan.SMALL_FILE_BYTES
-    with nsys_scan.head_start(path):
-        assert not nsys_scan._PENDING
+    with nsys_scan.head_start(path) as scanning:
+        assert not scanning and not nsys_scan._PENDING
     monkeypatch.setattr(nsys_scan, "SMALL_FILE_BYTES", 0)
     monkeypatch.setenv("TRACEKIT_SQLITE_ENGINES", "sqlite3")
     with nsys_scan.head_start(path):

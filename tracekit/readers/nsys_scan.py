@@ -266,8 +266,9 @@ def head_start(path, *, kernel_dims: bool = True, arrow_without_numpy: bool = Fa
     (when the reader would use connectorx for them); :func:`tracekit.readers.nsys.read_nsys` called inside takes
     their tables. Anything the reader has not taken is dropped on leaving. Any problem with the file: no head
     start (the reader reports it as before). ``arrow_without_numpy``: see :func:`_import_arrow` (the command
-    line's own process only)."""
+    line's own process only). The block gets whether its scans are running (started here or by a block around it)."""
     started: list[tuple[str, str]] = []
+    scanning = False
     try:
         path = Path(path)
         if _wanted(path):
@@ -283,10 +284,11 @@ def head_start(path, *, kernel_dims: bool = True, arrow_without_numpy: bool = Fa
                 for q in queries:
                     _PENDING[(uri, q)] = _Scan(conn, q)
                     started.append((uri, q))
+            scanning = pending(uri)  # (by this block, or by one around it)
     except Exception:  # noqa: BLE001 - no head start; the reader reads (and reports) as it always does
         pass
     try:
-        yield
+        yield scanning
     finally:
         for key in started:
             _PENDING.pop(key, None)
