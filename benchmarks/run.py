@@ -325,11 +325,21 @@ def main(argv=None) -> None:
                    "rounds (e.g. main=/tmp/tracekit-main, from `git archive main | tar -x -C /tmp/tracekit-main`)")
     p.add_argument("--no-json-floor", action="store_true", help="skip the orjson floor of the Kineto inputs")
     p.add_argument("--ranks-size", default=None, help="kernels per rank file (default: the smallest --sizes)")
+    p.add_argument("--no-byte-compile", action="store_true",
+                   help="time tracekit's modules as found (this environment sets PYTHONDONTWRITEBYTECODE=1: every "
+                        "timed process then compiles them from source, which no installed copy does); default: "
+                        "byte-compile this checkout's and every --versions folder's tracekit first, as "
+                        "benchmarks/startup.py does and pip does when it installs a wheel")
     a = p.parse_args(argv)
     global REPEAT, FLOOR_JSON
     REPEAT = max(1, a.repeat)
     FLOOR_JSON = not a.no_json_floor
     VERSIONS[:] = [(v.split("=", 1)[0], str(Path(v.split("=", 1)[1]).resolve())) for v in a.versions.split(",") if v]
+    if not a.no_byte_compile:
+        import compileall
+
+        for src in [str(HERE.parent), *(src for _, src in VERSIONS)]:
+            compileall.compile_dir(str(Path(src) / "tracekit"), quiet=1)
     a.work.mkdir(parents=True, exist_ok=True)
     a.out.mkdir(parents=True, exist_ok=True)
     hta = a.hta_python if a.hta_python and Path(a.hta_python).exists() else None
@@ -349,7 +359,8 @@ def main(argv=None) -> None:
         bench_kineto(mbs, a.work, hta, rows)
     stats = json.loads(a.nsys_stats.read_text()) if a.nsys_stats else None
     machine["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
-    run = {"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": VERSIONS}
+    run = {"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": VERSIONS,
+           "byte_compiled": not a.no_byte_compile}
     (a.out / "results.json").write_text(json.dumps({"machine": machine, "run": run, "rows": rows,
                                                     "nsys_stats": stats}, indent=1))
     md = table(rows, stats)

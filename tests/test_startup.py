@@ -34,3 +34,16 @@ def test_breakdown_of_a_small_export_imports_no_arrow():
     env = {k: v for k, v in __import__("os").environ.items() if k != "TRACEKIT_SQLITE_ENGINES"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
     assert out.stdout.split("\n")[-2] == "0 []", out.stderr
+
+
+def test_command_line_start_imports_only_what_it_needs():
+    """Before a command runs (``import tracekit.cli``): no polars, pyarrow or numpy, and of the model package only
+    the units table the options need (tracekit.model imports each name when first asked for)."""
+    code = ("import sys, tracekit.cli, tracekit.model\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('polars', 'pyarrow', 'numpy', 'rich') "
+            "or m.startswith('tracekit.model')))\n"
+            "from tracekit.model import parse_command, step_bytes\n"
+            "print(parse_command.__module__, step_bytes.__module__, 'parse_command' in dir(tracekit.model))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.splitlines() == ["['tracekit.model', 'tracekit.model.units']",
+                                       "tracekit.model.discover tracekit.model.step True"], out.stderr

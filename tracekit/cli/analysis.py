@@ -96,7 +96,12 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
 
         results, labels = analyse_devices(load(files[0], True), opts)
     elif len(files) == 1:
-        result = beside_renderer_import(lambda: tracekit.breakdown_file(files[0], opts), fmt)
+        from tracekit.cli import app
+        from tracekit.readers.nsys_scan import head_start
+
+        # (the big scans begin before polars and rich are imported)
+        with head_start(files[0], kernel_dims=False, arrow_without_numpy=app.OWN_PROCESS):
+            result = beside_renderer_import(lambda: tracekit.breakdown_file(files[0], opts), fmt)
         if save is not None:
             from tracekit.run.history import save_runs
 

@@ -117,8 +117,15 @@ def cli(debug):
     """
 
 
+# True in the console script's own process (main()), not when the group is called in-process (tests, library users):
+# what only a process of our own may do (tracekit.readers.nsys_scan's arrow_without_numpy) asks this.
+OWN_PROCESS = False
+
+
 def main():
     """The ``tracekit`` console script."""
+    global OWN_PROCESS
+    OWN_PROCESS = True
     try:
         cli.main()
     except SystemExit as e:

@@ -112,9 +112,12 @@ def _duplicate(f: Path) -> bool:
 def load(path: Path, quiet: bool):
     """Load for an analysis command, with a transient progress line on a terminal (never when ``quiet``)."""
     import tracekit
+    from tracekit.cli import app
     from tracekit.progress import status
+    from tracekit.readers.nsys_scan import head_start
 
-    with status(f"reading {Path(path).name}", fmt="json" if quiet else "table"):
+    with (status(f"reading {Path(path).name}", fmt="json" if quiet else "table"),
+          head_start(path, kernel_dims=False, arrow_without_numpy=app.OWN_PROCESS)):
         return tracekit.load(path, kernel_dims=False)
 
 

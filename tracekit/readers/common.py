@@ -4,40 +4,14 @@ from __future__ import annotations
 
 import polars as pl
 
-# Host API name (version suffix stripped) -> launch kind. Matched by prefix, first match wins.
-_API_KINDS: list[tuple[str, str]] = [
-    ("cudaGraphLaunch", "graph"),
-    ("cuGraphLaunch", "graph"),
-    ("hipGraphLaunch", "graph"),
-    ("cudaLaunch", "kernel"),  # cudaLaunchKernel, cudaLaunchKernelExC, cudaLaunchCooperativeKernel
-    ("cuLaunch", "kernel"),  # cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel
-    ("hipLaunch", "kernel"),
-    ("hipExtLaunch", "kernel"),
-    ("hipModuleLaunch", "kernel"),
-    ("cudaMemset", "memset"),
-    ("cuMemset", "memset"),
-    ("hipMemset", "memset"),
-    ("cudaMemcpy", "memcpy"),
-    ("cuMemcpy", "memcpy"),
-    ("hipMemcpy", "memcpy"),
-    ("cudaDeviceSynchronize", "sync"),
-    ("cudaStreamSynchronize", "sync"),
-    ("cudaEventSynchronize", "sync"),
-    ("cudaStreamWaitEvent", "sync"),
-    ("cuStreamSynchronize", "sync"),
-    ("cuEventSynchronize", "sync"),
-    ("cuCtxSynchronize", "sync"),
-    ("hipDeviceSynchronize", "sync"),
-    ("hipStreamSynchronize", "sync"),
-    ("hipEventSynchronize", "sync"),
-]
-
+from tracekit.readers.api_names import API_KINDS as _API_KINDS  # (the one table: tracekit.readers.api_names)
+from tracekit.readers.api_names import VERSION_SUFFIX
 from tracekit.trace import WORK_KINDS  # noqa: E402,F401  (re-exported for the readers)
 
 
 def strip_api_version(name: pl.Expr) -> pl.Expr:
     """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``; ``cudaMemcpyAsync_ptsz_v7000`` -> ``cudaMemcpyAsync``."""
-    return name.str.replace(r"(_ptsz|_ptds)?(_v\d+)?(_ptsz|_ptds)?$", "")
+    return name.str.replace(VERSION_SUFFIX, "")
 
 
 def api_kind(name: pl.Expr) -> pl.Expr:

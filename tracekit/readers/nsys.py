@@ -16,13 +16,17 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-import urllib.parse
 from pathlib import Path
 
 import polars as pl
 
 from tracekit.errors import TracekitError
+from tracekit.readers import nsys_scan
 from tracekit.readers.common import api_kind, nesting_depth, release_freed_memory, strip_api_version
+from tracekit.readers.nsys_scan import KERNEL_TABLES as _KERNEL_TABLES
+from tracekit.readers.nsys_scan import PID as _PID
+from tracekit.readers.nsys_scan import TID as _TID
+from tracekit.readers.nsys_scan import Export
 from tracekit.trace import (
     GPUS,
     GRAPH_EXECS,
@@ -38,15 +42,6 @@ from tracekit.trace import (
     empty,
 )
 
-_PID = "((({c}) >> 24) & 16777215)"  # globalTid / globalPid -> PID
-_TID = "(({c}) & 16777215)"
-
-_KERNEL_TABLES = (
-    "CUPTI_ACTIVITY_KIND_KERNEL",
-    "CUPTI_ACTIVITY_KIND_KERNEL_V3",
-    "CUPTI_ACTIVITY_KIND_KERNEL_V2",
-    "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL",
-)
 _MEMCPY_TABLES = ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMCPY2")
 
 # ENUM_CUDA_MEMCPY_OPER ids (stable since 2022) -> short kind, used when the enum table is absent.
@@ -63,18 +58,19 @@ _NVTX_DOMAIN_CREATE = 75
 _MAX_DUR_NS = 86_400 * 10**9  # one day
 
 
-class _Db:
-    """A read-only view of one export: table/column discovery and SQL -> polars.
+class _Db(Export):
+    """A read-only view of one export (:class:`tracekit.readers.nsys_scan.Export`: tables, columns) and SQL -> polars.
 
     ``frame()`` is the one place rows become frames. It reads straight into Arrow with the
     fastest engine installed (measured in docs/performance.md): connectorx, then ADBC's
     SQLite driver, then plain ``sqlite3`` rows (always there, and the reference: any
     failure of a fast engine, e.g. connectorx refusing an all-NULL column, falls through
     to the next, so errors and values are those of the ``sqlite3`` path). Every engine
-    opens the same ``mode=ro&immutable=1`` URI: nothing is written to or beside the file.
+    opens the same ``mode=ro&immutable=1`` URI: nothing is written to or beside the file. A table the
+    command line's head start already scanned with connectorx (``nsys_scan.head_start``) is taken, not read again.
     """
 
-    ENGINES = ("connectorx", "adbc", "sqlite3")
+    ENGINES = nsys_scan.ENGINES
     _available: dict[str, bool] = {}  # engine -> its packages import (checked once per process)
 
     @classmethod
@@ -86,10 +82,7 @@ class _Db:
             cls._available[engine] = all(importlib.util.find_spec(m) is not None for m in mods)
         return cls._available[engine]
 
-    # Below this size plain sqlite3 rows are faster overall: importing pyarrow and the ADBC driver costs
-    # ~0.15 s of CPU, which the faster Arrow scan repays only from ~80k kernels (a ~16 MB export of a
-    # decode loop; benchmarks/startup.py, docs/performance.md).
-    SMALL_FILE_BYTES = 16 << 20
+    SMALL_FILE_BYTES = nsys_scan.SMALL_FILE_BYTES  # (below it: plain sqlite3 rows; the reason is there)
 
     @classmethod
     def default_engines(cls, path: Path) -> tuple[str, ...]:
@@ -101,18 +94,8 @@ class _Db:
         return ("sqlite3",) if small else cls.ENGINES
 
     def __init__(self, path: Path, engines: tuple[str, ...] | None = None, record: list | None = None):
-        self.path = path
+        super().__init__(path)
         self.record = record  # scan_plan(): note each statement, read only StringIds
-        self.uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
-        try:
-            # Shared with parallel() workers for schema questions (columns()), one at a time under _lock.
-            self.con = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
-            rows = self.con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
-        except sqlite3.DatabaseError as e:
-            raise TracekitError(f"{path}: not a readable SQLite database ({e}); re-export it with `nsys export --type sqlite`")
-        self.tables = {r[0] for r in rows}
-        self._cols: dict[str, list[str]] = {}
-        self._lock = threading.Lock()
         # TRACEKIT_SQLITE_ENGINES=sqlite3 forces the plain path (benchmarks, debugging).
         import os
 
@@ -123,18 +106,6 @@ class _Db:
         self._adbc = None
         self._owner = threading.get_ident()  # frame() calls from other threads open their own connections
         self.used: list[str] = []  # engine that produced each frame (tests, benchmarks)
-
-    def has(self, table: str) -> bool:
-        return table in self.tables
-
-    def columns(self, table: str) -> list[str]:
-        with self._lock:
-            if table not in self._cols:
-                try:
-                    self._cols[table] = [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
-                except sqlite3.DatabaseError as e:
-                    raise TracekitError(f"{self.path}: table {table} is unreadable ({e}); the file may be truncated")
-            return self._cols[table]
 
     def frame(self, sql: str, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
         """Run ``sql`` and return its rows as a frame with ``schema`` (column order = select order)."""
@@ -176,6 +147,9 @@ class _Db:
 
     def _arrow(self, engine: str, sql: str, threaded: bool = False):
         if engine == "connectorx":
+            head_start = nsys_scan.take(self.uri, sql)
+            if head_start is not None:
+                return head_start
             import connectorx
 
             # A percent-encoded file: URI keeps mode=ro&immutable=1 (the file is opened O_RDONLY).
@@ -185,7 +159,7 @@ class _Db:
             # it fails and the capture-start lookup fell back to ADBC, whose import alone costs ~0.1 s)
             if " LIMIT " in sql:
                 sql = f"SELECT * FROM ({sql})"
-            return connectorx.read_sql("sqlite://" + urllib.parse.quote(self.uri, safe=""), sql, return_type="arrow")
+            return connectorx.read_sql(nsys_scan.connectorx_uri(self.uri), sql, return_type="arrow")
         import adbc_driver_sqlite.dbapi as adbc
 
         if threaded:
@@ -220,13 +194,6 @@ class _Db:
         except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError) as e:
             raise TracekitError(f"{self.path}: {what} has values of the wrong type ({str(e).splitlines()[0]})")
 
-    def scalar_map(self, sql: str) -> dict:
-        try:
-            with self._lock:  # (the shared connection: one statement at a time, whichever thread asks)
-                return {r[0]: r[1] for r in self.con.execute(sql)}
-        except sqlite3.DatabaseError:
-            return {}
-
     def close(self):
         if self._adbc is not None:
             try:
@@ -234,7 +201,7 @@ class _Db:
             except Exception:  # noqa: BLE001 - closing a read-only handle cannot lose data
                 pass
             self._adbc = None
-        self.con.close()
+        super().close()
 
 
 
@@ -283,32 +250,8 @@ def _command(capture: dict) -> tuple[str, ...] | None:
 
 def _kernels_query(db: _Db, dims: bool = True) -> tuple[str, dict[str, pl.DataType], str] | None:
     """(sql, schema, table) of the kernel read, or None when the export has no kernel table."""
-    table = next((t for t in _KERNEL_TABLES if db.has(t)), None)
-    if table is None:
-        return None
-    cols = set(db.columns(table))
-    need = {"start", "end", "deviceId", "streamId", "correlationId"}
-    if not need <= cols:
-        raise TracekitError(f"{db.path}: {table} lacks columns {sorted(need - cols)}; not an nsys kernel table")
-    name_col = next((c for c in ("demangledName", "shortName", "mangledName") if c in cols), None)
-    pid = _PID.format(c="globalPid") if "globalPid" in cols else "0"
-    sel = {
-        "start": ("start", pl.Int64),
-        "end": ("end", pl.Int64),
-        "device": ("deviceId", pl.Int64),
-        "stream": ("streamId", pl.Int64),
-        "correlation": ("correlationId", pl.Int64),
-        "pid": (pid, pl.Int64),
-        "name_id": (name_col, pl.Int64),
-        "graph_id": ("graphId" if "graphId" in cols else None, pl.Int64),
-        "graph_node": ("graphNodeId" if "graphNodeId" in cols else None, pl.Int64),
-    }
-    # Absent columns are added as nulls afterwards, not selected as NULL: connectorx cannot type an all-NULL column.
-    sel = {k: v for k, v in sel.items() if v[0] is not None}
-    for c in [c for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ") if c in cols] if dims else []:
-        sel[c] = (c, pl.Int64)
-    sql = "SELECT " + ", ".join(f"{expr} AS {alias}" for alias, (expr, _) in sel.items()) + f" FROM {table}"
-    return sql, {k: v[1] for k, v in sel.items()}, table
+    q = nsys_scan.kernels_query(db, dims)
+    return None if q is None else (q[0], dict.fromkeys(q[1], pl.Int64), q[2])
 
 
 def _kernels(db: _Db, strings: pl.DataFrame, dims: bool = True) -> pl.DataFrame:
@@ -388,24 +331,8 @@ def _api_table(strings: pl.DataFrame) -> pl.DataFrame:
 
 def _launches_query(db: _Db, apis: pl.DataFrame) -> tuple[str, dict[str, pl.DataType], str] | None:
     """(sql, schema, table) of the runtime-call read, or None when there is nothing to read."""
-    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
-    if not db.has(table):
-        return None
-    cols = set(db.columns(table))
-    if not {"start", "end", "globalTid", "correlationId", "nameId"} <= cols:
-        raise TracekitError(f"{db.path}: {table} lacks the columns nsys always writes; not an nsys export?")
-    if apis.height == 0:
-        return None
-    # nsys 2022.2 writes every backtraced call twice: eventClass 0/1 (runtime/driver) and 67 (backtrace).
-    conds = ["eventClass IN (0, 1)"] if "eventClass" in cols else []
-    # Only calls that put work on a GPU or synchronise with it are read: the filter is pushed into SQL by name id
-    # (a few dozen APIs), so the tens of millions of other runtime calls never leave SQLite.
-    conds.append("nameId IN (" + ",".join(str(int(i)) for i in apis["name_id"]) + ")")
-    where = " WHERE " + " AND ".join(conds)
-    sql = (f"SELECT start, end, {_PID.format(c='globalTid')}, {_TID.format(c='globalTid')}, correlationId, nameId "
-           f"FROM {table}{where}")
-    return sql, {"start": pl.Int64, "end": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "correlation": pl.Int64,
-                 "name_id": pl.Int64}, table
+    q = nsys_scan.launches_query(db, apis["name_id"].to_list())
+    return None if q is None else (q[0], dict.fromkeys(q[1], pl.Int64), q[2])
 
 
 def _launches(db: _Db, apis: pl.DataFrame) -> pl.DataFrame:
@@ -611,11 +538,18 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
             # (a third task: on two threads it starts when the first big table is in, beside the other one)
             return _memops(db), _ranges(db, strings, warnings), _graph_execs(db), _gpus(db), _capture_start(db, strings)
 
-        kernels, launches, (memops, ranges, graph_execs, gpus, capture_start) = db.parallel([
+        tasks = [
             lambda: _sorted(_plausible(_kernels(db, strings, kernel_dims), "kernel records", k_warn)),
             lambda: _sorted(_plausible(_launches(db, apis), "CUDA API calls", l_warn)),
             small_tables,
-        ])
+        ]
+        if nsys_scan.pending(db.uri):
+            # The big tables are being scanned already (the command line's head start): the small ones first, while
+            # the two scans run, instead of after the first of them is in.
+            small, kernels, launches = db.parallel([tasks[2], tasks[0], tasks[1]])
+        else:
+            kernels, launches, small = db.parallel(tasks)
+        memops, ranges, graph_execs, gpus, capture_start = small
     finally:
         db.close()
     release_freed_memory()  # (what the engines' threads freed while they read: the analysis' peak starts here)
