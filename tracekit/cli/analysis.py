@@ -101,7 +101,8 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
 
         # (the big scans begin before polars and rich are imported)
         with head_start(files[0], kernel_dims=False, arrow_without_numpy=app.OWN_PROCESS):
-            result = beside_renderer_import(lambda: tracekit.breakdown_file(files[0], opts), fmt)
+            result = beside_renderer_import(
+                lambda: tracekit.breakdown_file(files[0], opts, own_process=app.OWN_PROCESS), fmt)
         if save is not None:
             from tracekit.run.history import save_runs
 
