@@ -179,18 +179,18 @@ def one_group(df: pl.DataFrame, by: Sequence[str]) -> tuple | None:
 
 def one_thread(frame: pl.DataFrame) -> tuple | None:
     """``one_group(frame, ["pid", "tid"])``: the (pid, tid) of every row when one thread holds them all (a launch
-    table: one thread made every call), else None. Remembered for the last frame asked about: a breakdown asks
+    table: one thread made every call), else None. Remembered for the last few frames asked about: a breakdown asks
     about the same launch table several times, and at ten million calls each answer reads two columns twice
-    (~50 ms). The memo holds that frame weakly and answers only for the very same object."""
-    held = _LAST_THREAD[0]
-    if held is not None and held[0]() is frame:
-        return held[1]
+    (~50 ms). The memo holds those frames weakly and answers only for the very same object."""
+    for ref, one in _THREADS:
+        if ref() is frame:
+            return one
     one = one_group(frame, ["pid", "tid"]) if frame.height else None
-    _LAST_THREAD[0] = (weakref.ref(frame), one)
+    _THREADS[:] = [(weakref.ref(frame), one), *[e for e in _THREADS if e[0]() is not None][:3]]
     return one
 
 
-_LAST_THREAD: list = [None]  # [(weak reference to a frame, its one_thread)]
+_THREADS: list = []  # [(weak reference to a frame, its one_thread)], the latest first
 
 
 def asof(left: pl.DataFrame, right: pl.DataFrame, left_on: str, right_on: str, by: Sequence[str],
