@@ -13,7 +13,8 @@
   per-stream lists against the full sort, the Enum name paths against text, and the premise of the drafting precheck.
 * Issue 25, phase 3: the per-step analyses on pieces of a few steps against one piece of all, and ``gaps.work_rows``
   (a search among every launch call) against an as-of join over a filtered copy of the work calls.
-* Issue 25, fifth pass: the steady-state tokens packed from Enum codes against the hashed text.
+* Issue 25, fifth pass: the steady-state tokens packed from Enum codes against the hashed text, and the step window
+  of each launch from the runs of launches per window against the as-of join.
 """
 
 from __future__ import annotations

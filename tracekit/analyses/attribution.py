@@ -216,7 +216,9 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start") -> pl.DataFr
 
 def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> pl.Series:
     """For each launch (a frame in ``start`` order), the ``col`` id of the window open on its (pid[, tid]) at
-    its start, else null. One backward as-of join on already sorted launches."""
+    its start, else null: the last window starting at or before the launch, if the launch starts by its end. When
+    one thread (or process) holds every window, each window's launches are one run found by binary search;
+    otherwise one backward as-of join on the already sorted launches."""
     if windows.height == 0 or launches.height == 0:
         return pl.repeat(None, launches.height, dtype=pl.Int64, eager=True).alias(col)
     w = windows.select(*by, ws="start", we="end", wid=col).sort("ws")
