@@ -126,6 +126,13 @@ def test_merge_by_start_equals_stable_sort(sizes, data):
     want = pl.concat(frames).sort("start", maintain_order=True)
     assert got["start"].to_list() == want["start"].to_list()
     assert sorted(got.rows()) == sorted(want.rows())
+    # the columns merged on two threads (big traces): the very same frame, every column one chunk
+    wide = [f.with_columns(row=pl.int_range(0, pl.len()), cat=pl.col("src").cast(pl.String).cast(pl.Categorical),
+                           end=pl.col("start") + 1) for f in frames]
+    one = _merge_by_start(wide)
+    two = _merge_by_start(wide, threads=True)
+    assert two.columns == one.columns and two.rows() == one.rows()
+    assert all(two[c].n_chunks() == 1 for c in two.columns)
 
 
 STEP_TRACES = [p for p in SAMPLES]

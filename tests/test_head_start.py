@@ -160,3 +160,31 @@ def test_command_line_head_start_without_numpy(tmp_path):
     plain = subprocess.run([sys.executable, "-m", "tracekit", "breakdown", str(path), "--format", "json"],
                            capture_output=True, text=True, cwd=ROOT, env={**env, "TRACEKIT_SQLITE_ENGINES": "sqlite3"})
     assert plain.returncode == 0 and out.stdout == plain.stdout
+
+
+def _allocator_setting(args: list[str], env: dict, small_bytes: int = 0) -> str:
+    """``_RJEM_MALLOC_CONF`` as the console script leaves it before any command runs (a fresh process)."""
+    code = ("import os, sys\n"
+            "import tracekit.readers.nsys_scan as s\n"
+            f"s.SMALL_FILE_BYTES = {small_bytes}\n"
+            f"s.keep_freed_memory({args!r})\n"
+            "print(os.environ.get('_RJEM_MALLOC_CONF', '-'), 'polars' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_freed_memory_kept_for_big_exports_only(tmp_path):
+    """Polars' allocator keeps freed pages longer (issue 25, sixth pass) only for a big nsys export given to the
+    console script: not for a small export, a Kineto trace, a pipe (never read), or where the user set the
+    allocator's configuration."""
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    export, kineto = str(TRACES[1]), str(sample("hf-large-eager-torch/trace.json.gz"))
+    assert _allocator_setting(["breakdown", export, "--format", "json"], env) == f"{nsys_scan.KEEP_FREED} False"
+    assert _allocator_setting(["breakdown", export], env, small_bytes=16 << 20) == "- False"
+    assert _allocator_setting(["breakdown", kineto], env) == "- False"
+    assert _allocator_setting(["breakdown", export], {**env, "_RJEM_MALLOC_CONF": "narenas:2"}) == "narenas:2 False"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert not nsys_scan.big_export(fifo)  # (an open() would block here: nothing writes to it)
+    assert _allocator_setting(["breakdown", str(fifo)], env) == "- False"

@@ -161,7 +161,7 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
     # needed anyway: the readers' frames come in many chunks (SQLite engines deliver batches), and a frame
     # whose columns are chunked differently (every gathered column is one chunk) is copied whole by polars
     # at its next filter or group-by. In start order, the unions need no reordering (step_table).
-    acts = _merge_by_start(parts)
+    acts = _merge_by_start(parts, threads=k.height >= THREADS_FROM_ROWS)
     is_graph = work["kind"] == "graph"
     # (no graph launch in the trace: no gather of ten million booleans; null where no launch was found)
     graphed = is_graph.gather(acts["launch"]) if is_graph.any() else pl.when(pl.col("launch").is_not_null()).then(False)
@@ -182,7 +182,7 @@ def _on_device(df: pl.DataFrame, device: int) -> pl.DataFrame:
 
 
 
-def _merge_by_start(frames: list[pl.DataFrame], key: str = "start") -> pl.DataFrame:
+def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: bool = False) -> pl.DataFrame:
     """Concatenate frames of one schema (the first frame's; the others are cast to it) into ``key`` order
     (stable; on equal keys the largest frame's rows come first), one chunk per column.
 
@@ -190,7 +190,9 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start") -> pl.DataFr
     others (copies, graph executions) are placed into it by binary search; every column is then one gather
     by the merged order. A column the reader delivered in many chunks is first copied into one (a memcpy):
     a gather across ~150 chunks looks each row's chunk up and costs ~4× the copy and a gather together
-    (10M kernels: the merge's CPU 0.8 → 0.4 s).
+    (10M kernels: the merge's CPU 0.8 → 0.4 s). ``threads``: the columns in two groups of about equal bytes, one
+    per thread. Most of the merge's time is the kernel faulting in its fresh memory (the merged frame: ~0.5 GB at
+    ten million kernels), work that the thread touching the page does, so two threads halve it.
     """
     schema = dict(frames[0].schema)
     full = [f if f[key].is_sorted() else f.sort(key, maintain_order=True) for f in frames if f.height]
@@ -208,51 +210,92 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start") -> pl.DataFr
     order = (pl.int_range(0, n + m, dtype=pl.UInt32, eager=True) - before).scatter(
         at, pl.int_range(n, n + m, dtype=pl.UInt32, eager=True))
     del before
-    # (column by column: one column's contiguous copy at a time)
-    return pl.DataFrame([pl.concat([big[c], small[c]], rechunk=True).gather(order) for c in big.columns])
+
+    def merged(names: list[str]) -> list[pl.Series]:  # (column by column: one column's contiguous copy at a time)
+        return [pl.concat([big[c], small[c]], rechunk=True).gather(order) for c in names]
+
+    names = big.columns
+    if not threads or len(names) < 2:
+        return pl.DataFrame(merged(names))
+    groups: tuple[list[str], list[str]] = ([], [])
+    load = [0, 0]
+    for c in sorted(names, key=lambda c: -big[c].estimated_size()):  # (largest first, to the lighter group)
+        g = 0 if load[0] <= load[1] else 1
+        groups[g].append(c)
+        load[g] += big[c].estimated_size()
+    done = dict(zip([*groups[0], *groups[1]], [s for part in in_threads(lambda: merged(groups[0]),
+                                                                          lambda: merged(groups[1])) for s in part]))
+    return pl.DataFrame([done[c] for c in names])
 
 
 
 
-def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> pl.Series:
+@dataclass(frozen=True)
+class WindowIndex:
+    """The window open on each launch, kept narrow: ``index`` (UInt32, one per launch) is 0 where none is open, else
+    the window's row in ``ids`` (Int64, ``ids[0]`` null). Ten million launches: 40 MB of index instead of an Int64
+    id column and its copies (fresh memory, each page faulted in). :meth:`of` gives the ids of chosen launch rows."""
+
+    index: pl.Series
+    ids: pl.Series
+
+    def of(self, rows: pl.Series) -> pl.Series:
+        """The window id of each launch row in ``rows`` (null where none is open, or the row is null)."""
+        return self.ids.gather(self.index.gather(rows))
+
+    def series(self, name: str) -> pl.Series:
+        """The window id of every launch."""
+        return self.ids.gather(self.index).alias(name)
+
+
+def _window_index(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> WindowIndex:
     """For each launch (a frame in ``start`` order), the ``col`` id of the window open on its (pid[, tid]) at
-    its start, else null: the last window starting at or before the launch, if the launch starts by its end. When
-    one thread (or process) holds every window, each window's launches are one run found by binary search;
-    otherwise one backward as-of join on the already sorted launches."""
-    if windows.height == 0 or launches.height == 0:
-        return pl.repeat(None, launches.height, dtype=pl.Int64, eager=True).alias(col)
+    its start, else null (as a :class:`WindowIndex`): the last window starting at or before the launch, if the
+    launch starts by its end. When one thread (or process) holds every window, each window's launches are one run
+    found by binary search; otherwise one backward as-of join on the already sorted launches."""
+    n = launches.height
+    if windows.height == 0 or n == 0:
+        return WindowIndex(pl.repeat(0, n, dtype=pl.UInt32, eager=True),
+                           pl.Series(col, [None], dtype=pl.Int64))
     w = windows.select(*by, ws="start", we="end", wid=col).sort("ws")
+    ids = pl.concat([pl.Series(col, [None], dtype=w["wid"].dtype), w["wid"].alias(col)])
     groups = w.select(by).unique()
     if groups.height == 1 and bool((w["ws"].diff().slice(1) > 0).all()) and w["wid"].null_count() == 0:
         # One thread (or process) holds every window, the usual case: no join, and no search per launch. A launch
         # belongs to the last window starting at or before it, if it starts by that window's end; the launches in
         # start order, each window's are one run: [first launch at or after its start, first launch after its end
-        # or at or after the next window's start). Two searches per window, then the ids written at the runs'
-        # first rows and carried forward (a marker, then null, after each run's last).
+        # or at or after the next window's start). Two searches per window, then each run's window (its row + 1)
+        # written at the run's first row, 0 after its last, and carried forward.
         start = launches["start"]
         lo = start.search_sorted(w["ws"], side="left").cast(pl.Int64)
-        nxt = lo.shift(-1).fill_null(launches.height)
+        nxt = lo.shift(-1).fill_null(n)
         hi = pl.select(pl.when(pl.lit(w["we"]).is_null()).then(pl.lit(nxt)).otherwise(pl.min_horizontal(
             pl.lit(start.search_sorted(w["we"], side="right").cast(pl.Int64)), pl.lit(nxt)))).to_series()
-        runs = pl.DataFrame({"lo": lo, "hi": hi, "wid": w["wid"]}).filter(pl.col("lo") < pl.col("hi"))
-        marker = int(w["wid"].min()) - 1
-        ids = (pl.repeat(None, launches.height, dtype=w["wid"].dtype, eager=True)
-               .scatter(runs.filter(pl.col("hi") < launches.height)["hi"], marker)
-               .scatter(runs["lo"], runs["wid"]).forward_fill())
-        inside = pl.col("_id") != marker
+        runs = pl.DataFrame({"lo": lo, "hi": hi, "k": pl.int_range(1, w.height + 1, dtype=pl.UInt32, eager=True)}
+                            ).filter(pl.col("lo") < pl.col("hi"))
+        index = (pl.repeat(None, n, dtype=pl.UInt32, eager=True).scatter([0], 0)
+                 .scatter(runs.filter(pl.col("hi") < n)["hi"], 0).scatter(runs["lo"], runs["k"]).forward_fill())
         one = one_thread(launches)  # (asked once per launch table: remembered)
         if one is not None:
             same = all(dict(zip(("pid", "tid"), one))[c] == groups[c][0] for c in by)
         else:
             same = all(launches[c].null_count() == 0 and launches[c].min() == launches[c].max() == groups[c][0]
                        for c in by)
-        if not same:
-            inside = inside & pl.all_horizontal(pl.col(c) == groups[c][0] for c in by)
-        return launches.select(*by, _id=ids).select(pl.when(inside).then(pl.col("_id")).alias(col))[col]
+        if not same:  # (launches of other threads are in no window)
+            index = launches.select(pl.when(pl.all_horizontal(pl.col(c) == groups[c][0] for c in by))
+                                    .then(pl.lit(index)).otherwise(pl.lit(0, pl.UInt32)).alias("i"))["i"]
+        return WindowIndex(index, ids)
+    w = w.with_columns(_k=pl.int_range(1, w.height + 1, dtype=pl.UInt32))
     out = launches.select(*by, "start").join_asof(w, left_on="start", right_on="ws", by=by, strategy="backward",
                                                   check_sortedness=False)
-    return out.select(pl.when(pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))).then(pl.col("wid"))
-                      .alias(col))[col]
+    index = out.select(pl.when(pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))).then(pl.col("_k"))
+                       .fill_null(0).alias("i"))["i"]
+    return WindowIndex(index, ids)
+
+
+def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col: str) -> pl.Series:
+    """:func:`_window_index` as one id per launch (null where no window is open)."""
+    return _window_index(launches, windows, by, col).series(col)
 
 
 
@@ -323,8 +366,8 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         if steps is None or steps.windows.height == 0:
             return steps, None, None, None
         dw = _draft_windows(trace, draft_range)
-        draft_of = _window_of(work, dw, ["pid", "tid"], "draft") if dw.height else None
-        return steps, _window_of(work, steps.windows, ["pid", "tid"], "step"), dw, draft_of
+        draft_of = _window_index(work, dw, ["pid", "tid"], "draft") if dw.height else None
+        return steps, _window_index(work, steps.windows, ["pid", "tid"], "step"), dw, draft_of
 
     # The activities and the launches' windows are independent: computed side by side (two threads).
     big = trace.kernels.height + trace.launches.height >= THREADS_FROM_ROWS
@@ -342,13 +385,13 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     warnings.extend(steps.warnings)
     # Attribution is per launch (launches are few and already in time order); activities follow their launch.
     launch = acts["launch"]
-    acts = acts.with_columns(step=step_of.gather(launch))
+    acts = acts.with_columns(step=step_of.of(launch))
     n_work = launch.is_not_null().sum()
     n_in = acts["step"].is_not_null().sum()
     step_by: tuple[str, ...] = ("pid", "tid")
     if n_work and n_in < 0.5 * n_work and steps.marker != "inferred":
         # Step ranges on another thread than the launches (e.g. a scheduler thread): attribute by process.
-        alt = _window_of(work, steps.windows, ["pid"], "step").gather(launch)
+        alt = _window_index(work, steps.windows, ["pid"], "step").of(launch)
         if alt.is_not_null().sum() > n_in:
             acts = acts.with_columns(step=alt)
             step_by = ("pid",)
@@ -367,7 +410,7 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     drafted = None
     evidence: tuple[str, ...] = ()
     if dw.height:
-        acts = acts.with_columns(draft=draft_of.gather(launch))
+        acts = acts.with_columns(draft=draft_of.of(launch))
         drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
     else:
         acts = acts.with_columns(draft=pl.lit(None, pl.Int64))

@@ -126,6 +126,9 @@ def main():
     """The ``tracekit`` console script."""
     global OWN_PROCESS
     OWN_PROCESS = True
+    from tracekit.readers.nsys_scan import keep_freed_memory
+
+    keep_freed_memory(sys.argv[1:])  # (before polars is imported: its allocator reads the setting once)
     try:
         cli.main()
     except SystemExit as e:
