@@ -514,3 +514,18 @@ def test_categorical_name_matches_equal_text_paths():
         want = [r is not None and re.search(rx, r) is not None for r in rows]
         assert name_matches(names, rx).to_list() == want
         assert name_matches(names.cast(pl.String), rx).to_list() == want
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_started_stage_gives_its_result_or_its_error(threads):
+    """tracekit.parallel.started: the value of a stage run beside the caller, or its exception where it is waited for."""
+    from tracekit.parallel import started
+
+    assert started(lambda: sum(range(10)), threads=threads)() == 45
+
+    def fails():
+        raise ValueError("boom")
+
+    wait = started(fails, threads=threads)
+    with pytest.raises(ValueError, match="boom"):
+        wait()

@@ -186,11 +186,11 @@ def name_table(names: pl.Series, rules: Rules | None = None) -> tuple[pl.Series,
     codes = col.to_physical()
     top = codes.max()
     if top is not None and top <= 4 * codes.len() + (1 << 20):
-        # Categorical codes are small integers: one row of each distinct code by a scatter into a table of
-        # codes (no hashing of ten million values)
-        have = codes.drop_nulls()
-        at = pl.int_range(0, codes.len(), dtype=pl.UInt32, eager=True).filter(codes.is_not_null())
-        first = pl.Series([None], dtype=pl.UInt32).extend_constant(None, int(top)).scatter(have, at).drop_nulls()
+        # Categorical codes are small integers: the first row of each distinct code (a hash table of the few
+        # codes, no column of ten million row numbers and its copies: ~20k page faults), in code order
+        first = codes.arg_unique()
+        first = first.filter(codes.gather(first).is_not_null())
+        first = first.gather(codes.gather(first).arg_sort())
     else:
         first = codes.arg_unique()
         first = first.filter(codes.gather(first).is_not_null())

@@ -31,3 +31,35 @@ def in_threads(*tasks, threads: bool = True):
         if err is not None:
             raise err
     return [r for r, _ in results]
+
+
+def started(task, threads: bool = True):
+    """``task`` begun on a thread of its own (``threads`` and two CPUs or more; else run now); returns a function
+    that waits for its result, raising what the task raised. For a stage that the caller's next stages do not need,
+    so that the two run side by side (polars releases the GIL while it works); the thread is a daemon's, so a caller
+    that fails before waiting leaves nothing behind."""
+    import threading
+
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = task()
+        except BaseException as e:  # noqa: BLE001 - raised again by wait(), in the caller's thread
+            box["err"] = e
+
+    thread = None
+    if threads and (os.cpu_count() or 1) >= 2:
+        thread = threading.Thread(target=run, name="tracekit-stage", daemon=True)
+        thread.start()
+    else:
+        run()
+
+    def wait():
+        if thread is not None:
+            thread.join()
+        if "err" in box:
+            raise box["err"]
+        return box["value"]
+
+    return wait

@@ -214,8 +214,9 @@ def kernel_exposure(acts: pl.DataFrame | None) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     comm = comm.with_columns(end=pl.max_horizontal("start", "end"))
     streams = comm["stream"].unique().to_list()
-    compute = acts.filter(pl.col("category").is_in([c for c in COMPUTE_CATEGORIES if c != "communication"])
-                          & (pl.col("end") > pl.col("start"))).select("start", "end", "stream")
+    compute = acts.select("start", "end", "stream", "category").filter(  # (narrow first: most rows are compute)
+        pl.col("category").is_in([c for c in COMPUTE_CATEGORIES if c != "communication"])
+        & (pl.col("end") > pl.col("start"))).drop("category")
     parts = []
     for s in streams:  # a handful of communication streams, not events
         c = comm.filter(pl.col("stream") == s).with_row_index("_i")

@@ -335,8 +335,8 @@ def step_forwards(acts: pl.DataFrame) -> pl.DataFrame:
     cat = "name_category" if "name_category" in acts.columns else "category"
     extra = [pl.col(c) if c in acts.columns else pl.lit(None, t).alias(c)
              for c, t in (("graphed", pl.Boolean), ("launch", pl.Int64))]
-    a = acts.filter(pl.col("step").is_not_null()).select("step", "start", "end", "dur", "name", "kind", *extra,
-                                                         category=pl.col(cat).cast(pl.String))
+    a = acts.select("step", "start", "end", "dur", "name", "kind", *extra, category=pl.col(cat)).filter(
+        pl.col("step").is_not_null()).with_columns(pl.col("category").cast(pl.String))  # (narrow first)
     keep = ("step", "start", "end", "dur", "graphed", "launch")
     if a.height == 0:
         return a.select(*keep, fwd=pl.lit(None, pl.Int64), target=pl.lit(None, pl.Boolean))

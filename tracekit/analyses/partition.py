@@ -43,6 +43,7 @@ from tracekit.categories import NOT_SELECTED_PHASE as PHASE
 from tracekit.categories import WARM_UP as WARMUP
 from tracekit.errors import NoSteps
 from tracekit.intervals import by_pieces, cumulative_union_lengths
+from tracekit.parallel import started
 from tracekit.trace import Trace
 
 
@@ -207,6 +208,9 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     left to analyse, saying why.
     """
     acts = attr.activities
+    big = acts.height + trace.launches.height >= THREADS_FROM_ROWS
+    # (what the gaps look up on the host side needs no activity: found beside the exclusions below)
+    gap_inputs_wait = started(lambda: _gap_inputs(trace, attr.launches), threads=big)
     in_steps = acts if acts["step"].null_count() == 0 else keep_rows(acts, acts["step"].is_not_null())
     if in_steps["step"].is_sorted():  # (activities in start order, steps one after the other: the usual case)
         in_steps = in_steps.with_columns(pl.col("step").set_sorted())  # group-bys then work on slices
@@ -278,8 +282,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         if "_ps" not in a.columns:
             a = a.with_columns(_ps=per_row("p_start"))
         a = a.sort(["_ps", "start"], maintain_order=True)
-    big = a.height + trace.launches.height >= THREADS_FROM_ROWS
-    gap_inputs = _gap_inputs(trace, attr.launches)
+    gap_inputs = gap_inputs_wait()
 
     def piece(p: pl.DataFrame):
         """The unions, kernel sums and gaps of whole steps."""

@@ -90,7 +90,11 @@ def _signatures(acts: pl.DataFrame) -> pl.DataFrame:
 def composition_overlap(acts: pl.DataFrame, candidates: pl.Series) -> pl.DataFrame:
     """Per step of ``acts``: ``overlap`` of its composition with the median composition of the ``candidates``
     steps (see the module docstring)."""
-    comp = pl.concat(by_pieces(_counts, acts))  # step, tok (one number per (category, graphed, kind)), c
+    return _overlap(pl.concat(by_pieces(_counts, acts)), candidates)
+
+
+def _overlap(comp: pl.DataFrame, candidates: pl.Series) -> pl.DataFrame:
+    """:func:`composition_overlap` from the steps' compositions (:func:`_counts`: step, tok, c)."""
     cand = comp.filter(pl.col("step").is_in(candidates.implode()))
     n_c = candidates.len()
     med = cand.group_by("tok").agg(c=pl.col("c"), k=pl.len()).select(
@@ -136,7 +140,11 @@ def steady_exclusions(acts: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     :func:`step_signatures`; category by name). Returns ``step``, ``reason``, ``sig`` (null without activity),
     ``overlap`` (composition overlap with the steady step; null where not compared).
     """
-    sigs = step_signatures(acts)
+    # (signatures and compositions in one pass over the pieces of whole steps)
+    pieces = by_pieces(lambda p: (_signatures(p), _counts(p)), acts)
+    sigs = pl.concat([p[0] for p in pieces])
+    comps = pl.concat([p[1] for p in pieces])  # step, tok (one number per (category, graphed, kind)), c
+    del pieces
     phase = pl.col("phase").cast(pl.String).fill_null("unknown") if "phase" in steps.columns else pl.lit("unknown")
     out = steps.select(pl.col("step").cast(pl.Int64), pl.col("reason").cast(pl.String), _ph=phase).with_row_index("_i")
     out = out.join(sigs, on="step", how="left", maintain_order="left")
@@ -163,8 +171,8 @@ def steady_exclusions(acts: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         steady_sig = cand["sig"].mode().sort()[0]
         # the last step's sequence is a steady one too: it joins the median composition
         ref = part.filter((pl.col("reason").is_null() | (pl.col("reason") == LAST_STEP)) & pl.col("sig").is_not_null())
-        mine = acts if len(phases) == 1 else acts.filter(pl.col("step").is_in(part["step"].implode()))
-        ov = composition_overlap(mine, ref["step"])
+        mine = comps if len(phases) == 1 else comps.filter(pl.col("step").is_in(part["step"].implode()))
+        ov = _overlap(mine, ref["step"])
         part = part.join(ov, on="step", how="left", maintain_order="left").with_columns(
             overlap=pl.when(pl.col("reason").is_null()).then(pl.col("overlap")))
         parts.append(part.with_columns(reason=pl.when(

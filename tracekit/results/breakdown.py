@@ -323,7 +323,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     causes = {k: mean(f"g_{k}") for k in GAP_CAUSES}
     largest = tuple(LargestGap.of(g) for g in st.largest)
     gaps = Gaps(**causes, largest=largest)
-    top = (acts.filter(pl.col("kind") != "graph_exec").group_by("name", "category")
+    top = (acts.select("name", "category", "dur", "kind").filter(pl.col("kind") != "graph_exec")  # (narrow first)
+           .group_by("name", "category")
            .agg(count=pl.len(), total=pl.col("dur").sum())
            .with_columns(pl.col("name", "category").cast(pl.String))  # (enums sort by code, not by text)
            .with_columns(total_ms=pl.col("total") / 1e6, mean_us=pl.col("total") / pl.col("count") / 1e3,
@@ -584,8 +585,9 @@ def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int, ac
         if ops.height:
             wb, d = weight_bytes_from_shapes(ops, n_steps=n_steps)
             if wb:
-                gemm = (acts.filter((pl.col("kind") == "kernel") & (pl.col("category") == "gemm")
-                                    & pl.col("step").is_not_null()).select("pid", "correlation", "dur")
+                gemm = (acts.select("pid", "correlation", "dur", "kind", "category", "step").filter(
+                    (pl.col("kind") == "kernel") & (pl.col("category") == "gemm") & pl.col("step").is_not_null())
+                        .select("pid", "correlation", "dur")
                         if acts is not None else pl.DataFrame())
                 cov = shape_coverage(gemm, trace.launches, d.get("intervals"))
                 detail["coverage"] = cov
