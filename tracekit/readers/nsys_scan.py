@@ -229,13 +229,13 @@ def big_export(path: Path) -> bool:
 # setting). The analysis of a big nsys export frees and allocates ten-million-row columns for several seconds, and
 # each page given back is faulted in again at its next use: on a VM ~2-13 µs a page, ~10% of the command's page
 # faults at ten million kernels. See keep_freed_memory.
-KEEP_FREED = "dirty_decay_ms:10000,muzzy_decay_ms:10000"
+KEEP_FREED = "dirty_decay_ms:5000,muzzy_decay_ms:5000"
 
 
 def keep_freed_memory(args: list[str]) -> bool:
     """In the console script's own process, before polars is imported: when an argument is a big nsys export,
-    polars' allocator keeps freed pages for 10 s (``KEEP_FREED``) instead of ~1 s. At ten million kernels: ~10%
-    fewer page faults and ~0.5 s less CPU, for ~0.15-0.2 GB more peak memory (benchmarks/results/HISTORY.md, issue
+    polars' allocator keeps freed pages for 5 s (``KEEP_FREED``) instead of 0.5-1 s. At ten million kernels: ~10%
+    fewer page faults and ~0.5 s less CPU, for ~0.15 GB more peak memory (benchmarks/results/HISTORY.md, issue
     25 sixth pass). A Kineto trace keeps polars' setting (its analysis is small and its peak is what counts), as
     does a process where polars is loaded already or ``_RJEM_MALLOC_CONF`` is set. Whether it did it."""
     if "polars" in sys.modules or "_RJEM_MALLOC_CONF" in os.environ:
