@@ -529,3 +529,25 @@ def test_started_stage_gives_its_result_or_its_error(threads):
     wait = started(fails, threads=threads)
     with pytest.raises(ValueError, match="boom"):
         wait()
+
+
+@settings(max_examples=300, deadline=None)
+@given(vals=st.lists(st.integers(-3, 15), max_size=40), rows=st.integers(1, 12))
+def test_step_chunks_cut_at_the_first_step_start_after_each_target(vals, rows):
+    """intervals.step_chunks by two binary searches per slice (issue 25, sixth pass) against the column of every
+    step's first row it replaces: each slice ends at the first step start at or after ``rows`` rows."""
+    from tracekit.intervals import step_chunks
+
+    step = pl.Series(sorted(vals), dtype=pl.Int64)
+    n = step.len()
+    if n <= rows:
+        want = [(0, n)] if n else []
+    else:
+        starts = (step != step.shift(1)).fill_null(True).arg_true()
+        want, at = [], 0
+        while at < n:
+            nxt = int(starts.search_sorted(at + rows, side="left"))
+            end = int(starts[nxt]) if nxt < starts.len() else n
+            want.append((at, end - at))
+            at = end
+    assert step_chunks(step, rows) == want

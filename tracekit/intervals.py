@@ -144,11 +144,17 @@ def step_chunks(step: pl.Series, rows: int | None = None) -> list[tuple[int, int
     rows = rows or CHUNK_ROWS
     if n <= rows or step.null_count() or not step.is_sorted():
         return [(0, n)] if n else []
-    starts = (step != step.shift(1)).fill_null(True).arg_true()  # each step's first row
     out, at = [], 0
     while at < n:  # (a few slices, not steps)
-        nxt = int(starts.search_sorted(at + rows, side="left"))
-        end = int(starts[nxt]) if nxt < starts.len() else n  # (a step longer than ``rows``: a slice of its own)
+        # the slice ends where the first step starting at or after row ``at + rows`` starts (a step longer than
+        # ``rows``: a slice of its own): two binary searches in the sorted ids, no column of step starts
+        cut = at + rows
+        if cut >= n:
+            end = n
+        else:
+            v = step[cut]
+            first = int(step.search_sorted(v, side="left"))  # (the first row of the step holding row ``cut``)
+            end = cut if first == cut else int(step.search_sorted(v, side="right"))
         out.append((at, end - at))
         at = end
     return out

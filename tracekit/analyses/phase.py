@@ -111,7 +111,8 @@ def name_matches(names: pl.Series, regex: str) -> pl.Series:
     if isinstance(names.dtype, pl.Enum):
         # an Enum's names are its categories, in code order: one lookup table, one gather by code
         table = pl.Series(names.dtype.categories).str.contains(regex).fill_null(False)
-        return table.gather(names.to_physical()).fill_null(False).alias(names.name)
+        hit = table.gather(names.to_physical())
+        return (hit.fill_null(False) if hit.null_count() else hit).alias(names.name)  # (no copy without nulls)
     # (a Categorical's candidates: every string of its categories, a few thousand, not a unique() of its rows:
     # two million Kineto ops, ten million kernels)
     uniq = names.dtype.categories.to_series() if names.dtype == pl.Categorical else names.unique()
