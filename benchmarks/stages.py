@@ -4,8 +4,8 @@
 
 What it does, in order:
 
-1. reads the trace as the command does (``tracekit.load(path, kernel_dims=False)``): wall and CPU seconds,
-   peak RSS after the read;
+1. reads the trace as the command does (``tracekit.load(path, kernel_dims=False)``, polars' allocator set as the
+   console script sets it: ``nsys_scan.keep_freed_memory``): wall and CPU seconds, peak RSS after the read;
 2. runs the analysis as the command does (``breakdown`` + ``to_dict`` + the JSON text; its own threads on):
    wall and CPU seconds, peak RSS after it;
 3. runs it again under ``cProfile`` with the stages one after the other (``tracekit.parallel.in_threads`` made
@@ -37,6 +37,14 @@ from pathlib import Path
 
 # TRACEKIT_SRC=/path/to/checkout: profile another checkout's tracekit (e.g. main, from `git archive`)
 sys.path.insert(0, os.environ.get("TRACEKIT_SRC") or str(Path(__file__).resolve().parents[1]))
+
+if __name__ == "__main__":  # (as the console script does, before polars is imported: the allocator's setting)
+    try:
+        from tracekit.readers.nsys_scan import keep_freed_memory
+    except ImportError:  # (a checkout from before issue 25's sixth pass)
+        pass
+    else:
+        keep_freed_memory(sys.argv[1:])
 
 
 def _rss_mb() -> float:
