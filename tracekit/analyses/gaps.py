@@ -115,7 +115,7 @@ def blocking_copies(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
         return calls.clear()
     # (looked up among the copy calls alone, then mapped back to launch rows: a lookup over every launch of
     # ten million kernels cost a second for a few thousand copies)
-    rows = pl.int_range(0, launches.height, dtype=pl.UInt32, eager=True).filter(memcpy)
+    rows = memcpy.arg_true()  # (the copy calls' rows: few, and no column of every row number)
     row = rows.gather(row_lookup(m.select("pid", "correlation"),
                                  launches.select("pid", "correlation").filter(memcpy)))
     # (Kineto names its copies "Memcpy HtoD (Pageable -> Device)")
@@ -126,21 +126,24 @@ def blocking_copies(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     return calls[copies["_r"]].unique()
 
 
-def host_waits(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
+def host_waits(trace: Trace, launches: pl.DataFrame, copies: pl.DataFrame | None = None) -> pl.DataFrame:
     """The calls (``pid``, ``tid``, ``start``, ``end``) that return only once the GPU has caught up: device,
     stream and event synchronisations and the blocking copies (not ``cudaStreamWaitEvent``: the GPU waits there,
-    not the host). A CUDA graph cannot span one: the host work after its return stays with graphs."""
+    not the host). A CUDA graph cannot span one: the host work after its return stays with graphs. ``copies``:
+    :func:`blocking_copies`, when the caller has them already."""
     sync = launches.select("pid", "tid", "start", "end", "name").filter(launches["kind"] == "sync")
     sync = sync.filter(~pl.col("name").cast(pl.String).str.contains("WaitEvent")).drop("name")
-    return pl.concat([sync, blocking_copies(trace, launches)]).unique()
+    return pl.concat([sync, blocking_copies(trace, launches) if copies is None else copies]).unique()
 
 
-def stall_segments(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
+def stall_segments(trace: Trace, launches: pl.DataFrame, copies: pl.DataFrame | None = None) -> pl.DataFrame:
     """Disjoint per-thread intervals during which the host is stalled (see the module docstring): columns
-    ``pid``, ``tid``, ``start``, ``end``, ``before`` (stalled time of the thread before ``start``)."""
+    ``pid``, ``tid``, ``start``, ``end``, ``before`` (stalled time of the thread before ``start``). ``copies``:
+    :func:`blocking_copies`, when the caller has them already."""
     # (narrow columns first, then the filters: a filter of the whole launch table copies every column of it)
     calls = launches.select("pid", "tid", "start", "end")
-    parts = [calls.filter(launches["kind"].is_in(list(STALL_API_KINDS))), blocking_copies(trace, launches)]
+    parts = [calls.filter(launches["kind"].is_in(list(STALL_API_KINDS))),
+             blocking_copies(trace, launches) if copies is None else copies]
     for frame in (trace.ranges,):  # not trace.ops: see the module docstring
         iv = frame.filter(pl.col("end").is_not_null() & (pl.col("end") > pl.col("start"))).select(
             "pid", "tid", "start", "end")

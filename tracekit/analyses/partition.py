@@ -30,6 +30,7 @@ from tracekit.analyses.attribution import THREADS_FROM_ROWS, Attribution
 from tracekit.analyses.gaps import (
     LARGEST,
     after_waits,
+    blocking_copies,
     host_waits,
     name_gaps,
     stall_segments,
@@ -367,10 +368,11 @@ def _gap_inputs(trace: Trace, launches: pl.DataFrame) -> dict:
     waits, and the launch calls that follow a wait (``gaps.waits_before``)."""
     from tracekit.intervals import merge
 
-    segments = stall_segments(trace, launches)
+    copies = blocking_copies(trace, launches)  # (once: the stalls and the waits both hold them)
+    segments = stall_segments(trace, launches, copies)
     union = (merge(segments.select("start", "end").with_columns(_g=pl.lit(0)), ["_g"]).collect().drop("_g")
              if segments.height else segments.select("start", "end"))
-    waits = host_waits(trace, launches)
+    waits = host_waits(trace, launches, copies)
     return {"segments": segments, "union": union, "waits": waits, "ends": waits_before(launches, waits)}
 
 
