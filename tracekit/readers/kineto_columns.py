@@ -616,6 +616,33 @@ class Frames:
             while len(self._ahead) > _AHEAD:  # (bounds the untyped batches held)
                 self._ahead.popleft().result()
 
+    def take(self, batches) -> None:
+        """The typed batches of the events after a cut (:mod:`tracekit.readers.kineto_worker` read them in a
+        second process), as if typed here: ``(group, hold, names, frame)`` in their reading order, which follows
+        every event added so far. ``names``: the CODED names the worker met since its previous batch, in the order
+        of its codes (its frames' ``name`` codes are put in this process' table here); ``hold``: see
+        OpsInOrder.add, as the worker saw it (rows of the other CODED group read and none of them typed yet there;
+        here too, then, unless this process typed some)."""
+        for g in _SPECS:  # (what this process read: before the worker's rows)
+            self._flush(g)
+        index = self.names["op"].index
+        remap: list[int] = []  # the worker's name code -> this process' code
+        for g, hold, names, df in batches:
+            if names:
+                remap.extend(index.setdefault(n, len(index)) for n in names)
+            if g in CODED:
+                df = df.with_columns(pl.Series("name", remap, dtype=pl.UInt32).gather(df["name"]))
+                hold = hold and not any(self.typed[h] for h in CODED if h != g)
+                job = self._pool.submit(self.ops.add, g, df, hold)
+                self._ahead.append(job)
+                while len(self._ahead) > _AHEAD:
+                    self._ahead.popleft().result()
+            else:
+                job = Future()
+                job.set_result(df)
+            self.typed[g].append(job)
+            del df
+
     def close(self) -> None:
         """Wait for the typing thread and end it."""
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -105,19 +105,29 @@ _CHUNK = 1 << 20  # event text decoded at a time (bounds the Python objects aliv
 _WINDOW = 1 << 16  # a piece is cut at the first event boundary in its last _WINDOW bytes
 
 
-def _raw_blocks(path: Path) -> Iterator[bytes]:
-    """The file's (decompressed) bytes, block by block."""
+def _raw_blocks(path: Path, start: int = 0, stop: int | None = None) -> Iterator[bytes]:
+    """The file's (decompressed) bytes, block by block. ``start``/``stop`` (plain JSON only): the bytes from
+    ``start`` up to ``stop``, then ``]}`` (the events before ``stop`` as a whole document: see :func:`split_at`)."""
     try:
         f = open(path, "rb")
     except OSError as e:
         raise fail(path, f"cannot read the file ({e.strerror or e})", "check the path and its permissions")
     with f:
         head = f.read(2)
-        f.seek(0)
+        f.seek(start)
         if head != b"\x1f\x8b":
-            while block := f.read(_BLOCK):
+            if stop is None:
+                while block := f.read(_BLOCK):
+                    yield block
+                return
+            left = stop - start
+            while left > 0 and (block := f.read(min(_BLOCK, left))):
+                left -= len(block)
                 yield block
+            yield b"]}"
             return
+        if start or stop is not None:
+            raise ValueError("a gzip stream is read from its start to its end")
         d, fed = zlib.decompressobj(wbits=31), False
         try:
             while comp := f.read(_BLOCK // 4):
@@ -183,6 +193,7 @@ class Decoded:
         self.path = path
         self.warnings: list[str] = []
         self.nan_literals = 0
+        self.whole = False  # the document was decoded whole (its events could not be cut from the header)
 
 
 def _decode_bytes(st: Decoded, decoder, data):
@@ -219,8 +230,8 @@ def _is_bad_split(e: msgspec.DecodeError, n: int) -> bool:
 class _Blocks:
     """The prefetched blocks, with an end-of-input flag."""
 
-    def __init__(self, path: Path):
-        self._it = _prefetched(_raw_blocks(path))
+    def __init__(self, path: Path, start: int = 0, stop: int | None = None):
+        self._it = _prefetched(_raw_blocks(path, start, stop))
         self.eof = False
 
     def next(self) -> bytes | None:
@@ -322,7 +333,7 @@ def _with_nan_literals(st: Decoded, data: bytes, error: msgspec.DecodeError) -> 
     raise fail(st.path, f"not valid JSON ({one_line(error)})")
 
 
-def iter_chunks(path: Path, st: Decoded) -> Iterator[tuple[list, Doc | None]]:
+def iter_chunks(path: Path, st: Decoded, stop: int | None = None) -> Iterator[tuple[list, Doc | None]]:
     """Yield (events, header-or-None) chunk by chunk, never holding the whole document.
 
     The top-level object is cut into: the text before ``"traceEvents": [`` (the header),
@@ -331,13 +342,28 @@ def iter_chunks(path: Path, st: Decoded) -> Iterator[tuple[list, Doc | None]]:
     decoded as one small document). Whatever this cannot cut cleanly is decoded whole by
     msgspec, so errors are always msgspec's. The consumer must drop each chunk's events
     before asking for the next (their ``Raw`` fields point into the chunk's buffer).
+
+    ``stop``: read only the events before that offset (an event boundary found by :func:`split_at`), as if the
+    document ended there; the events from it on are :func:`iter_chunks_from`'s.
     """
-    blocks = _Blocks(path)
+    blocks = _Blocks(path, 0, stop)
     header, whole, rest = _header(st, blocks)
     if whole:
+        st.whole = True
         yield header.traceEvents, header
         return
     yield [], header
+    yield from _events(st, blocks, rest)
+
+
+def iter_chunks_from(path: Path, st: Decoded, start: int) -> Iterator[tuple[list, Doc | None]]:
+    """:func:`iter_chunks` for the events from offset ``start`` (the first byte of an event: see
+    :func:`split_at`) to the end, and the tail after them (yielded with the last events: its keys, the header
+    fields after ``traceEvents``)."""
+    yield from _events(st, _Blocks(path, start), b"")
+
+
+def _events(st: Decoded, blocks: _Blocks, rest: bytes) -> Iterator[tuple[list, Doc | None]]:
     while True:
         parts, size = [b"[", rest], 1 + len(rest)
         del rest
@@ -359,3 +385,30 @@ def iter_chunks(path: Path, st: Decoded) -> Iterator[tuple[list, Doc | None]]:
         rest = bytes(memoryview(buf)[nxt:])
         yield events, None
         del events, buf
+
+
+_SPLIT_WINDOW = 1 << 20  # bytes searched for an event boundary at the chosen offset
+
+
+def split_at(path: Path, at: int) -> tuple[int, int] | None:
+    """A candidate cut of a plain JSON trace's events near offset ``at``: (stop, start), the end of an event
+    (after its ``}``) and the start of the next (its ``{``), or None (gzip, no ``traceEvents`` key in the first
+    MB, no boundary near ``at``). A candidate only: the text ``},{`` can be inside a string too. The part before
+    it, read by ``iter_chunks(stop=stop)``, decodes only if it is a true boundary (its last event is closed at the
+    array's level, and the ``,`` after it is the array's)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SPLIT_WINDOW)
+            if head[:2] == b"\x1f\x8b":
+                return None
+            key = _EVENTS_KEY.search(head)
+            if key is None or at <= key.end():
+                return None
+            f.seek(at)
+            window = f.read(_SPLIT_WINDOW)
+    except OSError:
+        return None
+    s = _SPLIT.search(window)
+    if s is None:
+        return None
+    return at + s.start() + 1, at + s.end() - 1

@@ -1,0 +1,126 @@
+"""Kineto JSON: the second process that reads the events after a cut (``python -m tracekit.readers.kineto_worker``).
+
+A big plain-JSON trace is read by two processes (:func:`tracekit.readers.kineto.read_kineto`): the command reads the
+events before a cut (an event boundary near the middle: ``kineto_stream.split_at``) and this worker, started beside
+it, reads the events after it, each on its own core (decoding holds the GIL: threads cannot spread it). The
+worker decodes, groups and types its events exactly as the command would (``kineto_stream``, ``kineto_columns``:
+the same code) and writes each typed batch, in reading order, to a file the command made and already deleted
+(Arrow IPC, one record per batch; the command passes its descriptor): ``<u32 length><msgpack header><IPC>``.
+A header is ``{"g": group, "hold": bool, "names": [...]}`` (the names of Trace.ops' table first met since the
+previous batch, in the order of the worker's codes, which the command maps to its own); the last record is
+``{"end": true, "dropped": {...}, "nan": N, "tail": <the header fields after traceEvents, as JSON>}``.
+
+The command takes the batches only once the worker has exited 0 having written that last record; on any other
+outcome it reads the events after the cut itself (and so reports any error in them itself). The worker is
+spawned, not forked (never a copy of a process whose polars thread pool is running), and holds only its own
+part: Python, polars and a few batches in flight (~90 MB).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from pathlib import Path
+
+import msgspec
+
+from tracekit.readers.kineto_columns import CODED, Frames, _typed
+from tracekit.readers.kineto_stream import Decoded, iter_chunks_from
+
+_LEN = struct.Struct("<I")
+
+
+def write_record(fd: int, header: dict, body: bytes = b"") -> None:
+    head = msgspec.msgpack.encode(header)
+    data = b"".join((_LEN.pack(len(head)), head, body))
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_records(fd: int):
+    """The records of a worker's file, in order: ``(header, body)`` (the body a bytes of Arrow IPC)."""
+    off = 0
+    while True:
+        n = os.pread(fd, _LEN.size, off)
+        if len(n) < _LEN.size:
+            return
+        (size,) = _LEN.unpack(n)
+        header = msgspec.msgpack.decode(os.pread(fd, size, off + _LEN.size))
+        off += _LEN.size + size
+        body_size = header.get("n", 0)
+        body = os.pread(fd, body_size, off) if body_size else b""
+        off += body_size
+        yield header, body
+
+
+class _Shipping(Frames):
+    """:class:`Frames` whose typed batches are written to ``fd`` (in the typing thread, in order) instead of
+    kept."""
+
+    def __init__(self, kernel_dims: bool, fd: int):
+        super().__init__(kernel_dims)
+        self.fd = fd
+        self.sent = 0  # names of the CODED table written so far
+
+    def _flush(self, g: str) -> None:
+        if self.pending[g]:
+            hold = any(self.pending[h] and not self.typed[h] for h in CODED if h != g)
+            job = self._pool.submit(self._ship, g, self.pending[g], hold)
+            self.typed[g].append(job)
+            self._ahead.append(job)
+            self.pending[g], self.rows[g] = [], 0
+            while len(self._ahead) > 2:
+                self._ahead.popleft().result()
+
+    def _ship(self, g: str, parts: list, hold: bool) -> None:
+        import io
+
+        df = _typed(g, parts, self.names[g], self.dropped)
+        names = []
+        if g in CODED:
+            names = list(self.names[g].index)[self.sent:]
+            self.sent += len(names)
+        buf = io.BytesIO()
+        df.write_ipc(buf, compression="uncompressed")
+        body = buf.getbuffer()
+        write_record(self.fd, {"g": g, "hold": hold, "names": names, "n": len(body)}, body)
+
+    def finish(self) -> None:
+        for g in self.pending:
+            self._flush(g)
+        for jobs in self.typed.values():
+            for job in jobs:
+                job.result()
+
+
+def main(argv: list[str]) -> int:
+    path, start, kernel_dims, fd = Path(argv[0]), int(argv[1]), argv[2] == "1", int(argv[3])
+    st = Decoded(path)
+    frames = _Shipping(kernel_dims, fd)
+    tail = None
+    codes_of: dict = {None: 0}
+    try:
+        for events, doc in iter_chunks_from(path, st, start):
+            if doc is not None:
+                tail = doc
+            frames.add(events, codes_of)
+            del events, doc
+        frames.finish()
+    finally:
+        frames.close()
+    if tail is not None:
+        tail.traceEvents = None
+    write_record(fd, {"end": True, "dropped": frames.dropped, "nan": st.nan_literals,
+                      "tail": msgspec.json.encode(tail).decode() if tail is not None else None})
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        code = main(sys.argv[1:])
+    except BaseException:  # noqa: BLE001 - any failure: the command reads this part itself
+        code = 1
+    sys.stdout.flush()
+    os._exit(code)
