@@ -52,15 +52,12 @@ How it reads (and why):
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import polars as pl
 
 from tracekit import trace as schema
+from tracekit.readers import kineto_split
 from tracekit.readers.common import nesting_depth, release_freed_memory
 from tracekit.readers.kineto_columns import MATMUL_OPS, Frames
 from tracekit.readers.kineto_header import (
@@ -131,7 +128,7 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     kernels' grid/block (then null), which no analysis uses.
     """
     path = Path(path)
-    worker = _Worker.start(path, kernel_dims)
+    worker = kineto_split.take(path, kernel_dims)  # (None: read here alone)
     if worker is not None:
         try:
             st, frames = Decoded(path), Frames(kernel_dims)
@@ -151,79 +148,15 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
         frames.close()
 
 
-# A plain-JSON trace of at least this many bytes is read by two processes: this one reads the events up to a cut
-# at SPLIT_AT of the file, a worker (kineto_worker) the rest; below it starting a process costs more than it saves.
-SPLIT_MIN_BYTES = 64 << 20
-SPLIT_AT = 0.5
-
-
 class _Redo(Exception):
     """The part before the cut did not read: read the whole file in this process."""
 
 
-class _Worker:
-    """The second process reading the events after the cut (:mod:`tracekit.readers.kineto_worker`)."""
-
-    def __init__(self, proc: subprocess.Popen, out, stop: int, start: int):
-        self.proc, self.out, self.stop_at, self.start_at = proc, out, stop, start
-
-    @classmethod
-    def start(cls, path: Path, kernel_dims: bool) -> _Worker | None:
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return None
-        if size < SPLIT_MIN_BYTES:
-            return None
-        cut = split_at(path, int(size * SPLIT_AT))
-        if cut is None:
-            return None
-        import tracekit
-
-        env = dict(os.environ)
-        root = str(Path(tracekit.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        out = None
-        try:
-            out = tempfile.TemporaryFile(prefix="tracekit-kineto-")
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tracekit.readers.kineto_worker", str(path), str(cut[1]),
-                 "1" if kernel_dims else "0", str(out.fileno())],
-                pass_fds=(out.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, env=env)
-        except OSError:
-            if out is not None:
-                out.close()
-            return None
-        return cls(proc, out, *cut)
-
-    def batches(self):
-        """(group, hold, names, frame) of every typed batch, and the end record; None if the worker failed."""
-        from tracekit.readers.kineto_worker import read_records
-
-        if self.proc.wait() != 0:
-            return None
-        fd = self.out.fileno()
-        end = None
-        for header, _ in read_records(fd):  # (the headers only: the batches are read by take)
-            if header.get("end"):
-                end = header
-        if end is None:
-            return None
-
-        def typed():
-            for header, body in read_records(fd):
-                if not header.get("end"):
-                    yield header["g"], header["hold"], header["names"], pl.read_ipc(io.BytesIO(body))
-                    del body
-
-        return typed(), end
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.out.close()
+def _batches(records):
+    """The worker's batch records as Frames.take wants them."""
+    for header, body in records:
+        yield header["g"], header["hold"], header["names"], pl.read_ipc(io.BytesIO(body))
+        del body
 
 
 def _add(path: Path, chunks, header: Doc, frames: Frames, codes_of: dict) -> None:
@@ -237,7 +170,7 @@ def _add(path: Path, chunks, header: Doc, frames: Frames, codes_of: dict) -> Non
         del events, doc
 
 
-def _read(path: Path, st: Decoded, frames: Frames, worker: _Worker | None = None) -> Trace:
+def _read(path: Path, st: Decoded, frames: Frames, worker: kineto_split.Worker | None = None) -> Trace:
     header = Doc()
     codes_of: dict = {None: 0}
     extra_dropped: dict = {}
@@ -250,12 +183,12 @@ def _read(path: Path, st: Decoded, frames: Frames, worker: _Worker | None = None
             raise _Redo from None
         if st.whole:
             raise _Redo
-        got = worker.batches()
+        got = worker.records()
         if got is None:  # (the worker failed: the rest read here, errors and all)
             _add(path, iter_chunks_from(path, st, worker.start_at), header, frames, codes_of)
         else:
-            batches, end = got
-            frames.take(batches)
+            records, end = got
+            frames.take(_batches(records))
             if end["tail"] is not None:
                 merge_into(header, DECODER.decode(end["tail"]))
             st.nan_literals += end["nan"]

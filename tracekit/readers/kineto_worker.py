@@ -18,41 +18,16 @@ part: Python, polars and a few batches in flight (~90 MB).
 
 from __future__ import annotations
 
+import io
 import os
-import struct
 import sys
 from pathlib import Path
 
 import msgspec
 
-from tracekit.readers.kineto_columns import CODED, Frames, _typed
+from tracekit.readers.kineto_columns import _AHEAD, CODED, Frames, _typed
+from tracekit.readers.kineto_split import write_record
 from tracekit.readers.kineto_stream import Decoded, iter_chunks_from
-
-_LEN = struct.Struct("<I")
-
-
-def write_record(fd: int, header: dict, body: bytes = b"") -> None:
-    head = msgspec.msgpack.encode(header)
-    data = b"".join((_LEN.pack(len(head)), head, body))
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def read_records(fd: int):
-    """The records of a worker's file, in order: ``(header, body)`` (the body a bytes of Arrow IPC)."""
-    off = 0
-    while True:
-        n = os.pread(fd, _LEN.size, off)
-        if len(n) < _LEN.size:
-            return
-        (size,) = _LEN.unpack(n)
-        header = msgspec.msgpack.decode(os.pread(fd, size, off + _LEN.size))
-        off += _LEN.size + size
-        body_size = header.get("n", 0)
-        body = os.pread(fd, body_size, off) if body_size else b""
-        off += body_size
-        yield header, body
 
 
 class _Shipping(Frames):
@@ -71,12 +46,10 @@ class _Shipping(Frames):
             self.typed[g].append(job)
             self._ahead.append(job)
             self.pending[g], self.rows[g] = [], 0
-            while len(self._ahead) > 2:
+            while len(self._ahead) > _AHEAD:
                 self._ahead.popleft().result()
 
     def _ship(self, g: str, parts: list, hold: bool) -> None:
-        import io
-
         df = _typed(g, parts, self.names[g], self.dropped)
         names = []
         if g in CODED:

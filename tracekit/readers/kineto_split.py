@@ -1,0 +1,173 @@
+"""Kineto JSON read by two processes: where to cut, the worker process, its records. Imports no polars.
+
+Decoding a Kineto trace holds the GIL (msgspec Structs, the C-level maps that group them and build their columns:
+~6 s of one core for 1 GB), so threads cannot spread it. A plain-JSON trace of at least :data:`SPLIT_MIN_BYTES` is
+therefore read by two processes: :func:`tracekit.readers.kineto.read_kineto` reads the events before a cut (an
+event boundary near :data:`SPLIT_AT` of the file, :func:`tracekit.readers.kineto_stream.split_at`), and a worker
+(``python -m tracekit.readers.kineto_worker``), started beside it, reads the events after it and writes their typed
+batches to a file the command made and deleted at once (in the system's temporary directory, never beside the
+trace); the command puts them after its own, as if it had read them (:meth:`kineto_columns.Frames.take`).
+
+The worker is spawned, not forked: a fresh interpreter that imports only the reader (never a copy of a process
+whose polars thread pool runs). :func:`head_start` starts it before the command imports polars and the analysis
+(as :func:`tracekit.readers.nsys_scan.head_start` starts the nsys scans), so that its imports overlap the
+command's. The command takes the worker's batches only once it has exited 0 having written its last record;
+on any other outcome the command reads the events after the cut itself (errors and all), and if the part before
+the cut does not read (the cut candidate was inside a string, or the file is damaged there) it reads the whole
+file alone, from the start: the two-process read never gives a different or a partial result.
+
+Records (``<u32 length><msgpack header><body>``): ``{"g": group, "hold": bool, "names": [...], "n": body
+bytes}`` + Arrow IPC of one typed batch (``names``: the names of Trace.ops' table first met since the previous
+batch, in the order of the worker's codes, which the command maps to its own); the last is ``{"end": true,
+"dropped": {...}, "nan": N, "tail": <the header fields after traceEvents, as JSON>}``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import msgspec
+
+# A plain-JSON trace of at least this many bytes is read by two processes; below it a process start (~0.2 s of
+# CPU: an interpreter and polars) costs more than it saves.
+SPLIT_MIN_BYTES = 64 << 20
+# Where the cut is, as a fraction of the file: the command reads the part before it, and afterwards still puts the
+# worker's batches in order and builds the Trace, so the worker takes the larger part.
+SPLIT_AT = 0.5
+
+_LEN = struct.Struct("<I")
+
+
+def write_record(fd: int, header: dict, body=b"") -> None:
+    """One record to the worker's file."""
+    head = msgspec.msgpack.encode(header)
+    view = memoryview(b"".join((_LEN.pack(len(head)), head, body)))
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_records(fd: int):
+    """The records of a worker's file, in order: ``(header, body)``."""
+    off = 0
+    while True:
+        n = os.pread(fd, _LEN.size, off)
+        if len(n) < _LEN.size:
+            return
+        (size,) = _LEN.unpack(n)
+        header = msgspec.msgpack.decode(os.pread(fd, size, off + _LEN.size))
+        off += _LEN.size + size
+        body_size = header.get("n", 0)
+        body = os.pread(fd, body_size, off) if body_size else b""
+        off += body_size
+        yield header, body
+
+
+class Worker:
+    """The second process, reading the events from ``start`` (the part before ``stop`` is the command's)."""
+
+    def __init__(self, proc: subprocess.Popen, out, stop: int, start: int):
+        self.proc, self.out, self.stop_at, self.start_at = proc, out, stop, start
+
+    @classmethod
+    def start(cls, path: Path, kernel_dims: bool) -> Worker | None:
+        """A worker for ``path``, or None: a small or gzipped file, no cut found, or no process could start."""
+        from tracekit.readers.kineto_stream import split_at
+
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return None
+        if size < SPLIT_MIN_BYTES:
+            return None
+        cut = split_at(path, int(size * SPLIT_AT))
+        if cut is None:
+            return None
+        root = str(Path(__file__).resolve().parent.parent.parent)  # (where this tracekit is imported from)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        out = None
+        try:
+            out = tempfile.TemporaryFile(prefix="tracekit-kineto-")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tracekit.readers.kineto_worker", str(path), str(cut[1]),
+                 "1" if kernel_dims else "0", str(out.fileno())],
+                pass_fds=(out.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, env=env, close_fds=True)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            if out is not None:
+                out.close()
+            return None
+        return cls(proc, out, *cut)
+
+    def records(self):
+        """Waits for the worker: an iterator of its batch records ``(header, body)`` and its end record, or None
+        when it failed (exit status, or no end record)."""
+        if self.proc.wait() != 0:
+            return None
+        fd = self.out.fileno()
+        end = None
+        for header, _ in read_records(fd):  # (a pass over the headers: the end record must be there)
+            end = header if header.get("end") else end
+        if end is None:
+            return None
+        return ((h, b) for h, b in read_records(fd) if not h.get("end")), end
+
+    def stop(self) -> None:
+        """End the worker (if it still runs) and drop its file."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.out.close()
+
+
+_PENDING: dict[tuple, Worker] = {}
+
+
+def _key(path: Path, kernel_dims: bool) -> tuple | None:
+    try:
+        st = path.stat()
+        return str(path.resolve()), kernel_dims, st.st_size, st.st_mtime_ns
+    except OSError:
+        return None
+
+
+def take(path: Path, kernel_dims: bool) -> Worker | None:
+    """The worker for this read: the one :func:`head_start` started, else a new one (or None)."""
+    key = _key(path, kernel_dims)
+    worker = _PENDING.pop(key, None) if key is not None else None
+    return worker if worker is not None else Worker.start(path, kernel_dims)
+
+
+@contextmanager
+def head_start(path, *, kernel_dims: bool = True):
+    """Inside this block the worker for a big ``.json`` trace ``path`` is already running (started before the
+    caller imports polars and the analysis); :func:`tracekit.readers.kineto.read_kineto` called inside takes it.
+    One not taken is stopped on leaving. Any problem: no head start (the reader does as it always does)."""
+    key = None
+    try:
+        path = Path(path)
+        if path.suffix.lower() == ".json":
+            key = _key(path, kernel_dims)
+            if key is not None and key not in _PENDING:
+                worker = Worker.start(path, kernel_dims)
+                if worker is not None:
+                    _PENDING[key] = worker
+                else:
+                    key = None
+            else:
+                key = None
+    except Exception:  # noqa: BLE001 - no head start
+        key = None
+    try:
+        yield
+    finally:
+        if key is not None:
+            worker = _PENDING.pop(key, None)
+            if worker is not None:
+                worker.stop()
