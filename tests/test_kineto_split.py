@@ -105,7 +105,8 @@ def test_real_traces_two_processes_exactly(src, tmp_path, monkeypatch, taken):
 
 def _synthetic(tmp_path: Path, n: int = 6000) -> Path:
     """A plain-JSON trace with every group, two host threads and Python functions interleaved, equal starts across
-    groups, a record_function name holding ``},{`` and a tail key after traceEvents."""
+    groups, names first met near its end, a record_function name holding ``},{``, events with a bad duration and
+    keys after traceEvents."""
     ev = []
     for i in range(n):
         ts = 1_700_000_000_000 + i * 7 // 3  # (equal starts: several events share a ts)
@@ -113,7 +114,9 @@ def _synthetic(tmp_path: Path, n: int = 6000) -> Path:
         ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm" if i % 5 == 0 else f"aten::op{i % 13}", "pid": 1,
                    "tid": 1 + i % 2, "ts": float(t) if i % 11 else t, "dur": 1.5,
                    "args": {"Input Dims": [[4, i % 7], [i % 7, 8]], "Input type": ["float", "float"]}})
-        ev.append({"ph": "X", "cat": "python_function", "name": f"f{i % 17}", "pid": 1, "tid": 1, "ts": ts, "dur": 2})
+        late = i > n * 0.9  # (names first met after every cut: the worker's codes are not this process')
+        ev.append({"ph": "X", "cat": "python_function", "name": f"late{i % 7}" if late else f"f{i % 17}", "pid": 1,
+                   "tid": 1, "ts": ts, "dur": 2})
         ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts + 1,
                    "dur": 3, "args": {"correlation": i}})
         ev.append({"ph": "X", "cat": "kernel", "name": f"kern_{i % 9}", "pid": 0, "tid": 7, "ts": ts + 5, "dur": 2,
