@@ -43,7 +43,7 @@ def taken(monkeypatch):
     counts: list[int] = []
     original = kineto_columns.Frames.take
 
-    def take(self, batches):
+    def take(self, batches, *args):
         seen = []
 
         def counting():
@@ -51,8 +51,8 @@ def taken(monkeypatch):
                 seen.append(1)
                 yield b
 
-        original(self, counting())
-        counts.append(len(seen))
+        original(self, counting(), *args)
+        counts.append(len(seen) - 1)  # (the last: the names met last)
 
     monkeypatch.setattr(kineto_columns.Frames, "take", take)
     return counts
@@ -103,14 +103,14 @@ def test_real_traces_two_processes_exactly(src, tmp_path, monkeypatch, taken):
     _same(got, want)
 
 
-def _synthetic(tmp_path: Path, n: int = 6000) -> Path:
+def _synthetic(tmp_path: Path, n: int = 6000, by_thread: bool = False) -> Path:
     """A plain-JSON trace with every group, two host threads and Python functions interleaved, equal starts across
     groups, names first met near its end, a record_function name holding ``},{``, events with a bad duration and
     keys after traceEvents."""
     ev = []
     for i in range(n):
         ts = 1_700_000_000_000 + i * 7 // 3  # (equal starts: several events share a ts)
-        t = f"{ts}.{(i * 37) % 1000:03d}"
+        t = f"{ts}.{(i * 37) % 1000 if i % 3 else 0:03d}"  # (every third: the Python function's start too)
         ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm" if i % 5 == 0 else f"aten::op{i % 13}", "pid": 1,
                    "tid": 1 + i % 2, "ts": float(t) if i % 11 else t, "dur": 1.5,
                    "args": {"Input Dims": [[4, i % 7], [i % 7, 8]], "Input type": ["float", "float"]}})
@@ -131,6 +131,8 @@ def _synthetic(tmp_path: Path, n: int = 6000) -> Path:
                        "ts": ts, "dur": 1})
         if i % 301 == 0:
             ev.append({"ph": "X", "cat": "kernel", "name": "bad", "pid": 0, "tid": 7, "ts": ts, "dur": -1})
+    if by_thread:  # (each thread's events after the other's: runs that go back in time)
+        ev.sort(key=lambda e: (e["tid"], float(e["ts"])))
     doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU", "totalGlobalMem": 1, "numSms": 2}],
            "traceEvents": ev, "traceName": "x", "displayTimeUnit": "ms"}
     p = tmp_path / "synthetic.json"
@@ -140,14 +142,18 @@ def _synthetic(tmp_path: Path, n: int = 6000) -> Path:
 
 @pytest.mark.parametrize("at", [0.2, 0.5, 0.8])
 @pytest.mark.parametrize("rounds", [False, True])
-def test_cut_anywhere_same_trace(at, rounds, tmp_path, monkeypatch, taken):
-    """Cuts early, in the middle and late; with the ops put in order while reading (small rounds) or at the end."""
-    path = _synthetic(tmp_path)
+@pytest.mark.parametrize("by_thread", [False, True])
+def test_cut_anywhere_same_trace(at, rounds, by_thread, tmp_path, monkeypatch, taken):
+    """Cuts early, in the middle and late; with the ops put in order while reading (small rounds, in both
+    processes) or at the end; events in time order (the parts overlap in time only around the cut) or thread
+    after thread (they overlap everywhere, and the runs go back in time)."""
+    path = _synthetic(tmp_path, by_thread=by_thread)
     if rounds:
-        monkeypatch.setattr(kineto_columns, "_SETTLE", 700)
-        monkeypatch.setattr(kineto_columns, "_SETTLE_FIRST", 1500)
-        monkeypatch.setattr(kineto_columns, "_BATCH", 400)
-        monkeypatch.setattr(kineto_stream, "_CHUNK", 20_000)
+        sizes = (400, 700, 1500, 20_000)
+        for mod, name, v in zip((kineto_columns,) * 3 + (kineto_stream,), ("_BATCH", "_SETTLE", "_SETTLE_FIRST", "_CHUNK"),
+                                sizes):
+            monkeypatch.setattr(mod, name, v)
+        monkeypatch.setenv("TRACEKIT_KINETO_TEST_SIZES", ",".join(map(str, sizes)))
     want = _one_process(path, monkeypatch)
     monkeypatch.setattr(kineto_split, "SPLIT_MIN_BYTES", 0)
     monkeypatch.setattr(kineto_split, "SPLIT_AT", at)

@@ -152,11 +152,12 @@ class _Redo(Exception):
     """The part before the cut did not read: read the whole file in this process."""
 
 
-def _batches(records):
+def _batches(records, end: dict):
     """The worker's batch records as Frames.take wants them."""
     for header, body in records:
-        yield header["g"], header["hold"], header["names"], pl.read_ipc(io.BytesIO(body))
+        yield header["g"], header["names"], pl.read_ipc(io.BytesIO(body))
         del body
+    yield "ops", end["names"], pl.DataFrame()
 
 
 def _add(path: Path, chunks, header: Doc, frames: Frames, codes_of: dict) -> None:
@@ -188,7 +189,7 @@ def _read(path: Path, st: Decoded, frames: Frames, worker: kineto_split.Worker |
             _add(path, iter_chunks_from(path, st, worker.start_at), header, frames, codes_of)
         else:
             records, end = got
-            frames.take(_batches(records))
+            frames.take(_batches(records, end), end["in_order"])
             if end["tail"] is not None:
                 merge_into(header, DECODER.decode(end["tail"]))
             st.nan_literals += end["nan"]

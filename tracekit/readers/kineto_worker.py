@@ -25,14 +25,14 @@ from pathlib import Path
 
 import msgspec
 
-from tracekit.readers.kineto_columns import _AHEAD, CODED, Frames, _typed
+from tracekit.readers.kineto_columns import _AHEAD, CODED, Frames, _typed, _typed_ops
 from tracekit.readers.kineto_split import write_record
 from tracekit.readers.kineto_stream import Decoded, iter_chunks_from
 
 
 class _Shipping(Frames):
     """:class:`Frames` whose typed batches are written to ``fd`` (in the typing thread, in order) instead of
-    kept."""
+    kept; Trace.ops' rows are put in order here (OpsInOrder) and written as they are settled."""
 
     def __init__(self, kernel_dims: bool, fd: int):
         super().__init__(kernel_dims)
@@ -50,26 +50,41 @@ class _Shipping(Frames):
                 self._ahead.popleft().result()
 
     def _ship(self, g: str, parts: list, hold: bool) -> None:
-        df = _typed(g, parts, self.names[g], self.dropped)
-        names = []
         if g in CODED:
-            names = list(self.names[g].index)[self.sent:]
-            self.sent += len(names)
+            _typed_ops(g, parts, self.names[g], self.dropped, self.ops, hold)
+            for chunk in self.ops.take_done():
+                self._write("ops", chunk)
+        else:
+            self._write(g, _typed(g, parts, self.names[g], self.dropped))
+
+    def _write(self, g: str, df) -> None:
+        names = list(self.names["op"].index)[self.sent:]
+        self.sent += len(names)
         buf = io.BytesIO()
         df.write_ipc(buf, compression="uncompressed")
         body = buf.getbuffer()
-        write_record(self.fd, {"g": g, "hold": hold, "names": names, "n": len(body)}, body)
+        write_record(self.fd, {"g": g, "names": names, "n": len(body)}, body)
 
-    def finish(self) -> None:
+    def finish(self) -> bool:
+        """Everything written; whether Trace.ops' rows are in order (OpsInOrder.finish_parts)."""
         for g in self.pending:
             self._flush(g)
         for jobs in self.typed.values():
             for job in jobs:
                 job.result()
+        chunks, in_order = self.ops.finish_parts()
+        for chunk in chunks:
+            self._write("ops", chunk)
+        return in_order
 
 
 def main(argv: list[str]) -> int:
     path, start, kernel_dims, fd = Path(argv[0]), int(argv[1]), argv[2] == "1", int(argv[3])
+    if sizes := os.environ.get("TRACEKIT_KINETO_TEST_SIZES"):  # (tests: the batch and round sizes, small)
+        from tracekit.readers import kineto_columns, kineto_stream
+
+        (kineto_columns._BATCH, kineto_columns._SETTLE, kineto_columns._SETTLE_FIRST,
+         kineto_stream._CHUNK) = map(int, sizes.split(","))
     st = Decoded(path)
     frames = _Shipping(kernel_dims, fd)
     tail = None
@@ -80,12 +95,13 @@ def main(argv: list[str]) -> int:
                 tail = doc
             frames.add(events, codes_of)
             del events, doc
-        frames.finish()
+        in_order = frames.finish()
     finally:
         frames.close()
     if tail is not None:
         tail.traceEvents = None
-    write_record(fd, {"end": True, "dropped": frames.dropped, "nan": st.nan_literals,
+    write_record(fd, {"end": True, "dropped": frames.dropped, "nan": st.nan_literals, "in_order": in_order,
+                      "names": list(frames.names["op"].index)[frames.sent:],
                       "tail": msgspec.json.encode(tail).decode() if tail is not None else None})
     return 0
 
@@ -95,5 +111,4 @@ if __name__ == "__main__":
         code = main(sys.argv[1:])
     except BaseException:  # noqa: BLE001 - any failure: the command reads this part itself
         code = 1
-    sys.stdout.flush()
     os._exit(code)
