@@ -37,6 +37,13 @@ def _same(a, b) -> None:
     assert a.meta == b.meta
 
 
+@pytest.fixture(autouse=True)
+def small_pieces(monkeypatch):
+    """Blocks and pieces of 32 kB (the worker gets the same sizes): the test files have dozens of pieces."""
+    for name, v in (("_BLOCK", 1 << 15), ("_CHUNK", 1 << 15), ("_WINDOW", 1 << 12)):
+        monkeypatch.setattr(kineto_stream, name, v)
+
+
 @pytest.fixture
 def taken(monkeypatch):
     """Counts the worker batches the reads take (Frames.take)."""
@@ -97,7 +104,7 @@ def test_real_traces_two_processes_exactly(src, tmp_path, monkeypatch, taken):
     want = _one_process(path, monkeypatch, kernel_dims=False)
     monkeypatch.setattr(kineto_split, "SPLIT_MIN_BYTES", 0)
     if kineto_stream.split_at(path, int(path.stat().st_size * kineto_split.SPLIT_AT)) is None:
-        pytest.skip("no event boundary after the middle of the file")  # (a trace of a handful of events)
+        pytest.skip("too small to cut")  # (a trace of a handful of events)
     got = read_kineto(path, kernel_dims=False)
     assert taken and taken[0] > 0
     _same(got, want)
@@ -149,10 +156,9 @@ def test_cut_anywhere_same_trace(at, rounds, by_thread, tmp_path, monkeypatch, t
     after thread (they overlap everywhere, and the runs go back in time)."""
     path = _synthetic(tmp_path, by_thread=by_thread)
     if rounds:
-        sizes = (400, 700, 1500, 20_000)
-        for mod, name, v in zip((kineto_columns,) * 3 + (kineto_stream,), ("_BATCH", "_SETTLE", "_SETTLE_FIRST", "_CHUNK"),
-                                sizes):
-            monkeypatch.setattr(mod, name, v)
+        sizes = (400, 700, 1500)
+        for name, v in zip(("_BATCH", "_SETTLE", "_SETTLE_FIRST"), sizes):
+            monkeypatch.setattr(kineto_columns, name, v)
         monkeypatch.setenv("TRACEKIT_KINETO_TEST_SIZES", ",".join(map(str, sizes)))
     want = _one_process(path, monkeypatch)
     monkeypatch.setattr(kineto_split, "SPLIT_MIN_BYTES", 0)
@@ -164,14 +170,16 @@ def test_cut_anywhere_same_trace(at, rounds, by_thread, tmp_path, monkeypatch, t
 
 
 def test_cut_inside_a_string_reads_alone(tmp_path, monkeypatch, taken):
-    """A cut candidate inside a string (an event name holding ``},{``): the part before it does not read, so the
-    whole file is read in this process, with the same result."""
+    """A cut candidate inside a string (an event name holding ``},{``): no piece ends there, so this process
+    reads on to the end (the worker's batches unused), with the same result."""
     path = _synthetic(tmp_path)
     text = path.read_bytes()
     inside = text.index(b'odd },{', len(text) // 2) + 4  # (the candidate '},{' in the name)
+    end = (inside // kineto_stream._BLOCK + 1) * kineto_stream._BLOCK
+    monkeypatch.setattr(kineto_stream, "_WINDOW", end - inside + 1)  # (the window starts just before it)
     monkeypatch.setattr(kineto_split, "SPLIT_MIN_BYTES", 0)
-    monkeypatch.setattr(kineto_split, "SPLIT_AT", (inside - 2) / len(text))
-    assert kineto_stream.split_at(path, inside - 2) == (inside + 1, inside + 2)
+    monkeypatch.setattr(kineto_split, "SPLIT_AT", inside / len(text))
+    assert kineto_stream.split_at(path, inside) == inside + 2
     got = read_kineto(path)
     assert taken == []  # (the worker's batches were not taken)
     _same(got, _one_process(path, monkeypatch))

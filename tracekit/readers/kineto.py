@@ -68,7 +68,6 @@ from tracekit.readers.kineto_header import (
     process_groups,
     producer_version,
 )
-from tracekit.errors import TracekitError
 from tracekit.readers.kineto_stream import (
     DECODER,
     ArgsError,
@@ -77,7 +76,6 @@ from tracekit.readers.kineto_stream import (
     fail,
     iter_chunks,
     iter_chunks_from,
-    split_at,
 )
 from tracekit.trace import Trace, TraceMeta, conform, empty
 
@@ -129,27 +127,14 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     """
     path = Path(path)
     worker = kineto_split.take(path, kernel_dims)  # (None: read here alone)
-    if worker is not None:
-        try:
-            st, frames = Decoded(path), Frames(kernel_dims)
-            try:
-                return _read(path, st, frames, worker)
-            finally:
-                frames.close()
-        except _Redo:
-            pass  # (read in this process alone, from the start: any error there is the file's)
-        finally:
-            worker.stop()
     st = Decoded(path)
     frames = Frames(kernel_dims)
     try:
-        return _read(path, st, frames)
+        return _read(path, st, frames, worker)
     finally:
         frames.close()
-
-
-class _Redo(Exception):
-    """The part before the cut did not read: read the whole file in this process."""
+        if worker is not None:
+            worker.stop()
 
 
 def _batches(records, end: dict):
@@ -178,16 +163,12 @@ def _read(path: Path, st: Decoded, frames: Frames, worker: kineto_split.Worker |
     if worker is None:
         _add(path, iter_chunks(path, st), header, frames, codes_of)
     else:
-        try:
-            _add(path, iter_chunks(path, st, worker.stop_at), header, frames, codes_of)
-        except TracekitError:
-            raise _Redo from None
-        if st.whole:
-            raise _Redo
-        got = worker.records()
-        if got is None:  # (the worker failed: the rest read here, errors and all)
-            _add(path, iter_chunks_from(path, st, worker.start_at), header, frames, codes_of)
-        else:
+        # (the pieces up to the cut are those of a read alone; if none ends at the cut, this reads on to the end)
+        _add(path, iter_chunks(path, st, worker.cut), header, frames, codes_of)
+        got = worker.records() if st.cut else None
+        if st.cut and got is None:  # (the worker failed: the rest read here, errors and all)
+            _add(path, iter_chunks_from(path, st, worker.cut), header, frames, codes_of)
+        elif got is not None:
             records, end = got
             frames.take(_batches(records, end), end["in_order"])
             if end["tail"] is not None:

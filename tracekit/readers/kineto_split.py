@@ -71,13 +71,13 @@ def read_records(fd: int):
 class Worker:
     """The second process, reading the events from ``start`` (the part before ``stop`` is the command's)."""
 
-    def __init__(self, proc: subprocess.Popen, out, stop: int, start: int):
-        self.proc, self.out, self.stop_at, self.start_at = proc, out, stop, start
+    def __init__(self, proc: subprocess.Popen, out, cut: int):
+        self.proc, self.out, self.cut = proc, out, cut
 
     @classmethod
     def start(cls, path: Path, kernel_dims: bool) -> Worker | None:
         """A worker for ``path``, or None: a small or gzipped file, no cut found, or no process could start."""
-        from tracekit.readers.kineto_stream import split_at
+        from tracekit.readers import kineto_stream
 
         try:
             size = path.stat().st_size
@@ -85,7 +85,7 @@ class Worker:
             return None
         if size < SPLIT_MIN_BYTES:
             return None
-        cut = split_at(path, int(size * SPLIT_AT))
+        cut = kineto_stream.split_at(path, int(size * SPLIT_AT))
         if cut is None:
             return None
         root = str(Path(__file__).resolve().parent.parent.parent)  # (where this tracekit is imported from)
@@ -95,15 +95,17 @@ class Worker:
         try:
             out = tempfile.TemporaryFile(prefix="tracekit-kineto-")
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tracekit.readers.kineto_worker", str(path), str(cut[1]),
-                 "1" if kernel_dims else "0", str(out.fileno())],
+                [sys.executable, "-m", "tracekit.readers.kineto_worker", str(path), str(cut),
+                 "1" if kernel_dims else "0", str(out.fileno()),
+                 # (its pieces must be the pieces of a read alone: the same sizes)
+                 f"{kineto_stream._BLOCK},{kineto_stream._CHUNK},{kineto_stream._WINDOW}"],
                 pass_fds=(out.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, env=env, close_fds=True)
         except (OSError, ValueError, subprocess.SubprocessError):
             if out is not None:
                 out.close()
             return None
-        return cls(proc, out, *cut)
+        return cls(proc, out, cut)
 
     def records(self):
         """Waits for the worker: an iterator of its batch records ``(header, body)`` and its end record, or None

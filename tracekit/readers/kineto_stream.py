@@ -105,9 +105,9 @@ _CHUNK = 1 << 20  # event text decoded at a time (bounds the Python objects aliv
 _WINDOW = 1 << 16  # a piece is cut at the first event boundary in its last _WINDOW bytes
 
 
-def _raw_blocks(path: Path, start: int = 0, stop: int | None = None) -> Iterator[bytes]:
-    """The file's (decompressed) bytes, block by block. ``start``/``stop`` (plain JSON only): the bytes from
-    ``start`` up to ``stop``, then ``]}`` (the events before ``stop`` as a whole document: see :func:`split_at`)."""
+def _raw_blocks(path: Path, start: int = 0) -> Iterator[bytes]:
+    """The file's (decompressed) bytes, block by block. ``start`` (plain JSON only): from that offset, the first
+    block up to the next multiple of _BLOCK (the blocks end where a read from the start would end them)."""
     try:
         f = open(path, "rb")
     except OSError as e:
@@ -116,18 +116,13 @@ def _raw_blocks(path: Path, start: int = 0, stop: int | None = None) -> Iterator
         head = f.read(2)
         f.seek(start)
         if head != b"\x1f\x8b":
-            if stop is None:
-                while block := f.read(_BLOCK):
-                    yield block
-                return
-            left = stop - start
-            while left > 0 and (block := f.read(min(_BLOCK, left))):
-                left -= len(block)
+            if start % _BLOCK and (block := f.read(_BLOCK - start % _BLOCK)):
                 yield block
-            yield b"]}"
+            while block := f.read(_BLOCK):
+                yield block
             return
-        if start or stop is not None:
-            raise ValueError("a gzip stream is read from its start to its end")
+        if start:
+            raise ValueError("a gzip stream is read from its start")
         d, fed = zlib.decompressobj(wbits=31), False
         try:
             while comp := f.read(_BLOCK // 4):
@@ -193,7 +188,7 @@ class Decoded:
         self.path = path
         self.warnings: list[str] = []
         self.nan_literals = 0
-        self.whole = False  # the document was decoded whole (its events could not be cut from the header)
+        self.cut = False  # iter_chunks ended at its stop
 
 
 def _decode_bytes(st: Decoded, decoder, data):
@@ -230,14 +225,20 @@ def _is_bad_split(e: msgspec.DecodeError, n: int) -> bool:
 class _Blocks:
     """The prefetched blocks, with an end-of-input flag."""
 
-    def __init__(self, path: Path, start: int = 0, stop: int | None = None):
-        self._it = _prefetched(_raw_blocks(path, start, stop))
+    def __init__(self, path: Path, start: int = 0):
+        self._it = _prefetched(_raw_blocks(path, start))
         self.eof = False
+        self.delivered = start  # the offset after the last block given
 
     def next(self) -> bytes | None:
         b = None if self.eof else next(self._it, None)
         self.eof = b is None
+        if b is not None:
+            self.delivered += len(b)
         return b
+
+    def close(self) -> None:
+        self._it.close()
 
 
 def _whole(st: Decoded, data: bytes) -> Doc:
@@ -343,27 +344,35 @@ def iter_chunks(path: Path, st: Decoded, stop: int | None = None) -> Iterator[tu
     msgspec, so errors are always msgspec's. The consumer must drop each chunk's events
     before asking for the next (their ``Raw`` fields point into the chunk's buffer).
 
-    ``stop``: read only the events before that offset (an event boundary found by :func:`split_at`), as if the
-    document ended there; the events from it on are :func:`iter_chunks_from`'s.
+    ``stop`` (a plain JSON file; :func:`split_at`): end after the piece that ends at that offset, with
+    ``st.cut`` True; if no piece ends there, read on to the end (``st.cut`` False).
     """
-    blocks = _Blocks(path, 0, stop)
-    header, whole, rest = _header(st, blocks)
-    if whole:
-        st.whole = True
-        yield header.traceEvents, header
-        return
-    yield [], header
-    yield from _events(st, blocks, rest)
+    blocks = _Blocks(path)
+    try:
+        header, whole, rest = _header(st, blocks)
+        if whole:
+            yield header.traceEvents, header
+            return
+        yield [], header
+        yield from _events(st, blocks, rest, blocks.delivered - len(rest), stop)
+    finally:
+        blocks.close()
 
 
 def iter_chunks_from(path: Path, st: Decoded, start: int) -> Iterator[tuple[list, Doc | None]]:
-    """:func:`iter_chunks` for the events from offset ``start`` (the first byte of an event: see
-    :func:`split_at`) to the end, and the tail after them (yielded with the last events: its keys, the header
-    fields after ``traceEvents``)."""
-    yield from _events(st, _Blocks(path, start), b"")
+    """:func:`iter_chunks`'s pieces from offset ``start`` (where one of its pieces ends: :func:`split_at`) to the
+    end, the same pieces (the blocks end where they end for it), and the tail after them (yielded with the last
+    events: its keys, the header fields after ``traceEvents``)."""
+    blocks = _Blocks(path, start)
+    try:
+        yield from _events(st, blocks, b"", start)
+    finally:
+        blocks.close()
 
 
-def _events(st: Decoded, blocks: _Blocks, rest: bytes) -> Iterator[tuple[list, Doc | None]]:
+def _events(st: Decoded, blocks: _Blocks, rest: bytes, at: int, stop: int | None = None
+            ) -> Iterator[tuple[list, Doc | None]]:
+    """The pieces from ``rest`` (the text from offset ``at``) and the blocks after it."""
     while True:
         parts, size = [b"[", rest], 1 + len(rest)
         del rest
@@ -383,32 +392,39 @@ def _events(st: Decoded, blocks: _Blocks, rest: bytes) -> Iterator[tuple[list, D
             yield tail.traceEvents or [], tail
             return
         rest = bytes(memoryview(buf)[nxt:])
+        at += nxt - 1  # (the offset of the next event: buf is '[' + the text from at)
         yield events, None
         del events, buf
+        if stop is not None and at >= stop:
+            if at == stop:
+                st.cut = True
+                return
+            stop = None  # (no piece ends at stop: read on)
 
 
-_SPLIT_WINDOW = 1 << 20  # bytes searched for an event boundary at the chosen offset
+_HEAD = 1 << 20  # the events key must be in the file's first bytes for a cut
 
 
-def split_at(path: Path, at: int) -> tuple[int, int] | None:
-    """A candidate cut of a plain JSON trace's events near offset ``at``: (stop, start), the end of an event
-    (after its ``}``) and the start of the next (its ``{``), or None (gzip, no ``traceEvents`` key in the first
-    MB, no boundary near ``at``). A candidate only: the text ``},{`` can be inside a string too. The part before
-    it, read by ``iter_chunks(stop=stop)``, decodes only if it is a true boundary (its last event is closed at the
-    array's level, and the ``,`` after it is the array's)."""
+def split_at(path: Path, at: int) -> int | None:
+    """Where :func:`iter_chunks` of a plain-JSON file will likely end a piece near offset ``at``: the start of
+    the event after the first boundary (``},{``) in the last _WINDOW bytes of the block that holds ``at``, as
+    :func:`_cut` chooses it when that boundary decodes; None for a gzip file, a file without the events key in its
+    first MB, or no boundary there. A candidate only (``},{`` can be inside a string): ``iter_chunks(stop=...)``
+    tells whether a piece really ends there. The pieces after it are then those of :func:`iter_chunks_from`."""
+    end = (at // _BLOCK + 1) * _BLOCK
     try:
         with open(path, "rb") as f:
-            head = f.read(_SPLIT_WINDOW)
+            head = f.read(_HEAD)
             if head[:2] == b"\x1f\x8b":
                 return None
             key = _EVENTS_KEY.search(head)
-            if key is None or at <= key.end():
+            if key is None or end - _WINDOW <= key.end() + _BLOCK:  # (past the header's blocks)
                 return None
-            f.seek(at)
-            window = f.read(_SPLIT_WINDOW)
+            f.seek(end - _WINDOW)
+            window = f.read(_WINDOW)
     except OSError:
         return None
     s = _SPLIT.search(window)
-    if s is None:
+    if s is None or len(window) < _WINDOW:
         return None
-    return at + s.start() + 1, at + s.end() - 1
+    return end - _WINDOW + s.end() - 1

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import msgspec
 
+from tracekit.readers import kineto_columns, kineto_stream
 from tracekit.readers.kineto_columns import _AHEAD, CODED, Frames, _typed, _typed_ops
 from tracekit.readers.kineto_split import write_record
 from tracekit.readers.kineto_stream import Decoded, iter_chunks_from
@@ -80,11 +81,9 @@ class _Shipping(Frames):
 
 def main(argv: list[str]) -> int:
     path, start, kernel_dims, fd = Path(argv[0]), int(argv[1]), argv[2] == "1", int(argv[3])
+    kineto_stream._BLOCK, kineto_stream._CHUNK, kineto_stream._WINDOW = map(int, argv[4].split(","))
     if sizes := os.environ.get("TRACEKIT_KINETO_TEST_SIZES"):  # (tests: the batch and round sizes, small)
-        from tracekit.readers import kineto_columns, kineto_stream
-
-        (kineto_columns._BATCH, kineto_columns._SETTLE, kineto_columns._SETTLE_FIRST,
-         kineto_stream._CHUNK) = map(int, sizes.split(","))
+        kineto_columns._BATCH, kineto_columns._SETTLE, kineto_columns._SETTLE_FIRST = map(int, sizes.split(","))
     st = Decoded(path)
     frames = _Shipping(kernel_dims, fd)
     tail = None
