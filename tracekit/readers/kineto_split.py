@@ -41,6 +41,11 @@ SPLIT_MIN_BYTES = 64 << 20
 # worker's batches in order and builds the Trace, so the worker takes the larger part.
 SPLIT_AT = 0.5
 
+# The worker's allocator (polars' jemalloc) gives freed pages back at once, not after polars' 0.5-1 s decay: it
+# holds ~50 MB less beside the command (kineto_split's measurements in benchmarks/results/HISTORY.md) for ~0.25 s
+# more system time on its own core.
+WORKER_MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
+
 _LEN = struct.Struct("<I")
 
 
@@ -91,6 +96,7 @@ class Worker:
         root = str(Path(__file__).resolve().parent.parent.parent)  # (where this tracekit is imported from)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        env["_RJEM_MALLOC_CONF"] = WORKER_MALLOC_CONF
         out = None
         try:
             out = tempfile.TemporaryFile(prefix="tracekit-kineto-")
