@@ -623,25 +623,24 @@ def merged_ops(here: pl.DataFrame | None, added: dict[str, int], there: list[pl.
     worker's (``there``: its chunks, with its own ``_seq``; ``in_order``: they are in order, chunk after chunk):
     the order of one read of both parts, the worker's rows after these in each group's reading order. Only the rows
     where the two parts overlap in time are sorted (a trace written in time order: the few around the cut)."""
+    # (the worker's _seq made this read's: its rows follow these in each group's reading order)
     shift = pl.when(pl.col(_SEQ) < (1 << 32)).then(pl.col(_SEQ) + added["op"]).otherwise(pl.col(_SEQ) + added["host"])
-    there = [_as_ops(f).with_columns(shift) for f in there if f.height]
-    if here is not None and here.height:
-        here = _as_ops(here)
-    else:
-        here = None
+    there = [_as_ops(f) for f in there if f.height]
+    here = _as_ops(here) if here is not None and here.height else None
     if not in_order:
-        return _sorted_by_seq([*([here] if here is not None else []), *there])
+        return _sorted_by_seq([*([here] if here is not None else []), *(f.with_columns(shift) for f in there)])
     if not there:
         return None if here is None else here.drop(_SEQ).with_columns(pl.col("start").set_sorted())
     w = pl.concat(there, how="vertical")
     del there
+    parts = [w]
     if here is not None:
         lo, hi = w["start"][0], here["start"][-1]
         k = int(here["start"].search_sorted(lo, side="left"))  # here[k:] start at or after the worker's first row
         j = int(w["start"].search_sorted(hi, side="right"))  # w[:j] start at or before the last row here
-        middle = pl.concat([here.slice(k), w.slice(0, j)], how="vertical").sort("start", _SEQ)
-        w = pl.concat([here.slice(0, k), middle, w.slice(j)], how="vertical")
-    return w.drop(_SEQ).with_columns(pl.col("start").set_sorted())
+        middle = pl.concat([here.slice(k), w.slice(0, j).with_columns(shift)], how="vertical").sort("start", _SEQ)
+        parts = [here.slice(0, k), middle, w.slice(j)]
+    return pl.concat([p.drop(_SEQ) for p in parts], how="vertical").with_columns(pl.col("start").set_sorted())
 
 
 class Frames:
@@ -649,6 +648,11 @@ class Frames:
     polars query) costs about as much for 10 rows as for 10 000. The typing runs in a second thread (polars
     releases the GIL), beside the decoding of the next pieces, at most _AHEAD batches behind; :meth:`close` ends
     it."""
+
+    # Type the rows of Trace.ops' other group (op / host) whenever one of them reaches _BATCH rows: the sparse ops
+    # with shapes (a few per 100 host rows) then never hold OpsInOrder's rounds back by a whole batch, so fewer rows
+    # wait for their place (the worker's memory: kineto_worker).
+    ops_together = False
 
     def __init__(self, kernel_dims: bool):
         self.kernel_dims = kernel_dims
@@ -673,6 +677,10 @@ class Frames:
             self.rows[g] += len(evs)
             if self.rows[g] >= _BATCH:
                 self._flush(g)
+                if self.ops_together and g in CODED:
+                    for h in _CODED_ORDER:
+                        if h != g and self.pending[h]:
+                            self._flush(h)
 
     def _flush(self, g: str) -> None:
         if self.pending[g]:

@@ -12,14 +12,21 @@ The worker is spawned, not forked: a fresh interpreter that imports only the rea
 whose polars thread pool runs). :func:`head_start` starts it before the command imports polars and the analysis
 (as :func:`tracekit.readers.nsys_scan.head_start` starts the nsys scans), so that its imports overlap the
 command's. The command takes the worker's batches only once it has exited 0 having written its last record;
-on any other outcome the command reads the events after the cut itself (errors and all), and if the part before
-the cut does not read (the cut candidate was inside a string, or the file is damaged there) it reads the whole
-file alone, from the start: the two-process read never gives a different or a partial result.
+on any other outcome it reads the events after the cut itself (errors and all); and when none of its own pieces
+ends at the cut (a candidate ``},{`` inside a string) it simply reads on to the end alone. Either way the result
+is the one a read alone gives, never a different or a partial one; a failing worker costs time only.
 
-Records (``<u32 length><msgpack header><body>``): ``{"g": group, "hold": bool, "names": [...], "n": body
-bytes}`` + Arrow IPC of one typed batch (``names``: the names of Trace.ops' table first met since the previous
-batch, in the order of the worker's codes, which the command maps to its own); the last is ``{"end": true,
-"dropped": {...}, "nan": N, "tail": <the header fields after traceEvents, as JSON>}``.
+Records (``<u32 length><msgpack header><body>``): ``{"g": group, "names": [...], "n": body bytes}`` + Arrow IPC
+of one typed batch of a group, or (group ``ops``) of a chunk of Trace.ops' rows the worker put in order, with their
+``_seq`` (``names``: the names of Trace.ops the worker met since its previous record, for the command's table);
+the last is ``{"end": true, "dropped": {...}, "nan": N, "in_order": bool, "names": [...], "tail": <the header
+fields after traceEvents, as JSON>}``.
+
+Why the pieces matter: a piece's events are grouped, so rows of Trace.ops that start at the same time keep their
+order of reading only across pieces (within a piece, the CPU ops before the Python functions). The cut is
+therefore where a read alone ends a piece (:func:`tracekit.readers.kineto_stream.split_at`), and the worker reads
+its blocks on the same 1 MB grid, so that it decodes the very pieces the read alone would: every frame is the
+same, row for row (``tests/test_kineto_split.py`` compares them on every real trace).
 """
 
 from __future__ import annotations
@@ -37,8 +44,7 @@ import msgspec
 # A plain-JSON trace of at least this many bytes is read by two processes; below it a process start (~0.2 s of
 # CPU: an interpreter and polars) costs more than it saves.
 SPLIT_MIN_BYTES = 64 << 20
-# Where the cut is, as a fraction of the file: the command reads the part before it, and afterwards still puts the
-# worker's batches in order and builds the Trace, so the worker takes the larger part.
+# Where the cut is, as a fraction of the file (the command reads the part before it).
 SPLIT_AT = 0.5
 
 # The worker's allocator (polars' jemalloc) gives freed pages back at once, not after polars' 0.5-1 s decay: it

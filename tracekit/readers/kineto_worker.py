@@ -1,19 +1,16 @@
 """Kineto JSON: the second process that reads the events after a cut (``python -m tracekit.readers.kineto_worker``).
 
-A big plain-JSON trace is read by two processes (:func:`tracekit.readers.kineto.read_kineto`): the command reads the
-events before a cut (an event boundary near the middle: ``kineto_stream.split_at``) and this worker, started beside
-it, reads the events after it, each on its own core (decoding holds the GIL: threads cannot spread it). The
-worker decodes, groups and types its events exactly as the command would (``kineto_stream``, ``kineto_columns``:
-the same code) and writes each typed batch, in reading order, to a file the command made and already deleted
-(Arrow IPC, one record per batch; the command passes its descriptor): ``<u32 length><msgpack header><IPC>``.
-A header is ``{"g": group, "hold": bool, "names": [...]}`` (the names of Trace.ops' table first met since the
-previous batch, in the order of the worker's codes, which the command maps to its own); the last record is
-``{"end": true, "dropped": {...}, "nan": N, "tail": <the header fields after traceEvents, as JSON>}``.
+Started by :mod:`tracekit.readers.kineto_split` (which says when and why) with the trace, the cut (the offset where
+a read alone ends one of its pieces), the file to write to (a descriptor) and the piece sizes. It reads the events
+from the cut to the end in the same pieces as a read alone would (``kineto_stream.iter_chunks_from``), groups and
+types them with the same code (``kineto_columns``), puts Trace.ops' rows in order (``OpsInOrder``, as the command
+does for its part) and writes, in reading order, one record per typed batch and per chunk of ordered ops
+(``kineto_split.write_record``: Arrow IPC), then the end record (dropped events, NaN literals, whether its ops are
+in order, the header fields after ``traceEvents``). It exits 0 only after that; any failure exits 1 and the
+command reads this part itself.
 
-The command takes the batches only once the worker has exited 0 having written that last record; on any other
-outcome it reads the events after the cut itself (and so reports any error in them itself). The worker is
-spawned, not forked (never a copy of a process whose polars thread pool is running), and holds only its own
-part: Python, polars and a few batches in flight (~90 MB).
+Its allocator gives freed memory back at once (``kineto_split.WORKER_MALLOC_CONF``): it runs beside the command,
+whose memory counts with it.
 """
 
 from __future__ import annotations
@@ -34,6 +31,8 @@ from tracekit.readers.kineto_stream import Decoded, iter_chunks_from
 class _Shipping(Frames):
     """:class:`Frames` whose typed batches are written to ``fd`` (in the typing thread, in order) instead of
     kept; Trace.ops' rows are put in order here (OpsInOrder) and written as they are settled."""
+
+    ops_together = True
 
     def __init__(self, kernel_dims: bool, fd: int):
         super().__init__(kernel_dims)
@@ -82,6 +81,8 @@ class _Shipping(Frames):
 def main(argv: list[str]) -> int:
     path, start, kernel_dims, fd = Path(argv[0]), int(argv[1]), argv[2] == "1", int(argv[3])
     kineto_stream._BLOCK, kineto_stream._CHUNK, kineto_stream._WINDOW = map(int, argv[4].split(","))
+    # (rounds of 64k rows: with ops_together, the rows waiting for their place stay few: ~75 MB less at 1 GB)
+    kineto_columns._SETTLE = kineto_columns._SETTLE_FIRST = 1 << 16
     if sizes := os.environ.get("TRACEKIT_KINETO_TEST_SIZES"):  # (tests: the batch and round sizes, small)
         kineto_columns._BATCH, kineto_columns._SETTLE, kineto_columns._SETTLE_FIRST = map(int, sizes.split(","))
     st = Decoded(path)
