@@ -197,6 +197,22 @@ def test_worker_failure_reads_its_part_here(tmp_path, monkeypatch, taken):
     _same(got, _one_process(path, monkeypatch))
 
 
+def test_stuck_worker_is_not_waited_for(tmp_path, monkeypatch, taken):
+    """A worker that never ends (here: its polars import sleeps) is given up after the wait and stopped; the
+    events after the cut are read in this process."""
+    path = _synthetic(tmp_path)
+    monkeypatch.setattr(kineto_split, "SPLIT_MIN_BYTES", 0)
+    monkeypatch.setattr(kineto_split, "WAIT_MIN_S", 0.5)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    (tmp_path / "polars.py").write_text("import time\ntime.sleep(60)\n")
+    workers = []
+    start = kineto_split.Worker.start.__func__
+    monkeypatch.setattr(kineto_split.Worker, "start", classmethod(lambda cls, *a: workers.append(start(cls, *a)) or workers[-1]))
+    got = read_kineto(path)
+    assert taken == [] and len(workers) == 1 and workers[0].proc.poll() is not None  # (given up, and stopped)
+    _same(got, _one_process(path, monkeypatch))
+
+
 def test_error_after_the_cut_is_reported_as_alone(tmp_path, monkeypatch, taken):
     """A file damaged after the cut: the one-line error the one-process read gives (msgspec's byte offset in it is
     within the piece decoded, which differs)."""

@@ -7,7 +7,9 @@ As Perfetto splits its JSON importer into a tokenizer and a parser, the work is 
 * ``kineto_columns``: decoded events -> typed polars frames, one per event group;
 * ``kineto_header``: the top-level keys around ``traceEvents`` -> versions, ranks, GPUs;
 
-and :func:`read_kineto` here assembles the frames into a ``Trace`` (host pids, graph mode, warnings).
+and :func:`read_kineto` here assembles the frames into a ``Trace`` (host pids, graph mode, warnings). A plain-JSON
+file of 64 MB or more is read by two processes, this one up to a cut and a worker from it (``kineto_split``,
+``kineto_worker``: the same pieces, the same code, the same frames row for row).
 
 How it reads (and why):
 
@@ -52,6 +54,7 @@ How it reads (and why):
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 
 import polars as pl
@@ -164,8 +167,11 @@ def _read(path: Path, st: Decoded, frames: Frames, worker: kineto_split.Worker |
         _add(path, iter_chunks(path, st), header, frames, codes_of)
     else:
         # (the pieces up to the cut are those of a read alone; if none ends at the cut, this reads on to the end)
+        began = time.monotonic()
         _add(path, iter_chunks(path, st, worker.cut), header, frames, codes_of)
-        got = worker.records() if st.cut else None
+        # (a worker still running long after this part took its time is stuck: its part is read here then)
+        wait = max(kineto_split.WAIT_MIN_S, 4 * (time.monotonic() - began))
+        got = worker.records(timeout=wait) if st.cut else None
         if st.cut and got is None:  # (the worker failed: the rest read here, errors and all)
             _add(path, iter_chunks_from(path, st, worker.cut), header, frames, codes_of)
         elif got is not None:

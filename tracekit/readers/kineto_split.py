@@ -46,6 +46,9 @@ import msgspec
 SPLIT_MIN_BYTES = 64 << 20
 # Where the cut is, as a fraction of the file (the command reads the part before it).
 SPLIT_AT = 0.5
+# A worker still running this long after the command read its own part (and 4 times as long as that took) is taken
+# for stuck: the command reads the worker's part itself.
+WAIT_MIN_S = 60.0
 
 # The worker's allocator (polars' jemalloc) gives freed pages back at once, not after polars' 0.5-1 s decay: it
 # holds ~50 MB less beside the command (kineto_split's measurements in benchmarks/results/HISTORY.md) for ~0.25 s
@@ -63,8 +66,8 @@ def write_record(fd: int, header: dict, body=b"") -> None:
         view = view[os.write(fd, view):]
 
 
-def read_records(fd: int):
-    """The records of a worker's file, in order: ``(header, body)``."""
+def read_records(fd: int, bodies: bool = True):
+    """The records of a worker's file, in order: ``(header, body)`` (``bodies=False``: the body None, not read)."""
     off = 0
     while True:
         n = os.pread(fd, _LEN.size, off)
@@ -74,7 +77,7 @@ def read_records(fd: int):
         header = msgspec.msgpack.decode(os.pread(fd, size, off + _LEN.size))
         off += _LEN.size + size
         body_size = header.get("n", 0)
-        body = os.pread(fd, body_size, off) if body_size else b""
+        body = (os.pread(fd, body_size, off) if body_size else b"") if bodies else None
         off += body_size
         yield header, body
 
@@ -119,14 +122,17 @@ class Worker:
             return None
         return cls(proc, out, cut)
 
-    def records(self):
-        """Waits for the worker: an iterator of its batch records ``(header, body)`` and its end record, or None
-        when it failed (exit status, or no end record)."""
-        if self.proc.wait() != 0:
+    def records(self, timeout: float | None = None):
+        """Waits for the worker (at most ``timeout`` seconds): an iterator of its batch records ``(header, body)``
+        and its end record, or None when it failed (exit status, no end record, or still running then)."""
+        try:
+            if self.proc.wait(timeout) != 0:
+                return None
+        except subprocess.TimeoutExpired:
             return None
         fd = self.out.fileno()
         end = None
-        for header, _ in read_records(fd):  # (a pass over the headers: the end record must be there)
+        for header, _ in read_records(fd, bodies=False):  # (a pass over the headers: the end record must be there)
             end = header if header.get("end") else end
         if end is None:
             return None
