@@ -44,8 +44,10 @@ import msgspec
 # A plain-JSON trace of at least this many bytes is read by two processes; below it a process start (~0.2 s of
 # CPU: an interpreter and polars) costs more than it saves.
 SPLIT_MIN_BYTES = 64 << 20
-# Where the cut is, as a fraction of the file (the command reads the part before it).
-SPLIT_AT = 0.5
+# Where the cut is, as a fraction of the file: the command reads the part before it. The worker's part is the
+# smaller: it starts later (its interpreter and polars), gives memory back at once (system time) and sorts in
+# smaller rounds; at 0.55 both parts of the 1 GB trace end within ~0.1 s of each other.
+SPLIT_AT = 0.55
 # A worker still running this long after the command read its own part (and 4 times as long as that took) is taken
 # for stuck: the command reads the worker's part itself.
 WAIT_MIN_S = 60.0
