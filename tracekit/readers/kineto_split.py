@@ -45,17 +45,11 @@ import msgspec
 # CPU: an interpreter and polars) costs more than it saves.
 SPLIT_MIN_BYTES = 64 << 20
 # Where the cut is, as a fraction of the file: the command reads the part before it. The worker's part is the
-# smaller: it starts later (its interpreter and polars), gives memory back at once (system time) and sorts in
-# smaller rounds; at 0.55 both parts of the 1 GB trace end within ~0.1 s of each other.
-SPLIT_AT = 0.55
+# smaller: it starts later (its interpreter and polars) and sorts in smaller rounds.
+SPLIT_AT = 0.52
 # A worker still running this long after the command read its own part (and 4 times as long as that took) is taken
 # for stuck: the command reads the worker's part itself.
 WAIT_MIN_S = 60.0
-
-# The worker's allocator (polars' jemalloc) gives freed pages back at once, not after polars' 0.5-1 s decay: it
-# holds ~50 MB less beside the command (kineto_split's measurements in benchmarks/results/HISTORY.md) for ~0.25 s
-# more system time on its own core.
-WORKER_MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
 
 _LEN = struct.Struct("<I")
 
@@ -107,7 +101,6 @@ class Worker:
         root = str(Path(__file__).resolve().parent.parent.parent)  # (where this tracekit is imported from)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        env["_RJEM_MALLOC_CONF"] = WORKER_MALLOC_CONF
         out = None
         try:
             out = tempfile.TemporaryFile(prefix="tracekit-kineto-")

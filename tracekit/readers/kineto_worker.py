@@ -9,8 +9,9 @@ does for its part) and writes, in reading order, one record per typed batch and 
 in order, the header fields after ``traceEvents``). It exits 0 only after that; any failure exits 1 and the
 command reads this part itself.
 
-Its allocator gives freed memory back at once (``kineto_split.WORKER_MALLOC_CONF``): it runs beside the command,
-whose memory counts with it.
+It runs beside the command, whose memory counts with it: Trace.ops' rows are put in order in rounds of 64k rows
+with the op and host rows typed together (``Frames.ops_together``), so that few rows wait for their place (~130 MB
+at 1 GB against ~200 MB with the command's rounds).
 """
 
 from __future__ import annotations
