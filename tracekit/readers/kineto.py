@@ -8,7 +8,7 @@ As Perfetto splits its JSON importer into a tokenizer and a parser, the work is 
 * ``kineto_header``: the top-level keys around ``traceEvents`` -> versions, ranks, GPUs;
 
 and :func:`read_kineto` here assembles the frames into a ``Trace`` (host pids, graph mode, warnings). A plain-JSON
-file of 64 MB or more is read by two processes, this one up to a cut and a worker from it (``kineto_split``,
+file of 256 MB or more is read by two processes, this one up to a cut and a worker from it (``kineto_split``,
 ``kineto_worker``: the same pieces, the same code, the same frames row for row).
 
 How it reads (and why):
