@@ -37,11 +37,16 @@ def _same(a, b) -> None:
     assert a.meta == b.meta
 
 
+_CORES_TO_SPARE = kineto_split._cores_to_spare
+
+
 @pytest.fixture(autouse=True)
 def small_pieces(monkeypatch):
-    """Blocks and pieces of 32 kB (the worker gets the same sizes): the test files have dozens of pieces."""
+    """Blocks and pieces of 32 kB (the worker gets the same sizes): the test files have dozens of pieces. (And the
+    split allowed on a machine of one core too.)"""
     for name, v in (("_BLOCK", 1 << 15), ("_CHUNK", 1 << 15), ("_WINDOW", 1 << 12)):
         monkeypatch.setattr(kineto_stream, name, v)
+    monkeypatch.setattr(kineto_split, "_cores_to_spare", lambda: True)
 
 
 @pytest.fixture
@@ -240,6 +245,20 @@ def test_small_and_gzipped_files_are_not_split(tmp_path, monkeypatch):
     worker = kineto_split.Worker.start(path, True)
     assert worker is not None
     worker.stop()
+
+
+def test_not_split_without_a_core_to_spare(tmp_path, monkeypatch):
+    """One core, or a process of --engine process' pool (files already read one per core): one process."""
+    import multiprocessing
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1})
+    assert _CORES_TO_SPARE()
+    with monkeypatch.context() as m:
+        m.setattr(multiprocessing, "parent_process", lambda: object())
+        assert not _CORES_TO_SPARE()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0})
+    assert not _CORES_TO_SPARE()
 
 
 def test_cli_head_start_same_output(tmp_path, monkeypatch, taken):

@@ -93,7 +93,7 @@ class Worker:
             size = path.stat().st_size
         except OSError:
             return None
-        if size < SPLIT_MIN_BYTES:
+        if size < SPLIT_MIN_BYTES or not _cores_to_spare():
             return None
         cut = kineto_stream.split_at(path, int(size * SPLIT_AT))
         if cut is None:
@@ -139,6 +139,17 @@ class Worker:
             self.proc.kill()
             self.proc.wait()
         self.out.close()
+
+
+def _cores_to_spare() -> bool:
+    """Whether a second process has a core of its own: not on one core, nor in a process of a pool
+    (``--engine process`` reads several files at once, one per core, already)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    mp = sys.modules.get("multiprocessing")  # (a pool's spawned process has imported it)
+    return cores >= 2 and not (mp is not None and mp.parent_process() is not None)
 
 
 _PENDING: dict[tuple, Worker] = {}
