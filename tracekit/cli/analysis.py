@@ -97,10 +97,12 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
         results, labels = analyse_devices(load(files[0], True), opts)
     elif len(files) == 1:
         from tracekit.cli import app
+        from tracekit.readers.kineto_split import head_start as kineto_head_start
         from tracekit.readers.nsys_scan import head_start
 
-        # (the big scans begin before polars and rich are imported)
-        with head_start(files[0], kernel_dims=False, arrow_without_numpy=app.OWN_PROCESS):
+        # (the big scans, or a big Kineto trace's second reader, begin before polars and rich are imported)
+        with (head_start(files[0], kernel_dims=False, arrow_without_numpy=app.OWN_PROCESS),
+              kineto_head_start(files[0], kernel_dims=False)):
             result = beside_renderer_import(
                 lambda: tracekit.breakdown_file(files[0], opts, own_process=app.OWN_PROCESS), fmt)
         if save is not None:

@@ -7,7 +7,9 @@ As Perfetto splits its JSON importer into a tokenizer and a parser, the work is 
 * ``kineto_columns``: decoded events -> typed polars frames, one per event group;
 * ``kineto_header``: the top-level keys around ``traceEvents`` -> versions, ranks, GPUs;
 
-and :func:`read_kineto` here assembles the frames into a ``Trace`` (host pids, graph mode, warnings).
+and :func:`read_kineto` here assembles the frames into a ``Trace`` (host pids, graph mode, warnings). A plain-JSON
+file of 256 MB or more is read by two processes, this one up to a cut and a worker from it (``kineto_split``,
+``kineto_worker``: the same pieces, the same code, the same frames row for row).
 
 How it reads (and why):
 
@@ -51,11 +53,14 @@ How it reads (and why):
 
 from __future__ import annotations
 
+import io
+import time
 from pathlib import Path
 
 import polars as pl
 
 from tracekit import trace as schema
+from tracekit.readers import kineto_split
 from tracekit.readers.common import nesting_depth, release_freed_memory
 from tracekit.readers.kineto_columns import MATMUL_OPS, Frames
 from tracekit.readers.kineto_header import (
@@ -66,7 +71,15 @@ from tracekit.readers.kineto_header import (
     process_groups,
     producer_version,
 )
-from tracekit.readers.kineto_stream import ArgsError, Decoded, Doc, fail, iter_chunks
+from tracekit.readers.kineto_stream import (
+    DECODER,
+    ArgsError,
+    Decoded,
+    Doc,
+    fail,
+    iter_chunks,
+    iter_chunks_from,
+)
 from tracekit.trace import Trace, TraceMeta, conform, empty
 
 __all__ = ["read_kineto", "MATMUL_OPS"]
@@ -116,18 +129,31 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     kernels' grid/block (then null), which no analysis uses.
     """
     path = Path(path)
+    worker = kineto_split.take(path, kernel_dims)  # (None: read here alone)
     st = Decoded(path)
     frames = Frames(kernel_dims)
     try:
-        return _read(path, st, frames)
+        return _read(path, st, frames, worker)
     finally:
         frames.close()
+        if worker is not None:
+            worker.stop()
 
 
-def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
-    header = Doc()
-    codes_of: dict = {None: 0}
-    for events, doc in iter_chunks(path, st):
+def _batches(records, end: dict):
+    """The worker's batch records as Frames.take wants them."""
+    for header, body in records:
+        df = pl.read_ipc(io.BytesIO(body))
+        del body
+        # (a column null in every row, e.g. the kernels' graph ids, costs nothing as read here: as read from IPC it
+        # is 8 bytes a row, 16 MB of the 1 GB read's end)
+        nulls = [pl.lit(None, s.dtype).alias(s.name) for s in df.iter_columns() if s.null_count() == df.height]
+        yield header["g"], header["names"], df.with_columns(nulls) if nulls and df.height else df
+    yield "ops", end["names"], pl.DataFrame()
+
+
+def _add(path: Path, chunks, header: Doc, frames: Frames, codes_of: dict) -> None:
+    for events, doc in chunks:
         if doc is not None:  # header fields (before traceEvents) and tail fields (after it)
             merge_into(header, doc)
         try:
@@ -135,6 +161,30 @@ def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
         except ArgsError as e:
             raise fail(path, f"unexpected JSON structure ({e})") from None
         del events, doc
+
+
+def _read(path: Path, st: Decoded, frames: Frames, worker: kineto_split.Worker | None = None) -> Trace:
+    header = Doc()
+    codes_of: dict = {None: 0}
+    extra_dropped: dict = {}
+    if worker is None:
+        _add(path, iter_chunks(path, st), header, frames, codes_of)
+    else:
+        # (the pieces up to the cut are those of a read alone; if none ends at the cut, this reads on to the end)
+        began = time.monotonic()
+        _add(path, iter_chunks(path, st, worker.cut), header, frames, codes_of)
+        # (a worker still running long after this part took its time is stuck: its part is read here then)
+        wait = max(kineto_split.WAIT_MIN_S, 4 * (time.monotonic() - began))
+        got = worker.records(timeout=wait) if st.cut else None
+        if st.cut and got is None:  # (the worker failed: the rest read here, errors and all)
+            _add(path, iter_chunks_from(path, st, worker.cut), header, frames, codes_of)
+        elif got is not None:
+            records, end = got
+            frames.take(_batches(records, end), end["in_order"])
+            if end["tail"] is not None:
+                merge_into(header, DECODER.decode(end["tail"]))
+            st.nan_literals += end["nan"]
+            extra_dropped = end["dropped"]
 
     # --- host API calls -------------------------------------------------------------
     rt = frames.pop("runtime")
@@ -205,7 +255,9 @@ def _read(path: Path, st: Decoded, frames: Frames) -> Trace:
         ops = empty(schema.OPS)
         capture_start = _capture_start(spans, ops)
     del spans
-    dropped = frames.dropped
+    dropped = dict(frames.dropped)
+    for g, n in extra_dropped.items():
+        dropped[g] = dropped.get(g, 0) + n
     del frames
 
     gpus = gpus_from_header(header.deviceProperties)

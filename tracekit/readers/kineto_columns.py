@@ -457,7 +457,8 @@ class OpsInOrder:
         self.done: list[pl.DataFrame] = []  # chunks in their final order, named
         self.done_max: int | None = None  # the latest start in self.done
         self.in_order = True
-        self.rows = {"op": 0, "host": 0}
+        self.rows = {"op": 0, "host": 0}  # rows given their _seq
+        self.added = {"op": 0, "host": 0}  # rows added
         self.incoming: list[tuple[str, pl.DataFrame]] = []  # typed batches not yet sorted out
         self.next_at = _SETTLE_FIRST  # waiting rows that make the next round
 
@@ -477,6 +478,7 @@ class OpsInOrder:
         if df.height:
             self.incoming.append((group, df))
             self.waiting += df.height
+            self.added[group] += df.height
         if self.waiting >= self.next_at and not hold:
             self._sort_out()
             if self.in_order:
@@ -525,16 +527,20 @@ class OpsInOrder:
             self.done.append(self._named(chunk))
             self.done_max = chunk["start"][-1]
 
-    def _sorted_at_once(self) -> pl.DataFrame | None:
+    def _sorted_at_once(self, keep_seq: bool = False) -> pl.DataFrame | None:
         """Every row, when none were put in place while reading (a smaller trace): the ops with shapes, then the
-        host work, sorted by start (:func:`sorted_by_start`: the same order as the rounds give), then named."""
+        host work, sorted by start (:func:`sorted_by_start`: the same order as the rounds give), then named.
+        ``keep_seq``: with each row's ``_seq``."""
         op, host = ([df for g, df in self.incoming if g == group] for group in _CODED_ORDER)
         self.incoming = []
         parts = [pl.concat(fs, how="vertical") for fs in (op, host) if fs]
         if not parts:
             return None
         lead = parts[0].select(pl.col("input_dims", "input_types").cast(pl.Categorical)) if op else None
-        parts = [f.select("start", "end", "pid", "tid", "name") for f in parts]
+        seq = [pl.int_range(pl.len(), dtype=pl.Int64).alias(_SEQ)] if keep_seq else []
+        parts = [f.select("start", "end", "pid", "tid", "name", *seq) for f in parts]
+        if keep_seq and host:
+            parts[-1] = parts[-1].with_columns(pl.col(_SEQ) + (1 << 32))
         df = sorted_by_start(parts, lead)
         return df.with_columns(self.categories().gather(df["name"]).alias("name"))
 
@@ -546,31 +552,95 @@ class OpsInOrder:
         df = df.with_columns(*shapes, self.categories().gather(df["name"]).alias("name"))
         return df.select(*_OPS, _SEQ)
 
-    def finish(self) -> pl.DataFrame | None:
-        """All the rows, in order (the typing done)."""
-        if not self.done and not self.runs:  # (no round yet: one sort, a column at a time, of every row)
-            return self._sorted_at_once()
+    def finish(self, keep_seq: bool = False) -> pl.DataFrame | None:
+        """All the rows, in order (the typing done); ``keep_seq``: with their ``_seq``."""
+        if self.done_max is None and not self.runs:  # (no round yet: one sort, a column at a time, of every row)
+            return self._sorted_at_once(keep_seq)
         self._sort_out()
         if self.in_order:
             self._settle(None)
             chunks, self.done = self.done, []
             if not chunks:
                 return None
-            return pl.concat(chunks, how="vertical").drop(_SEQ).with_columns(pl.col("start").set_sorted())
+            df = pl.concat(chunks, how="vertical")
+            return (df if keep_seq else df.drop(_SEQ)).with_columns(pl.col("start").set_sorted())
         # (a run went back in time: every row sorted here, a column at a time)
         frames = self.done + [self._named(f) for fs in self.runs.values() for f in fs]
         self.done, self.runs = [], {}
         if not frames:
             return None
-        df = pl.concat(frames, how="vertical")
-        del frames
-        order = df.select(pl.arg_sort_by("start", _SEQ)).to_series()
+        return _sorted_by_seq(frames, keep_seq)
+
+    # --- the worker's side of a read in two processes (kineto_worker) ---
+
+    def take_done(self) -> list[pl.DataFrame]:
+        """The rows put in their final place so far (named, with ``_seq``), handed over."""
+        chunks, self.done = self.done, []
+        return chunks
+
+    def finish_parts(self) -> tuple[list[pl.DataFrame], bool]:
+        """The rows not handed over by :meth:`take_done` (the typing done), named, with ``_seq``, and whether
+        they and the chunks handed over before are in order (by start, ``_seq``): False when a run went back in
+        time (then every row must be sorted)."""
+        if self.done_max is None and not self.runs:
+            df = self._sorted_at_once(keep_seq=True)
+            return [df] if df is not None else [], True
+        self._sort_out()
+        if self.in_order:
+            self._settle(None)
+            return self.take_done(), True
+        frames = self.done + [self._named(f) for fs in self.runs.values() for f in fs]
+        self.done, self.runs = [], {}
+        return frames, False
+
+
+def _sorted_by_seq(frames: list[pl.DataFrame], keep_seq: bool = False) -> pl.DataFrame | None:
+    """Rows of Trace.ops (with ``_seq``) sorted by start, then ``_seq``, a column at a time; ``frames`` is
+    emptied."""
+    if not frames:
+        return None
+    df = pl.concat(frames, how="vertical")
+    frames.clear()
+    order = df.select(pl.arg_sort_by("start", _SEQ)).to_series()
+    if not keep_seq:
         df = df.drop(_SEQ)
-        out = []
-        for name in df.columns:
-            out.append(df.select(name)[order])
-            df = df.drop(name)  # (the input column is freed here)
-        return pl.concat(out, how="horizontal").with_columns(pl.col("start").set_sorted())
+    out = []
+    for name in df.columns:
+        out.append(df.select(name)[order])
+        df = df.drop(name)  # (the input column is freed here)
+    return pl.concat(out, how="horizontal").with_columns(pl.col("start").set_sorted())
+
+
+def _as_ops(df: pl.DataFrame) -> pl.DataFrame:
+    """Trace.ops' columns and ``_seq``, in order (the shapes null where a part had no ops with shapes)."""
+    shapes = [pl.lit(None, pl.Categorical).alias(c) for c in ("input_dims", "input_types") if c not in df.schema]
+    return df.with_columns(shapes).select(*_OPS, _SEQ)
+
+
+def merged_ops(here: pl.DataFrame | None, added: dict[str, int], there: list[pl.DataFrame], in_order: bool
+               ) -> pl.DataFrame | None:
+    """Trace.ops from the rows read here (``here``: in order, with ``_seq``; ``added``: its rows by group) and the
+    worker's (``there``: its chunks, with its own ``_seq``; ``in_order``: they are in order, chunk after chunk):
+    the order of one read of both parts, the worker's rows after these in each group's reading order. Only the rows
+    where the two parts overlap in time are sorted (a trace written in time order: the few around the cut)."""
+    # (the worker's _seq made this read's: its rows follow these in each group's reading order)
+    shift = pl.when(pl.col(_SEQ) < (1 << 32)).then(pl.col(_SEQ) + added["op"]).otherwise(pl.col(_SEQ) + added["host"])
+    there = [_as_ops(f) for f in there if f.height]
+    here = _as_ops(here) if here is not None and here.height else None
+    if not in_order:
+        return _sorted_by_seq([*([here] if here is not None else []), *(f.with_columns(shift) for f in there)])
+    if not there:
+        return None if here is None else here.drop(_SEQ).with_columns(pl.col("start").set_sorted())
+    w = pl.concat(there, how="vertical")
+    del there
+    parts = [w]
+    if here is not None:
+        lo, hi = w["start"][0], here["start"][-1]
+        k = int(here["start"].search_sorted(lo, side="left"))  # here[k:] start at or after the worker's first row
+        j = int(w["start"].search_sorted(hi, side="right"))  # w[:j] start at or before the last row here
+        middle = pl.concat([here.slice(k), w.slice(0, j).with_columns(shift)], how="vertical").sort("start", _SEQ)
+        parts = [here.slice(0, k), middle, w.slice(j)]
+    return pl.concat([p.drop(_SEQ) for p in parts], how="vertical").with_columns(pl.col("start").set_sorted())
 
 
 class Frames:
@@ -578,6 +648,11 @@ class Frames:
     polars query) costs about as much for 10 rows as for 10 000. The typing runs in a second thread (polars
     releases the GIL), beside the decoding of the next pieces, at most _AHEAD batches behind; :meth:`close` ends
     it."""
+
+    # Type the rows of Trace.ops' other group (op / host) whenever one of them reaches _BATCH rows: the sparse ops
+    # with shapes (a few per 100 host rows) then never hold OpsInOrder's rounds back by a whole batch, so fewer rows
+    # wait for their place (the worker's memory: kineto_worker).
+    ops_together = False
 
     def __init__(self, kernel_dims: bool):
         self.kernel_dims = kernel_dims
@@ -590,6 +665,8 @@ class Frames:
         self.names["host"] = self.names["op"]  # (one name table for Trace.ops: see CODED)
         self.dropped: dict[str, int] = {}
         self.ops = OpsInOrder(self.names["op"])
+        self.worker_ops: list[pl.DataFrame] | None = None  # Trace.ops' rows read by a worker (take)
+        self.worker_in_order = True
 
     def add(self, events: list, codes_of: dict) -> None:
         """One chunk's events."""
@@ -600,6 +677,10 @@ class Frames:
             self.rows[g] += len(evs)
             if self.rows[g] >= _BATCH:
                 self._flush(g)
+                if self.ops_together and g in CODED:
+                    for h in _CODED_ORDER:
+                        if h != g and self.pending[h]:
+                            self._flush(h)
 
     def _flush(self, g: str) -> None:
         if self.pending[g]:
@@ -616,6 +697,28 @@ class Frames:
             while len(self._ahead) > _AHEAD:  # (bounds the untyped batches held)
                 self._ahead.popleft().result()
 
+    def take(self, batches, in_order: bool = True) -> None:
+        """The typed batches of the events after a cut (:mod:`tracekit.readers.kineto_worker` read them in a
+        second process), as if typed here: ``(group, names, frame)`` in their reading order, which follows every
+        event added so far. Group ``ops``: rows of Trace.ops, put in order and named by the worker (chunks in
+        order, with the worker's ``_seq``; ``in_order``: see OpsInOrder.finish_parts), merged by
+        :meth:`pop_ops`. ``names``: the names of Trace.ops the worker met since its previous batch (this
+        process' table gets them)."""
+        for g in _SPECS:  # (what this process read: before the worker's rows)
+            self._flush(g)
+        index = self.names["op"].index
+        self.worker_ops, self.worker_in_order = [], in_order
+        for g, names, df in batches:
+            for n in names:
+                index.setdefault(n, len(index))
+            if g == "ops":
+                self.worker_ops.append(df)
+            else:
+                job = Future()
+                job.set_result(df)
+                self.typed[g].append(job)
+            del df
+
     def close(self) -> None:
         """Wait for the typing thread and end it."""
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -631,7 +734,11 @@ class Frames:
         for g in _CODED_ORDER:
             for job in self.typed.pop(g):
                 job.result()
-        return self.ops.finish()
+        if self.worker_ops is None:
+            return self.ops.finish()
+        here = self.ops.finish(keep_seq=True)
+        there, self.worker_ops = self.worker_ops, None
+        return merged_ops(here, self.ops.added, there, self.worker_in_order)
 
     def pop(self, g: str) -> pl.DataFrame | None:
         """All of a group's rows as one frame (None without any), handed over."""

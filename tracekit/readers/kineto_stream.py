@@ -105,19 +105,24 @@ _CHUNK = 1 << 20  # event text decoded at a time (bounds the Python objects aliv
 _WINDOW = 1 << 16  # a piece is cut at the first event boundary in its last _WINDOW bytes
 
 
-def _raw_blocks(path: Path) -> Iterator[bytes]:
-    """The file's (decompressed) bytes, block by block."""
+def _raw_blocks(path: Path, start: int = 0) -> Iterator[bytes]:
+    """The file's (decompressed) bytes, block by block. ``start`` (plain JSON only): from that offset, the first
+    block up to the next multiple of _BLOCK (the blocks end where a read from the start would end them)."""
     try:
         f = open(path, "rb")
     except OSError as e:
         raise fail(path, f"cannot read the file ({e.strerror or e})", "check the path and its permissions")
     with f:
         head = f.read(2)
-        f.seek(0)
+        f.seek(start)
         if head != b"\x1f\x8b":
+            if start % _BLOCK and (block := f.read(_BLOCK - start % _BLOCK)):
+                yield block
             while block := f.read(_BLOCK):
                 yield block
             return
+        if start:
+            raise ValueError("a gzip stream is read from its start")
         d, fed = zlib.decompressobj(wbits=31), False
         try:
             while comp := f.read(_BLOCK // 4):
@@ -183,6 +188,7 @@ class Decoded:
         self.path = path
         self.warnings: list[str] = []
         self.nan_literals = 0
+        self.cut = False  # iter_chunks ended at its stop
 
 
 def _decode_bytes(st: Decoded, decoder, data):
@@ -219,14 +225,20 @@ def _is_bad_split(e: msgspec.DecodeError, n: int) -> bool:
 class _Blocks:
     """The prefetched blocks, with an end-of-input flag."""
 
-    def __init__(self, path: Path):
-        self._it = _prefetched(_raw_blocks(path))
+    def __init__(self, path: Path, start: int = 0):
+        self._it = _prefetched(_raw_blocks(path, start))
         self.eof = False
+        self.delivered = start  # the offset after the last block given
 
     def next(self) -> bytes | None:
         b = None if self.eof else next(self._it, None)
         self.eof = b is None
+        if b is not None:
+            self.delivered += len(b)
         return b
+
+    def close(self) -> None:
+        self._it.close()
 
 
 def _whole(st: Decoded, data: bytes) -> Doc:
@@ -322,7 +334,7 @@ def _with_nan_literals(st: Decoded, data: bytes, error: msgspec.DecodeError) -> 
     raise fail(st.path, f"not valid JSON ({one_line(error)})")
 
 
-def iter_chunks(path: Path, st: Decoded) -> Iterator[tuple[list, Doc | None]]:
+def iter_chunks(path: Path, st: Decoded, stop: int | None = None) -> Iterator[tuple[list, Doc | None]]:
     """Yield (events, header-or-None) chunk by chunk, never holding the whole document.
 
     The top-level object is cut into: the text before ``"traceEvents": [`` (the header),
@@ -331,13 +343,36 @@ def iter_chunks(path: Path, st: Decoded) -> Iterator[tuple[list, Doc | None]]:
     decoded as one small document). Whatever this cannot cut cleanly is decoded whole by
     msgspec, so errors are always msgspec's. The consumer must drop each chunk's events
     before asking for the next (their ``Raw`` fields point into the chunk's buffer).
+
+    ``stop`` (a plain JSON file; :func:`split_at`): end after the piece that ends at that offset, with
+    ``st.cut`` True; if no piece ends there, read on to the end (``st.cut`` False).
     """
     blocks = _Blocks(path)
-    header, whole, rest = _header(st, blocks)
-    if whole:
-        yield header.traceEvents, header
-        return
-    yield [], header
+    try:
+        header, whole, rest = _header(st, blocks)
+        if whole:
+            yield header.traceEvents, header
+            return
+        yield [], header
+        yield from _events(st, blocks, rest, blocks.delivered - len(rest), stop)
+    finally:
+        blocks.close()
+
+
+def iter_chunks_from(path: Path, st: Decoded, start: int) -> Iterator[tuple[list, Doc | None]]:
+    """:func:`iter_chunks`'s pieces from offset ``start`` (where one of its pieces ends: :func:`split_at`) to the
+    end, the same pieces (the blocks end where they end for it), and the tail after them (yielded with the last
+    events: its keys, the header fields after ``traceEvents``)."""
+    blocks = _Blocks(path, start)
+    try:
+        yield from _events(st, blocks, b"", start)
+    finally:
+        blocks.close()
+
+
+def _events(st: Decoded, blocks: _Blocks, rest: bytes, at: int, stop: int | None = None
+            ) -> Iterator[tuple[list, Doc | None]]:
+    """The pieces from ``rest`` (the text from offset ``at``) and the blocks after it."""
     while True:
         parts, size = [b"[", rest], 1 + len(rest)
         del rest
@@ -357,5 +392,39 @@ def iter_chunks(path: Path, st: Decoded) -> Iterator[tuple[list, Doc | None]]:
             yield tail.traceEvents or [], tail
             return
         rest = bytes(memoryview(buf)[nxt:])
+        at += nxt - 1  # (the offset of the next event: buf is '[' + the text from at)
         yield events, None
         del events, buf
+        if stop is not None and at >= stop:
+            if at == stop:
+                st.cut = True
+                return
+            stop = None  # (no piece ends at stop: read on)
+
+
+_HEAD = 1 << 20  # the events key must be in the file's first bytes for a cut
+
+
+def split_at(path: Path, at: int) -> int | None:
+    """Where :func:`iter_chunks` of a plain-JSON file will likely end a piece near offset ``at``: the start of
+    the event after the first boundary (``},{``) in the last _WINDOW bytes of the block that holds ``at``, as
+    :func:`_cut` chooses it when that boundary decodes; None for a gzip file, a file without the events key in its
+    first MB, or no boundary there. A candidate only (``},{`` can be inside a string): ``iter_chunks(stop=...)``
+    tells whether a piece really ends there. The pieces after it are then those of :func:`iter_chunks_from`."""
+    end = (at // _BLOCK + 1) * _BLOCK
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEAD)
+            if head[:2] == b"\x1f\x8b":
+                return None
+            key = _EVENTS_KEY.search(head)
+            if key is None or end - _WINDOW <= key.end() + _BLOCK:  # (past the header's blocks)
+                return None
+            f.seek(end - _WINDOW)
+            window = f.read(_WINDOW)
+    except OSError:
+        return None
+    s = _SPLIT.search(window)
+    if s is None or len(window) < _WINDOW:
+        return None
+    return end - _WINDOW + s.end() - 1
