@@ -184,6 +184,7 @@ def test_freed_memory_kept_for_big_exports_only(tmp_path):
     assert _allocator_setting(["breakdown", export], env, small_bytes=16 << 20) == "- False"
     assert _allocator_setting(["breakdown", kineto], env) == "- False"
     assert _allocator_setting(["breakdown", export], {**env, "_RJEM_MALLOC_CONF": "narenas:2"}) == "narenas:2 False"
+    assert _allocator_setting(["capture", "--", "python", export], env) == "- False"  # (the profiled workload's env)
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     assert not nsys_scan.big_export(fifo)  # (an open() would block here: nothing writes to it)

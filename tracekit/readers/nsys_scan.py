@@ -237,10 +237,14 @@ def keep_freed_memory(args: list[str]) -> bool:
     polars' allocator keeps freed pages for 5 s (``KEEP_FREED``) instead of 0.5-1 s. At ten million kernels: ~10%
     fewer page faults and ~0.5 s less CPU, for ~0.15 GB more peak memory (benchmarks/results/HISTORY.md, issue
     25 sixth pass). A Kineto trace keeps polars' setting (its analysis is small and its peak is what counts), as
-    does a process where polars is loaded already or ``_RJEM_MALLOC_CONF`` is set. Whether it did it."""
+    does a process where polars is loaded already or ``_RJEM_MALLOC_CONF`` is set, and ``tracekit capture`` (the
+    workload it profiles would inherit the setting). Whether it did it."""
     if "polars" in sys.modules or "_RJEM_MALLOC_CONF" in os.environ:
         return False
-    if not any(big_export(Path(a)) for a in args if not a.startswith("-")):
+    words = [a for a in args if not a.startswith("-")]
+    if words[:1] == ["capture"]:  # (its children are the profiled workload: never a setting of ours in their env)
+        return False
+    if not any(big_export(Path(a)) for a in words):
         return False
     os.environ["_RJEM_MALLOC_CONF"] = KEEP_FREED
     return True
