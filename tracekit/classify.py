@@ -185,15 +185,11 @@ def name_table(names: pl.Series, rules: Rules | None = None) -> tuple[pl.Series,
     col = names if names.dtype == pl.Categorical else names.cast(pl.String).cast(pl.Categorical)
     codes = col.to_physical()
     top = codes.max()
+    # the first row of each distinct code (a hash table of the few codes: no column of ten million row numbers)
+    first = codes.arg_unique()
+    first = first.filter(codes.gather(first).is_not_null())
     if top is not None and top <= 4 * codes.len() + (1 << 20):
-        # Categorical codes are small integers: the first row of each distinct code (a hash table of the few
-        # codes, no column of ten million row numbers and its copies: ~20k page faults), in code order
-        first = codes.arg_unique()
-        first = first.filter(codes.gather(first).is_not_null())
-        first = first.gather(codes.gather(first).arg_sort())
-    else:
-        first = codes.arg_unique()
-        first = first.filter(codes.gather(first).is_not_null())
+        first = first.gather(codes.gather(first).arg_sort())  # (small codes: the table in code order, as always)
     uniq = col.gather(first).cast(pl.String).to_list()
     cats, subs, ids = [], [], []
     for name in uniq:

@@ -223,8 +223,8 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: boo
         g = 0 if load[0] <= load[1] else 1
         groups[g].append(c)
         load[g] += big[c].estimated_size()
-    done = dict(zip([*groups[0], *groups[1]], [s for part in in_threads(lambda: merged(groups[0]),
-                                                                          lambda: merged(groups[1])) for s in part]))
+    first, second = in_threads(lambda: merged(groups[0]), lambda: merged(groups[1]))
+    done = dict(zip(groups[0] + groups[1], first + second))
     return pl.DataFrame([done[c] for c in names])
 
 
