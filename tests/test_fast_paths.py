@@ -323,7 +323,7 @@ def test_enum_name_paths_equal_text_paths(path):
     names = step_table(tracekit.load(path, kernel_dims=False)).activities["name"]
     assert isinstance(names.dtype, pl.Enum)
     text = names.cast(pl.String)
-    for rx in (SAMPLING_KERNELS, TOPK_KERNELS, TRAINING_KERNELS):
+    for rx in (SAMPLING_KERNELS, TOPK_KERNELS, TRAINING_KERNELS, "no kernel is named so", "."):
         assert name_matches(names, rx).to_list() == name_matches(text, rx).to_list()
     (c1, s1), (c2, s2) = _is_comm(names), _is_comm(text)
     assert c1.to_list() == c2.to_list() and s1.to_list() == s2.to_list()
@@ -401,7 +401,8 @@ def test_frame_name_table_is_name_table_once(path):
     assert key not in classify._FRAME_TABLES  # the entry went with its frame
     plain = (classify.classify(k["name"])["category"] == "communication").to_list()
     assert _is_comm(k, sub=False)[0].to_list() == plain == _is_comm(k["name"])[0].to_list()
-    assert _kernel_matches(k, TRAINING_KERNELS).to_list() == name_matches(k["name"], TRAINING_KERNELS).to_list()
+    for rx in (TRAINING_KERNELS, "no kernel is named so", "."):
+        assert _kernel_matches(k, rx).to_list() == name_matches(k["name"], rx).to_list()
 
 
 @settings(max_examples=300, deadline=None)

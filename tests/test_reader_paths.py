@@ -1,7 +1,7 @@
 """The readers' lean paths (issue 25) give exactly what the plain code they replace gives.
 
 * nsys: the plausibility check in integers (taken when every time fits a float64 exactly) keeps the rows the
-  float formula keeps, at the boundaries too;
+  float formula keeps, at the boundaries too, and its one-pass "nothing to drop" answers as that formula does;
 * Kineto: the ops are put in start order while the trace is read (``OpsInOrder``): the same rows, the same
   order of equal starts and the same sortedness flags as ``pl.concat([ops, host work]).sort("start")``, whether
   the runs arrive in time order or not, and named as the JSON names them.
@@ -47,6 +47,21 @@ def test_plausible_in_integers_keeps_the_rows_the_float_formula_keeps(base):
     assert bool(warnings) == (want.height < df.height)
     # the integer path is taken only where it is exact
     assert nsys._exact_in_float(df) == all(-(2**53) <= v <= 2**53 for v in starts + ends if v is not None)
+
+
+@pytest.mark.parametrize("base", [0, 2**53 - DAY - 5, -(2**53) + 3, 2**53 - 3, 2**62])
+def test_plausible_fast_answer_agrees_with_the_float_formula(base):
+    # every pair of the boundary rows: the one-pass answer "nothing to drop" (_all_plausible) must be given exactly
+    # when the float formula keeps every row and no time is null or beyond +-2^53
+    starts = [base, base, base + 10, base, base + 5, base]
+    ends = [base + 10, base - 1, base + 10, base + DAY, base + 5, base + DAY + 1]
+    for i in range(len(starts)):
+        for j in range(i, len(starts)):
+            df = pl.DataFrame({"start": [starts[i], starts[j]], "end": [ends[i], ends[j]]},
+                              schema={"start": pl.Int64, "end": pl.Int64})
+            every = bool(_float_ok(df).all()) and nsys._exact_in_float(df)
+            assert nsys._all_plausible(df) == every, (base, i, j)
+            assert_frame_equal(nsys._plausible(df, "rows", []), df.filter(_float_ok(df)))
 
 
 def test_plausible_wrapping_differences_stay_out():

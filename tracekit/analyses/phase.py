@@ -111,6 +111,8 @@ def name_matches(names: pl.Series, regex: str) -> pl.Series:
     if isinstance(names.dtype, pl.Enum):
         # an Enum's names are its categories, in code order: one lookup table, one gather by code
         table = pl.Series(names.dtype.categories).str.contains(regex).fill_null(False)
+        if not table.any():  # (no name matches: no gather of ten million)
+            return pl.repeat(False, names.len(), dtype=pl.Boolean, eager=True).alias(names.name)
         hit = table.gather(names.to_physical())
         return (hit.fill_null(False) if hit.null_count() else hit).alias(names.name)  # (no copy without nulls)
     # (a Categorical's candidates: every string of its categories, a few thousand, not a unique() of its rows:
@@ -126,7 +128,10 @@ def _kernel_matches(kernels: pl.DataFrame, regex: str) -> pl.Series:
     from tracekit.classify import frame_name_table
 
     pos, table = frame_name_table(kernels)
-    return table["name"].str.contains(regex).fill_null(False).gather(pos).fill_null(False).alias("name")
+    hit = table["name"].str.contains(regex).fill_null(False)
+    if not hit.any():  # (no name: no gather of ten million)
+        return pl.repeat(False, pos.len(), dtype=pl.Boolean, eager=True).alias("name")
+    return hit.gather(pos).fill_null(False).alias("name")
 
 
 PHASE_SCHEMA = {"step": pl.Int64, "phase": pl.String, "source": pl.String, "evidence": pl.String}

@@ -312,9 +312,11 @@ def head_start(path, *, kernel_dims: bool = True, arrow_without_numpy: bool = Fa
     scanning = False
     try:
         path = Path(path)
-        if _wanted(path):
+        uri = export_uri(path)
+        if pending(uri):  # (started by a block around this one: the same scans, not looked up again)
+            scanning = True
+        elif _wanted(path):
             queries = _queries(path, kernel_dims)
-            uri = export_uri(path)
             queries = [q for q in queries if (uri, q) not in _PENDING]
             if queries:
                 import connectorx  # noqa: F401  (here, before the threads: each would otherwise wait on the import)
