@@ -269,9 +269,20 @@ def test_threaded_stages_equal_sequential(path, monkeypatch):
         return orig(*a, **k)
 
     monkeypatch.setattr(at, "activities", spy)
+    gap_calls: list[int] = []
+    orig_gi = pa._gap_inputs
+
+    def spy_gi(*a, **k):
+        gap_calls.append(__import__("threading").get_ident())
+        return orig_gi(*a, **k)
+
+    monkeypatch.setattr(pa, "_gap_inputs", spy_gi)
     par = bd.breakdown(t)
     if (__import__("os").cpu_count() or 1) > 1:
         assert threads and __import__("threading").get_ident() not in threads  # it did run on a worker thread
+        # the gaps' host-side inputs: made once, begun before the attribution when the launches are in order
+        assert len(gap_calls) == 1 and gap_calls[0] != __import__("threading").get_ident()
+        assert (pa.early_gap_inputs(t) is not None) == t.launches["start"].is_sorted()
     assert par.to_dict() == seq.to_dict()
     assert_frame_equal(par.activities, seq.activities)
     assert_frame_equal(par.per_step, seq.per_step)

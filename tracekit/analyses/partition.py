@@ -199,19 +199,32 @@ def periods(attr: Attribution, in_steps: pl.DataFrame, path: str = "trace"
     return good, reasons, warnings
 
 
+def early_gap_inputs(trace: Trace):
+    """:func:`_gap_inputs` begun now on a thread of its own, for a :func:`partition` of ``trace`` to come (a function
+    that waits for them), when the trace is big and its launches are in start order as they stand (the launches an
+    attribution of it analyses, ``Attribution.launches``); else None. What the gaps look up on the host side needs no
+    GPU activity: made beside the attribution, it fills the moments when one core waits."""
+    launches = trace.launches
+    if trace.kernels.height + launches.height < THREADS_FROM_ROWS or not launches["start"].is_sorted():
+        return None
+    return started(lambda: _gap_inputs(trace, launches))
+
+
 def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None = None,
-              phases: pl.DataFrame | None = None, phase: str = "decode") -> StepTable:
+              phases: pl.DataFrame | None = None, phase: str = "decode", gap_inputs=None) -> StepTable:
     """The partition of ``attr``'s steps.
 
     ``exclude``: optional frame ``step``, ``reason`` (e.g. warm-up/transition steps found from their kernel
     sequences); ``phases``: optional frame ``step``, ``phase`` (decode | prefill | mixed | unknown); ``phase``:
-    which phase to analyse (``all`` = every step). Raises :class:`~tracekit.errors.NoSteps` when nothing is
-    left to analyse, saying why.
+    which phase to analyse (``all`` = every step). ``gap_inputs``: :func:`early_gap_inputs` of ``trace`` begun
+    before the attribution (None: begun here). Raises :class:`~tracekit.errors.NoSteps` when nothing is left to
+    analyse, saying why.
     """
     acts = attr.activities
     big = acts.height + trace.launches.height >= THREADS_FROM_ROWS
     # (what the gaps look up on the host side needs no activity: found beside the exclusions below)
-    gap_inputs_wait = started(lambda: _gap_inputs(trace, attr.launches), threads=big)
+    gap_inputs_wait = gap_inputs if gap_inputs is not None and attr.launches is trace.launches else started(
+        lambda: _gap_inputs(trace, attr.launches), threads=big)
     in_steps = acts if acts["step"].null_count() == 0 else keep_rows(acts, acts["step"].is_not_null())
     if in_steps["step"].is_sorted():  # (activities in start order, steps one after the other: the usual case)
         in_steps = in_steps.with_columns(pl.col("step").set_sorted())  # group-bys then work on slices

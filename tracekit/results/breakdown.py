@@ -42,7 +42,7 @@ from tracekit.analyses.advice import (
 )
 from tracekit.analyses.attribution import Attribution, attribute, devices_with_activity, pick_device
 from tracekit.analyses.bytes import TP_EVIDENCE_SOURCES
-from tracekit.analyses.partition import StepTable, partition
+from tracekit.analyses.partition import StepTable, early_gap_inputs, partition
 from tracekit.analyses.roofline import RooflineBlock
 from tracekit.analyses.timebase import TimeBase, host_bound, time_base
 from tracekit.categories import (
@@ -227,9 +227,10 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
                device: int | None = None, rules=None, phase: str = "decode", detect_structure: bool = True
                ) -> StepTable:
     """Attribution then partition: the per-step table of ``trace`` (see ``tracekit.analyses.partition``)."""
+    gap_inputs = early_gap_inputs(trace)
     attr = attribute(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules,
                      detect_structure=detect_structure)
-    return partition(attr, trace, phase=phase)
+    return partition(attr, trace, phase=phase, gap_inputs=gap_inputs)
 
 
 def headline(tb: TimeBase, per_step_ms: PerStepMs, gaps: GapCauses, advice: Advice, roofline: TraceRoofline,
