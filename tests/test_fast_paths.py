@@ -32,7 +32,7 @@ import tracekit
 import tracekit.intervals as iv
 import tracekit.lookup as lookup
 import tracekit.readers.nsys as nsys
-from tracekit.analyses.attribution import _merge_by_start, _window_of
+from tracekit.analyses.attribution import _merge_by_start, _merge_plan, _window_of
 from tracekit.intervals import cumulative_union_lengths
 from tracekit.results.breakdown import step_table
 from tracekit.steps import find_steps
@@ -126,6 +126,17 @@ def test_merge_by_start_equals_stable_sort(sizes, data):
     want = pl.concat(frames).sort("start", maintain_order=True)
     assert got["start"].to_list() == want["start"].to_list()
     assert sorted(got.rows()) == sorted(want.rows())
+    # on equal starts the largest frame's rows first (the first of that height), then the others' as a stable sort
+    # of them puts them; the same frame when the order is planned from the starts alone (beside the other columns)
+    present = [f for f in frames if f.height]
+    if present:
+        b = max(range(len(present)), key=lambda i: (present[i].height, -i))
+        ranked = pl.concat([f.with_columns(_big=pl.lit(i != b), _r=pl.int_range(0, pl.len()))
+                            for i, f in enumerate(present)])
+        ties = ranked.with_row_index("_n").sort("start", "_big", "_n", maintain_order=True).drop("_big", "_r", "_n")
+        assert got.rows() == ties.rows()
+        plan = _merge_plan([f["start"] for f in present])
+        assert _merge_by_start(frames, plan=plan).rows() == got.rows()
     # the columns merged on two threads (big traces): the very same frame, every column one chunk
     wide = [f.with_columns(row=pl.int_range(0, pl.len()), cat=pl.col("src").cast(pl.String).cast(pl.Categorical),
                            end=pl.col("start") + 1) for f in frames]

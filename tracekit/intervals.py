@@ -161,15 +161,15 @@ def step_chunks(step: pl.Series, rows: int | None = None) -> list[tuple[int, int
 
 
 def by_pieces(fn, frame: pl.DataFrame, step: str = "step", threads: bool = True) -> list:
-    """``fn`` of each :func:`step_chunks` piece of ``frame`` (whole steps), in order; two pieces at a time on
-    threads when there are several (polars releases the GIL while it works) unless ``threads`` is false.
+    """``fn`` of each :func:`step_chunks` piece of ``frame`` (whole steps), in order; two pieces per CPU at a time
+    on threads when there are several (polars releases the GIL while it works) unless ``threads`` is false.
     ``[fn(frame)]`` when ``frame`` is one piece or its steps are not runs."""
     from tracekit.parallel import in_threads
 
     pieces = step_chunks(frame[step])
     if len(pieces) < 2:
         return [fn(frame)]
-    return in_threads(*[lambda o=o, n=n: fn(frame.slice(o, n)) for o, n in pieces], threads=threads)
+    return in_threads(*[lambda o=o, n=n: fn(frame.slice(o, n)) for o, n in pieces], threads=threads, per_cpu=2)
 
 
 def one_group(df: pl.DataFrame, by: Sequence[str]) -> tuple | None:

@@ -5,17 +5,21 @@ from __future__ import annotations
 import os
 
 
-def in_threads(*tasks, threads: bool = True):
+def in_threads(*tasks, threads: bool = True, per_cpu: int = 1):
     """``[t() for t in tasks]``, run at once on threads (one per task, up to the number of CPUs) and returned in
     order; an exception is raised as if they had run one after the other (the first task's first).
 
     For independent stages of one analysis: polars and the SQLite engines release the GIL while they work,
     so on two cores two such stages take about the time of the longer one. ``threads=False`` runs them one
-    after the other (small inputs: threads would only add their stacks and allocator arenas).
+    after the other (small inputs: threads would only add their stacks and allocator arenas). ``per_cpu``: up to
+    that many threads per CPU, for many tasks that each hold the GIL or wait on one thread between their polars
+    calls (pieces of one frame: two per CPU kept both cores busier, 0.47-0.50 -> 0.38-0.41 s for the partition's
+    pieces of ten million activities on two cores).
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    workers = min(len(tasks), os.cpu_count() or 1) if threads else 1
+    cpus = os.cpu_count() or 1
+    workers = min(len(tasks), cpus * per_cpu if cpus > 1 else 1) if threads else 1
     if workers < 2:
         return [t() for t in tasks]
 

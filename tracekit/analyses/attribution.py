@@ -149,19 +149,21 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
                 kind=pl.lit("graph_exec", KIND_ENUM), category=pl.lit("unattributed", CATEGORY_ENUM)),
         ]
 
-    # independent: side by side (for big traces)
-    rows, frames = in_threads(launch_rows, named, threads=k.height + work.height >= THREADS_FROM_ROWS)
+    bad = sum(f.select((pl.col("end") < pl.col("start")).sum()).item() for f in (k, m, g))
+    if bad:
+        k, m, g = (f.filter(pl.col("end") >= pl.col("start")) for f in (k, m, g))
+    present = [f for f in (k, m, g) if f.height]
+    # independent: side by side (for big traces), the merge's row order among them (it reads only the starts)
+    rows, frames, plan = in_threads(launch_rows, named, lambda: _merge_plan([f["start"] for f in present]),
+                                    threads=k.height + work.height >= THREADS_FROM_ROWS)
     k, m, g = [f.with_columns(launch=r) for f, r in zip(frames, rows)]
     parts = [f for f in (k, m, g) if f.height] or [k]
-    bad = sum(f.select((pl.col("end") < pl.col("start")).sum()).item() for f in parts)
-    if bad:
-        parts = [f.filter(pl.col("end") >= pl.col("start")) for f in parts]
     # One frame in start order, made once: the kernels (in order already) and the few copies and graph
     # executions merged into them (ties: kernels first). It is one copy of the kernels' columns, which is
     # needed anyway: the readers' frames come in many chunks (SQLite engines deliver batches), and a frame
     # whose columns are chunked differently (every gathered column is one chunk) is copied whole by polars
     # at its next filter or group-by. In start order, the unions need no reordering (step_table).
-    acts = _merge_by_start(parts, threads=k.height >= THREADS_FROM_ROWS)
+    acts = _merge_by_start(parts, threads=k.height >= THREADS_FROM_ROWS, plan=plan)
     is_graph = work["kind"] == "graph"
     # (no graph launch in the trace: no gather of ten million booleans; null where no launch was found)
     graphed = is_graph.gather(acts["launch"]) if is_graph.any() else pl.when(pl.col("launch").is_not_null()).then(False)
@@ -182,7 +184,34 @@ def _on_device(df: pl.DataFrame, device: int) -> pl.DataFrame:
 
 
 
-def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: bool = False) -> pl.DataFrame:
+def _merge_plan(keys: list[pl.Series]) -> tuple[int, pl.Series] | None:
+    """The row order :func:`_merge_by_start` gives frames whose key columns are ``keys`` (each in order already;
+    else, or for fewer than two, None): ``(b, order)``, ``b`` the largest frame (the first of that height) and
+    ``order`` the source row of each output row in that frame's rows followed by the others' in their order. Made from
+    the keys alone, so it can be made beside what builds the frames' other columns.
+
+    >>> _merge_plan([pl.Series([1, 3]), pl.Series([0, 3, 5, 9]), pl.Series([2])])[1].to_list()
+    [0, 4, 6, 1, 5, 2, 3]
+    """
+    if len(keys) < 2 or not all(s.is_sorted() for s in keys):
+        return None
+    b = max(range(len(keys)), key=lambda i: (keys[i].len(), -i))
+    big = keys[b]
+    others = pl.concat([s for i, s in enumerate(keys) if i != b])
+    # (their rows in key order; stable: on ties in their order)
+    perm = others.rename("k").to_frame().with_row_index("i").sort("k", maintain_order=True)["i"].cast(pl.UInt32)
+    n, m = big.len(), others.len()
+    # Output row of each other row, in key order: after the big rows that start at or before it (ties: big rows first).
+    at = big.search_sorted(others.gather(perm), side="right").cast(pl.UInt32) + pl.int_range(
+        0, m, dtype=pl.UInt32, eager=True)
+    # Source row of each output row: a big row's shifted back by the other rows before it.
+    before = pl.repeat(0, n + m, dtype=pl.UInt32, eager=True).scatter(at, 1).cum_sum()
+    order = (pl.int_range(0, n + m, dtype=pl.UInt32, eager=True) - before).scatter(at, perm + n)
+    return b, order
+
+
+def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: bool = False,
+                    plan: tuple[int, pl.Series] | None = None) -> pl.DataFrame:
     """Concatenate frames of one schema (the first frame's; the others are cast to it) into ``key`` order
     (stable; on equal keys the largest frame's rows come first), one chunk per column.
 
@@ -195,21 +224,16 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: boo
     ten million kernels), work that the thread touching the page does, so two threads halve it.
     """
     schema = dict(frames[0].schema)
-    full = [f if f[key].is_sorted() else f.sort(key, maintain_order=True) for f in frames if f.height]
+    full = [f for f in frames if f.height]
+    if plan is None or len(full) < 2:
+        full = [f if f[key].is_sorted() else f.sort(key, maintain_order=True) for f in full]
+        plan = _merge_plan([f[key] for f in full])
     full = [f if dict(f.schema) == schema else f.cast(schema) for f in full]
     if len(full) <= 1:
         return (full[0] if full else frames[0]).rechunk()
-    big = max(full, key=lambda f: f.height)
-    small = pl.concat([f for f in full if f is not big]).sort(key, maintain_order=True)
-    n, m = big.height, small.height
-    # Output row of each small row: after the big rows that start at or before it (ties: big rows first).
-    at = big[key].search_sorted(small[key], side="right").cast(pl.UInt32) + pl.int_range(0, m, dtype=pl.UInt32,
-                                                                                        eager=True)
-    # Source row of each output row (in [big, small]): a big row's shifted back by the small rows before it.
-    before = pl.repeat(0, n + m, dtype=pl.UInt32, eager=True).scatter(at, 1).cum_sum()
-    order = (pl.int_range(0, n + m, dtype=pl.UInt32, eager=True) - before).scatter(
-        at, pl.int_range(n, n + m, dtype=pl.UInt32, eager=True))
-    del before
+    b, order = plan
+    big = full[b]
+    small = pl.concat([f for i, f in enumerate(full) if i != b])
 
     def merged(names: list[str]) -> list[pl.Series]:  # (column by column: one column's contiguous copy at a time)
         return [pl.concat([big[c], small[c]], rechunk=True).gather(order) for c in names]
