@@ -124,12 +124,14 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
     if work is None:
         work = trace.launches if trace.launches["start"].is_sorted() else trace.launches.sort("start")
 
-    def launch_rows() -> list[pl.Series]:
+    def launch_rows() -> tuple[list[pl.Series], pl.Series]:
         # (pid, correlation) -> launch row without hashing (see tracekit.lookup): the hash join it replaces was
-        # the slowest step of a breakdown. Part by part: the kernels alone are in key order.
+        # the slowest step of a breakdown. Part by part: the kernels alone are in key order. And which launches are
+        # graph launches (read after the merge).
         is_work = work["kind"].is_in(list(WORK_KINDS))
         keys = work.select("pid", "correlation")
-        return [row_lookup(f.select("pid", "correlation"), keys, valid=is_work) for f in (k, m, g)]
+        return [row_lookup(f.select("pid", "correlation"), keys, valid=is_work) for f in (k, m, g)], \
+            work["kind"] == "graph"
 
     def named() -> list[pl.DataFrame]:
         loaded = load_rules(rules) if rules is not None else load_rules()
@@ -154,8 +156,9 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
         k, m, g = (f.filter(pl.col("end") >= pl.col("start")) for f in (k, m, g))
     present = [f for f in (k, m, g) if f.height]
     # independent: side by side (for big traces), the merge's row order among them (it reads only the starts)
-    rows, frames, plan = in_threads(launch_rows, named, lambda: _merge_plan([f["start"] for f in present]),
-                                    threads=k.height + work.height >= THREADS_FROM_ROWS)
+    (rows, is_graph), frames, plan = in_threads(launch_rows, named,
+                                                lambda: _merge_plan([f["start"] for f in present]),
+                                                threads=k.height + work.height >= THREADS_FROM_ROWS)
     k, m, g = [f.with_columns(launch=r) for f, r in zip(frames, rows)]
     parts = [f for f in (k, m, g) if f.height] or [k]
     # One frame in start order, made once: the kernels (in order already) and the few copies and graph
@@ -164,7 +167,6 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
     # whose columns are chunked differently (every gathered column is one chunk) is copied whole by polars
     # at its next filter or group-by. In start order, the unions need no reordering (step_table).
     acts = _merge_by_start(parts, threads=k.height >= THREADS_FROM_ROWS, plan=plan)
-    is_graph = work["kind"] == "graph"
     # (no graph launch in the trace: no gather of ten million booleans; null where no launch was found)
     graphed = is_graph.gather(acts["launch"]) if is_graph.any() else pl.when(pl.col("launch").is_not_null()).then(False)
     acts = acts.with_columns(graphed=graphed, dur=pl.col("end") - pl.col("start"))
