@@ -574,3 +574,22 @@ def test_step_chunks_cut_at_the_first_step_start_after_each_target(vals, rows):
             want.append((at, end - at))
             at = end
     assert step_chunks(step, rows) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(counts=st.lists(st.integers(0, 4), min_size=1, max_size=12), data=st.data())
+def test_rows_of_steps_equals_membership_filter(counts, data):
+    """The analysed steps' rows by two binary searches (steps in order, the wanted ones one run of the present ones)
+    are the rows a membership test of every row keeps, for any choice of steps, runs or not."""
+    from tracekit.analyses.partition import rows_of_steps
+
+    df = pl.DataFrame({"step": [i for i, c in enumerate(counts) for _ in range(c)]}, schema={"step": pl.Int64}
+                      ).with_row_index("r")
+    present = df["step"].unique().sort()
+    if present.len() == 0:
+        return
+    steps = pl.Series(sorted(data.draw(st.sets(st.sampled_from(present.to_list()), min_size=1))), dtype=pl.Int64)
+    want = df.filter(pl.col("step").is_in(steps.implode()))
+    assert rows_of_steps(df, steps, present).rows() == want.rows()
+    shuffled = df.sample(fraction=1.0, shuffle=True, seed=1)  # (not in step order: the membership test)
+    assert sorted(rows_of_steps(shuffled, steps, present).rows()) == sorted(want.rows())

@@ -188,7 +188,10 @@ def _is_comm(names: pl.Series | pl.DataFrame, rules=None, sub: bool = True) -> t
 
     loaded = load_rules(rules) if rules is not None else None
     pos, table = frame_name_table(names, loaded) if isinstance(names, pl.DataFrame) else name_table(names, loaded)
-    is_comm = (table["category"] == "communication").gather(pos).fill_null(False).alias("category")
+    hit = table["category"] == "communication"
+    # (no communication kernel at all, the usual single-GPU trace: no gather of ten million booleans)
+    is_comm = (hit.gather(pos).fill_null(False) if hit.any() else pl.repeat(False, pos.len(), dtype=pl.Boolean,
+                                                                             eager=True)).alias("category")
     return is_comm, table["sub"].gather(pos) if sub else None
 
 
@@ -268,10 +271,12 @@ def tp_from_trace(trace: Trace) -> tuple[int | None, str]:
             n, pg, cnt = int(top["group_size"][0]), top["pg_name"][0], int(top["len"][0])
             where = f" (process group {pg!r})" if pg is not None else ""
             return n, f"Kineto NCCL args: {cnt} all-reduce kernel(s) on a communicator of {n} ranks{where}"
-    names = trace.kernels["name"].unique()
-    if names.len():
-        is_comm, sub = _is_comm(names)
-        kinds = pl.DataFrame({"name": names.cast(pl.String), "sub": sub}).filter(is_comm).with_columns(
+    from tracekit.classify import frame_name_table
+
+    # (the kernels' distinct names as the attribution classified them, once per trace: no unique() of ten million)
+    _, table = frame_name_table(trace.kernels)
+    if table.height:
+        kinds = table.filter(pl.col("category") == "communication").select("name", "sub").with_columns(
             kind=kind_of(pl.col("name"), pl.col("sub")))
         custom_ar = kinds.filter((pl.col("kind") == "all_reduce") & (pl.col("sub") != "nccl"))
         if custom_ar.height and coll.height:
