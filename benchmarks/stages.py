@@ -173,7 +173,7 @@ def _serial():
 
     orig = par.in_threads
 
-    def serial(*tasks, threads=True):
+    def serial(*tasks, threads=True, per_cpu=1):
         return orig(*tasks, threads=False)
 
     par.in_threads = serial

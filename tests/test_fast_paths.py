@@ -554,6 +554,35 @@ def test_started_stage_gives_its_result_or_its_error(threads):
         wait()
 
 
+@pytest.mark.parametrize("share, want", [(None, 4), ("2", 4), ("1", 2), ("junk", 4)])
+def test_in_threads_per_cpu_respects_a_workers_share(monkeypatch, share, want):
+    """in_threads(per_cpu=2) on two CPUs runs four tasks at once, unless polars was given fewer threads than CPUs (a
+    rank worker: POLARS_MAX_THREADS=1 beside a sibling), where it keeps to one thread per CPU; results in order."""
+    import threading
+    import time
+
+    import tracekit.parallel as par
+
+    monkeypatch.setattr(par.os, "cpu_count", lambda: 2)
+    if share is None:
+        monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("POLARS_MAX_THREADS", share)
+    lock, running, peak = threading.Lock(), [0], [0]
+
+    def task(i):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return i
+
+    assert par.in_threads(*[lambda i=i: task(i) for i in range(8)], per_cpu=2) == list(range(8))
+    assert peak[0] == want
+
+
 @settings(max_examples=300, deadline=None)
 @given(vals=st.lists(st.integers(-3, 15), max_size=40), rows=st.integers(1, 12))
 def test_step_chunks_cut_at_the_first_step_start_after_each_target(vals, rows):

@@ -14,11 +14,14 @@ def in_threads(*tasks, threads: bool = True, per_cpu: int = 1):
     after the other (small inputs: threads would only add their stacks and allocator arenas). ``per_cpu``: up to
     that many threads per CPU, for many tasks that each hold the GIL or wait on one thread between their polars
     calls (pieces of one frame: two per CPU kept both cores busier, 0.47-0.50 -> 0.38-0.41 s for the partition's
-    pieces of ten million activities on two cores).
+    pieces of ten million activities on two cores); one per CPU in a process whose polars has fewer threads than
+    CPUs (a rank worker, whose siblings take the other cores).
     """
     from concurrent.futures import ThreadPoolExecutor
 
     cpus = os.cpu_count() or 1
+    if per_cpu > 1 and _polars_share() < cpus:
+        per_cpu = 1  # (a worker process given its share of the cores: no more threads than the one-per-CPU rule)
     workers = min(len(tasks), cpus * per_cpu if cpus > 1 else 1) if threads else 1
     if workers < 2:
         return [t() for t in tasks]
@@ -35,6 +38,15 @@ def in_threads(*tasks, threads: bool = True, per_cpu: int = 1):
         if err is not None:
             raise err
     return [r for r, _ in results]
+
+
+def _polars_share() -> int:
+    """The threads polars may use in this process: ``POLARS_MAX_THREADS`` where set (a rank worker's share of the
+    cores, ``tracekit.run.engines``), else every CPU."""
+    try:
+        return max(1, int(os.environ["POLARS_MAX_THREADS"]))
+    except (KeyError, ValueError):
+        return os.cpu_count() or 1
 
 
 def started(task, threads: bool = True):
