@@ -622,3 +622,24 @@ def test_rows_of_steps_equals_membership_filter(counts, data):
     assert rows_of_steps(df, steps, present).rows() == want.rows()
     shuffled = df.sample(fraction=1.0, shuffle=True, seed=1)  # (not in step order: the membership test)
     assert sorted(rows_of_steps(shuffled, steps, present).rows()) == sorted(want.rows())
+
+
+@pytest.mark.parametrize("path", STEP_TRACES[:4], ids=[p.parent.name for p in STEP_TRACES[:4]])
+def test_activities_drop_rows_ending_before_they_start(path):
+    """Activities whose end is before their start (a reader other than nsys may keep them) are counted and dropped
+    before the merge is planned: the same frame as the activities of the trace without them."""
+    import dataclasses
+
+    from tracekit.analyses.attribution import activities, pick_device
+
+    t = tracekit.load(path, kernel_dims=False)
+    dev = pick_device(t, None)
+    k = t.kernels.with_row_index("_r")
+    broken = k.with_columns(end=pl.when(pl.col("_r") % 7 == 3).then(pl.col("start") - 1).otherwise("end")).drop("_r")
+    n = int((k["_r"] % 7 == 3).sum())
+    if n == 0:
+        pytest.skip("too few kernels to break")
+    got, bad, _ = activities(dataclasses.replace(t, kernels=broken), dev)
+    want, none, _ = activities(dataclasses.replace(t, kernels=k.filter(pl.col("_r") % 7 != 3).drop("_r")), dev)
+    assert (bad, none) == (n, 0)
+    assert_frame_equal(got, want)

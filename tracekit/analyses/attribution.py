@@ -151,16 +151,17 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
                 kind=pl.lit("graph_exec", KIND_ENUM), category=pl.lit("unattributed", CATEGORY_ENUM)),
         ]
 
-    bad = sum(f.select((pl.col("end") < pl.col("start")).sum()).item() for f in (k, m, g))
-    if bad:
-        k, m, g = (f.filter(pl.col("end") >= pl.col("start")) for f in (k, m, g))
-    present = [f for f in (k, m, g) if f.height]
+    ok = pl.col("end") >= pl.col("start")
+    bad = sum(f.select((~ok).sum()).item() for f in (k, m, g))
+    starts = [(f.filter(ok) if bad else f)["start"] for f in (k, m, g) if f.height]
     # independent: side by side (for big traces), the merge's row order among them (it reads only the starts)
     (rows, is_graph), frames, plan = in_threads(launch_rows, named,
-                                                lambda: _merge_plan([f["start"] for f in present]),
+                                                lambda: _merge_plan([s for s in starts if s.len()]),
                                                 threads=k.height + work.height >= THREADS_FROM_ROWS)
     k, m, g = [f.with_columns(launch=r) for f, r in zip(frames, rows)]
     parts = [f for f in (k, m, g) if f.height] or [k]
+    if bad:
+        parts = [f.filter(ok) for f in parts]
     # One frame in start order, made once: the kernels (in order already) and the few copies and graph
     # executions merged into them (ties: kernels first). It is one copy of the kernels' columns, which is
     # needed anyway: the readers' frames come in many chunks (SQLite engines deliver batches), and a frame
