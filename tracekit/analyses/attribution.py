@@ -224,7 +224,9 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: boo
     a gather across ~150 chunks looks each row's chunk up and costs ~4× the copy and a gather together
     (10M kernels: the merge's CPU 0.8 → 0.4 s). ``threads``: the columns in two groups of about equal bytes, one
     per thread. Most of the merge's time is the kernel faulting in its fresh memory (the merged frame: ~0.5 GB at
-    ten million kernels), work that the thread touching the page does, so two threads halve it.
+    ten million kernels), work that the thread touching the page does, so two threads halve it. ``plan``: the
+    :func:`_merge_plan` of the non-empty frames' keys, made beforehand (beside other work; else made here); it
+    must be of these very frames.
     """
     schema = dict(frames[0].schema)
     full = [f for f in frames if f.height]

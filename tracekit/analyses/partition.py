@@ -329,8 +329,8 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
                                      presorted=True, tiled=True)
         return u, _kernel_sums(p), _holes_piece(p, gap_inputs)
 
-    # Whole steps, piece by piece (intervals.by_pieces), two pieces at a time on big traces: each piece's columns are small and
-    # reused by the next, where ten million rows at once faulted in ~1.5 GB of fresh memory.
+    # Whole steps, piece by piece (intervals.by_pieces), two pieces per CPU at a time on big traces: each piece's
+    # columns are small and reused by the next, where ten million rows at once faulted in ~1.5 GB of fresh memory.
     pieces = by_pieces(piece, a, threads=big)
     u = pl.concat([p[0] for p in pieces])
     s = pl.concat([p[1] for p in pieces])
