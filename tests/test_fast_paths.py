@@ -574,7 +574,7 @@ def test_in_threads_per_cpu_respects_a_workers_share(monkeypatch, share, want):
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        time.sleep(0.05)
+        time.sleep(0.2)  # (long enough that every worker holds a task at once, even on a loaded machine)
         with lock:
             running[0] -= 1
         return i
