@@ -180,10 +180,16 @@ def bench_nsys(sizes: list[int], work: Path, engines: list[str], rows: list):
         rows[:] = [r for r in rows if r is not None]
 
 
-def ranks_cmd(folder: Path, workers: int) -> list[str]:
+def ranks_cmd(folder: Path, workers: int, cores: int | None = None) -> list[str]:
     """The per-file stage of ``tracekit breakdown DIR --engine process`` with ``workers`` processes, then the
-    cross-rank comparison: what the command runs (``analyse_files`` + ``cross_rank``), with the pool's size set."""
-    code = ("import sys; from pathlib import Path; from tracekit.run.ranks import analyse_files, cross_rank; "
+    cross-rank comparison: what the command runs (``analyse_files`` + ``cross_rank``), with the pool's size set.
+    ``cores``: the process (and so its workers) pinned to that many of its CPUs first, as ``taskset`` would."""
+    # (the CPUs first, then the allocator set as the console script sets it for a directory of big exports, both
+    # before polars is imported: polars sizes its thread pool by the CPUs it may use)
+    pin = (f"import os; os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:{cores}]); " if cores else "")
+    code = (pin + "import sys; from pathlib import Path; "
+            "from tracekit.readers.nsys_scan import keep_freed_memory; keep_freed_memory([sys.argv[1]]); "
+            "from tracekit.run.ranks import analyse_files, cross_rank; "
             "files = sorted(Path(sys.argv[1]).glob('*.sqlite')); "
             "cross_rank(analyse_files(files, engine='process', workers=int(sys.argv[2])))")
     return [sys.executable, "-c", code, str(folder), str(workers)]
@@ -211,6 +217,11 @@ def bench_ranks(n_ranks: int, size: int, work: Path, rows: list):
              (ranks_cmd(d, 1), f"{group}: per-file stage, 1 worker", None, 3600),
              (ranks_cmd(d, 2), f"{group}: per-file stage, 2 workers", None, 3600)]
     kinds = ["tracekit:one", "tracekit", "ranks:1", "ranks:2"]
+    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2:
+        # Scaling with cores: one worker on one core against two workers on two (the rows above give one worker
+        # both cores, which its polars threads already use: process parallelism can add little there).
+        specs.append((ranks_cmd(d, 1, cores=1), f"{group}: per-file stage, 1 worker on 1 core", None, 3600))
+        kinds.append("ranks:1core")
     rows.extend({**meta, **row, "kind": kind} for row, kind in zip(timed_interleaved(specs), kinds))
 
 
@@ -283,6 +294,10 @@ def table(rows: list, nsys_stats: dict | None) -> str:
             out.append("")
             out.append(f"Scaling ({g}, --engine process): 1 worker {one['wall_s']:.1f} s, 2 workers {two['wall_s']:.1f} s: "
                        f"{one['wall_s'] / two['wall_s']:.2f}× faster on 2 workers (2 cores: at most 2×)")
+            if "ranks:1core" in by:
+                solo = by["ranks:1core"]
+                out.append(f"With cores ({g}): 1 worker on 1 core {solo['wall_s']:.1f} s, 2 workers on 2 cores "
+                           f"{two['wall_s']:.1f} s: {solo['wall_s'] / two['wall_s']:.2f}× (at most 2×)")
     return "\n".join(out) + "\n"
 
 

@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from unittest.mock import patch
 
@@ -198,7 +200,7 @@ def test_parallel_reads_equal_one_by_one(path, engine, monkeypatch):
     threads.clear()
     monkeypatch.setattr(nsys._Db, "SMALL_FILE_BYTES", 0)  # read it as a big export is read
     ref = nsys.read_nsys(path)
-    if (__import__("os").cpu_count() or 1) > 1:
+    if __import__("tracekit.parallel").parallel.usable_cpus() > 1:
         assert len(threads) > 1  # the big tables were read on worker threads
     monkeypatch.setattr(nsys._Db, "parallel", lambda self, tasks: [t() for t in tasks])
     plain = nsys.read_nsys(path)
@@ -289,7 +291,7 @@ def test_threaded_stages_equal_sequential(path, monkeypatch):
 
     monkeypatch.setattr(pa, "_gap_inputs", spy_gi)
     par = bd.breakdown(t)
-    if (__import__("os").cpu_count() or 1) > 1:
+    if __import__("tracekit.parallel").parallel.usable_cpus() > 1:
         assert threads and __import__("threading").get_ident() not in threads  # it did run on a worker thread
         # the gaps' host-side inputs: made once, begun before the attribution when the launches are in order
         assert len(gap_calls) == 1 and gap_calls[0] != __import__("threading").get_ident()
@@ -563,7 +565,7 @@ def test_in_threads_per_cpu_respects_a_workers_share(monkeypatch, share, want):
 
     import tracekit.parallel as par
 
-    monkeypatch.setattr(par.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(par, "usable_cpus", lambda: 2)
     if share is None:
         monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
     else:
@@ -581,6 +583,20 @@ def test_in_threads_per_cpu_respects_a_workers_share(monkeypatch, share, want):
 
     assert par.in_threads(*[lambda i=i: task(i) for i in range(8)], per_cpu=2) == list(range(8))
     assert peak[0] == want
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no CPU affinity on this platform")
+def test_usable_cpus_are_the_affinity_not_the_machine():
+    """A process pinned to one CPU (taskset, a container's cpuset) is given one: its stages run one after the other and
+    the rank engine starts one worker, where os.cpu_count() still says every CPU of the machine (issue 25, eighth
+    pass). Checked in a fresh process pinned to one CPU."""
+    code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+            "import threading; from tracekit.parallel import in_threads, started, usable_cpus\n"
+            "names = in_threads(*[lambda: threading.current_thread().name] * 3, per_cpu=2)\n"
+            "print(usable_cpus(), len(set(names)), started(lambda: threading.current_thread().name)() == names[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "1", "True"]  # (one CPU; every task on the caller's own thread)
 
 
 @settings(max_examples=300, deadline=None)

@@ -7,6 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -175,17 +176,35 @@ def _allocator_setting(args: list[str], env: dict, small_bytes: int = 0) -> str:
 
 
 def test_freed_memory_kept_for_big_exports_only(tmp_path):
-    """Polars' allocator keeps freed pages longer (issue 25, sixth pass) only for a big nsys export given to the
-    console script: not for a small export, a Kineto trace, a pipe (never read), or where the user set the
-    allocator's configuration."""
+    """Polars' allocator reuses freed memory (issue 25, sixth and eighth passes) only for a big trace given to the
+    console script: a big nsys export (kept 5 s too) or a big Kineto trace (polars' decay), by their first bytes; not a
+    small one, another file, a pipe (never read), ``capture``, or where the user set the allocator's configuration."""
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
     export, kineto = str(TRACES[1]), str(sample("hf-large-eager-torch/trace.json.gz"))
     assert _allocator_setting(["breakdown", export, "--format", "json"], env) == f"{nsys_scan.KEEP_FREED} False"
     assert _allocator_setting(["breakdown", export], env, small_bytes=16 << 20) == "- False"
-    assert _allocator_setting(["breakdown", kineto], env) == "- False"
+    assert _allocator_setting(["breakdown", kineto], env) == f"{nsys_scan.REUSE_FREED} False"  # (gzip)
+    assert _allocator_setting(["breakdown", kineto], env, small_bytes=16 << 20) == "- False"
+    plain, text = tmp_path / "t.json", tmp_path / "notes.txt"
+    plain.write_text('  \n{"traceEvents": []}')
+    text.write_text("traceEvents, not a JSON object")
+    assert _allocator_setting(["breakdown", str(plain)], env) == f"{nsys_scan.REUSE_FREED} False"
+    assert _allocator_setting(["breakdown", str(text)], env) == "- False"
+    gz = tmp_path / "t.sqlite.gz"  # (gzip, but not a Kineto trace's name)
+    gz.write_bytes(Path(kineto).read_bytes())
+    assert _allocator_setting(["breakdown", str(gz)], env) == "- False"
+    # A directory (several ranks) counts by its trace files.
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    assert _allocator_setting(["breakdown", str(ranks)], env) == "- False"
+    (ranks / "rank0.sqlite").write_bytes(Path(export).read_bytes())
+    assert _allocator_setting(["breakdown", str(ranks), "--engine", "process"], env) == f"{nsys_scan.KEEP_FREED} False"
+    # (the nsys setting wins when both kinds are given: a diff of an export against a Kineto trace)
+    assert _allocator_setting(["diff", kineto, export], env) == f"{nsys_scan.KEEP_FREED} False"
     assert _allocator_setting(["breakdown", export], {**env, "_RJEM_MALLOC_CONF": "narenas:2"}) == "narenas:2 False"
     assert _allocator_setting(["capture", "--", "python", export], env) == "- False"  # (the profiled workload's env)
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     assert not nsys_scan.big_export(fifo)  # (an open() would block here: nothing writes to it)
+    assert not nsys_scan.big_kineto(fifo)
     assert _allocator_setting(["breakdown", str(fifo)], env) == "- False"

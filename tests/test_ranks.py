@@ -407,7 +407,7 @@ def test_cli_cross_rank_is_the_contract_object_and_the_waits_by_hand(gb300_cli, 
 
 def test_cli_dask_local_cluster_gives_the_process_pool_cross_rank(gb300_cli, gb300_files, monkeypatch):
     pytest.importorskip("distributed")
-    monkeypatch.setattr("tracekit.run.engines.os.cpu_count", lambda: 2)  # a LocalCluster of 2 workers anywhere
+    monkeypatch.setattr("tracekit.run.engines.usable_cpus", lambda: 2)  # a LocalCluster of 2 workers anywhere
     r = _cli("breakdown", *gb300_files, "--engine", "dask", "--format", "json")
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)

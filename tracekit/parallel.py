@@ -5,8 +5,17 @@ from __future__ import annotations
 import os
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity (``taskset``, a container's cpuset), not every CPU of the
+    machine as ``os.cpu_count()`` says. Polars sizes its thread pool the same way."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # (no sched_getaffinity: macOS, Windows)
+        return os.cpu_count() or 1
+
+
 def in_threads(*tasks, threads: bool = True, per_cpu: int = 1):
-    """``[t() for t in tasks]``, run at once on threads (one per task, up to the number of CPUs) and returned in
+    """``[t() for t in tasks]``, run at once on threads (one per task, up to the number of usable CPUs) and returned in
     order; an exception is raised as if they had run one after the other (the first task's first).
 
     For independent stages of one analysis: polars and the SQLite engines release the GIL while they work,
@@ -19,7 +28,7 @@ def in_threads(*tasks, threads: bool = True, per_cpu: int = 1):
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     if per_cpu > 1 and _polars_share() < cpus:
         per_cpu = 1  # (a worker process given its share of the cores: no more threads than the one-per-CPU rule)
     workers = min(len(tasks), cpus * per_cpu if cpus > 1 else 1) if threads else 1
@@ -46,7 +55,7 @@ def _polars_share() -> int:
     try:
         return max(1, int(os.environ["POLARS_MAX_THREADS"]))
     except (KeyError, ValueError):
-        return os.cpu_count() or 1
+        return usable_cpus()
 
 
 def started(task, threads: bool = True):
@@ -65,7 +74,7 @@ def started(task, threads: bool = True):
             box["err"] = e
 
     thread = None
-    if threads and (os.cpu_count() or 1) >= 2:
+    if threads and usable_cpus() >= 2:
         thread = threading.Thread(target=run, name="tracekit-stage", daemon=True)
         thread.start()
     else:

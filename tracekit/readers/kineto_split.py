@@ -144,10 +144,9 @@ class Worker:
 def _cores_to_spare() -> bool:
     """Whether a second process has a core of its own: not on one core, nor in a process of a pool
     (``--engine process`` reads several files at once, one per core, already)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
+    from tracekit.parallel import usable_cpus
+
+    cores = usable_cpus()
     mp = sys.modules.get("multiprocessing")  # (a pool's spawned process has imported it)
     return cores >= 2 and not (mp is not None and mp.parent_process() is not None)
 

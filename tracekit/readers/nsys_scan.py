@@ -225,28 +225,75 @@ def big_export(path: Path) -> bool:
         return False
 
 
-# Polars' allocator (jemalloc) gives freed pages back to the system 0.5-1 s after they are freed (polars' own
-# setting). The analysis of a big nsys export frees and allocates ten-million-row columns for several seconds, and
-# each page given back is faulted in again at its next use: on a VM ~2-13 µs a page, ~10% of the command's page
-# faults at ten million kernels. See keep_freed_memory.
-KEEP_FREED = "dirty_decay_ms:5000,muzzy_decay_ms:5000"
+def big_kineto(path: Path) -> bool:
+    """A regular file at least ``SMALL_FILE_BYTES`` big that starts as a JSON object does, or a ``.json.gz`` that
+    starts as a gzip stream does (a Kineto trace, by its first bytes; never an error, nothing read from anything but
+    a regular file)."""
+    import stat
+
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size < SMALL_FILE_BYTES:
+            return False
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except (OSError, ValueError):
+        return False
+    if head[:2] == b"\x1f\x8b":
+        return path.name.lower().endswith(".json.gz")
+    return head.lstrip()[:1] == b"{"
+
+
+# Polars' allocator (jemalloc), as polars sets it, gives freed memory back to the system soon after it is freed, and
+# each page given back is faulted in again at its next use (on this VM ~2-13 µs a page: the host's free page
+# reporting makes a fresh page a host fault too). Three things keep a big trace's columns' memory for reuse:
+# - ``oversize_threshold:0``: allocations of 8 MiB or more (every column of a million-row frame) stay in the arenas.
+#   jemalloc otherwise puts them in an arena of their own that gives every freed one back at once;
+# - ``narenas:1``: one arena for all threads, so that memory one of polars' threads frees is reused by the next
+#   that allocates (each thread draws on an arena of its own otherwise: 8 on two cores). Small allocations still go
+#   through each thread's cache, and big ones lock the arena only to take or give back a block;
+# - for an nsys export, freed pages kept 5 s instead of polars' 0.5-1 s (``dirty_decay_ms``): its analysis frees
+#   and allocates ten-million-row columns for seconds. A Kineto trace keeps polars' decay (its peak is the target).
+# Measured (benchmarks/results/HISTORY.md, issue 25 sixth and eighth passes), whole commands: nsys 10M kernels
+# 655-670k -> 585-620k page faults and 2.2-2.35 -> 2.0-2.13 GB peak; 1M 111-116k -> 88k faults, 480-500 -> 395 MB;
+# Kineto 1 GB 166-172k -> 136-140k faults, 353-372 -> 309-316 MB peak. See keep_freed_memory.
+REUSE_FREED = "oversize_threshold:0,narenas:1"
+KEEP_FREED = REUSE_FREED + ",dirty_decay_ms:5000,muzzy_decay_ms:5000"
+
+
+_TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz")  # (what a directory of traces holds: tracekit.cli.output's list)
+
+
+def _files_of(path: Path, most: int = 64) -> list[Path]:
+    """``path``; for a directory (``breakdown DIR``: several ranks), up to ``most`` of its trace files instead."""
+    try:
+        if not path.is_dir():
+            return [path]
+        with os.scandir(path) as it:
+            return [Path(e.path) for _, e in zip(range(most), (e for e in it if e.name.endswith(_TRACE_SUFFIXES)))]
+    except (OSError, ValueError):
+        return []
 
 
 def keep_freed_memory(args: list[str]) -> bool:
-    """In the console script's own process, before polars is imported: when an argument is a big nsys export,
-    polars' allocator keeps freed pages for 5 s (``KEEP_FREED``) instead of 0.5-1 s. At ten million kernels: ~10%
-    fewer page faults and ~0.5 s less CPU, for ~0.15 GB more peak memory (benchmarks/results/HISTORY.md, issue
-    25 sixth pass). A Kineto trace keeps polars' setting (its analysis is small and its peak is what counts), as
-    does a process where polars is loaded already or ``_RJEM_MALLOC_CONF`` is set, and ``tracekit capture`` (the
-    workload it profiles would inherit the setting). Whether it did it."""
+    """In the console script's own process, before polars is imported: when an argument is a big nsys export, polars'
+    allocator reuses freed memory and keeps it 5 s (``KEEP_FREED``); a big Kineto trace: reuses it (``REUSE_FREED``,
+    polars' decay). Not where polars is loaded already or ``_RJEM_MALLOC_CONF`` is set, nor for ``tracekit
+    capture`` (the workload it profiles would inherit the setting). A directory counts by its trace files. Children
+    inherit the setting: the Kineto reader's second process, the ``--engine process`` pool's workers (16 rank files
+    of 1M kernels: 1.15 M -> 0.5 M page faults, 13.5 -> 12.4 s on one worker). Whether it set one."""
     if "polars" in sys.modules or "_RJEM_MALLOC_CONF" in os.environ:
         return False
     words = [a for a in args if not a.startswith("-")]
     if words[:1] == ["capture"]:  # (its children are the profiled workload: never a setting of ours in their env)
         return False
-    if not any(big_export(Path(a)) for a in words):
+    paths = [f for a in words for f in _files_of(Path(a))]
+    if any(big_export(p) for p in paths):
+        os.environ["_RJEM_MALLOC_CONF"] = KEEP_FREED
+    elif any(big_kineto(p) for p in paths):
+        os.environ["_RJEM_MALLOC_CONF"] = REUSE_FREED
+    else:
         return False
-    os.environ["_RJEM_MALLOC_CONF"] = KEEP_FREED
     return True
 
 

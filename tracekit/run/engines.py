@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 
 from tracekit.errors import TracekitError
+from tracekit.parallel import usable_cpus
 
 ENGINES = ("process", "dask")
 CONNECT_TIMEOUT = "10s"  # how long to try reaching a given Dask scheduler
@@ -88,7 +89,7 @@ def _init_worker(threads: int) -> None:
 
 def _pool_map(fn, files: list[Path], opts: dict, workers: int | None, on_done) -> list:
     """The process engine: spawned worker processes (one file here when there is one file or one core)."""
-    workers = workers or min(len(files), os.cpu_count() or 1)
+    workers = workers or min(len(files), usable_cpus())
     jobs = [(fn, str(f), opts) for f in files]
     if workers <= 1 or len(files) == 1:
         results = []
@@ -98,7 +99,7 @@ def _pool_map(fn, files: list[Path], opts: dict, workers: int | None, on_done) -
         return results
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = max(1, usable_cpus() // workers)
     # spawn, not fork: forking a process whose polars thread pool is running can deadlock
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_init_worker, initargs=(threads,)) as ex:
@@ -115,8 +116,8 @@ def _dask_map(fn, files: list[Path], opts: dict, address: str | None, workers: i
         raise TracekitError("--engine dask needs dask and distributed: pip install 'tracekit[dask]'") from None
     cluster = None
     if address is None:
-        n = workers or min(len(files), os.cpu_count() or 1)
-        threads = max(1, (os.cpu_count() or 1) // n)
+        n = workers or min(len(files), usable_cpus())
+        threads = max(1, usable_cpus() // n)
         # one single-threaded worker process per core, each with its share of polars' thread pool (set before
         # polars is imported there), no dashboard, quiet logs
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
