@@ -77,10 +77,16 @@ def ranks(path) -> str:
         return ""
     one, two = by["ranks:1"], by["ranks:2"]
     g = one["group"]
-    return (f"{g} (`--engine process`): 1 worker {one['wall_s']:.1f} s wall / {one['cpu_s']:.1f} s CPU, 2 workers "
-            f"{two['wall_s']:.1f} s / {two['cpu_s']:.1f} s: {one['wall_s'] / two['wall_s']:.2f}× on 2 workers (rounds: "
-            f"{', '.join(f'{a:.0f}/{b:.0f} s' for a, b in zip(one['walls'], two['walls']))} at load "
-            f"{', '.join(f'{x:.1f}' for x in one.get('loads', []))})")
+    out = (f"{g} (`--engine process`): 1 worker {one['wall_s']:.1f} s wall / {one['cpu_s']:.1f} s CPU, 2 workers "
+           f"{two['wall_s']:.1f} s / {two['cpu_s']:.1f} s: {one['wall_s'] / two['wall_s']:.2f}× on 2 workers (rounds: "
+           f"{', '.join(f'{a:.0f}/{b:.0f} s' for a, b in zip(one['walls'], two['walls']))} at load "
+           f"{', '.join(f'{x:.1f}' for x in one.get('loads', []))})")
+    if "ranks:1core" in by:
+        solo = by["ranks:1core"]
+        out += (f"; 1 worker on 1 core {solo['wall_s']:.1f} s wall / {solo['cpu_s']:.1f} s CPU: "
+                f"{solo['wall_s'] / two['wall_s']:.2f}× from 1 core to 2 (rounds: "
+                f"{', '.join(f'{a:.0f}/{b:.0f} s' for a, b in zip(solo['walls'], two['walls']))})")
+    return out
 
 
 # The analysis by stage: (function, what it does); top-level stages (summed for "the rest") and, indented, the
@@ -201,7 +207,12 @@ def targets(path, before: str = "tracekit@before") -> str:
         out.append(f"| growth 1M → 10M no worse than linear (×10) | | {grow(before)} | {grow('tracekit')} | "
                    f"{'yes' if ok else 'no'} |")
     rk = {r["kind"]: r for r in rows if r["group"].startswith("ranks") and r["rc"] == 0}
-    if "ranks:1" in rk and "ranks:2" in rk:
+    if "ranks:1core" in rk and "ranks:2" in rk:  # (since the eighth pass: the cores given, as well as the workers)
+        s = rk["ranks:1core"]["wall_s"] / rk["ranks:2"]["wall_s"]
+        out.append(f"| {rk['ranks:2']['group']}, `--engine process`: scales with cores (1 worker on 1 core vs 2 "
+                   f"workers on 2) | | | {rk['ranks:1core']['wall_s']:.1f} s → {rk['ranks:2']['wall_s']:.1f} s, "
+                   f"×{s:.2f} | {'yes' if s >= 1.5 else 'partly' if s > 1.1 else 'no'} |")
+    elif "ranks:1" in rk and "ranks:2" in rk:
         s = rk["ranks:1"]["wall_s"] / rk["ranks:2"]["wall_s"]
         out.append(f"| {rk['ranks:1']['group']}, `--engine process`: scales with cores (1 vs 2 workers) | | | "
                    f"{rk['ranks:1']['wall_s']:.1f} s → {rk['ranks:2']['wall_s']:.1f} s, ×{s:.2f} | "
