@@ -504,7 +504,7 @@ def _all_plausible(df: pl.DataFrame) -> bool:
     # memory, ~80 MB fresh per table each time: 38k and 29k page faults while a 10M export is read).
     try:
         r = q.collect(engine="streaming").row(0, named=True)
-    except (TypeError, ValueError):  # (a polars without that engine)
+    except (TypeError, ValueError, pl.exceptions.PolarsError):  # (a polars without that engine, or not for this)
         r = q.collect().row(0, named=True)
     lim = 2**53
     return (r["n"] == 0 and -lim <= r["lo"] and r["hi"] <= lim and r["d_lo"] >= 0 and r["d_hi"] <= _MAX_DUR_NS)

@@ -261,7 +261,9 @@ REUSE_FREED = "oversize_threshold:0,narenas:1"
 KEEP_FREED = REUSE_FREED + ",dirty_decay_ms:5000,muzzy_decay_ms:5000"
 
 
-_TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz")  # (what a directory of traces holds: tracekit.cli.output's list)
+# (the trace files of a directory that big_export / big_kineto can recognise: of tracekit.cli.output's list, not the
+# gzipped exports and reports, whose analysis reads a decompressed or exported copy)
+_TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz")
 
 
 def _files_of(path: Path, most: int = 64) -> list[Path]:
