@@ -146,6 +146,13 @@ def test_merge_by_start_equals_stable_sort(sizes, data):
     two = _merge_by_start(wide, threads=True)
     assert two.columns == one.columns and two.rows() == one.rows()
     assert all(two[c].n_chunks() == 1 for c in two.columns)
+    # a column derived from a merged one (the step of each activity's launch) by the thread that merged it: the
+    # function of the merged column, added last, on one thread or two
+    fn = lambda s: (s * 7 - 3).cast(pl.Int64)  # noqa: E731
+    for threads in (False, True):
+        d = _merge_by_start(wide, threads=threads, derived=("der", "row", fn))
+        assert d.columns == [*one.columns, "der"] and d.drop("der").rows() == one.rows()
+        assert d["der"].to_list() == fn(one["row"]).to_list()
 
 
 STEP_TRACES = [p for p in SAMPLES]
@@ -275,13 +282,13 @@ def test_threaded_stages_equal_sequential(path, monkeypatch):
     for m in (at, pa):
         monkeypatch.setattr(m, "THREADS_FROM_ROWS", 0)
     threads: set[int] = set()
-    orig = at.activities
+    orig = at.find_steps
 
     def spy(*a, **k):
         threads.add(__import__("threading").get_ident())
         return orig(*a, **k)
 
-    monkeypatch.setattr(at, "activities", spy)
+    monkeypatch.setattr(at, "find_steps", spy)  # (the step windows: found beside the activities)
     gap_calls: list[int] = []
     orig_gi = pa._gap_inputs
 

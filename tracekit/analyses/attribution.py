@@ -20,7 +20,7 @@ import polars as pl
 from tracekit.categories import COMPUTE_CATEGORIES, DEFAULT_DRAFT_RANGE, PRIORITY, UNATTRIBUTED
 from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
 from tracekit.intervals import one_thread
-from tracekit.parallel import in_threads
+from tracekit.parallel import in_threads, started
 from tracekit.steps import Steps, find_steps, select_ranges, step_candidates
 from tracekit.trace import WORK_KINDS, Trace
 
@@ -101,8 +101,8 @@ def _only_device(trace: Trace) -> int | None:
     return int(seen.pop()) if len(seen) == 1 else None
 
 
-def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None = None
-               ) -> tuple[pl.DataFrame, int, pl.DataFrame]:
+def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None = None,
+               step_of_launch=None) -> tuple[pl.DataFrame, int, pl.DataFrame]:
     """All GPU activity on ``device`` in start order (kernels, copies and graph executions), with its
     name-based category and its launch.
 
@@ -110,7 +110,8 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
     the row of ``work`` (a kernel, graph, memcpy or memset call) that issued each activity
     (null where none was recorded); ``graphed`` says that launch was a graph launch. ``n_bad``
     activities with end before start are dropped. Columns are kept to what the analyses read: at ten
-    million rows every extra column costs a copy per step below.
+    million rows every extra column costs a copy per step below. ``step_of_launch``: a function of the ``launch``
+    column giving each activity's ``step`` (added last), made as part of the merge (beside its other columns).
     """
     from tracekit.classify import frame_name_table, load_rules, with_op_categories
     from tracekit.lookup import row_lookup
@@ -167,10 +168,13 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
     # needed anyway: the readers' frames come in many chunks (SQLite engines deliver batches), and a frame
     # whose columns are chunked differently (every gathered column is one chunk) is copied whole by polars
     # at its next filter or group-by. In start order, the unions need no reordering (step_table).
-    acts = _merge_by_start(parts, threads=k.height >= THREADS_FROM_ROWS, plan=plan)
+    acts = _merge_by_start(parts, threads=k.height >= THREADS_FROM_ROWS, plan=plan,
+                           derived=None if step_of_launch is None else ("step", "launch", step_of_launch))
     # (no graph launch in the trace: no gather of ten million booleans; null where no launch was found)
     graphed = is_graph.gather(acts["launch"]) if is_graph.any() else pl.when(pl.col("launch").is_not_null()).then(False)
     acts = acts.with_columns(graphed=graphed, dur=pl.col("end") - pl.col("start"))
+    if step_of_launch is not None:
+        acts = acts.select(pl.exclude("step"), "step")  # (as the analyses have always seen it: the last column)
     return acts, bad, work
 
 
@@ -214,7 +218,7 @@ def _merge_plan(keys: list[pl.Series]) -> tuple[int, pl.Series] | None:
 
 
 def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: bool = False,
-                    plan: tuple[int, pl.Series] | None = None) -> pl.DataFrame:
+                    plan: tuple[int, pl.Series] | None = None, derived: tuple | None = None) -> pl.DataFrame:
     """Concatenate frames of one schema (the first frame's; the others are cast to it) into ``key`` order
     (stable; on equal keys the largest frame's rows come first), one chunk per column.
 
@@ -226,7 +230,9 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: boo
     per thread. Most of the merge's time is the kernel faulting in its fresh memory (the merged frame: ~0.5 GB at
     ten million kernels), work that the thread touching the page does, so two threads halve it. ``plan``: the
     :func:`_merge_plan` of the non-empty frames' keys, made beforehand (beside other work; else made here); it
-    must be of these very frames.
+    must be of these very frames. ``derived``: ``(name, source, fn)``, a column ``name = fn(merged source column)``
+    added last, made by the thread that merged ``source`` right after it (so beside the other thread's columns,
+    not after the whole merge); ``fn`` is counted as one more column of the source's size in the split.
     """
     schema = dict(frames[0].schema)
     full = [f for f in frames if f.height]
@@ -235,26 +241,34 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: boo
         plan = _merge_plan([f[key] for f in full])
     full = [f if dict(f.schema) == schema else f.cast(schema) for f in full]
     if len(full) <= 1:
-        return (full[0] if full else frames[0]).rechunk()
+        one = (full[0] if full else frames[0]).rechunk()
+        return one if derived is None else one.with_columns(derived[2](one[derived[1]]).alias(derived[0]))
     b, order = plan
     big = full[b]
     small = pl.concat([f for i, f in enumerate(full) if i != b])
 
     def merged(names: list[str]) -> list[pl.Series]:  # (column by column: one column's contiguous copy at a time)
-        return [pl.concat([big[c], small[c]], rechunk=True).gather(order) for c in names]
+        out = []
+        for c in names:
+            out.append(pl.concat([big[c], small[c]], rechunk=True).gather(order))
+            if derived is not None and c == derived[1]:
+                out.append(derived[2](out[-1]).alias(derived[0]))
+        return out
 
     names = big.columns
+    last = [derived[0]] if derived is not None else []
     if not threads or len(names) < 2:
-        return pl.DataFrame(merged(names))
+        return pl.DataFrame(merged(names)).select(*names, *last)
     groups: tuple[list[str], list[str]] = ([], [])
     load = [0, 0]
-    for c in sorted(names, key=lambda c: -big[c].estimated_size()):  # (largest first, to the lighter group)
+    size = {c: big[c].estimated_size() * (2 if derived is not None and c == derived[1] else 1) for c in names}
+    for c in sorted(names, key=lambda c: -size[c]):  # (largest first, to the lighter group)
         g = 0 if load[0] <= load[1] else 1
         groups[g].append(c)
-        load[g] += big[c].estimated_size()
+        load[g] += size[c]
     first, second = in_threads(lambda: merged(groups[0]), lambda: merged(groups[1]))
-    done = dict(zip(groups[0] + groups[1], first + second))
-    return pl.DataFrame([done[c] for c in names])
+    done = {s.name: s for s in first + second}
+    return pl.DataFrame([done[c] for c in names + last])
 
 
 
@@ -398,10 +412,19 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         draft_of = _window_index(work, dw, ["pid", "tid"], "draft") if dw.height else None
         return steps, _window_index(work, steps.windows, ["pid", "tid"], "step"), dw, draft_of
 
-    # The activities and the launches' windows are independent: computed side by side (two threads).
+    # The activities and the launches' windows are independent: computed side by side (two threads). The step of
+    # each activity (its launch's window) is made by the merge, beside the merge's other columns, when the windows
+    # are in (long before).
     big = trace.kernels.height + trace.launches.height >= THREADS_FROM_ROWS
-    (acts, n_bad, _), (steps, step_of, dw, draft_of) = in_threads(lambda: activities(trace, dev, rules, work=work),
-                                                                 windows_side, threads=big)
+    windows = started(windows_side, threads=big)
+
+    def step_of_launch(launch: pl.Series) -> pl.Series:
+        index = windows()[1]
+        return (index.of(launch) if index is not None
+                else pl.repeat(None, launch.len(), dtype=pl.Int64, eager=True))  # (no steps: raised below)
+
+    acts, n_bad, _ = activities(trace, dev, rules, work=work, step_of_launch=step_of_launch)
+    steps, step_of, dw, draft_of = windows()
     if n_bad:
         warnings.append(f"{n_bad} GPU activities with end before start were ignored")
     if steps is None or steps.windows.height == 0:
@@ -414,7 +437,6 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     warnings.extend(steps.warnings)
     # Attribution is per launch (launches are few and already in time order); activities follow their launch.
     launch = acts["launch"]
-    acts = acts.with_columns(step=step_of.of(launch))
     n_work = launch.is_not_null().sum()
     n_in = acts["step"].is_not_null().sum()
     step_by: tuple[str, ...] = ("pid", "tid")
