@@ -208,3 +208,35 @@ def test_freed_memory_kept_for_big_exports_only(tmp_path):
     assert not nsys_scan.big_export(fifo)  # (an open() would block here: nothing writes to it)
     assert not nsys_scan.big_kineto(fifo)
     assert _allocator_setting(["breakdown", str(fifo)], env) == "- False"
+
+
+def test_big_blocks_given_back_for_big_exports(tmp_path):
+    """For a big export the C library gives every block of 128 KiB or more back to the system when it is freed
+    (``readers.common.give_back_big_blocks``): in the console script's process (``mallopt``) and, through
+    ``MALLOC_MMAP_THRESHOLD_``, in those it starts (the rank pool's workers). Not for a Kineto trace (its columns are
+    polars' own), not where the user set the variable or polars' allocator configuration."""
+    code = ("import os, sys\n"
+            "import tracekit.readers.nsys_scan as s\n"
+            "s.keep_freed_memory(sys.argv[1:])\n"
+            "print(os.environ.get('MALLOC_MMAP_THRESHOLD_', '-'))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("_RJEM_MALLOC_CONF", "MALLOC_MMAP_THRESHOLD_")}
+
+    def threshold(args, extra=None):
+        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT,
+                             env={**env, **(extra or {})}, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    export, kineto = str(TRACES[1]), str(sample("hf-large-eager-torch/trace.json.gz"))
+    # (SMALL_FILE_BYTES is not patched here: TRACES[1] counts as big only if it is; the rank folder below is)
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    big = ranks / "rank0.sqlite"
+    big.write_bytes(Path(export).read_bytes() + b"\0" * max(0, nsys_scan.SMALL_FILE_BYTES + 1 - Path(export).stat().st_size))
+    from tracekit.readers.nsys_scan import BIG_BLOCK
+
+    assert threshold(["breakdown", str(big)]) == str(BIG_BLOCK)
+    assert threshold(["breakdown", str(ranks), "--engine", "process"]) == str(BIG_BLOCK)
+    assert threshold(["breakdown", kineto]) == "-"
+    assert threshold(["breakdown", str(big)], {"MALLOC_MMAP_THRESHOLD_": "65536"}) == "65536"
+    assert threshold(["breakdown", str(big)], {"_RJEM_MALLOC_CONF": "narenas:2"}) == "-"

@@ -33,6 +33,9 @@ SAXPY = DATA / "nsys" / "pipit_saxpy_2022.2.sqlite"
 # Parameters of the commands that are not analysis options (what to read, where to write, the command's own
 # switches): every other parameter must be a declared option.
 OUTPUT = ("fmt", "output", "color")
+# Keywords of the breakdown analysis that are no user option: how the caller hands the trace over (``consume``: the
+# command line's own trace may be given back as it is copied, tests/test_consume.py).
+ANALYSIS_OWN = ("consume",)
 COMMAND_OWN = {
     "breakdown": ("traces", "all_devices", "save", *OUTPUT),
     "diff": ("base", "new", "base_measured_step_ms", "new_measured_step_ms", *OUTPUT),
@@ -69,7 +72,8 @@ def disagreements(commands=None, objects=None, api=None, analyses=None, declared
                 if p.kind == p.KEYWORD_ONLY}
         out += [f"analysis {analysis} takes no {n}" for n in names if n not in uses]
         if analysis == "breakdown":  # (ceiling's defaults say what "not given" means without a trace)
-            out += [f"analysis breakdown({n}=) is not declared" for n in uses if n not in names]
+            out += [f"analysis breakdown({n}=) is not declared" for n in uses if n not in names
+                    and n not in ANALYSIS_OWN]
             out += [f"analysis breakdown({o.name}={uses[o.name].default!r})" for o in opts
                     if o.name in uses and uses[o.name].default != o.default]
         mine = {o.name: o for o in opts}

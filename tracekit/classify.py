@@ -216,8 +216,9 @@ _FRAME_TABLES: dict[int, tuple[weakref.ref, list]] = {}
 def frame_name_table(frame: pl.DataFrame, rules: Rules | None = None) -> tuple[pl.Series, pl.DataFrame]:
     """:func:`name_table` of ``frame["name"]``, made once per frame (e.g. a trace's kernels) and rules object:
     the kernels' names are classified by several analyses (categories, communication kernels, training
-    kernels), a pass over ten million rows each time otherwise. The entry goes when the frame does (polars
-    frames are immutable here: no tracekit code changes a trace's frames in place)."""
+    kernels), a pass over ten million rows each time otherwise. The entry goes when the frame does. A frame's names
+    never change: the one change tracekit makes to a trace's frame in place, ``attribute(consume=True)``'s, drops
+    other columns."""
     rules = load_rules() if rules is None else rules
     key = id(frame)
     entry = _FRAME_TABLES.get(key)

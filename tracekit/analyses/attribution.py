@@ -13,6 +13,7 @@ Nothing here is a time split yet; :class:`Attribution` is a typed, immutable val
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import polars as pl
@@ -58,6 +59,9 @@ class Attribution:
     n_bad: int  # activities dropped because they end before they start
     warnings: tuple[str, ...]
     draft_evidence: tuple[str, ...] = ()  # advice.drafting.evidence: what the detection rests on
+    # The device's communication kernels (``collectives._comm_kernels``), found before ``attribute(consume=True)``
+    # released the trace's kernel columns they are read from; None: not found yet (a later analysis finds them).
+    comm_kernels: pl.DataFrame | None = None
 
 
 def devices_with_activity(trace: Trace) -> list[int]:
@@ -101,8 +105,13 @@ def _only_device(trace: Trace) -> int | None:
     return int(seen.pop()) if len(seen) == 1 else None
 
 
+# The kernel columns the activities copy as they are (:func:`activities`), and so the columns of ``Trace.kernels`` that
+# ``attribute(consume=True)`` releases once copied.
+COPIED_KERNEL_COLUMNS = ("start", "end", "pid", "correlation", "stream")
+
+
 def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None = None,
-               step_of_launch=None) -> tuple[pl.DataFrame, int, pl.DataFrame]:
+               step_of_launch=None, consume: bool = False, ready=None) -> tuple[pl.DataFrame, int, pl.DataFrame]:
     """All GPU activity on ``device`` in start order (kernels, copies and graph executions), with its
     name-based category and its launch.
 
@@ -112,11 +121,15 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
     activities with end before start are dropped. Columns are kept to what the analyses read: at ten
     million rows every extra column costs a copy per step below. ``step_of_launch``: a function of the ``launch``
     column giving each activity's ``step`` (added last), made as part of the merge (beside its other columns).
+    ``consume``: the trace's kernel columns of :data:`COPIED_KERNEL_COLUMNS` are dropped from ``trace.kernels`` (in
+    place) as the merge copies each, when ``device``'s kernels are the whole table (one GPU): see :func:`attribute`;
+    ``ready`` is called first (it waits for, or raises instead of, what must read them before).
     """
     from tracekit.classify import frame_name_table, load_rules, with_op_categories
     from tracekit.lookup import row_lookup
 
     k = _on_device(trace.kernels, device)
+    own = trace.kernels if consume and k is trace.kernels and k.height else None  # (several GPUs: k is a copy)
     m = _on_device(trace.memops, device)
     g = _on_device(trace.graph_execs, device).with_columns(
         name=pl.format("<CUDA graph {}>", pl.col("graph_id")))
@@ -168,8 +181,28 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
     # needed anyway: the readers' frames come in many chunks (SQLite engines deliver batches), and a frame
     # whose columns are chunked differently (every gathered column is one chunk) is copied whole by polars
     # at its next filter or group-by. In start order, the unions need no reordering (step_table).
-    acts = _merge_by_start(parts, threads=k.height >= THREADS_FROM_ROWS, plan=plan,
-                           derived=None if step_of_launch is None else ("step", "launch", step_of_launch))
+    threads = k.height >= THREADS_FROM_ROWS
+    release = None
+    if own is not None:
+        if ready is not None:
+            ready()
+        # Nothing else may hold the kernel columns while the merge copies them: each is dropped from the merge's
+        # own frame (the one object every name above refers to) and from the trace's as soon as it is copied, so
+        # that what it held is given back before the next column is made (the engines' blocks go back to the system
+        # at once: readers.nsys_scan.give_back_big_blocks), and the merged frame takes the pages just freed. The
+        # kernels' columns made above (name, category, launch) go too: polars reuses what they held at once.
+        del frames, starts, rows
+        big_frame = parts[0]
+        lock = threading.Lock()
+
+        def release(c: str) -> None:
+            with lock:
+                for f in (big_frame, own) if c in COPIED_KERNEL_COLUMNS else (big_frame,):
+                    if c in f.columns:
+                        f.drop_in_place(c)
+    acts = _merge_by_start(parts, threads=threads, plan=plan,
+                           derived=None if step_of_launch is None else ("step", "launch", step_of_launch),
+                           release=release)
     # (no graph launch in the trace: no gather of ten million booleans; null where no launch was found)
     graphed = is_graph.gather(acts["launch"]) if is_graph.any() else pl.when(pl.col("launch").is_not_null()).then(False)
     acts = acts.with_columns(graphed=graphed, dur=pl.col("end") - pl.col("start"))
@@ -218,7 +251,8 @@ def _merge_plan(keys: list[pl.Series]) -> tuple[int, pl.Series] | None:
 
 
 def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: bool = False,
-                    plan: tuple[int, pl.Series] | None = None, derived: tuple | None = None) -> pl.DataFrame:
+                    plan: tuple[int, pl.Series] | None = None, derived: tuple | None = None,
+                    release=None) -> pl.DataFrame:
     """Concatenate frames of one schema (the first frame's; the others are cast to it) into ``key`` order
     (stable; on equal keys the largest frame's rows come first), one chunk per column.
 
@@ -233,6 +267,7 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: boo
     must be of these very frames. ``derived``: ``(name, source, fn)``, a column ``name = fn(merged source column)``
     added last, made by the thread that merged ``source`` right after it (so beside the other thread's columns,
     not after the whole merge); ``fn`` is counted as one more column of the source's size in the split.
+    ``release``: called with each column's name once it is merged (:func:`activities` drops it from its source there).
     """
     schema = dict(frames[0].schema)
     full = [f for f in frames if f.height]
@@ -251,6 +286,8 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: boo
         out = []
         for c in names:
             out.append(pl.concat([big[c], small[c]], rechunk=True).gather(order))
+            if release is not None:
+                release(c)
             if derived is not None and c == derived[1]:
                 out.append(derived[2](out[-1]).alias(derived[0]))
         return out
@@ -343,13 +380,17 @@ def _window_of(launches: pl.DataFrame, windows: pl.DataFrame, by: list[str], col
 
 
 
-def _lost_graph_steps(trace: Trace, windows: pl.DataFrame, by: list[str]) -> pl.Series:
-    """Ids of the step windows that hold a graph launch with no GPU activity recorded on any device."""
+def _lost_graph_launches(trace: Trace) -> pl.DataFrame:
+    """The graph launches with no GPU activity recorded on any device (when the trace has no graph executions)."""
     graphs = trace.launches.filter(pl.col("kind") == "graph")
     if graphs.height == 0 or trace.graph_execs.height:
-        return pl.Series("step", [], dtype=pl.Int64)
+        return graphs.clear()
     recorded = pl.concat([trace.kernels.select("pid", "correlation"), trace.memops.select("pid", "correlation")])
-    lost = graphs.join(recorded.unique(), on=["pid", "correlation"], how="anti")
+    return graphs.join(recorded.unique(), on=["pid", "correlation"], how="anti")
+
+
+def _lost_graph_steps(lost: pl.DataFrame, windows: pl.DataFrame, by: list[str]) -> pl.Series:
+    """Ids of the step windows that hold one of the ``lost`` graph launches (:func:`_lost_graph_launches`)."""
     if lost.height == 0:
         return pl.Series("step", [], dtype=pl.Int64)
     return _window_of(lost.sort("start"), windows, by, "step").drop_nulls().unique()
@@ -389,12 +430,20 @@ def _range_evidence(trace: Trace, draft_range: str, acts: pl.DataFrame, limit: i
 
 
 def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
-              device: int | None = None, rules=None, detect_structure: bool = True) -> Attribution:
+              device: int | None = None, rules=None, detect_structure: bool = True,
+              consume: bool = False) -> Attribution:
     """Attribute every GPU activity of ``device`` (default: the busiest GPU) to its step and draft phase.
 
     Without draft ranges, drafting is found from the steps' structure (``tracekit.analyses.drafting``);
     ``detect_structure=False`` leaves it to the speculative kernels' names alone; ``draft_range="none"`` turns
     drafting detection off (no ranges, no structure, and the speculative kernels count as ``other``).
+
+    ``consume=True`` (a caller that owns ``trace`` and reads nothing more of it than the breakdown does:
+    ``tracekit.run.file.breakdown_file``): the columns of ``trace.kernels`` that the activities copy
+    (:data:`COPIED_KERNEL_COLUMNS`) are dropped from it, in place, as they are copied, when the analysed GPU is the
+    trace's only one. What is read of them later (the lost graph launches, the communication kernels:
+    ``Attribution.comm_kernels``) is found first. At ten million kernels that is ~0.4 GB given back while the
+    ~0.6 GB of activities are made, which takes the peak from ~2.1 to ~1.8 GB (docs/performance.md).
 
     Raises :class:`~tracekit.errors.NoGpuActivity` or :class:`~tracekit.errors.NoSteps` (user errors)."""
     if not trace.has_gpu_activity:
@@ -423,17 +472,36 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         return (index.of(launch) if index is not None
                 else pl.repeat(None, launch.len(), dtype=pl.Int64, eager=True))  # (no steps: raised below)
 
-    acts, n_bad, _ = activities(trace, dev, rules, work=work, step_of_launch=step_of_launch)
-    steps, step_of, dw, draft_of = windows()
-    if n_bad:
-        warnings.append(f"{n_bad} GPU activities with end before start were ignored")
-    if steps is None or steps.windows.height == 0:
+    def no_steps() -> NoSteps:
         cands = step_candidates(trace, top=5, device=dev)
         hint = ", ".join(f"{r!r} ({c} ranges, {100 * g:.0f}% of the GPU time)"
                          for r, c, g in zip(cands["regex"], cands["count"], cands["gpu_share"])) or "none"
         what = f"no range matches --step-range {step_range!r}" if step_range else "no decode steps found"
-        raise NoSteps(f"{trace.meta.path}: {what}; pass --step-range REGEX (step candidates: ranges that launch GPU "
-                      f"work, best tiling first: {hint})")
+        return NoSteps(f"{trace.meta.path}: {what}; pass --step-range REGEX (step candidates: ranges that launch GPU "
+                       f"work, best tiling first: {hint})")
+
+    before: dict = {}
+    ready = None
+    if consume:
+        # What reads the kernel columns that the merge releases is done before it releases any: the step windows
+        # (their search weighs ranges by the GPU time they launch), the step candidates of the error, the lost graph
+        # launches and the communication kernels (these two beside the activities' first stages).
+        from tracekit.analyses.collectives import _comm_kernels
+
+        found = started(lambda: (_comm_kernels(trace, dev, rules), _lost_graph_launches(trace)), threads=big)
+
+        def ready() -> None:
+            if windows()[0] is None or windows()[0].windows.height == 0:
+                raise no_steps()
+            before["comm"], before["lost"] = found()
+    acts, n_bad, _ = activities(trace, dev, rules, work=work, step_of_launch=step_of_launch, consume=consume,
+                                ready=ready)
+    steps, step_of, dw, draft_of = windows()
+    if n_bad:
+        warnings.append(f"{n_bad} GPU activities with end before start were ignored")
+    if steps is None or steps.windows.height == 0:
+        raise no_steps()
+    lost = before["lost"] if "lost" in before else _lost_graph_launches(trace)
     warnings.extend(steps.warnings)
     # Attribution is per launch (launches are few and already in time order); activities follow their launch.
     launch = acts["launch"]
@@ -512,8 +580,8 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         compute = pl.col("category").is_in(list(COMPUTE_CATEGORIES))
         acts = acts.with_columns(
             category=pl.when(compute).then(pl.lit(UNATTRIBUTED, CATEGORY_ENUM)).otherwise(pl.col("category")))
-    lost = _lost_graph_steps(trace, steps.windows, list(step_by))
+    lost = _lost_graph_steps(lost, steps.windows, list(step_by))
     return Attribution(device=dev, steps=steps, activities=acts, launches=work, step_by=step_by,
                        draft_detection=detection, phases=phases, graph_mode=graph_mode,
                        lost_steps=tuple(int(s) for s in lost.to_list()), n_bad=n_bad, warnings=tuple(warnings),
-                       draft_evidence=evidence)
+                       draft_evidence=evidence, comm_kernels=before.get("comm"))

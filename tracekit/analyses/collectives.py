@@ -410,13 +410,14 @@ def _comm_kernels(trace: Trace, dev: int, rules=None) -> pl.DataFrame:
 
 
 def comm_kernels(trace: Trace | None, acts: pl.DataFrame | None, device: int, *, tp: int | None = None,
-                 rules=None) -> tuple[pl.DataFrame, list[str]]:
+                 rules=None, found: pl.DataFrame | None = None) -> tuple[pl.DataFrame, list[str]]:
     """The communication kernels of ``device`` (:data:`SUMMARY_SCHEMA`: arrival, kind, implementation, the
     analysed step each belongs to, communicator, message bytes), and warnings. From the ``trace`` (every such
-    kernel, sizes and communicators) or, without it, from a breakdown's ``acts`` (the analysed steps only)."""
+    kernel, sizes and communicators) or, without it, from a breakdown's ``acts`` (the analysed steps only).
+    ``found``: ``_comm_kernels(trace, device, rules)`` made already (``Attribution.comm_kernels``)."""
     warnings: list[str] = []
     if trace is not None:
-        comm = _comm_kernels(trace, device, rules)
+        comm = found if found is not None else _comm_kernels(trace, device, rules)
         comm = _step_of(comm, acts)
         coll = trace.collectives.with_columns(
             dsize=pl.col("dtype").str.to_lowercase().replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64))
@@ -635,10 +636,11 @@ class StepComm:
 
 
 def step_communication(trace: Trace, acts: pl.DataFrame | None, *, device: int, n_steps: int,
-                       gpu_name: str | None, rules=None) -> StepComm:
-    """The analysed steps' communication of ``trace`` (its communication kernels found once)."""
+                       gpu_name: str | None, rules=None, found: pl.DataFrame | None = None) -> StepComm:
+    """The analysed steps' communication of ``trace`` (its communication kernels found once; ``found``: see
+    :func:`comm_kernels`)."""
     tp, tp_ev = tp_from_trace(trace)
-    kernels, _ = comm_kernels(trace, acts, device, tp=tp, rules=rules)
+    kernels, _ = comm_kernels(trace, acts, device, tp=tp, rules=rules, found=found)
     link, link_gbps = link_of(gpu_name)
     return StepComm(_table(kernels, n_steps, link, link_gbps), kernels, tp, tp_ev)
 

@@ -224,12 +224,13 @@ def _first(*values):
 
 
 def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
-               device: int | None = None, rules=None, phase: str = "decode", detect_structure: bool = True
-               ) -> StepTable:
-    """Attribution then partition: the per-step table of ``trace`` (see ``tracekit.analyses.partition``)."""
+               device: int | None = None, rules=None, phase: str = "decode", detect_structure: bool = True,
+               consume: bool = False) -> StepTable:
+    """Attribution then partition: the per-step table of ``trace`` (see ``tracekit.analyses.partition``;
+    ``consume``: see :func:`breakdown`)."""
     gap_inputs = early_gap_inputs(trace)
     attr = attribute(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules,
-                     detect_structure=detect_structure)
+                     detect_structure=detect_structure, consume=consume)
     return partition(attr, trace, phase=phase, gap_inputs=gap_inputs)
 
 
@@ -299,14 +300,19 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
               accept_len: float | None = None, tokens_per_step: float | None = None,
               device_profile: dict | None = None, measured_step_ms: float | None = None,
               measured_tok_s: float | None = None, phase: str = "decode", model: str | Path | None = None,
-              tp: int | None = None, ep: int | None = None, context: int | None = None) -> Breakdown:
-    """Per-step breakdown of ``trace`` (see the module docstring and ``docs/definitions.md``)."""
+              tp: int | None = None, ep: int | None = None, context: int | None = None,
+              consume: bool = False) -> Breakdown:
+    """Per-step breakdown of ``trace`` (see the module docstring and ``docs/definitions.md``).
+
+    ``consume=True``: the caller owns ``trace`` and will not read it again; the analysis may release the columns
+    of it that it copies (``tracekit.analyses.attribution.attribute``), to keep the peak of a big trace low."""
     phase = phase or "decode"
     from tracekit.analyses.collectives import one_rank_evidence, split_one_rank, step_communication
     from tracekit.analyses.communication import collective_overheads
     from tracekit.gpus import lookup, resolve_peak_bw
 
-    st = step_table(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules, phase=phase)
+    st = step_table(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules, phase=phase,
+                    consume=consume)
     attr, table, acts = st.attribution, st.table, st.activities
     warnings = list(trace.meta.warnings) + list(st.warnings)
     man, man_warning = _manifest(trace, attr)
@@ -371,7 +377,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
 
     # ---- the step's collectives, and the size of the communicator its all-reduces use (the roofline's TP)
     sc = step_communication(trace, acts, device=attr.device, n_steps=max(1, n),
-                            gpu_name=gpu_name or man.get("gpu_name"), rules=rules)
+                            gpu_name=gpu_name or man.get("gpu_name"), rules=rules, found=attr.comm_kernels)
     comm_rows, trace_tp, trace_tp_ev = sc.rows, sc.tp, sc.tp_evidence
 
     # ---- roofline

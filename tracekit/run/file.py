@@ -44,7 +44,8 @@ def breakdown_file(path: str | Path, options: AnalysisOptions | None = None, *, 
         import gc
 
         gc.freeze()
-    return breakdown(trace, **(options or AnalysisOptions()).analysis_kwargs())
+    # (the trace is this function's alone: the analysis may give back its kernel columns as it copies them)
+    return breakdown(trace, **(options or AnalysisOptions()).analysis_kwargs(), consume=True)
 
 
 def _warm() -> None:

@@ -90,7 +90,10 @@ def analyse_rank(path, opts: dict) -> RankResult:
     from tracekit.results.breakdown import breakdown
 
     trace = load(Path(path), kernel_dims=False)
-    return rank_result(breakdown(trace, **AnalysisOptions(**opts).analysis_kwargs()), trace, rules=opts.get("rules"))
+    # (the trace is this stage's alone, and what rank_result reads of it after the breakdown, the kernels' names and
+    # the communicators, is not what the breakdown releases of it)
+    b = breakdown(trace, **AnalysisOptions(**opts).analysis_kwargs(), consume=True)
+    return rank_result(b, trace, rules=opts.get("rules"))
 
 
 def analyse_devices(trace, options) -> tuple[list[RankResult], list[str]]:
