@@ -1,10 +1,12 @@
 """What a fresh page costs on this machine, by how much memory the process already holds.
 
 Maps CHUNK MiB at a time (anonymous memory), writes every byte (the kernel zeroes each page on its first touch), and
-keeps each chunk, up to TOTAL: the seconds per GiB of each chunk. On the VM these benchmarks run on, the first
-~1.5-2.2 GiB of a process cost ~0.73 s/GiB and what lies beyond ~3 s/GiB: the host backs only so much of the guest's
+keeps each chunk, up to TOTAL: the seconds per GiB of each chunk. On the VMs these benchmarks run on, the first
+GiBs of a process cost ~0.5-0.73 s/GiB and what lies beyond ~2.8-3 s/GiB: the host backs only so much of the guest's
 free memory, and a page it no longer backs is a host fault too. How much it backs moves from minute to minute (the
-"spells" of benchmarks/results/HISTORY.md). A breakdown's time therefore depends on its peak memory more than on its
+"spells" of benchmarks/results/HISTORY.md): ~1.5-2.2 GiB on the AMD host of 2026-12-05 02:00-03:40; on the Intel
+host of 04:00, 0.75 GiB in one run and more than 2.75 GiB in the run right after it (the memory the first had just
+touched was still backed). A breakdown's time therefore depends on its peak memory more than on its
 count of page faults: a page freed and taken again is cheap, a new high-water mark is not.
 
     python benchmarks/fresh_pages.py [--chunk-mib 256] [--total-gib 3] [--repeat 2]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import inspect
 import json
 import os
 import platform
@@ -255,11 +256,13 @@ def main(argv=None) -> None:
 
     box = {"trace": trace}
     del trace
+    # (a checkout from before ``consume`` existed, given with TRACEKIT_SRC, analyses a trace it reads afresh too)
+    own = {"consume": True} if "consume" in inspect.signature(breakdown).parameters else {}
 
     def analysis():
         # (as the command runs it: the trace is the analysis' own, and it gives back the kernel columns it copies;
         # each profiled run below gets a fresh read)
-        b = breakdown(box.pop("trace"), **kwargs, consume=True)
+        b = breakdown(box.pop("trace"), **kwargs, **own)
         return json.dumps(b.to_dict())
 
     w0, c0 = time.perf_counter(), _cpu()

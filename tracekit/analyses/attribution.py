@@ -443,7 +443,7 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     (:data:`COPIED_KERNEL_COLUMNS`) are dropped from it, in place, as they are copied, when the analysed GPU is the
     trace's only one. What is read of them later (the lost graph launches, the communication kernels:
     ``Attribution.comm_kernels``) is found first. At ten million kernels that is ~0.4 GB given back while the
-    ~0.6 GB of activities are made, which takes the peak from ~2.1 to ~1.8 GB (docs/performance.md).
+    ~0.6 GB of activities are made, which takes the peak from 2.0-2.1 to 1.75-1.81 GB (docs/performance.md).
 
     Raises :class:`~tracekit.errors.NoGpuActivity` or :class:`~tracekit.errors.NoSteps` (user errors)."""
     if not trace.has_gpu_activity:

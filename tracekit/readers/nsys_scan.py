@@ -292,8 +292,8 @@ def give_back_big_blocks() -> None:
     otherwise raise its threshold as they are freed and keep what a dropped column held in its arenas until the next
     ``malloc_trim``: when the breakdown releases the kernel columns it has copied (``attribute(consume=True)``), their
     pages would not be free for the frame it is making. Measured (10M-kernel export, docs/performance.md): peak
-    2.09-2.14 -> 1.75-1.81 GB. The pages come back warm: on this VM a page faulted in beyond the ~1.5-2.2 GB that
-    the host keeps backed costs ~4x one within."""
+    2.0-2.1 -> 1.75-1.81 GB. The pages come back warm: on the shared VMs of the benchmarks a page faulted in beyond
+    what the host keeps backed (0.75 to over 2.75 GiB, from minute to minute) costs ~4-6x one within."""
     import ctypes
 
     if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
