@@ -402,6 +402,38 @@ def test_drafting_precheck_premise(rel):
 
 # ---- issue 25's pass (benchmarks/results/HISTORY.md, "Issue 25, phase 2"): names classified once per trace, the largest gaps' candidates
 
+def test_frame_name_table_once_across_threads(monkeypatch):
+    """Two threads asking for one frame's name table at the same moment (the attribution's names and the
+    communication kernels do) get one table, made once: the second waits for the first's."""
+    import threading
+
+    from tracekit import classify
+
+    k = tracekit.load(STEP_TRACES[0], kernel_dims=False).kernels
+    made, inside, release = [], threading.Event(), threading.Event()
+    plain = classify.name_table
+
+    def slow(names, rules=None):
+        made.append(threading.current_thread().name)
+        inside.set()
+        release.wait(5)  # (the other thread asks while this one is making it)
+        return plain(names, rules)
+
+    monkeypatch.setattr(classify, "name_table", slow)
+    got = {}
+    first = threading.Thread(target=lambda: got.setdefault("a", classify.frame_name_table(k)), name="a")
+    second = threading.Thread(target=lambda: got.setdefault("b", classify.frame_name_table(k)), name="b")
+    first.start()
+    assert inside.wait(5)
+    second.start()
+    second.join(0.2)
+    assert second.is_alive()  # waiting for the first thread's table, not making its own
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert made == ["a"] and got["a"][0] is got["b"][0]
+
+
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
 def test_frame_name_table_is_name_table_once(path):
     """The kernels' name table made once per frame: the same table as name_table, the same objects on a second
