@@ -78,8 +78,11 @@ def test_renamed_draft_ranges_found_by_structure(rel, tmp_path):
     assert t.ranges.filter(pl.col("name") == "draft").height == 0
     table2, acts2, steps2 = _tables(t)  # default --draft-range: nothing matches now
     assert (acts2["category"] == "drafting").sum() == 0
-    draft, info = detect_drafting(acts2, phases=step_phases(t, steps2.windows, acts2))
+    phases = step_phases(t, steps2.windows, acts2)
+    draft, info = detect_drafting(acts2, phases=phases)
     assert info.detection == "structure"
+    looked_at = phases.filter(pl.col("phase").is_in(["decode", "unknown"]))["step"]
+    assert info.steps == acts2.filter(pl.col("step").is_in(looked_at.implode()))["step"].n_unique() > 0
     assert info.draft_forwards_per_step == 3  # the manifest's K
     assert json.load(open(SAMPLES / rel / "manifest.json"))["spec"]["draft_tokens"] == 3
     by_structure = drafting_ms_per_step(table2, acts2, draft)
@@ -149,3 +152,15 @@ def test_target_forward_is_the_heaviest():
     drafts = per.filter(~pl.col("target"))
     assert (drafts["g"].max() / drafts["g"].min()) < 1.1
     assert per.filter(pl.col("target"))["g"].min() > 3 * drafts["g"].max()
+
+
+def test_steps_looked_at_are_the_decode_steps():
+    """With the steps' phases given, drafting looks only at decode (and unknown) steps: a serving capture of one
+    prefill step and eleven decode steps counts the eleven (the mutation that counts every step fails here)."""
+    t = tracekit.load(sample_trace("serve-prefill-eager-nomark"))
+    st = step_table(t, phase="all", detect_structure=False)
+    acts = st.attribution.activities.filter(pl.col("step").is_not_null())
+    phases = step_phases(t, st.attribution.steps.windows, acts)
+    assert sorted(phases.group_by("phase").len().rows()) == [("decode", 11), ("prefill", 1)]
+    _, info = detect_drafting(acts, phases=phases)
+    assert info.detection == "not_detected" and info.steps == 11
