@@ -101,6 +101,17 @@ def test_all_devices_of_one_report():
     assert r.exit_code == 2 and r.stderr.startswith("tracekit: error: --all-devices")
 
 
+@pytest.mark.parametrize("fmt", ["table", "csv"])
+def test_all_devices_of_a_trace_without_gpu_work(fmt):
+    """HTA's CPU-only trace (no kernel, copy or graph): --all-devices exits 2 with the one-GPU path's message,
+    not an internal error on an empty comparison (the robustness sweep of 2026-12-05 found it)."""
+    cpu_only = DATA / "kineto" / "hta_cpu_only_rank34.json.gz"
+    one = CliRunner().invoke(cli, ["breakdown", str(cpu_only), "--format", fmt])
+    r = CliRunner().invoke(cli, ["breakdown", str(cpu_only), "--all-devices", "--format", fmt])
+    assert one.exit_code == r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == one.stderr and "holds no GPU activity" in r.stderr
+
+
 def test_several_files_give_ranks_and_a_cross_rank_table():
     files = sorted(str(p) for p in shared(LORA).glob("*.json.gz"))
     d = json.loads(CliRunner().invoke(cli, ["info", *files, "--format", "json"]).stdout)

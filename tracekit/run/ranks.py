@@ -102,6 +102,10 @@ def analyse_devices(trace, options) -> tuple[list[RankResult], list[str]]:
     from tracekit.results.breakdown import breakdown, devices_with_activity
 
     devs = devices_with_activity(trace)
+    if not devs:  # (as for one GPU: a user error, exit 2, not an empty comparison)
+        from tracekit.errors import NoGpuActivity
+
+        raise NoGpuActivity(f"{trace.meta.path}: the trace holds no GPU activity (no kernels or memory operations)")
     results = [rank_result(breakdown(trace, **replace(options, device=d).analysis_kwargs()), trace,
                            rules=options.rules) for d in devs]
     return results, [f"gpu{d}" for d in devs]
