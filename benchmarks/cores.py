@@ -52,12 +52,8 @@ def _timed_once(cmd: list[str], label: str, env: dict | None = None, timeout: in
            "faults_total": ru.ru_minflt, "peak_rss_mb": round(ru.ru_maxrss / 1024, 1)}
     if p.returncode:
         row["stderr"] = err.decode(errors="replace")[-500:]
-    lines = [ln for ln in out.decode(errors="replace").strip().splitlines() if ln.strip()]
-    if lines and lines[-1].startswith("{"):
-        try:
-            row["result"] = json.loads(lines[-1])
-        except ValueError:
-            pass
+    if (result := run.last_json(out.decode(errors="replace"))) is not None:
+        row["result"] = result
     print(f"  {label:56s} rc={p.returncode} {wall:8.2f} s", flush=True)
     return row
 

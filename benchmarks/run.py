@@ -94,16 +94,23 @@ def _timed_once(cmd: list[str], label: str, env: dict | None = None, timeout: in
     row = {"label": label, "cmd": " ".join(cmd), "rc": rc, "wall_s": round(wall, 3),
            "cpu_s": round(sum(cpu), 2) if len(cpu) == 2 else None,
            "peak_rss_mb": round(int(rss.group(1)) / 1024, 1) if rss else None, "load1_before": round(load, 2)}
-    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
     if rc != 0:
         row["stderr"] = err.strip()[-500:]
-    elif lines and lines[-1].startswith("{"):
-        try:
-            row["result"] = json.loads(lines[-1])
-        except ValueError:
-            pass
+    elif (result := last_json(out)) is not None:
+        row["result"] = result
     print(f"  {label:48s} rc={rc} {row['wall_s']:8.2f} s  {row['peak_rss_mb']} MB", flush=True)
     return row
+
+
+def last_json(out: str) -> dict | None:
+    """The command's result: its last non-empty line of output, where that is a JSON object (else None)."""
+    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
+    if lines and lines[-1].startswith("{"):
+        try:
+            return json.loads(lines[-1])
+        except ValueError:
+            pass
+    return None
 
 
 def warm(path: Path) -> None:

@@ -71,6 +71,12 @@ def test_several_gpus_trace_untouched():
     ref = breakdown(tracekit.load(TWO_GPUS), device=1).to_dict()
     assert breakdown(trace, device=1, consume=True).to_dict() == ref
     assert trace.kernels.equals(before)  # (GPU 1's kernels were a filtered copy: nothing of the trace was taken)
+    # the communication kernels found beside the activities are kept there too, not found a second time later
+    from tracekit.analyses.attribution import attribute
+    from tracekit.analyses.collectives import _comm_kernels
+
+    attr = attribute(trace, device=1, consume=True)
+    assert attr.comm_kernels is not None and attr.comm_kernels.equals(_comm_kernels(trace, 1))
 
 
 def test_no_steps_error_before_anything_is_released():

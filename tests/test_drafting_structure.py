@@ -156,11 +156,14 @@ def test_target_forward_is_the_heaviest():
 
 def test_steps_looked_at_are_the_decode_steps():
     """With the steps' phases given, drafting looks only at decode (and unknown) steps: a serving capture of one
-    prefill step and eleven decode steps counts the eleven (the mutation that counts every step fails here)."""
+    prefill step and eleven decode steps (its manifest: 12 steps, 11 of them decode) counts the eleven (the
+    mutation that counts every step fails here)."""
+    man = json.load(open(SAMPLES / "serve-prefill-eager-nomark" / "manifest.json"))
+    assert (man["steps"], man["decode_steps_profiled"]) == (12, 11)
     t = tracekit.load(sample_trace("serve-prefill-eager-nomark"))
     st = step_table(t, phase="all", detect_structure=False)
     acts = st.attribution.activities.filter(pl.col("step").is_not_null())
     phases = step_phases(t, st.attribution.steps.windows, acts)
     assert sorted(phases.group_by("phase").len().rows()) == [("decode", 11), ("prefill", 1)]
     _, info = detect_drafting(acts, phases=phases)
-    assert info.detection == "not_detected" and info.steps == 11
+    assert info.detection == "not_detected" and info.steps == man["decode_steps_profiled"]

@@ -64,6 +64,12 @@ class Attribution:
     comm_kernels: pl.DataFrame | None = None
 
 
+def require_gpu_activity(trace: Trace) -> None:
+    """Raise :class:`~tracekit.errors.NoGpuActivity` (a user error: exit 2) when ``trace`` holds no GPU activity."""
+    if not trace.has_gpu_activity:
+        raise NoGpuActivity(f"{trace.meta.path}: the trace holds no GPU activity (no kernels or memory operations)")
+
+
 def devices_with_activity(trace: Trace) -> list[int]:
     """GPUs with any kernel, memory operation or graph execution, busiest first."""
     acts = pl.concat([
@@ -446,8 +452,7 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     ~0.6 GB of activities are made, which takes the peak from 2.0-2.1 to 1.75-1.81 GB (docs/performance.md).
 
     Raises :class:`~tracekit.errors.NoGpuActivity` or :class:`~tracekit.errors.NoSteps` (user errors)."""
-    if not trace.has_gpu_activity:
-        raise NoGpuActivity(f"{trace.meta.path}: the trace holds no GPU activity (no kernels or memory operations)")
+    require_gpu_activity(trace)
     warnings: list[str] = []
     dev = pick_device(trace, device)
     work = trace.launches if trace.launches["start"].is_sorted() else trace.launches.sort("start")
@@ -501,6 +506,8 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         warnings.append(f"{n_bad} GPU activities with end before start were ignored")
     if steps is None or steps.windows.height == 0:
         raise no_steps()
+    if consume and "lost" not in before:  # (several GPUs: nothing was released, but they were found already)
+        before["comm"], before["lost"] = found()
     lost = before["lost"] if "lost" in before else _lost_graph_launches(trace)
     warnings.extend(steps.warnings)
     # Attribution is per launch (launches are few and already in time order); activities follow their launch.

@@ -99,13 +99,11 @@ def analyse_rank(path, opts: dict) -> RankResult:
 def analyse_devices(trace, options) -> tuple[list[RankResult], list[str]]:
     """Every GPU of one trace (an nsys report of several ranks: ``breakdown --all-devices``), each as a rank: its
     :class:`RankResult` and its label (``gpu0``, ...). ``options``: an :class:`~tracekit.options.AnalysisOptions`."""
+    from tracekit.analyses.attribution import require_gpu_activity
     from tracekit.results.breakdown import breakdown, devices_with_activity
 
+    require_gpu_activity(trace)  # (as for one GPU: a user error, exit 2, not an empty comparison)
     devs = devices_with_activity(trace)
-    if not devs:  # (as for one GPU: a user error, exit 2, not an empty comparison)
-        from tracekit.errors import NoGpuActivity
-
-        raise NoGpuActivity(f"{trace.meta.path}: the trace holds no GPU activity (no kernels or memory operations)")
     results = [rank_result(breakdown(trace, **replace(options, device=d).analysis_kwargs()), trace,
                            rules=options.rules) for d in devs]
     return results, [f"gpu{d}" for d in devs]
