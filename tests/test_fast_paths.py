@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 import tracekit
+import tracekit.errors
 import tracekit.intervals as iv
 import tracekit.lookup as lookup
 import tracekit.readers.nsys as nsys
@@ -156,6 +157,52 @@ def test_merge_by_start_equals_stable_sort(sizes, data):
 
 
 STEP_TRACES = [p for p in SAMPLES]
+
+
+def _really_sorted(s: pl.Series) -> bool:
+    """Non-decreasing, read value by value (``Series.is_sorted`` trusts a sorted flag: it is what is tested); nulls,
+    if any, all first or all last (as polars' flag means them: a column of nulls alone is in order)."""
+    v = s.to_list()
+    n = v.count(None)
+    if n and not (all(x is None for x in v[:n]) or all(x is None for x in v[len(v) - n:])):
+        return False
+    v = [x for x in v if x is not None]
+    return all(a <= b for a, b in zip(v, v[1:]))
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[f"{p.parent.name}/{p.name}" for p in TRACES])
+def test_sorted_flags_are_true(path):
+    """The readers flag a frame's start column, and a device, process, thread or stream column that holds one value,
+    as sorted (their min, max and sortedness then answer at once); the merged activities their start. A flag on a
+    column that is not in order would make polars answer wrongly (a min that is not the least, a search that misses):
+    every flag must be true, read value by value."""
+    trace = tracekit.load(path, kernel_dims=False)
+    flagged = 0
+    for what in ("kernels", "launches", "memops", "graph_execs"):
+        frame = getattr(trace, what)
+        for c in frame.columns:
+            if frame[c].flags["SORTED_ASC"]:
+                flagged += 1
+                assert _really_sorted(frame[c]), f"{what}.{c} is flagged sorted but is not in order"
+    if trace.meta.format == "nsys-sqlite" and trace.kernels.height:
+        assert trace.kernels["start"].flags["SORTED_ASC"] and trace.launches["start"].flags["SORTED_ASC"]
+    try:
+        acts = step_table(trace).attribution.activities
+    except tracekit.errors.TracekitError:  # (a trace without steps or GPU work: nothing merged)
+        return
+    assert acts["start"].flags["SORTED_ASC"] and _really_sorted(acts["start"])
+
+
+def test_one_value_columns_are_flagged_and_others_not():
+    """On a one-GPU, one-thread capture the kernels' device and process and the launches' process and thread are
+    flagged; on a trace of several streams, its stream column is not."""
+    t = tracekit.load(ROOT / "sample_traces/hf-small-eager/trace.sqlite", kernel_dims=False)
+    assert all(t.kernels[c].flags["SORTED_ASC"] for c in ("device", "pid"))
+    assert all(t.launches[c].flags["SORTED_ASC"] for c in ("pid", "tid"))
+    several = [p for p in NSYS if tracekit.load(p, kernel_dims=False).kernels["stream"].n_unique() > 1]
+    assert several, "no test trace of several streams"
+    for p in several:
+        assert not tracekit.load(p, kernel_dims=False).kernels["stream"].flags["SORTED_ASC"]
 
 
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])

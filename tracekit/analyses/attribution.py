@@ -282,7 +282,7 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: boo
         plan = _merge_plan([f[key] for f in full])
     full = [f if dict(f.schema) == schema else f.cast(schema) for f in full]
     if len(full) <= 1:
-        one = (full[0] if full else frames[0]).rechunk()
+        one = _key_sorted((full[0] if full else frames[0]).rechunk(), key)
         return one if derived is None else one.with_columns(derived[2](one[derived[1]]).alias(derived[0]))
     b, order = plan
     big = full[b]
@@ -301,7 +301,7 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: boo
     names = big.columns
     last = [derived[0]] if derived is not None else []
     if not threads or len(names) < 2:
-        return pl.DataFrame(merged(names)).select(*names, *last)
+        return _key_sorted(pl.DataFrame(merged(names)).select(*names, *last), key)
     groups: tuple[list[str], list[str]] = ([], [])
     load = [0, 0]
     size = {c: big[c].estimated_size() * (2 if derived is not None and c == derived[1] else 1) for c in names}
@@ -311,7 +311,12 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: boo
         load[g] += size[c]
     first, second = in_threads(lambda: merged(groups[0]), lambda: merged(groups[1]))
     done = {s.name: s for s in first + second}
-    return pl.DataFrame([done[c] for c in names + last])
+    return _key_sorted(pl.DataFrame([done[c] for c in names + last]), key)
+
+
+def _key_sorted(df: pl.DataFrame, key: str) -> pl.DataFrame:
+    """``df`` (in ``key`` order) with its key column flagged sorted: every later check of it answers at once."""
+    return df.with_columns(pl.col(key).set_sorted()) if df.height else df
 
 
 
