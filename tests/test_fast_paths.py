@@ -147,6 +147,20 @@ def test_merge_by_start_equals_stable_sort(sizes, data):
     two = _merge_by_start(wide, threads=True)
     assert two.columns == one.columns and two.rows() == one.rows()
     assert all(two[c].n_chunks() == 1 for c in two.columns)
+    # a column of one value, flagged sorted by its reader (one process, one stream): kept as that value, never gathered
+    # (the same frame); where one frame holds another value, or the big frame's column is not flagged, gathered
+    for other, flag in ((7, True), (8, True), (7, False)):
+        flagged = [f.with_columns(pid=pl.lit(7 if i == 0 else other, pl.Int64)) for i, f in enumerate(wide)]
+        flagged = [f.with_columns(pl.col("pid").set_sorted()) if flag else f for f in flagged]
+        present_ = [f for f in flagged if f.height]
+        if present_:
+            b = max(range(len(present_)), key=lambda i: (present_[i].height, -i))
+            order = pl.concat([f.with_columns(_big=pl.lit(i != b)) for i, f in enumerate(present_)]).with_row_index(
+                "_n").sort("start", "_big", "_n", maintain_order=True)["pid"]
+            for threads in (False, True):
+                got_ = _merge_by_start(flagged, threads=threads)
+                assert got_["pid"].to_list() == order.to_list()
+                assert got_.drop("pid").rows() == one.rows()
     # a column derived from a merged one (the step of each activity's launch) by the thread that merged it: the
     # function of the merged column, added last, on one thread or two
     fn = lambda s: (s * 7 - 3).cast(pl.Int64)  # noqa: E731

@@ -288,30 +288,53 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: boo
     big = full[b]
     small = pl.concat([f for i, f in enumerate(full) if i != b])
 
+    # A column of one value in every frame (one process, one stream: the usual trace), known at once where the big
+    # frame's reader flagged it sorted, is not gathered: a constant column of the merged length (polars keeps it as
+    # one value until something needs its rows; ten million rows: 80 MB neither gathered nor faulted in).
+    consts = {c: big[c][0] for c in big.columns
+              if c != key and (derived is None or c != derived[1]) and _one_value([big[c], small[c]])}
+
     def merged(names: list[str]) -> list[pl.Series]:  # (column by column: one column's contiguous copy at a time)
         out = []
         for c in names:
-            out.append(pl.concat([big[c], small[c]], rechunk=True).gather(order))
+            if c not in consts:
+                out.append(pl.concat([big[c], small[c]], rechunk=True).gather(order))
             if release is not None:
                 release(c)
             if derived is not None and c == derived[1]:
                 out.append(derived[2](out[-1]).alias(derived[0]))
         return out
 
+    def frame(series: list[pl.Series]) -> pl.DataFrame:
+        df = pl.DataFrame(series)
+        if consts:
+            df = df.with_columns(pl.lit(v, schema[c]).alias(c) for c, v in consts.items())
+        return _key_sorted(df.select(*names, *last), key)
+
     names = big.columns
     last = [derived[0]] if derived is not None else []
     if not threads or len(names) < 2:
-        return _key_sorted(pl.DataFrame(merged(names)).select(*names, *last), key)
+        return frame(merged(names))
     groups: tuple[list[str], list[str]] = ([], [])
     load = [0, 0]
-    size = {c: big[c].estimated_size() * (2 if derived is not None and c == derived[1] else 1) for c in names}
+    size = {c: 0 if c in consts else big[c].estimated_size() * (2 if derived is not None and c == derived[1] else 1)
+            for c in names}
     for c in sorted(names, key=lambda c: -size[c]):  # (largest first, to the lighter group)
         g = 0 if load[0] <= load[1] else 1
         groups[g].append(c)
         load[g] += size[c]
     first, second = in_threads(lambda: merged(groups[0]), lambda: merged(groups[1]))
-    done = {s.name: s for s in first + second}
-    return _key_sorted(pl.DataFrame([done[c] for c in names + last]), key)
+    return frame(first + second)
+
+
+def _one_value(parts: list[pl.Series]) -> bool:
+    """Whether ``parts`` (the big frame's column first) hold one value and no null, decided without reading the big
+    one: only when its reader flagged it sorted (then its min and max are its ends)."""
+    if not parts[0].flags["SORTED_ASC"] or any(p.null_count() for p in parts):
+        return False
+    lo = [p.min() for p in parts if p.len()]
+    hi = [p.max() for p in parts if p.len()]
+    return bool(lo) and min(lo) == max(hi)
 
 
 def _key_sorted(df: pl.DataFrame, key: str) -> pl.DataFrame:

@@ -465,9 +465,10 @@ def _holes_piece(a: pl.DataFrame, inputs: dict) -> tuple[int, pl.DataFrame, pl.D
     # (a step's period starts at its first activity's recorded start, ``_ps`` where the rows had to be clipped or
     # sorted; else that is the step's first row's ``start0``)
     ps = "_ps" if "_ps" in a.columns else "start0"
-    f = a.lazy().select("step", "start", "end", "launch", "graphed", _ps=ps).with_columns(
+    any_graphed = bool(a["graphed"].any())
+    f = a.lazy().select("step", "start", "end", "launch", *(["graphed"] if any_graphed else []), _ps=ps).with_columns(
         h0=pl.when(first.fill_null(True)).then(pl.col("_ps")).otherwise(runmax.shift(1)))
-    if bool(a["graphed"].any()):
+    if any_graphed:
         # the work before the gap: the activity holding the running maximum (none for a step's first gap), and its
         # launch
         f = f.with_row_index("_r").with_columns(
@@ -477,33 +478,72 @@ def _holes_piece(a: pl.DataFrame, inputs: dict) -> tuple[int, pl.DataFrame, pl.D
         # a graph bubble: graph-replayed work after the gap, from the same graph launch as the work before it
         bubble = (graphed & pl.col("launch").is_not_null() & pl.col("prev_row").is_not_null()
                   & (pl.col("launch") == pl.col("prev_launch"))).fill_null(False)
-    else:  # (nothing replayed from a graph in these steps: no bubble, nothing to look up)
-        bubble = pl.lit(False)
-    g = f.filter(pl.col("start") > pl.col("h0")).select(
-        "step", "h0", h1="start", launch="launch", graphed=graphed, bubble=bubble, ms=pl.col("start") - pl.col("h0"),
-    ).collect()
+        g = f.filter(pl.col("start") > pl.col("h0")).select(
+            "step", "h0", h1="start", launch="launch", graphed=graphed, bubble=bubble,
+            ms=pl.col("start") - pl.col("h0")).collect()
+    else:
+        # Nothing replayed from a graph in these steps: no bubble, nothing to look up, and only the gaps' own columns
+        # made (the flags and lengths are added to the few rows kept below; every gap of ten million activities is
+        # most of them).
+        g = f.filter(pl.col("start") > pl.col("h0")).select("step", "h0", h1="start", launch="launch").collect()
     rows = pl.int_range(0, g.height, dtype=pl.UInt32, eager=True)
+    ms = g["ms"] if any_graphed else (g["h1"] - g["h0"]).alias("ms")
+
+    def full(df: pl.DataFrame) -> pl.DataFrame:  # (the columns of a graph-replaying piece's gaps, in their order)
+        if any_graphed:
+            return df
+        return df.select("step", "h0", "h1", "launch", pl.lit(False).alias("graphed"), pl.lit(False).alias("bubble"),
+                         (pl.col("h1") - pl.col("h0")).alias("ms"), *[c for c in df.columns if c.startswith("_")])
+
     # A gap can be stalled only where some stall segment (of any thread) overlaps it: the rest (at ten million
     # launches, nearly every gap) is 0 without the per-thread lookups. Graph bubbles are never stalls.
     if union.height and g.height:  # (the union's intervals within the piece's time: the rest overlaps none of it)
         lo = int(union["end"].search_sorted(g["h0"].min(), side="right"))
         union = union.slice(lo, max(0, int(union["start"].search_sorted(g["h1"].max(), side="left")) - lo))
-    maybe = _overlaps_any(g, union) & ~g["bubble"]
+    maybe = _overlaps_any(g, union)
+    if any_graphed:
+        maybe = maybe & ~g["bubble"]
     maybe = g.filter(maybe).select("step", "h0", "h1", "launch", _i=rows.filter(maybe))
     # the gaps whose launch (not a graph bubble's) follows a host wait
-    # (a filter by membership in the few launches that follow a wait: a semi join hashed every gap's launch)
-    follow = g.select("step", "h0", "h1", launch=pl.when(~pl.col("bubble")).then(pl.col("launch")).cast(pl.UInt32),
-                      _i=rows)
-    follow = follow.filter(pl.col("launch").is_in(ends["launch"].cast(pl.UInt32).implode())) if ends.height \
-        else follow.clear()
-    bubbles = g.lazy().select("step", "ms", "bubble")
-    if g["step"].is_sorted():
-        bubbles = bubbles.with_columns(pl.col("step").set_sorted())  # (grouped by slices)
-    bubbles = bubbles.group_by("step").agg(g_graph_bubbles=pl.col("ms").filter(pl.col("bubble")).sum()).collect()
+    launch = (g.select(pl.when(~pl.col("bubble")).then(pl.col("launch")).cast(pl.UInt32))["launch"] if any_graphed
+              else g["launch"].cast(pl.UInt32))
+    follow = g.select("step", "h0", "h1", launch=launch, _i=rows).filter(_follows(launch, ends)) if ends.height \
+        else g.select("step", "h0", "h1", launch=launch, _i=rows).clear()
+    if any_graphed:
+        bubbles = g.lazy().select("step", "ms", "bubble")
+        if g["step"].is_sorted():
+            bubbles = bubbles.with_columns(pl.col("step").set_sorted())  # (grouped by slices)
+        bubbles = bubbles.group_by("step").agg(g_graph_bubbles=pl.col("ms").filter(pl.col("bubble")).sum()).collect()
+    else:  # (every step with a gap: none of them a bubble; steps in order, the usual case: no hashing)
+        step = g["step"]
+        step = step.set_sorted().unique() if step.null_count() == 0 and step.is_sorted() else step.unique(
+            maintain_order=True)
+        bubbles = step.to_frame().with_columns(g_graph_bubbles=pl.lit(0, pl.Int64))
     # only gaps at least as long as the LARGEST-th longest can be in the top: those (all of them when few)
-    pick = g["ms"] >= g["ms"].top_k(LARGEST).min() if g.height > 4 * LARGEST else pl.repeat(True, g.height, eager=True)
-    cand = g.filter(pick).with_columns(_i=rows.filter(pick))
+    pick = ms >= ms.top_k(LARGEST).min() if g.height > 4 * LARGEST else pl.repeat(True, g.height, eager=True)
+    cand = full(g.filter(pick).with_columns(_i=rows.filter(pick)))
     return g.height, bubbles, maybe, follow, cand
+
+
+def _follows(launch: pl.Series, ends: pl.DataFrame) -> pl.Series:
+    """Whether each of ``launch`` (launch rows, one per gap) is one of ``ends["launch"]`` (the few launches that
+    follow a host wait). Gaps in time order of one launching thread have their launches in order: then the rows
+    that match are found by two binary searches per end (no hash probe of every gap); else a membership test.
+
+    >>> _follows(pl.Series([1, 3, 3, 7], dtype=pl.UInt32), pl.DataFrame({"launch": [3, 9]})).to_list()
+    [False, True, True, False]
+    """
+    ends_ = ends["launch"].cast(pl.UInt32)
+    if launch.null_count() or not launch.is_sorted():
+        return launch.is_in(ends_.implode())
+    e = ends_.drop_nulls().unique().sort()
+    lo = launch.search_sorted(e, side="left")
+    hi = launch.search_sorted(e, side="right")
+    hit = pl.DataFrame({"lo": lo, "hi": hi}).filter(pl.col("lo") < pl.col("hi"))
+    out = pl.repeat(False, launch.len(), dtype=pl.Boolean, eager=True)
+    if hit.height:
+        out = out.scatter(hit.select(i=pl.int_ranges("lo", "hi", dtype=pl.UInt32)).explode("i")["i"], True)
+    return out
 
 
 def _overlaps_any(holes: pl.DataFrame, segments: pl.DataFrame) -> pl.Series:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
@@ -468,9 +469,10 @@ def _graph_mode(capture: dict, kernels: pl.DataFrame, launches: pl.DataFrame, gr
     return "unknown"
 
 
-def _plausible(df: pl.DataFrame, what: str, warnings: list[str]) -> pl.DataFrame:
-    """Drop rows whose times cannot be a measurement (null, end before start, longer than a day), with a warning."""
-    if _all_plausible(df):
+def _plausible(df: pl.DataFrame, what: str, warnings: list[str], one: list[str] | None = None) -> pl.DataFrame:
+    """Drop rows whose times cannot be a measurement (null, end before start, longer than a day), with a warning.
+    ``one``: receives the columns of :data:`ONE_VALUE_COLUMNS` that hold one value (:func:`_all_plausible`)."""
+    if _all_plausible(df, one):
         return df
     if _exact_in_float(df):
         # Every time within +-2^53 ns (104 days: nsys times count from the session start): the float difference
@@ -487,25 +489,39 @@ def _plausible(df: pl.DataFrame, what: str, warnings: list[str]) -> pl.DataFrame
     return df
 
 
-def _all_plausible(df: pl.DataFrame) -> bool:
+# The columns a frame of the trace may hold one value in (one GPU, one process, one launching thread, one stream: the
+# usual trace): the big tables' are flagged sorted where they do, so that their min and max answer at once (the
+# analyses ask whether they are one value many times; ten million rows: ~25 ms each time otherwise).
+ONE_VALUE_COLUMNS = ("device", "pid", "tid", "stream")
+
+
+def _all_plausible(df: pl.DataFrame, one: list[str] | None = None) -> bool:
     """The usual case, decided by one pass of reductions (no mask of every row): no null time, every time within
     +-2^53 (so the integer differences are exact, as in :func:`_plausible`), and the shortest and longest durations
-    within [0, one day].
+    within [0, one day]. ``one``: receives the columns of :data:`ONE_VALUE_COLUMNS` that hold one value and no null,
+    decided in the same pass (whatever the answer: dropping rows leaves them so).
 
     >>> _all_plausible(pl.DataFrame({"start": [0, 5], "end": [2, 5]})), _all_plausible(pl.DataFrame({"start": [0, 5], "end": [2, 4]}))
     (True, False)
+    >>> one = []; _ = _all_plausible(pl.DataFrame({"start": [0, 5], "end": [2, 5], "pid": [3, 3], "tid": [1, 2]}), one); one
+    ['pid']
     """
     if df.height == 0:
         return True
     s, e = pl.col("start"), pl.col("end")
+    cols = [c for c in ONE_VALUE_COLUMNS if c in df.columns] if one is not None else []
     q = df.lazy().select(n=s.null_count() + e.null_count(), lo=pl.min_horizontal(s.min(), e.min()),
-                         hi=pl.max_horizontal(s.max(), e.max()), d_lo=(e - s).min(), d_hi=(e - s).max())
+                         hi=pl.max_horizontal(s.max(), e.max()), d_lo=(e - s).min(), d_hi=(e - s).max(),
+                         **{f"_n_{c}": pl.col(c).null_count() for c in cols},
+                         **{f"_lo_{c}": pl.col(c).min() for c in cols}, **{f"_hi_{c}": pl.col(c).max() for c in cols})
     # On the streaming engine: the durations are reduced morsel by morsel, never a column of ten million of them (in
     # memory, ~80 MB fresh per table each time: 38k and 29k page faults while a 10M export is read).
     try:
         r = q.collect(engine="streaming").row(0, named=True)
     except (TypeError, ValueError, pl.exceptions.PolarsError):  # (a polars without that engine, or not for this)
         r = q.collect().row(0, named=True)
+    if one is not None:
+        one.extend(c for c in cols if r[f"_n_{c}"] == 0 and r[f"_lo_{c}"] is not None and r[f"_lo_{c}"] == r[f"_hi_{c}"])
     lim = 2**53
     return (r["n"] == 0 and -lim <= r["lo"] and r["hi"] <= lim and r["d_lo"] >= 0 and r["d_hi"] <= _MAX_DUR_NS)
 
@@ -526,28 +542,22 @@ def _exact_in_float(df: pl.DataFrame) -> bool:
     return True
 
 
-def _sorted(df: pl.DataFrame) -> pl.DataFrame:
+def _sorted(df: pl.DataFrame, one: Sequence[str] = ()) -> pl.DataFrame:
     """Sorted by start; nsys rows are usually in time order already, and checking costs far less than sorting. The
     column is flagged sorted either way, so that the analyses' own checks of it (a dozen at ten million rows, ~15 ms
-    each) answer at once."""
+    each) answer at once; so are the columns ``one`` names (each of one value: :data:`ONE_VALUE_COLUMNS`)."""
     if not df["start"].is_sorted():
         df = df.sort("start")
     elif df.height:
         df = df.with_columns(pl.col("start").set_sorted())
-    return _constant_flagged(df)
+    return df.with_columns(pl.col(c).set_sorted() for c in one) if one and df.height else df
 
 
-def _constant_flagged(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with each of its device, process, thread and stream columns that holds one value (one GPU, one launching
-    thread: the usual trace) flagged sorted, so that its min and max answer at once: the analyses ask whether they
-    are one value many times (ten million rows: ~25 ms a time otherwise)."""
-    cols = [c for c in ("device", "pid", "tid", "stream") if c in df.columns]
-    if not df.height or not cols:
-        return df
-    r = df.select(*[pl.col(c).null_count().alias(f"n_{c}") for c in cols],
-                  *[(pl.col(c).min() == pl.col(c).max()).alias(f"one_{c}") for c in cols]).row(0, named=True)
-    one = [c for c in cols if r[f"n_{c}"] == 0 and r[f"one_{c}"]]
-    return df.with_columns(pl.col(c).set_sorted() for c in one) if one else df
+def _checked(df: pl.DataFrame, what: str, warnings: list[str]) -> pl.DataFrame:
+    """A big table made ready: :func:`_plausible`, then :func:`_sorted` with its one-value columns flagged (found in the
+    plausibility check's own pass)."""
+    one: list[str] = []
+    return _sorted(_plausible(df, what, warnings, one), one)
 
 
 def read_nsys(path: Path, *, kernel_dims: bool = True) -> Trace:
@@ -585,8 +595,8 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
             return _memops(db), _ranges(db, strings, warnings), _graph_execs(db), _gpus(db), _capture_start(db, strings)
 
         tasks = [
-            lambda: _sorted(_plausible(_kernels(db, strings, kernel_dims), "kernel records", k_warn)),
-            lambda: _sorted(_plausible(_launches(db, apis), "CUDA API calls", l_warn)),
+            lambda: _checked(_kernels(db, strings, kernel_dims), "kernel records", k_warn),
+            lambda: _checked(_launches(db, apis), "CUDA API calls", l_warn),
             small_tables,
         ]
         if nsys_scan.pending(db.uri):
