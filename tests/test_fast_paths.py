@@ -763,3 +763,38 @@ def test_activities_drop_rows_ending_before_they_start(path):
     want, none, _ = activities(dataclasses.replace(t, kernels=k.filter(pl.col("_r") % 7 != 3).drop("_r")), dev)
     assert (bad, none) == (n, 0)
     assert_frame_equal(got, want)
+
+
+def _launch_counts_by_hashing(a: pl.DataFrame) -> pl.DataFrame:
+    """The per-step launch counts as the contract defines them: distinct correlation ids of the graph-replayed
+    activities (graph launches) and of the rest (work launched one by one)."""
+    return a.group_by("step").agg(
+        n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
+        n_launched=pl.col("correlation").filter(~pl.col("graphed").fill_null(False)).n_unique()).sort("step")
+
+
+@pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+def test_launch_counts_equal_distinct_ids(path):
+    """``_kernel_sums`` counts each activity as its own launch where none is graph-replayed and every launch is later
+    than the one before (no hashing of ten million ids): the same counts as the distinct ids, on every real trace
+    (eager ones take that path, graph-replaying ones the other)."""
+    from tracekit.analyses.partition import _kernel_sums
+
+    a = step_table(tracekit.load(path, kernel_dims=False)).activities
+    got = _kernel_sums(a).select("step", "n_graph_launches", "n_launched").sort("step")
+    assert_frame_equal(got, _launch_counts_by_hashing(a))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(0, 6)), st.one_of(st.none(), st.booleans())),
+                min_size=1, max_size=20), st.booleans())
+def test_launch_counts_generated(rows, increasing):
+    from tracekit.analyses.partition import _kernel_sums
+
+    rows = sorted(rows, key=lambda r: r[0])
+    corr = list(range(1, len(rows) + 1)) if increasing else [r[1] for r in rows]
+    a = pl.DataFrame({"step": [r[0] for r in rows], "dur": [1] * len(rows), "category": ["gemm"] * len(rows),
+                      "kind": ["kernel"] * len(rows), "graphed": [r[2] for r in rows], "correlation": corr,
+                      "end": list(range(len(rows)))}, schema_overrides={"correlation": pl.Int64, "graphed": pl.Boolean})
+    got = _kernel_sums(a).select("step", "n_graph_launches", "n_launched").sort("step")
+    assert_frame_equal(got, _launch_counts_by_hashing(a))

@@ -381,13 +381,22 @@ def _kernel_sums(a: pl.DataFrame) -> pl.DataFrame:
     the graph launches and the work launched one by one, and the end of its last activity."""
     not_memop = pl.col("kind") != "memop"
     graphed = pl.col("graphed").fill_null(False)
+    corr = a["correlation"]
+    if not bool(a["graphed"].any()) and corr.null_count() == 0 and (
+            a.height < 2 or bool((corr.slice(1) > corr.slice(0, a.height - 1)).all())):
+        # Nothing replayed from a graph, and every activity's launch later than the one before (work launched one by
+        # one, run in launch order: the usual eager trace): every row its own launch, so counted without hashing ten
+        # million correlation ids.
+        launches = {"n_graph_launches": pl.lit(0, pl.UInt32), "n_launched": pl.len()}
+    else:
+        launches = {"n_graph_launches": pl.col("correlation").filter(pl.col("graphed")).n_unique(),
+                    "n_launched": pl.col("correlation").filter(~graphed).n_unique()}
     return a.group_by("step").agg(
         *[pl.col("dur").filter(pl.col("category") == c).sum().alias(f"k_{c}")
           for c in (*KERNEL_CATEGORIES, UNATTRIBUTED)],
         k_graphed=pl.col("dur").filter(graphed & not_memop).sum(),
         k_all=pl.col("dur").filter(not_memop).sum(),
-        n_graph_launches=pl.col("correlation").filter(pl.col("graphed")).n_unique(),
-        n_launched=pl.col("correlation").filter(~graphed).n_unique(),
+        **launches,
         a_last=pl.col("end").max(),
     )
 
