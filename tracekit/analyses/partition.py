@@ -160,9 +160,11 @@ def serialise(acts: pl.DataFrame) -> pl.DataFrame:
     [(7, 0, 10), (7, 10, 12), (8, 6, 9)]
     """
     prev = pl.col("end").cum_max().shift(1)
-    stream = acts["stream"]  # (several streams, null counting as one: n_unique() > 1, without hashing every row)
-    nulls = stream.null_count()
-    if 0 < nulls < stream.len() or (nulls == 0 and stream.len() and stream.min() != stream.max()):
+    # (several streams, null counting as one: n_unique() > 1, without hashing every row; reduced in a query, which
+    # reads a column of one value kept as that value (attribution's merge) without making its rows)
+    nulls, lo, hi = acts.select(pl.col("stream").null_count(), pl.col("stream").min().alias("lo"),
+                                pl.col("stream").max().alias("hi")).row(0)
+    if 0 < nulls < acts.height or (nulls == 0 and acts.height and lo != hi):
         prev = prev.over("stream")
     elif _already_serial(acts):
         return acts  # (one stream, no overlap: nothing moves, and ten million rows need no new columns)

@@ -66,8 +66,10 @@ def _signatures(acts: pl.DataFrame) -> pl.DataFrame:
     df = acts.select(pl.col("step").cast(pl.Int64), "start", pl.col("stream").fill_null(-1), tok=tok)
     if df["step"].null_count():
         df = df.filter(pl.col("step").is_not_null())
-    stream = df["stream"]  # (no nulls here: one value when its min is its max, without hashing ten million)
-    if df["start"].is_sorted() and stream.len() and stream.min() == stream.max():
+    # (no nulls here: one value when its min is its max, without hashing ten million; reduced in a query, which reads
+    # a column of one value kept as that value without making its rows)
+    lo, hi = df.select(pl.col("stream").min(), pl.col("stream").max().alias("hi")).row(0)
+    if df["start"].is_sorted() and df.height and lo == hi:
         # One stream, in start order (the usual trace): each step's rows are its sequence as they stand, hashed
         # where they are grouped (the same lists as below, without the per-stream lists and their explode).
         if df["step"].is_sorted():
