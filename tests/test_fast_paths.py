@@ -367,6 +367,12 @@ def test_threaded_stages_equal_sequential(path, monkeypatch):
     assert par.to_dict() == seq.to_dict()
     assert_frame_equal(par.activities, seq.activities)
     assert_frame_equal(par.per_step, seq.per_step)
+    # the step signatures, begun beside the phase and drafting analyses: those of the final activities in steps
+    from tracekit.analyses.steady import step_signatures
+
+    attr = bd.step_table(t).attribution
+    assert attr.signatures is not None
+    assert_frame_equal(attr.signatures(), step_signatures(pa.in_steps_of(attr.activities)))
 
 
 # ---- the evening pass's fast paths (benchmarks/results/HISTORY.md, "The breakdown/2 regression, cut")

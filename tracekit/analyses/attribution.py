@@ -14,6 +14,7 @@ Nothing here is a time split yet; :class:`Attribution` is a typed, immutable val
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
@@ -62,6 +63,10 @@ class Attribution:
     # The device's communication kernels (``collectives._comm_kernels``), found before ``attribute(consume=True)``
     # released the trace's kernel columns they are read from; None: not found yet (a later analysis finds them).
     comm_kernels: pl.DataFrame | None = None
+    # A function giving ``steady.step_signatures`` of the activities in steps (the rows ``partition`` analyses; the
+    # signatures read no category, which drafting changes), begun on a thread of its own beside the phase and drafting
+    # analyses of a big trace (they leave a core idle); None: the partition makes them.
+    signatures: Callable[[], pl.DataFrame] | None = None
 
 
 def require_gpu_activity(trace: Trace) -> None:
@@ -560,6 +565,15 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     from tracekit.analyses.drafting import OFF_EVIDENCE, detect_drafting, is_off, spec_kernel_evidence
     from tracekit.analyses.phase import step_phases
 
+    signatures = None
+    if big:
+        from tracekit.analyses.partition import in_steps_of
+        from tracekit.analyses.steady import SIGNATURE_COLUMNS, step_signatures
+
+        rows = in_steps_of(acts.select(*SIGNATURE_COLUMNS))
+        signatures = started(lambda: step_signatures(rows))
+        del rows
+
     phases = step_phases(trace, steps.windows, acts)
     drafted = None
     evidence: tuple[str, ...] = ()
@@ -619,4 +633,4 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     return Attribution(device=dev, steps=steps, activities=acts, launches=work, step_by=step_by,
                        draft_detection=detection, phases=phases, graph_mode=graph_mode,
                        lost_steps=tuple(int(s) for s in lost.to_list()), n_bad=n_bad, warnings=tuple(warnings),
-                       draft_evidence=evidence, comm_kernels=before.get("comm"))
+                       draft_evidence=evidence, comm_kernels=before.get("comm"), signatures=signatures)

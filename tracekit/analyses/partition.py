@@ -151,6 +151,13 @@ def rows_of_steps(df: pl.DataFrame, steps: pl.Series, present: pl.Series) -> pl.
     return keep_rows(df, s.is_in(steps.implode()))
 
 
+def in_steps_of(acts: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``acts`` (attributed activities) that are in a step, their ``step`` flagged sorted where it is (in
+    start order, steps one after the other: the usual case; group-bys then work on slices)."""
+    in_steps = acts if acts["step"].null_count() == 0 else keep_rows(acts, acts["step"].is_not_null())
+    return in_steps.with_columns(pl.col("step").set_sorted()) if in_steps["step"].is_sorted() else in_steps
+
+
 def serialise(acts: pl.DataFrame) -> pl.DataFrame:
     """Each activity starts at the later of its start and the previous activity's end on its stream (rows in
     start order); an activity wholly inside its predecessor becomes zero-length there.
@@ -249,9 +256,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     # (what the gaps look up on the host side needs no activity: found beside the exclusions below)
     gap_inputs_wait = gap_inputs if gap_inputs is not None and attr.launches is trace.launches else started(
         lambda: _gap_inputs(trace, attr.launches), threads=big)
-    in_steps = acts if acts["step"].null_count() == 0 else keep_rows(acts, acts["step"].is_not_null())
-    if in_steps["step"].is_sorted():  # (activities in start order, steps one after the other: the usual case)
-        in_steps = in_steps.with_columns(pl.col("step").set_sorted())  # group-bys then work on slices
+    in_steps = in_steps_of(acts)
     good, reasons, warnings = periods(attr, in_steps, trace.meta.path)
 
     # ---- exclusions among the steps with GPU work (their periods stay as computed above): phase, then the last
@@ -274,7 +279,8 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     if exclude is not None and exclude.height:
         prior = prior.join(exclude.select("step", r2="reason"), on="step", how="left", maintain_order="left"
                            ).with_columns(reason=pl.coalesce("reason", "r2")).drop("r2")
-    excl = steady_exclusions(in_steps, prior.select("step", "reason", "phase"))
+    excl = steady_exclusions(in_steps, prior.select("step", "reason", "phase"),
+                             signatures=attr.signatures() if attr.signatures is not None else None)
     good = good.join(excl.select("step", "reason"), on="step", how="left", maintain_order="left").join(
         prior.select("step", "phase"), on="step", how="left", maintain_order="left")
     for r, c in good.filter(pl.col("reason").is_not_null()).group_by("reason").len().iter_rows():

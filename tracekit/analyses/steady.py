@@ -48,6 +48,10 @@ def _code(df: pl.DataFrame, col: str) -> pl.Expr:
     return pl.col(col).cast(pl.String).hash(41)
 
 
+# The columns :func:`step_signatures` reads.
+SIGNATURE_COLUMNS = ("step", "start", "name", "kind", "graphed", "stream")
+
+
 def step_signatures(acts: pl.DataFrame) -> pl.DataFrame:
     """Per step of ``acts`` (the attributed activities: step, start, name, kind, graphed, stream): ``step``,
     ``sig`` (UInt64 hash of its sequence: per stream in start order, each activity by name, graph-replayed or
@@ -134,17 +138,21 @@ def _counts(acts: pl.DataFrame) -> pl.DataFrame:
         "step", tok=pl.struct("category", "graphed", "kind").hash(37), c="c")
 
 
-def steady_exclusions(acts: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def steady_exclusions(acts: pl.DataFrame, steps: pl.DataFrame, signatures: pl.DataFrame | None = None) -> pl.DataFrame:
     """The exclusion reason of every step (null: analysed).
 
     ``steps``: every step window in time order, columns ``step`` and ``reason`` (the caller's: "no GPU work",
     "cut by capture window", "phase", or null) and optionally ``phase`` (the steady step is found per phase). ``acts``: the attributed activities (see
     :func:`step_signatures`; category by name). Returns ``step``, ``reason``, ``sig`` (null without activity),
-    ``overlap`` (composition overlap with the steady step; null where not compared).
+    ``overlap`` (composition overlap with the steady step; null where not compared). ``signatures``:
+    :func:`step_signatures` of ``acts``, made beforehand (else here).
     """
-    # (signatures and compositions in one pass over the pieces of whole steps)
-    pieces = by_pieces(lambda p: (_signatures(p), _counts(p)), acts)
-    sigs = pl.concat([p[0] for p in pieces])
+    if signatures is None:  # (signatures and compositions in one pass over the pieces of whole steps)
+        pieces = by_pieces(lambda p: (_signatures(p), _counts(p)), acts)
+        sigs = pl.concat([p[0] for p in pieces])
+    else:
+        pieces = by_pieces(lambda p: (None, _counts(p)), acts)
+        sigs = signatures
     comps = pl.concat([p[1] for p in pieces])  # step, tok (one number per (category, graphed, kind)), c
     del pieces
     phase = pl.col("phase").cast(pl.String).fill_null("unknown") if "phase" in steps.columns else pl.lit("unknown")
