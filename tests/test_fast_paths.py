@@ -372,7 +372,7 @@ def test_threaded_stages_equal_sequential(path, monkeypatch):
 
     attr = bd.step_table(t).attribution
     assert attr.signatures is not None
-    assert_frame_equal(attr.signatures(), step_signatures(pa.in_steps_of(attr.activities)))
+    assert_frame_equal(attr.signatures(), step_signatures(at.in_steps_of(attr.activities)))
 
 
 # ---- the evening pass's fast paths (benchmarks/results/HISTORY.md, "The breakdown/2 regression, cut")

@@ -21,7 +21,7 @@ import polars as pl
 
 from tracekit.categories import COMPUTE_CATEGORIES, DEFAULT_DRAFT_RANGE, PRIORITY, UNATTRIBUTED
 from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
-from tracekit.intervals import one_thread
+from tracekit.intervals import keep_rows, one_thread
 from tracekit.parallel import in_threads, started
 from tracekit.steps import Steps, find_steps, select_ranges, step_candidates
 from tracekit.trace import WORK_KINDS, Trace
@@ -222,6 +222,13 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
     return acts, bad, work
 
 
+
+
+def in_steps_of(acts: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``acts`` (attributed activities) that are in a step, their ``step`` flagged sorted where it is (in
+    start order, steps one after the other: the usual case; group-bys then work on slices)."""
+    in_steps = acts if acts["step"].null_count() == 0 else keep_rows(acts, acts["step"].is_not_null())
+    return in_steps.with_columns(pl.col("step").set_sorted()) if in_steps["step"].is_sorted() else in_steps
 
 
 def _on_device(df: pl.DataFrame, device: int) -> pl.DataFrame:
@@ -567,7 +574,6 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
 
     signatures = None
     if big:
-        from tracekit.analyses.partition import in_steps_of
         from tracekit.analyses.steady import SIGNATURE_COLUMNS, step_signatures
 
         rows = in_steps_of(acts.select(*SIGNATURE_COLUMNS))

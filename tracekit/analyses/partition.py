@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.analyses.attribution import THREADS_FROM_ROWS, Attribution
+from tracekit.analyses.attribution import THREADS_FROM_ROWS, Attribution, in_steps_of
 from tracekit.analyses.gaps import (
     LARGEST,
     after_waits,
@@ -43,7 +43,7 @@ from tracekit.categories import NO_GPU_WORK as NO_WORK
 from tracekit.categories import NOT_SELECTED_PHASE as PHASE
 from tracekit.categories import WARM_UP as WARMUP
 from tracekit.errors import NoSteps
-from tracekit.intervals import by_pieces, cumulative_union_lengths
+from tracekit.intervals import by_pieces, cumulative_union_lengths, keep_rows
 from tracekit.parallel import started
 from tracekit.trace import Trace
 
@@ -110,25 +110,6 @@ def _per_step_slots(n: int, steps: pl.Series, values: pl.Series, at: pl.Series) 
     return slots.scatter(steps, values).gather(at.cast(pl.UInt32))
 
 
-def keep_rows(df: pl.DataFrame, mask: pl.Series) -> pl.DataFrame:
-    """The rows of ``df`` where ``mask`` is true: a slice (no copy) when they are one run of rows, the usual case
-    (the analysed steps are every step but the warm-up and the last), else a filter. A filter copies every column
-    even to drop one step: ten million activities, ~0.8 GB of fresh memory.
-
-    >>> keep_rows(pl.DataFrame({"x": [1, 2, 3, 4]}), pl.Series([False, True, True, False]))["x"].to_list()
-    [2, 3]
-    """
-    mask = mask.fill_null(False)
-    n = int(mask.sum())
-    if n == mask.len():
-        return df
-    if n == 0:
-        return df.clear()
-    first = int(mask.arg_max())
-    last = mask.len() - 1 - int(mask.reverse().arg_max())
-    return df.slice(first, n) if last - first + 1 == n else df.filter(mask)
-
-
 def rows_of_steps(df: pl.DataFrame, steps: pl.Series, present: pl.Series) -> pl.DataFrame:
     """The rows of ``df`` whose ``step`` is one of ``steps`` (distinct, each with rows in ``df``; ``present``: every
     step ``df`` has rows of). When ``df``'s steps are in order and no other present step lies between the least and
@@ -149,13 +130,6 @@ def rows_of_steps(df: pl.DataFrame, steps: pl.Series, present: pl.Series) -> pl.
             first = int(s.search_sorted(lo, side="left"))
             return df.slice(first, int(s.search_sorted(hi, side="right")) - first)
     return keep_rows(df, s.is_in(steps.implode()))
-
-
-def in_steps_of(acts: pl.DataFrame) -> pl.DataFrame:
-    """The rows of ``acts`` (attributed activities) that are in a step, their ``step`` flagged sorted where it is (in
-    start order, steps one after the other: the usual case; group-bys then work on slices)."""
-    in_steps = acts if acts["step"].null_count() == 0 else keep_rows(acts, acts["step"].is_not_null())
-    return in_steps.with_columns(pl.col("step").set_sorted()) if in_steps["step"].is_sorted() else in_steps
 
 
 def serialise(acts: pl.DataFrame) -> pl.DataFrame:
