@@ -94,7 +94,7 @@ def ranks(path) -> str:
 # "A+B": the sum of those.
 STAGES = [
     ("analyses.attribution.activities", "GPU activities: names and categories, each one's launch, one frame in time order"),
-    ("  analyses.attribution._merge_by_start", "· the merge into time order (a gather of every column)"),
+    ("  analyses.attribution._merge_by_start", "· the merge into time order (a gather of every column but those of one value)"),
     ("  analyses.attribution.launch_rows", "· the launch of each activity (`lookup.row_lookup`)"),
     ("  analyses.attribution.of", "· the step of each activity (by its launch; since the ninth pass made by the merge)"),
     ("analyses.attribution.windows_side", "step windows and the window of each launch"),
