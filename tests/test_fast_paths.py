@@ -804,3 +804,19 @@ def test_launch_counts_generated(rows, increasing):
                       "end": list(range(len(rows)))}, schema_overrides={"correlation": pl.Int64, "graphed": pl.Boolean})
     got = _kernel_sums(a).select("step", "n_graph_launches", "n_launched").sort("step")
     assert_frame_equal(got, _launch_counts_by_hashing(a))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(0, 12)), max_size=30), st.lists(st.integers(0, 14), max_size=6),
+       st.booleans())
+def test_follows_equals_membership(launches, ends, in_order):
+    """The gaps whose launch follows a host wait: by binary search where the gaps' launches are in order (one
+    launching thread), else by membership; the same answer as membership either way (a null launch: no match)."""
+    from tracekit.analyses.partition import _follows
+
+    if in_order:
+        launches = sorted(x for x in launches if x is not None)
+    s = pl.Series("launch", launches, dtype=pl.UInt32)
+    want = s.is_in(pl.Series(ends, dtype=pl.UInt32).implode()).fill_null(False).to_list()
+    got = _follows(s, pl.DataFrame({"launch": pl.Series(ends, dtype=pl.Int64)})).fill_null(False).to_list()
+    assert got == want
