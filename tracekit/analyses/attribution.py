@@ -276,7 +276,8 @@ def _merge_by_start(frames: list[pl.DataFrame], key: str = "start", threads: boo
 
     A linear merge, not a sort: the largest frame (one device's kernels) is sorted already and the few
     others (copies, graph executions) are placed into it by binary search; every column is then one gather
-    by the merged order. A column the reader delivered in many chunks is first copied into one (a memcpy):
+    by the merged order, but a column of one value in every frame (known at once where the big frame's reader
+    flagged it sorted), which is kept as that value; the key comes out flagged sorted. A column the reader delivered in many chunks is first copied into one (a memcpy):
     a gather across ~150 chunks looks each row's chunk up and costs ~4× the copy and a gather together
     (10M kernels: the merge's CPU 0.8 → 0.4 s). ``threads``: the columns in two groups of about equal bytes, one
     per thread. Most of the merge's time is the kernel faulting in its fresh memory (the merged frame: ~0.5 GB at
