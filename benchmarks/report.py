@@ -4,6 +4,8 @@
   from a ``benchmarks/run.py`` results file (``--versions`` rows included).
 * :func:`targets` — issue 25's "done when", met or not, with the version measured in the same rounds;
   :func:`growth` and :func:`ranks` — 1M → 10M, and 1 vs 2 workers on a directory of rank files.
+* :func:`runs` — several runs of the same code, one row each: every target's figure, and in how many runs it
+  was met (a median at a target's edge is met in one run and missed in the next).
 * :func:`stages` — where the time of one run goes: the read, then the analysis by function, from
   ``benchmarks/stages.py`` files (one column per file).
 
@@ -220,6 +222,48 @@ def targets(path, before: str = "tracekit@before") -> str:
     return "\n".join(out) + "\n"
 
 
+def runs(paths: list[str]) -> str:
+    """One row per ``run.py`` results file (runs of the same code): when, each target's figure, and how many of
+    the runs met it. The targets of issue 25 are medians of one invocation; a figure at a target's edge is met in
+    some runs and not others, which one run's table cannot show."""
+    head = ["| run (start) | 10M: scan → tracekit (≤ 1.5×) | 10M peak (≤ 2.5 GB) | 1M (≤ 1.5×) "
+            "| Kineto 1 GB (≤ 5 s, ≤ 0.4 GB) | 16 ranks, 1 core → 2 (scales) |",
+            "|---|---:|---:|---:|---:|---:|"]
+    met = {k: 0 for k in ("10M", "peak", "1M", "kineto", "ranks")}
+    out = []
+    for path in paths:
+        res = _load(path)
+        rows = res["rows"]
+
+        def pair(g, rows=rows):
+            by = _by(rows, g)
+            par = by.get("floor:connectorx:parallel") or by.get("floor:adbc:parallel")
+            return par, by.get("tracekit")
+        p10, t10 = pair("nsys 10M")
+        p1, t1 = pair("nsys 1M")
+        k = _by(rows, "kineto 1GB").get("tracekit")
+        rk = {r["kind"]: r for r in rows if r["group"].startswith("ranks") and r["rc"] == 0}
+        x10, x1 = t10["wall_s"] / p10["wall_s"], t1["wall_s"] / p1["wall_s"]
+        sc = rk["ranks:1core"]["wall_s"] / rk["ranks:2"]["wall_s"] if "ranks:1core" in rk and "ranks:2" in rk else None
+        ok = {"10M": x10 <= 1.5, "peak": t10["peak_rss_mb"] <= 2500, "1M": x1 <= 1.5,
+              "kineto": k is not None and k["wall_s"] <= 5 and k["peak_rss_mb"] <= 400,
+              "ranks": sc is not None and sc >= 1.5}
+        for key, v in ok.items():
+            met[key] += v
+
+        def mark(key, ok=ok):
+            return "" if ok[key] else " (missed)"
+        out.append(
+            f"| `{Path(path).name}` ({res['run']['date'][5:16]}) | {p10['wall_s']:.1f} → {t10['wall_s']:.1f} s: "
+            f"**{x10:.2f}×**{mark('10M')} | {t10['peak_rss_mb'] / 1000:.2f} GB{mark('peak')} | {x1:.2f}×{mark('1M')} | "
+            + (f"{k['wall_s']:.1f} s, {k['peak_rss_mb']:,.0f} MB{mark('kineto')}" if k else "—")
+            + " | " + (f"×{sc:.2f}{mark('ranks')}" if sc is not None else "—") + " |")
+    n = len(paths)
+    out.append(f"| **met in** | {met['10M']} of {n} | {met['peak']} of {n} | {met['1M']} of {n} | {met['kineto']} of {n} "
+               f"| {met['ranks']} of {n} |")
+    return "\n".join(head + out) + "\n"
+
+
 if __name__ == "__main__":
     for p in sys.argv[1:]:
         print(machine_line(_load(p)))
@@ -227,3 +271,5 @@ if __name__ == "__main__":
         print(growth(p))
         print(ranks(p))
         print(targets(p))
+    if len(sys.argv) > 2:
+        print(runs(sys.argv[1:]))
