@@ -160,6 +160,12 @@ def _by(rows: list[dict], group: str) -> dict[str, dict]:
     return {r["kind"]: r for r in rows if r["group"] == group and r["rc"] == 0}
 
 
+def _scan_and(rows: list[dict], group: str, kind: str = "tracekit") -> tuple[dict | None, dict | None]:
+    """The parallel scan's row of ``group`` (connectorx, else ADBC) and ``kind``'s row (None where missing)."""
+    by = _by(rows, group)
+    return by.get("floor:connectorx:parallel") or by.get("floor:adbc:parallel"), by.get(kind)
+
+
 def targets(path, before: str = "tracekit@before") -> str:
     """Issue 25's "done when", one row per target: the version measured in the same rounds (``before``), this
     checkout, and whether the target is met (by this checkout's medians)."""
@@ -168,9 +174,7 @@ def targets(path, before: str = "tracekit@before") -> str:
            "|---|---|---:|---:|---|"]
 
     def ratio(g, kind):
-        by = _by(rows, g)
-        par = by.get("floor:connectorx:parallel") or by.get("floor:adbc:parallel")
-        r = by.get(kind)
+        par, r = _scan_and(rows, g, kind)
         return (r["wall_s"] / par["wall_s"], r) if r and par else (None, r)
 
     def cell(x, r, mem=False):
@@ -235,12 +239,8 @@ def runs(paths: list[str]) -> str:
         res = _load(path)
         rows = res["rows"]
 
-        def pair(g, rows=rows):
-            by = _by(rows, g)
-            par = by.get("floor:connectorx:parallel") or by.get("floor:adbc:parallel")
-            return par, by.get("tracekit")
-        p10, t10 = pair("nsys 10M")
-        p1, t1 = pair("nsys 1M")
+        p10, t10 = _scan_and(rows, "nsys 10M")
+        p1, t1 = _scan_and(rows, "nsys 1M")
         k = _by(rows, "kineto 1GB").get("tracekit")
         rk = {r["kind"]: r for r in rows if r["group"].startswith("ranks") and r["rc"] == 0}
         x10, x1 = t10["wall_s"] / p10["wall_s"], t1["wall_s"] / p1["wall_s"]
