@@ -138,7 +138,7 @@ def test_nsys_two_gpus_single_device_transfer_within_20pct_of_the_matched_transf
         assert "all-reduce" not in c["verdict"]
         # a training run (FACTS.toml; its NVTX ranges hold FSDP's backward hooks: docs/definitions.md, Phase): the
         # split above still holds, but no decode lever is offered
-        assert b.steps["phase"] == "prefill" and not c["applicable"] and c["verdict"].startswith("training steps")
+        assert b.steps["phase"] == "training" and not c["applicable"] and c["verdict"].startswith("training steps")
 
 
 def split_rows() -> list[dict]:

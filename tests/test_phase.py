@@ -72,7 +72,7 @@ def test_b200_context_step_is_prefill():
 def test_training_traces_are_not_decode(rel):
     path = shared(rel)
     t, s, ph = _phases(path)
-    assert set(ph["phase"]) == {"prefill"} and set(ph["source"]) == {"training"}
+    assert set(ph["phase"]) == {"training"} and set(ph["source"]) == {"training"}
     names = t.kernels["name"].cast(pl.String)
     assert names.str.contains(r"(?i)backward|bwd|wgrad|Adam").sum() > 0  # plain evidence, independent of the rule
     sel, warnings = select_phase(ph)
@@ -170,7 +170,7 @@ def test_training_from_host_ranges():
                               "OR coalesce(e.text, s.value) LIKE '%_checkpoint_wrapped_module%'")[0][0]
     assert n > 0
     t, s, ph = _phases(shared(MFU))
-    assert set(ph["phase"]) == {"prefill"} and set(ph["source"]) == {"training"}
+    assert set(ph["phase"]) == {"training"} and set(ph["source"]) == {"training"}
     assert ph["evidence"][0].startswith(f"training trace: {n} ") and "RegisterPostBackwardFunction" in ph["evidence"][0]
     sel, _ = select_phase(ph)
     assert not sel["decode_advice"].any()
@@ -416,3 +416,18 @@ def test_serve_prefill_nomark_steps_match_the_manifest(folder):
     got = w.join(st.attribution.phases, on="step", how="left")["phase"].to_list()
     assert got[0] == "prefill", "the first step (a complete prefill) must not be cut by the capture window"
     assert len(got) >= n - 1 and got == listed[:len(got)]
+
+
+def test_phase_training_selects_training_steps(tmp_path):
+    """Contract (Additions to /3): ``--phase training`` analyses the training steps; ``--phase prefill`` on a training
+    window is refused naming training as the phase there (issue 44, 6: mfu_2gpu, HTA and DeepSeek training traces)."""
+    from _robust import run_cli
+
+    path = shared(TRAINING[0])
+    r = run_cli(["breakdown", path, "--phase", "training", "--format", "json"], timeout=120)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["steps"]["phase"] == "training" and set(out["steps"]["phases"]) == {"training"}
+    assert not any(a["applicable"] for a in out["advice"].values())
+    r = run_cli(["breakdown", path, "--phase", "prefill"], timeout=120)
+    assert r.exit_code == 2 and "training" in r.stderr and "--phase training" in r.stderr

@@ -50,14 +50,17 @@ def agrees(workload: str, phases: dict[str, int]) -> bool:
         return known == {"prefill"}
     if workload == "mixed":
         return "decode" in known and bool(known & {"prefill", "mixed"})
-    return "decode" not in known  # training, inference (not an LLM), microbenchmark, none
+    if workload == "training":  # (contract, Additions to /3: training steps are "training", never prefill)
+        return known <= {"training"}
+    return "decode" not in known  # inference (not an LLM), microbenchmark, none
 
 
 def test_agreement_rule():
     """The rule itself (a definition test)."""
     assert agrees("decode", {"decode": 9}) and not agrees("decode", {"decode": 8, "prefill": 1})
     assert agrees("mixed", {"decode": 8, "prefill": 8}) and not agrees("mixed", {"decode": 16})
-    assert agrees("training", {"prefill": 5}) and agrees("training", {"unknown": 3})
+    assert agrees("training", {"training": 5}) and agrees("training", {"unknown": 3})
+    assert not agrees("training", {"prefill": 5})
     assert not agrees("microbenchmark", {"decode": 2})
 
 

@@ -61,8 +61,8 @@ EXCLUSION_REASONS: tuple[str, ...] = (NO_GPU_WORK, CUT_BY_WINDOW, NOT_SELECTED_P
 # Range names whose GPU work is drafting (--draft-range's default; Python re.search).
 DEFAULT_DRAFT_RANGE = r"(?i)\bdraft"
 # Step phases (steps.phase) and what --phase accepts.
-PHASES: tuple[str, ...] = ("decode", "prefill", "mixed", "unknown")
-PHASE_CHOICES: tuple[str, ...] = ("decode", "prefill", "mixed", "all")
+PHASES: tuple[str, ...] = ("decode", "prefill", "mixed", "training", "unknown")
+PHASE_CHOICES: tuple[str, ...] = ("decode", "prefill", "mixed", "training", "all")
 
 __all__ = ["KERNEL_CATEGORIES", "COMPUTE_CATEGORIES", "UNATTRIBUTED", "BUSY_CATEGORIES", "GAP_CATEGORIES",
            "STEP_CATEGORIES", "PRIORITY", "GAP_CAUSES", "LEVERS", "LEVER_NAMES", "HOST_WORK_NAMES", "PHASES",

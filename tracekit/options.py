@@ -60,7 +60,7 @@ from tracekit.categories import DEFAULT_DRAFT_RANGE, PHASE_CHOICES
 from tracekit.errors import TracekitError
 from tracekit.model.units import DTYPES  # the dtypes of --params / --dtype / --kv-dtype
 
-Phase = Literal["decode", "prefill", "mixed", "all"]
+Phase = Literal["decode", "prefill", "mixed", "training", "all"]
 AmountKind = Literal["bytes", "count"]
 
 # Decimal (SI) multipliers of a count; a bare B is a billion for --params (bytes: tracekit.model.units).

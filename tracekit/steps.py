@@ -41,6 +41,14 @@ KNOWN_STEP_PATTERNS: list[tuple[str, str]] = [
 # ``step[TARGET_VERIFY ...]``, ...), whose phase tracekit.analyses.phase then tells; the other known patterns
 # already cover every phase (vLLM's execute_context_N_generation_M).
 EVERY_PHASE_PATTERNS: dict[str, str] = {r"^step\[DECODE": r"^step\["}
+# SGLang's span modes that cover part of a speculative iteration (contract, "The engines' own records"): one
+# ``step[...]`` span per forward (EAGLE v1: ``TARGET_VERIFY`` around the verify forward only, eager draft forwards as
+# ``DECODE``, ``DRAFT_EXTEND``; newer builds ``DRAFT``, ``VERIFY``, ``DRAFT_EXTEND_V2``). Where a trace has them, the
+# spans are no steps: a decode step is a whole scheduler iteration (draft, verify and draft-extend together), so the
+# steps come from the launch sequence (a step ends with the host read of what was accepted) and the spans are
+# evidence of speculation (tracekit.analyses.speculation), never a step each.
+SGLANG_SUB_ITERATION = r"^step\[(TARGET_VERIFY|VERIFY|DRAFT|DRAFT_EXTEND|DRAFT_EXTEND_V2)(\s|\]|$)"
+SGLANG_VERIFY = r"^step\[(TARGET_VERIFY|VERIFY)(\s|\]|$)"
 
 _SPECIAL = set(".^$*+?{}[]\\|()")
 
@@ -346,6 +354,11 @@ def auto_pattern(trace: Trace, every_phase: bool = False) -> tuple[str, str] | N
     pats = range_patterns(trace.ranges, top=None)
     if pats.height == 0:
         return None
+    if per_forward_spans(pats):
+        # (SGLang's per-forward spans of a speculative loop: never steps, neither as a known nor as a generic pattern)
+        pats = pats.filter(~pl.col("pattern").str.contains(r"^step\["))
+        if pats.height == 0:
+            return None
     for rx, why in KNOWN_STEP_PATTERNS:
         hit = pats.filter(pl.col("pattern").str.contains(rx))
         if hit.height:
@@ -364,6 +377,34 @@ def auto_pattern(trace: Trace, every_phase: bool = False) -> tuple[str, str] | N
         if work and lr["n_launches"].sum() >= 0.5 * work and (lr["n_launches"] > 0).mean() >= 0.8:
             return pattern, "outermost repeating range that holds most GPU work launches"
     return None
+
+
+def per_forward_spans(pats: pl.DataFrame) -> bool:
+    """Whether the range patterns (:func:`range_patterns`) hold SGLang's per-forward spans of a speculative loop
+    (:data:`SGLANG_SUB_ITERATION`): then ``step[...]`` spans are forwards, not scheduler iterations."""
+    return bool(pats["pattern"].str.contains(SGLANG_SUB_ITERATION).any()) if pats.height else False
+
+
+def verify_tiled_steps(trace: Trace) -> Steps | None:
+    """Steps tiled by SGLang's verify spans, where the launch sequence gives no period: one step per verify span,
+    from the first SGLang span after the previous verify (its draft forwards, eager) or the verify itself (draft graph
+    replays have no span) to the same point of the next iteration; the last one open (cut by the capture window)."""
+    spans = trace.ranges.filter(pl.col("name").str.contains(r"^step\[")).sort("start")
+    if spans.height == 0:
+        return None
+    spans = spans.with_columns(verify=pl.col("name").str.contains(SGLANG_VERIFY))
+    # an iteration begins at the first span after a verify span (or at the first span of the window)
+    begins = spans.with_columns(
+        it=pl.col("verify").shift(1, fill_value=True).cast(pl.Int64).cum_sum().over("pid", "tid"))
+    firsts = begins.group_by("pid", "tid", "it").agg(start=pl.col("start").min(), v=pl.col("verify").any())
+    firsts = firsts.filter("v").sort("start")
+    if firsts.height < 2:
+        return None
+    windows = firsts.with_columns(end=(pl.col("start").shift(-1).over("pid", "tid") - 1)).select(
+        "pid", "tid", "start", "end", name=pl.lit("SGLang iteration (verify spans)"))
+    return Steps(_windows(windows), _marker_kind(trace), None,
+                 ["SGLang's step spans cover single forwards of a speculative loop, and the launch sequence gave no "
+                  "period: one step per verify span (the draft forwards before it, the draft-extend after it)"])
 
 
 def find_steps(trace: Trace, *, step_range: str | None = None, device: int | None = None,
@@ -394,7 +435,10 @@ def find_steps(trace: Trace, *, step_range: str | None = None, device: int | Non
         # Keep the outermost occurrences only (a pattern can nest in itself, e.g. recursion).
         rng = rng.filter(pl.col("depth") == rng["depth"].min()) if rng.height else rng
         return Steps(_windows(rng), _marker_kind(trace), pattern, warnings)
-    return infer_steps(trace, device=device)
+    inferred = infer_steps(trace, device=device)
+    if inferred is None and per_forward_spans(range_patterns(trace.ranges, top=None)):
+        return verify_tiled_steps(trace)
+    return inferred
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -584,7 +584,7 @@ def advise(f: StepFacts) -> Advice:
     """Every lever for the measured facts ``f``, each checked (:func:`check`) before it is returned; ``ranked`` =
     the applicable levers with a positive saving, largest first (memory bandwidth is context, never ranked; a
     negative drafting saving means speculation pays)."""
-    if not f.decode_advice or f.phase == "prefill":
+    if not f.decode_advice or f.phase in ("prefill", "training"):
         return not_decode(f)
     levers = {
         "cuda_graphs": cuda_graphs_lever(f),

@@ -92,12 +92,12 @@ class StepTable:
 
     @property
     def phase_label(self) -> str:
-        """The analysed steps' phase in words: ``training`` for prefill steps that train (backward kernels),
-        ``non-decode`` for steps that show no LLM decode work (phase unknown)."""
+        """The analysed steps' phase in words: ``non-decode`` for steps that show no LLM decode work (phase
+        unknown), else the phase."""
         note = self.phase_note or ""
         if note.startswith("no decode advice: these steps show no LLM decode work"):
             return "non-decode"
-        return "training" if note.startswith("training ") else self.phase
+        return self.phase
 
     @property
     def excluded(self) -> int:
@@ -273,7 +273,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     step_phase = window_phase(analysed["phase"])
     decode_advice = bool(sel["decode_advice"].any()) if sel.height else True
     no_llm = found.filter(pl.col("source") == NO_LLM)["evidence"] if "source" in found.columns else None
-    phase_note = None if decode_advice and step_phase != "prefill" else no_decode_advice(
+    phase_note = None if decode_advice and step_phase not in ("prefill", "training") else no_decode_advice(
         step_phase, phases_found, training, no_llm[0] if no_llm is not None and no_llm.len() and
         step_phase == "unknown" else None)
 

@@ -9,8 +9,8 @@ source that says something decides, and ``evidence`` says which and what it saw:
    they verify or extend a handful of draft tokens per sequence), vLLM ``execute_context_N(..)_generation_M(..)``
    (N context requests, M generation requests: N > 0 is prefill, or mixed with M > 0), TensorRT-LLM
    ``N ctx reqs, M gen reqs``, tracekit capture's ``decode_step``.
-2. **training**: backward or optimizer kernels in the step (or anywhere in the trace): a training step processes
-   whole sequences, so it is ``prefill`` here (never decode) and the evidence says "training".
+2. **training**: backward or optimizer kernels in the step (or anywhere in the trace): phase ``training`` (never
+   decode; the split is given, no decode advice).
 3. **shapes**: the GEMM inputs recorded by the torch profiler (``Trace.ops``): tokens per sequence where the
    input is 3-D (``[batch, tokens, hidden]``), else rows (tokens of the whole batch). From
    :data:`PREFILL_MIN_TOKENS` per sequence (3-D) or :data:`PREFILL_MIN_ROWS` rows (2-D, batch unknown) it is
@@ -387,19 +387,19 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
     sources = [
         ann.select("step", "phase", "evidence", source=pl.lit("annotation")),
         *([listed] if listed is not None else []),
-        per_bwd.select("step", phase=pl.lit("prefill"), source=pl.lit("training"),
+        per_bwd.select("step", phase=pl.lit("training"), source=pl.lit("training"),
                        evidence=pl.format("training step: {} backward/optimizer kernels (e.g. {})", pl.col("n"),
                                           pl.col("example").str.slice(0, 60))),
     ]
     if trace_bwd.height:
         ex = str(trace_bwd["name"][0])[:60]
-        sources.append(steps.select("step", phase=pl.lit("prefill"), source=pl.lit("training"),
+        sources.append(steps.select("step", phase=pl.lit("training"), source=pl.lit("training"),
                                     evidence=pl.lit(f"training trace: {trace_bwd.height} backward/optimizer "
                                                     f"kernels (e.g. {ex})")))
     else:
         host = training_host(trace)
         if host is not None:
-            sources.append(steps.select("step", phase=pl.lit("prefill"), source=pl.lit("training"),
+            sources.append(steps.select("step", phase=pl.lit("training"), source=pl.lit("training"),
                                         evidence=pl.lit(host)))
     sources += [shapes.select("step", "phase", "evidence", source=pl.lit("shapes")),
                 heavy.select("step", "phase", "evidence", source=pl.lit("work")),
@@ -496,9 +496,9 @@ def phase_counts(phases: pl.DataFrame) -> dict[str, int]:
     return {p: int(got[p]) for p in PHASES if got.get(p)}
 
 
-def _said(counts: dict[str, int], training: bool) -> str:
-    """The phases of a window in words: "prefill 6" / "decode 9, prefill 1"; training steps named so."""
-    return ", ".join(f"{'training' if training and p == 'prefill' else p} {n}" for p, n in counts.items())
+def _said(counts: dict[str, int], training: bool = False) -> str:
+    """The phases of a window in words: "prefill 6" / "decode 9, prefill 1" / "training 4"."""
+    return ", ".join(f"{p} {n}" for p, n in counts.items())
 
 
 def select_phase(phases: pl.DataFrame, wanted: str = "decode") -> tuple[pl.DataFrame, list[str]]:
@@ -513,8 +513,8 @@ def select_phase(phases: pl.DataFrame, wanted: str = "decode") -> tuple[pl.DataF
     """
     from tracekit.errors import NoSteps, TracekitError
 
-    if wanted not in ("decode", "prefill", "mixed", "all"):
-        raise TracekitError(f"--phase {wanted!r}: choose decode, prefill, mixed or all")
+    if wanted not in ("decode", "prefill", "mixed", "training", "all"):
+        raise TracekitError(f"--phase {wanted!r}: choose decode, prefill, mixed, training or all")
     warnings: list[str] = []
     p = pl.col("phase")
     keep = pl.lit(True) if wanted == "all" else (p == wanted) | ((p == "unknown") & (wanted == "decode"))
@@ -524,7 +524,7 @@ def select_phase(phases: pl.DataFrame, wanted: str = "decode") -> tuple[pl.DataF
     training = "source" in phases.columns and bool((phases["source"] == "training").any())
     if wanted != "all" and out.height and not out["keep"].any():
         if wanted != "decode":
-            other = [q for q in ("decode", "prefill", "mixed") if counts.get(q)]
+            other = [q for q in ("decode", "prefill", "mixed", "training") if counts.get(q)]
             hint = f"--phase {other[0]}" if len(other) == 1 else "--phase all"
             raise NoSteps(f"no {wanted} steps in this window (phases: {_said(counts, training)}); pass {hint}")
         # (said once, by the caller's verdict: tracekit.analyses.phase.no_decode_advice)
@@ -553,7 +553,7 @@ def no_decode_advice(phase: str, phases: dict[str, int], training: bool, no_llm:
     steps show no LLM decode work (:func:`no_llm_decode`)."""
     if no_llm:
         return f"no decode advice: these steps show no LLM decode work ({no_llm}); the split above still holds"
-    what = "training" if training and phase == "prefill" else phase
+    what = phase
     if phases.get("decode"):
         return (f"{what} steps: decode advice does not apply (the split above still holds); the window also has "
                 f"{phases['decode']} decode step(s): --phase decode analyses them")

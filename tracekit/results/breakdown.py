@@ -254,7 +254,7 @@ def headline(tb: TimeBase, per_step_ms: PerStepMs, gaps: GapCauses, advice: Advi
         top = sorted(shares, key=lambda k: -shares[k])[:2]
         parts.append(", ".join(f"{gap_name(facts, k)} {pct(shares[k] / tb.traced_step_ms)}" for k in top)
                      + " of the traced step")
-    if phase == "prefill" or not decode_advice:
+    if phase in ("prefill", "training") or not decode_advice:
         parts.append(f"{phase_label or phase} steps: no decode advice")
         return "; ".join(parts)
     top, strong = None, False
