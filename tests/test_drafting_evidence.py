@@ -126,7 +126,10 @@ def test_range_evidence_names_the_ranges_and_their_counts(name):
                                   LEFT JOIN StringIds s ON s.id = n.textId
                                   WHERE coalesce(n.text, s.value) IN ('draft', 'draft_extend') GROUP BY 1"""))
     d = tracekit.breakdown(tracekit.load(sample_trace(name))).advice["drafting"]
-    assert d["detection"] == "ranges" and len(d["evidence"]) == 1
+    assert d["detection"] == "ranges" and d["evidence"][0].startswith("draft ranges matching")
+    # then what says the steps are speculative (the capture's manifest here), never a second detection line
+    assert all(e.startswith("manifest: speculative decoding") for e in d["evidence"][1:])
+    assert d["speculative"] is True and d["draft_model"] is True and d["verify_tokens"] == 4
     for rng, n in counts.items():
         assert f"'{rng}' x{n}" in d["evidence"][0]
     assert "--draft-range '(?i)\\bdraft'" in d["evidence"][0]
@@ -246,6 +249,7 @@ def test_draft_range_none_turns_detection_off(name):
     d = off.advice["drafting"].to_dict()
     assert on.advice["drafting"]["detection"] in ("ranges", "structure")
     assert d["detection"] == "not_detected" and d["evidence"] == [OFF_EVIDENCE] and not d["applicable"]
+    assert (d["speculative"], d["draft_model"], d["verify_tokens"]) == (None, None, None)
     assert d["verdict"] == f"drafting not detected: {OFF_EVIDENCE}"
     assert off.per_step_ms["drafting"] == off.kernel_ms_per_step["drafting"] == 0
     assert sum(off.kernel_ms_per_step.values()) == pytest.approx(sum(on.kernel_ms_per_step.values()), rel=1e-12)

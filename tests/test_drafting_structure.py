@@ -154,10 +154,12 @@ def test_target_forward_is_the_heaviest():
     assert per.filter(pl.col("target"))["g"].min() > 3 * drafts["g"].max()
 
 
-def test_steps_looked_at_are_the_decode_steps():
-    """With the steps' phases given, drafting looks only at decode (and unknown) steps: a serving capture of one
-    prefill step and eleven decode steps (its manifest: 12 steps, 11 of them decode) counts the eleven (the
-    mutation that counts every step fails here)."""
+def test_steps_looked_at_need_no_phase():
+    """Speculation never waits for the phase (contract, Additions to /3; issue 42: drafting was sought only in steps
+    already known to be decode, while a speculative step was called decode only once drafting was found). A serving
+    capture of one prefill step and eleven decode steps (its manifest: 12 steps, 11 of them decode; the prefill step
+    is told by its token-proportional work, not by an engine annotation): every step is looked at, and none shows a
+    draft model. Steps an engine's own annotation calls prefill, and training steps, are left out."""
     man = json.load(open(SAMPLES / "serve-prefill-eager-nomark" / "manifest.json"))
     assert (man["steps"], man["decode_steps_profiled"]) == (12, 11)
     t = tracekit.load(sample_trace("serve-prefill-eager-nomark"))
@@ -166,4 +168,9 @@ def test_steps_looked_at_are_the_decode_steps():
     phases = step_phases(t, st.attribution.steps.windows, acts)
     assert sorted(phases.group_by("phase").len().rows()) == [("decode", 11), ("prefill", 1)]
     _, info = detect_drafting(acts, phases=phases)
-    assert info.detection == "not_detected" and info.steps == man["decode_steps_profiled"]
+    assert info.detection == "not_detected" and info.steps == man["steps"]
+    # the same prefill step as the engine annotates it: left out
+    annotated = phases.with_columns(source=pl.when(pl.col("phase") == "prefill").then(pl.lit("annotation"))
+                                    .otherwise(pl.col("source")))
+    _, info = detect_drafting(acts, phases=annotated)
+    assert info.steps == man["decode_steps_profiled"]

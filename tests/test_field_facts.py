@@ -123,6 +123,19 @@ def test_no_drafting_without_speculation(key, analysed):
     dr = d["advice"]["drafting"]
     assert dr["detection"] == "not_detected", f"drafting '{dr['detection']}' on a non-speculative trace: {dr['verdict']}"
     assert not d["per_step_ms"]["drafting"], f"{d['per_step_ms']['drafting']} ms of drafting per step"
+    # (contract, Additions to /3) never called speculative, by any source: spans, frames, shapes or structure
+    assert dr["speculative"] is not True, f"speculative on a non-speculative trace: {dr['evidence']}"
+    assert dr["draft_model"] is not True and dr["verify_tokens"] is None
+
+
+@pytest.mark.parametrize("key", IDS, ids=_id)
+def test_speculation_where_facts_say_so(key, analysed):
+    """Where FACTS (or our manifest) says the trace decodes speculatively, tracekit says so too."""
+    d, _ = analysed(key)
+    if d is None or FACTS[key].get("speculative") is not True or d["steps"]["phase"] != "decode":
+        return
+    dr = d["advice"]["drafting"]
+    assert dr["speculative"] is True and dr["draft_model"] is True, dr["evidence"]
 
 
 @pytest.mark.parametrize("key", IDS, ids=_id)

@@ -63,7 +63,7 @@ EPS_MS = 0.0005  # savings below this (0.5 µs) are none
 # The extension keys a lever may carry beside the contract's (``Lever.extra``), in the order they are written:
 # drafting's detection and its evidence (and the flag its unknown saving needs); communication's measures
 # (hidden time, transfer and wait, the kinds and the collectives), its name and the collectives' implementation cost.
-LEVER_EXTENSIONS = ("detection", "evidence", "missing_flag", "hidden_communication_ms", "transfer_ms", "wait_ms",
+LEVER_EXTENSIONS = ("detection", "evidence", "speculative", "draft_model", "verify_tokens", "missing_flag", "hidden_communication_ms", "transfer_ms", "wait_ms",
                     "split_basis", "by_kind", "collectives", "lever_name", "staging_ms", "graph_node_ms",
                     "implementation_cost_ms", "free_allreduce_step_ms")
 
@@ -141,6 +141,7 @@ class StepFacts:
     longest_in_step: dict | None = None  # the largest gap inside a step (gaps.largest entry)
     verify: VerifyCost | None = None  # speculative steps: the target (verify) forward (tracekit.analyses.drafting)
     draft_evidence: tuple = ()  # advice.drafting.evidence: what the detection rests on
+    speculation: object | None = None  # tracekit.analyses.speculation.Speculation: speculative, draft_model, verify_tokens
     comm_split: object | None = None  # collectives.CommSplit: transfer against waiting, per kind (communication lever)
     roofline_refused: str | None = None  # why the roofline's figures are physically impossible (the inputs to check)
     phase_note: str | None = None  # why decode advice does not apply, right for the window (partition.phase_note)
@@ -402,6 +403,19 @@ def communication_lever(f: StepFacts) -> Lever:
                   name=lever_name, basis=basis, **extra)
 
 
+def _drafting_keys(f: StepFacts) -> dict:
+    """``advice.drafting``'s detection, its evidence and what speculation was recognised (contract, Additions to
+    /3): ``speculative``, ``draft_model``, ``verify_tokens`` (null where nothing says)."""
+    sp = f.speculation
+    evidence = list(f.draft_evidence)
+    if sp is not None:
+        evidence += [e for e in sp.evidence if e not in evidence]
+    keys = {"speculative": None, "draft_model": None, "verify_tokens": None}
+    if sp is not None:
+        keys = sp.to_fields()
+    return {"detection": f.draft_detection, "evidence": evidence, **keys}
+
+
 def drafting_lever(f: StepFacts) -> Lever:
     """What speculative decoding costs per step and, with an accept length, tokens/s with and without it.
     Without an accept length the saving is unknown (``max_saving_ms`` null, extension key ``missing_flag``
@@ -409,7 +423,7 @@ def drafting_lever(f: StepFacts) -> Lever:
     from tracekit.analyses.drafting import NOT_DETECTED_VERDICT, OFF_EVIDENCE
 
     draft = f.per_step_ms.get("drafting")
-    det = {"detection": f.draft_detection, "evidence": list(f.draft_evidence)}
+    det = _drafting_keys(f)
     if draft is None:
         return _lever(f, False, None, "drafting cannot be measured: graph work has no per-kernel rows",
                       key="drafting", **det)
@@ -542,7 +556,7 @@ def memory_lever(f: StepFacts) -> Lever:
 
 def not_decode(f: StepFacts) -> Advice:
     why = f.phase_note or (f"{f.phase} steps: decode advice does not apply (the split above still holds)")
-    extra = {"drafting": {"detection": f.draft_detection, "evidence": list(f.draft_evidence)},
+    extra = {"drafting": _drafting_keys(f),
              "communication": _comm_measures(f)}
     levers = {k: Lever(False, None, None, None, why, extra.get(k, {}), name=LEVER_NAMES[k]) for k in ALL_LEVERS}
     return Advice(levers=levers, ranked=())

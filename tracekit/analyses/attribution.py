@@ -60,6 +60,8 @@ class Attribution:
     n_bad: int  # activities dropped because they end before they start
     warnings: tuple[str, ...]
     draft_evidence: tuple[str, ...] = ()  # advice.drafting.evidence: what the detection rests on
+    # advice.drafting's speculative / draft_model / verify_tokens (tracekit.analyses.speculation); None: not looked at
+    speculation: object | None = None
     # The device's communication kernels (``collectives._comm_kernels``), found before ``attribute(consume=True)``
     # released the trace's kernel columns they are read from; None: not found yet (a later analysis finds them).
     comm_kernels: pl.DataFrame | None = None
@@ -582,13 +584,34 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         del rows
 
     phases = step_phases(trace, steps.windows, acts)
+    from tracekit.analyses import speculation as spec
+
     drafted = None
     evidence: tuple[str, ...] = ()
+    info = None
+    engine_said = None  # the engine's own records found the draft work (detection "engine")
     if dw.height:
         acts = acts.with_columns(draft=draft_of.of(launch))
         drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
+        if not bool(acts.select(drafted.any()).item()):
+            drafted = None
+        elif bool(select_ranges(trace.ranges, draft_range)["name"].str.contains(r"^step\[").all()):
+            engine_said = "the engine's draft spans (SGLang step[DRAFT...])"
     else:
         acts = acts.with_columns(draft=pl.lit(None, pl.Int64))
+    if drafted is None and not is_off(draft_range):
+        # no draft range holds work: the engine's own records of its draft forwards (spans, Python frames)
+        ew, said = spec.engine_draft_windows(trace, steps.windows)
+        if ew.height:
+            from tracekit.intervals import merge
+
+            ew = merge(ew, ["pid", "tid"]).collect().with_row_index("draft").with_columns(pl.col("draft").cast(pl.Int64))
+            acts = acts.with_columns(draft=_window_index(work, ew, ["pid", "tid"], "draft").of(launch))
+            drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
+            if bool(acts.select(drafted.any()).item()):
+                engine_said = said
+            else:
+                drafted = None
     no_ranges = ("no --draft-range given" if not draft_range else
                  f"{dw.height} ranges match --draft-range '{draft_range}' but no GPU work was launched inside them"
                  if dw.height else f"no range matches --draft-range '{draft_range}'")
@@ -598,8 +621,10 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         by_name = pl.col("category") == "drafting"
         acts = acts.with_columns(
             category=pl.when(by_name).then(pl.lit("other", CATEGORY_ENUM)).otherwise(pl.col("category")))
-    elif drafted is not None and bool(acts.select(drafted.any()).item()):
-        detection, evidence = "ranges", (_range_evidence(trace, draft_range, acts),)
+    elif drafted is not None and engine_said and dw.height == 0:
+        detection, evidence = "engine", (engine_said,)
+    elif drafted is not None:
+        detection, evidence = ("engine" if engine_said else "ranges"), (_range_evidence(trace, draft_range, acts),)
     elif not detect_structure:
         ks = spec_kernel_evidence(acts.filter(pl.col("step").is_not_null()))
         detection = "kernels" if ks else "not_detected"
@@ -613,18 +638,39 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         ids, info = detect_drafting(in_steps.drop("_row", strict=False), phases=phases)
         detection = info.detection
         evidence = info.evidence if detection == "structure" else (no_ranges, *info.evidence)
-        if detection == "structure":  # draft forwards of a distinct draft model: speculative decode steps
-            from tracekit.analyses.phase import with_drafting
-
-            fpd = f"{info.draft_forwards_per_step:g} " if info.draft_forwards_per_step else ""
-            phases = with_drafting(phases, in_steps.filter(ids.is_not_null())["step"].unique(),
-                                   f"{fpd}draft forwards of a distinct draft model per step")
         if info.warning and detection != "not_detected":
             warnings.append(info.warning)
         if ids.null_count() < ids.len():
             acts = acts.with_columns(draft=pl.repeat(None, acts.height, dtype=pl.Int64, eager=True).scatter(
                 in_steps["_row"], ids) if "_row" in in_steps.columns else ids.cast(pl.Int64))
             drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
+    # ---- speculation (contract, Additions to /3): from every source, none waiting for the phase; a speculative
+    # step is a decode step (the phase's own annotation and training evidence aside)
+    if is_off(draft_range):
+        speculation = spec.OFF
+    else:
+        in_spec = acts.filter(pl.col("step").is_not_null())
+        spec_kernels = spec_kernel_evidence(in_spec)
+        ann = None
+        if trace.ranges.height:
+            from tracekit.analyses.phase import annotation_phases
+
+            ann = annotation_phases(trace, steps.windows)
+        speculation = spec.decide(
+            trace, steps.windows, spans=spec.engine_spans(trace, steps.windows),
+            frames=spec.engine_frames(trace, steps.windows),
+            tokens=spec.shape_tokens(trace, steps.windows, ann), structure=info, spec_kernels=spec_kernels,
+            draft_found=evidence[0] if detection in ("ranges", "engine") else None)
+        drafted_steps = (in_spec.filter(pl.col("draft").is_not_null() | (pl.col("category") == "drafting"))["step"]
+                         .unique() if detection != "not_detected" else pl.Series("step", [], pl.Int64))
+        if speculation.speculative:
+            from tracekit.analyses.phase import with_speculation
+
+            marked = pl.concat([drafted_steps.cast(pl.Int64), pl.Series("step", list(speculation.steps), pl.Int64)])
+            why = (speculation.evidence[0] if speculation.evidence else
+                   f"{info.draft_forwards_per_step:g} draft forwards of a distinct draft model per step"
+                   if info is not None and info.draft_forwards_per_step else "draft work in the step")
+            phases = with_speculation(phases, marked.unique(), why)
     if drafted is not None:
         acts = acts.with_columns(
             name_category="category",  # (speculative traces only: what each draft kernel is by name)
@@ -640,4 +686,5 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     return Attribution(device=dev, steps=steps, activities=acts, launches=work, step_by=step_by,
                        draft_detection=detection, phases=phases, graph_mode=graph_mode,
                        lost_steps=tuple(int(s) for s in lost.to_list()), n_bad=n_bad, warnings=tuple(warnings),
-                       draft_evidence=evidence, comm_kernels=before.get("comm"), signatures=signatures)
+                       draft_evidence=evidence, comm_kernels=before.get("comm"), signatures=signatures,
+                       speculation=speculation)

@@ -33,7 +33,7 @@ off (:func:`is_off`): ``not_detected`` with evidence saying so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -90,6 +90,9 @@ class Drafting:
     draft_forwards_per_step: float | None  # median draft forwards per speculative step
     warning: str | None  # one line naming the method (None for ranges)
     evidence: tuple[str, ...] = ()  # the facts the detection rests on, or what was looked for and not found
+    # most steps hold one token-producing forward at most (fewer than two sampling / top-k kernels): with other
+    # evidence of speculation, the proposals come without a draft model (n-gram)
+    single_forward: bool = False
 
 
 def _forward_parts(acts: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -207,13 +210,16 @@ def spec_kernel_evidence(acts: pl.DataFrame, limit: int = 3) -> str | None:
 
 def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
                     phases: pl.DataFrame | None = None) -> tuple[pl.Series, Drafting]:
+    # (``phases``: step, phase, source. Speculation never waits for the phase (contract, Additions to /3): every step
+    # is looked at but training steps (a training step's MoE top-k is no draft) and steps the engine's own annotation
+    # calls prefill or mixed; a speculative step is then made decode by the caller.)
     """Which activities are drafting, and how that was found.
 
     ``acts``: as :func:`forwards` (the analysed steps' activities; ``category`` by name, so taxonomy drafting
     kernels are already ``drafting``). ``ranges_found``: draft ranges matched (then they decide, and this returns
     detection ``ranges`` with no structural drafting). ``phases`` (step, phase, from
-    :func:`tracekit.analyses.phase.step_phases`): only decode and unknown steps are looked at (a training step's
-    MoE top-k is no draft). Returns ``(draft, info)``: ``draft`` is one value per row
+    :func:`tracekit.analyses.phase.step_phases`): every step is looked at but training steps and those an engine
+    annotation calls prefill or mixed. Returns ``(draft, info)``: ``draft`` is one value per row
     of ``acts``: an id per draft forward (unique over the trace; activities of one draft forward share it, so
     its wall span can be measured like a draft range's), null for the rest; kernels that are drafting by name
     alone keep a null id (the caller's category already says drafting).
@@ -227,7 +233,9 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
                               ("no GPU activity in the analysed steps",))
     ok = None
     if phases is not None:
-        ok = phases.filter(pl.col("phase").is_in(["decode", "unknown"]))["step"].cast(pl.Int64).implode()
+        src = pl.col("source").fill_null("") if "source" in phases.columns else pl.lit("")
+        out = (pl.col("phase") == "training") | ((src == "annotation") & pl.col("phase").is_in(["prefill", "mixed"]))
+        ok = phases.filter(~out)["step"].cast(pl.Int64).implode()
         # (the distinct steps first, then membership: a few thousand values, not ten million; null is in no list)
         steps = int(acts["step"].cast(pl.Int64).unique().is_in(ok).sum())
     # Every forward ends with a sampling or top-k kernel, so a step runs two forwards only if it holds two of them:
@@ -240,11 +248,11 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
         two = two.filter(pl.col("step").is_in(ok))
     if not steps:
         return none, _not_structure(acts, steps, None, (
-            "no decode step to look at (every step is a prefill or training step)",))
+            "no step to look at (every step is a training step or one the engine annotates as prefill)",))
     if two.height < MIN_SPEC_SHARE * steps:
-        return none, _not_structure(acts, steps, None, (
+        return none, replace(_not_structure(acts, steps, None, (
             f"no second token-producing forward: {two.height} of {steps} steps hold two or more sampling or "
-            "top-k kernels",))
+            "top-k kernels",)), single_forward=True)
     rows, per_fwd = _forward_parts(acts)
     if ok is not None:
         per_fwd = per_fwd.filter(pl.col("step").is_in(ok))

@@ -28,8 +28,9 @@ source that says something decides, and ``evidence`` says which and what it saw:
 6. **work** (graph pieces vs eager): in a window whose heavy (prefill) steps run their GEMMs eagerly, a light
    step that replays CUDA graphs for most of its kernel time is decode (serving engines capture graphs for
    decode-sized batches: vLLM's piecewise graphs up to a capture size, SGLang's decode graphs).
-7. **drafting**: the step runs draft forwards of a distinct draft model (``tracekit.analyses.drafting``, by
-   structure): speculative decoding. Added by the caller once drafting is found (:func:`with_drafting`).
+7. **speculation**: the step decodes speculatively (``tracekit.analyses.speculation``: draft work, the engine's verify
+   spans or speculative frames, verify-sized shapes): a decode step, whatever sources 3-6 said (the caller adds it,
+   :func:`with_speculation`; speculation is recognised without the phase, so neither waits for the other).
 8. **manifest**: a tracekit capture (its manifest matched the trace) runs a decode loop (``step_phases`` in
    the manifest, one phase per step window, overrides).
 9. **graph**: one CUDA-graph replay holds at least :data:`GRAPH_DECODE_SHARE` of the step's kernel time (serving
@@ -480,13 +481,17 @@ def _manifest_phases(manifest: dict, steps: pl.DataFrame) -> pl.DataFrame:
                                               f"({manifest.get('workload')})"))
 
 
-def with_drafting(phases: pl.DataFrame, drafted_steps: pl.Series, evidence: str) -> pl.DataFrame:
-    """``phases`` with the steps of unknown phase in which draft forwards of a distinct draft model were found
-    (``tracekit.analyses.drafting``, by structure) made decode: speculative decoding (source ``drafting``)."""
-    hit = (pl.col("phase") == "unknown") & pl.col("step").is_in(drafted_steps.cast(pl.Int64).implode())
+def with_speculation(phases: pl.DataFrame, spec_steps: pl.Series, evidence: str) -> pl.DataFrame:
+    """``phases`` with the speculative steps (``tracekit.analyses.speculation``: draft work, verify spans, speculative
+    frames or shapes) made decode, source ``speculation``: a speculative step verifies a handful of drafted tokens per
+    sequence, so it is a decode step whatever weaker evidence said (contract, Additions to /3). The engine's own
+    annotation of the step and training evidence keep their word."""
+    src = pl.col("source").fill_null("")
+    hit = (pl.col("step").is_in(spec_steps.cast(pl.Int64).implode()) & (pl.col("phase") != "decode")
+           & ~src.is_in(["annotation", "training"]))
     return phases.with_columns(
         phase=pl.when(hit).then(pl.lit("decode")).otherwise(pl.col("phase")),
-        source=pl.when(hit).then(pl.lit("drafting")).otherwise(pl.col("source")),
+        source=pl.when(hit).then(pl.lit("speculation")).otherwise(pl.col("source")),
         evidence=pl.when(hit).then(pl.lit(f"speculative decoding: {evidence}")).otherwise(pl.col("evidence")))
 
 

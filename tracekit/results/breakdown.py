@@ -421,7 +421,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         graph_launches_per_step=float(table["n_graph_launches"].fill_null(0).mean()),
         kernels_per_step=float(table["n_kernels"].mean()),
         draft_phase_ms=float(table["draft_span"].mean()) / 1e6, draft_detection=attr.draft_detection,
-        draft_evidence=attr.draft_evidence,
+        draft_evidence=attr.draft_evidence, speculation=attr.speculation,
         phase=st.phase, decode_advice=st.decode_advice, replay_gap_us=gap, accept_len=acc, tokens_per_step=float(batch),
         floor_ms=roof.floor_ms, gemm_achieved_bw_gbps=roof.gemm_achieved_bw_gbps, peak_bw_gbps=bw,
         kv_bytes_per_step=roof.kv_bytes_per_step, weight_bytes_per_step=roof.weight_bytes_per_step,
