@@ -433,7 +433,8 @@ def drafting_lever(f: StepFacts) -> Lever:
         return _lever(f, False, None, NOT_DETECTED_VERDICT, key="drafting", **det)
     # The draft phase costs its wall time on the GPU timeline, launch gaps between its kernels included.
     phase = max(draft, min(f.draft_phase_ms, f.traced_ms))
-    how = {"ranges": "draft ranges", "structure": "the step's structure", "kernels": "speculative kernels"}[
+    how = {"ranges": "draft ranges", "engine": "the engine's own records", "structure": "the step's structure",
+           "kernels": "speculative kernels"}[
         f.draft_detection]
     verdict = (f"the draft phase takes {phase:.3f} ms of the traced step ({pct(phase / f.traced_ms)}; found from "
                f"{how})")

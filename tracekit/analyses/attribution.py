@@ -447,20 +447,41 @@ def _lost_graph_steps(lost: pl.DataFrame, windows: pl.DataFrame, by: list[str]) 
 
 
 
-def _draft_windows(trace: Trace, draft_range: str | None) -> pl.DataFrame:
-    """Disjoint draft windows per thread (nested draft ranges merged into their outermost)."""
+def _draft_windows(trace: Trace, draft_range: str | None, steps: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Disjoint draft windows per thread (nested draft ranges merged into their outermost): the ranges
+    ``draft_range`` matches and the engine's own records of its draft forwards in the ``steps`` windows
+    (``tracekit.analyses.speculation.engine_draft_windows``: SGLang's eager draft spans, the draft-model frames).
+    Column ``engine``: the window holds no matched range, only the engine's records."""
     from tracekit.analyses.drafting import is_off
 
-    if not draft_range or is_off(draft_range):
-        return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64,
-                                    "draft": pl.Int64})
+    empty = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64,
+                                 "draft": pl.Int64, "engine": pl.Boolean})
+    if is_off(draft_range):
+        return empty
     from tracekit.intervals import merge
 
-    rng = select_ranges(trace.ranges, draft_range).filter(pl.col("end").is_not_null())
-    if rng.height == 0:
-        return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start": pl.Int64, "end": pl.Int64,
-                                    "draft": pl.Int64})
-    return merge(rng, ["pid", "tid"]).collect().with_row_index("draft").with_columns(pl.col("draft").cast(pl.Int64))
+    cols = ["pid", "tid", "start", "end"]
+    parts = []
+    if draft_range:
+        rng = select_ranges(trace.ranges, draft_range).filter(pl.col("end").is_not_null())
+        if rng.height:
+            parts.append(rng.select(*cols, engine=pl.lit(False)))
+    if steps is not None and steps.height:
+        from tracekit.analyses.speculation import engine_draft_windows
+
+        ew, _ = engine_draft_windows(trace, steps)
+        if ew.height:
+            parts.append(ew.select(cols).with_columns(engine=pl.lit(True)))
+    if not parts:
+        return empty
+    both = pl.concat(parts)
+    merged = merge(both.select(cols), ["pid", "tid"]).collect()
+    # (a merged window is the engine's alone when no matched range starts inside it)
+    ranged = both.filter(~pl.col("engine")).select("pid", "tid", rs="start").sort("rs")
+    merged = merged.sort("start").join_asof(ranged, left_on="start", right_on="rs", by=["pid", "tid"],
+                                            strategy="forward", check_sortedness=False)
+    merged = merged.with_columns(engine=pl.col("rs").is_null() | (pl.col("rs") > pl.col("end"))).drop("rs")
+    return merged.with_row_index("draft").with_columns(pl.col("draft").cast(pl.Int64))
 
 
 
@@ -505,7 +526,7 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         steps = find_steps(trace, step_range=step_range, device=dev, every_phase=True)
         if steps is None or steps.windows.height == 0:
             return steps, None, None, None
-        dw = _draft_windows(trace, draft_range)
+        dw = _draft_windows(trace, draft_range, steps.windows)
         draft_of = _window_index(work, dw, ["pid", "tid"], "draft") if dw.height else None
         return steps, _window_index(work, steps.windows, ["pid", "tid"], "step"), dw, draft_of
 
@@ -589,29 +610,13 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     drafted = None
     evidence: tuple[str, ...] = ()
     info = None
-    engine_said = None  # the engine's own records found the draft work (detection "engine")
     if dw.height:
         acts = acts.with_columns(draft=draft_of.of(launch))
         drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
         if not bool(acts.select(drafted.any()).item()):
             drafted = None
-        elif bool(select_ranges(trace.ranges, draft_range)["name"].str.contains(r"^step\[").all()):
-            engine_said = "the engine's draft spans (SGLang step[DRAFT...])"
     else:
         acts = acts.with_columns(draft=pl.lit(None, pl.Int64))
-    if drafted is None and not is_off(draft_range):
-        # no draft range holds work: the engine's own records of its draft forwards (spans, Python frames)
-        ew, said = spec.engine_draft_windows(trace, steps.windows)
-        if ew.height:
-            from tracekit.intervals import merge
-
-            ew = merge(ew, ["pid", "tid"]).collect().with_row_index("draft").with_columns(pl.col("draft").cast(pl.Int64))
-            acts = acts.with_columns(draft=_window_index(work, ew, ["pid", "tid"], "draft").of(launch))
-            drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
-            if bool(acts.select(drafted.any()).item()):
-                engine_said = said
-            else:
-                drafted = None
     no_ranges = ("no --draft-range given" if not draft_range else
                  f"{dw.height} ranges match --draft-range '{draft_range}' but no GPU work was launched inside them"
                  if dw.height else f"no range matches --draft-range '{draft_range}'")
@@ -621,10 +626,19 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         by_name = pl.col("category") == "drafting"
         acts = acts.with_columns(
             category=pl.when(by_name).then(pl.lit("other", CATEGORY_ENUM)).otherwise(pl.col("category")))
-    elif drafted is not None and engine_said and dw.height == 0:
-        detection, evidence = "engine", (engine_said,)
     elif drafted is not None:
-        detection, evidence = ("engine" if engine_said else "ranges"), (_range_evidence(trace, draft_range, acts),)
+        # draft ranges, and/or the engine's own records of its draft forwards (detection "engine" when the work is
+        # found by those alone, or the matched ranges are the engine's own spans: SGLang step[DRAFT ...])
+        matched = select_ranges(trace.ranges, draft_range) if draft_range else trace.ranges.head(0)
+        said = [_range_evidence(trace, draft_range, acts)] if matched.height else []
+        held = acts.filter(drafted)["draft"].unique().implode()
+        engine_only = bool(dw.filter(pl.col("draft").is_in(held))["engine"].all())
+        engine_spans = matched.height > 0 and bool(matched["name"].str.contains(r"^step\[").all())
+        _, by_engine = spec.engine_draft_windows(trace, steps.windows)
+        if by_engine:
+            said.append(by_engine)
+        detection = "engine" if engine_only or engine_spans else "ranges"
+        evidence = tuple(said)
     elif not detect_structure:
         ks = spec_kernel_evidence(acts.filter(pl.col("step").is_not_null()))
         detection = "kernels" if ks else "not_detected"

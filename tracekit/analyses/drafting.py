@@ -62,7 +62,7 @@ TARGET_RATIO = 2
 MIN_DRAFT_FORWARDS = 2
 DRAFT_SPREAD = 1.5
 
-DETECTIONS = ("ranges", "structure", "kernels", "not_detected")
+DETECTIONS = ("ranges", "engine", "structure", "kernels", "not_detected")
 OFF = "none"  # --draft-range none: no draft ranges, no structure, no speculative kernels
 OFF_EVIDENCE = "drafting detection turned off by --draft-range none"
 NOT_DETECTED_VERDICT = ("drafting not detected: no draft ranges, no recognisable draft graph and no speculative "

@@ -87,6 +87,14 @@ class Speculation:
 OFF = Speculation(None, None, None, None)  # --draft-range none (drafting's own evidence line says so)
 
 
+def _placed(events: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """``events`` (start, end, pid, ...) with the ``step`` whose window holds the event's middle: an inferred step
+    window begins at its first launch, after the Python that opened the engine's span around it."""
+    mid = pl.col("start") + (pl.col("end").fill_null(pl.col("start")) - pl.col("start")) // 2
+    out = _in_windows(events.with_columns(_start=pl.col("start"), start=mid), windows)
+    return out.with_columns(start=pl.col("_start")).drop("_start")
+
+
 def _names(frame: pl.DataFrame, regex: str) -> pl.DataFrame:
     """Rows of ``frame`` whose ``name`` matches ``regex`` (each distinct name tested once)."""
     if frame.height == 0:
@@ -101,8 +109,8 @@ def engine_spans(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
     if rng.height == 0:
         return pl.DataFrame(schema={"step": pl.Int64, "verify": pl.Boolean, "draft": pl.Boolean, "plain": pl.Boolean,
                                     "gen": pl.Int64, "gen_tokens": pl.Int64, "example": pl.String})
-    r = _names(rng.select("start", "pid", "name"), r"^step\[\w+|generation_\d+\(\d+\)")
-    r = _in_windows(r, windows).with_columns(mode=pl.col("name").str.extract(_SG_MODE, 1),
+    r = _names(rng.select("start", "end", "pid", "name"), r"^step\[\w+|generation_\d+\(\d+\)")
+    r = _placed(r, windows).with_columns(mode=pl.col("name").str.extract(_SG_MODE, 1),
                                              gen=pl.col("name").str.extract(_VLLM, 1).cast(pl.Int64),
                                              gen_tokens=pl.col("name").str.extract(_VLLM, 2).cast(pl.Int64))
     return r.group_by("step").agg(
@@ -120,11 +128,11 @@ def engine_frames(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
                                  "example": pl.String})
     if ops.height == 0:
         return empty
-    f = _names(ops.select("start", "pid", "name"), SPEC_FRAMES)
+    f = _names(ops.select("start", "end", "pid", "name"), SPEC_FRAMES)
     if f.height == 0:
         return empty
     f = f.with_columns(pl.col("name").cast(pl.String))
-    f = _in_windows(f, windows).with_columns(draft=pl.col("name").str.contains(DRAFT_FRAMES),
+    f = _placed(f, windows).with_columns(draft=pl.col("name").str.contains(DRAFT_FRAMES),
                                              ngram=pl.col("name").str.contains(NGRAM_FRAMES))
     return f.group_by("step").agg(spec=pl.len(), draft=pl.col("draft").sum(), ngram=pl.col("ngram").sum(),
                                   example=pl.col("name").filter("draft").first().fill_null(pl.col("name").first()))
@@ -143,7 +151,7 @@ def engine_draft_windows(trace: Trace, windows: pl.DataFrame) -> tuple[pl.DataFr
         sg = _names(rng.select(*cols, "name"), r"^step\[\w+")
         if sg.height:
             sg = sg.with_columns(mode=pl.col("name").str.extract(_SG_MODE, 1))
-            steps = _in_windows(sg.select("start", "pid", "mode", "tid", "end", "name"), windows)
+            steps = _placed(sg.select("start", "pid", "mode", "tid", "end", "name"), windows)
             verifying = steps.filter(pl.col("mode").is_in(SG_VERIFY))["step"].unique().implode()
             eager_draft = steps.filter(pl.col("mode").is_in(SG_PLAIN) & pl.col("step").is_in(verifying))
             if eager_draft.height:

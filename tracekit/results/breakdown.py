@@ -387,7 +387,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         from tracekit.analyses.drafting import draft_forward_counts, step_forwards
 
         fwds = step_forwards(acts)
-        if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "structure"):
+        if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "engine", "structure"):
             counts = draft_forward_counts(fwds)
     roof, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw, tokens, batch, table, n, acts,
                             weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
