@@ -295,8 +295,8 @@ def render_diff(d: dict, console) -> None:
         if moved:
             full = full_names(console)
             k = Table(title=f"kernels that moved (top {len(moved)} of {len(d['kernels'])}; ms per step)",
-                      title_justify="left", expand=not full, box=box.SIMPLE_HEAD if full else box.HEAVY_HEAD,
-                      pad_edge=not full)
+                      title_justify="left", expand=not full, box=None if full else box.HEAVY_HEAD,
+                      pad_edge=not full)  # (piped: no rule as wide as the longest name)
             if not full:
                 k.add_column("kernel", overflow="ellipsis", ratio=1, no_wrap=True)
             for col in ("category", "base", "new", "Δ"):
