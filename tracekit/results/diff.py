@@ -309,8 +309,8 @@ def read_saved(path) -> SavedBreakdown | None:
     except (OSError, ValueError) as e:
         raise TracekitError(f"{path}: unreadable saved breakdown ({e})") from None
     if not isinstance(data, dict) or "ranks" in data or not isinstance(data.get("steps"), dict):
-        raise TracekitError(f"{path}: not a single-trace {BREAKDOWN_SCHEMA} result (a multi-rank result? diff one "
-                            "rank's trace file)")
+        raise TracekitError(f"{path}: not a single-trace {BREAKDOWN_SCHEMA} result (a saved multi-rank result? diff "
+                            "the rank directory itself, or one rank's trace file)")
     return SavedBreakdown(data)
 
 
