@@ -16,6 +16,11 @@ block -- W1 column-parallel [H, F/N], W2 row-parallel [F/N, H] -- followed by ON
 step are then one GPU's shard. ``--allreduce symm`` without ``--tp`` is the older world-of-one path
 (``SymmAllReduce`` below, no launcher).
 
+``--extra-gemv N`` (issue 45: the diff gate's "slower kernel" capture) adds one more weight-read GEMV per layer,
+``x @ W3[H, N]``, whose output gates the first N features of the SiLU output in place (``h[:, :N] *= g``): the same
+loop with more GPU work per layer (H x N x 2 more bytes read, one GEMV and one elementwise kernel more), recorded in
+the manifest (``synthetic.extra_gemv_cols``, and in ``weight_bytes_per_step``).
+
 ``--device-profile-out`` also measures the GPU itself and writes a device profile JSON
 (schema ``tracekit.device_profile/1``): device-to-device copy bandwidth, GEMV read bandwidth,
 and the per-kernel cost of eager launches vs graph replay of tiny kernels.
@@ -93,6 +98,19 @@ def build(args, dev, dtype, tp: int = 1, rank: int = 0):
     return w1, w2, norm, x
 
 
+def build_extra(args, dev, dtype, tp: int = 1) -> list:
+    """``--extra-gemv N``: W3 [H, N] per layer (empty without it)."""
+    import torch
+
+    n = getattr(args, "extra_gemv", 0) or 0
+    if not n:
+        return []
+    if n > args.ffn // tp:
+        raise SystemExit(f"--extra-gemv {n}: at most the FFN width per rank ({args.ffn // tp})")
+    g = torch.Generator(device=dev).manual_seed(args.seed + 1000)
+    return [torch.randn(args.hidden, n, device=dev, dtype=dtype, generator=g) * 0.02 for _ in range(args.layers)]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     _common.add_common_args(p)
@@ -105,6 +123,9 @@ def main(argv=None) -> int:
                         + "|".join(tpmod.ALLREDUCE_CHOICES) + " (default nccl)")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel world size (launched by torchrun)")
     p.add_argument("--device-profile-out", default=None)
+    p.add_argument("--extra-gemv", type=int, default=0, metavar="N",
+                   help="one more GEMV per layer, x @ W3[H, N], gating N features of the SiLU output (a slower "
+                        "variant of the same loop; default 0: none)")
     p.add_argument("--spec", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     _common.apply_marker_flag(args)
@@ -129,6 +150,7 @@ def main(argv=None) -> int:
             args.device_profile_out = None     # one device profile (rank 0's)
     dev = torch.device(args.device)
     w1, w2, norm, x0 = build(args, dev, dtype, *((dist_.world_size, dist_.rank) if dist_ else (1, 0)))
+    w3 = build_extra(args, dev, dtype, dist_.world_size if dist_ else 1)
     state = {"x": x0.clone()}
     xbuf = x0.clone()
     ar = None
@@ -158,6 +180,8 @@ def main(argv=None) -> int:
         for l in range(args.layers):
             h = x * norm[l]                       # norm-like scale (elementwise)
             h = torch.nn.functional.silu(h @ w1[l])   # GEMV up + activation
+            if w3:                                # --extra-gemv: one more GEMV, gating N features
+                h[:, :w3[l].shape[1]] *= x @ w3[l]
             h = h @ w2[l]                         # GEMV down
             if ar is not None:
                 h = ar(h)                         # one_shot_all_reduce (world size 1)
@@ -183,7 +207,8 @@ def main(argv=None) -> int:
     if barrier:
         barrier()
     timing = _common.time_steps(step, args.timed_steps, dev)
-    wbytes = sum(w.numel() * w.element_size() for w in w1 + w2) + sum(n.numel() * n.element_size() for n in norm)
+    wbytes = (sum(w.numel() * w.element_size() for w in w1 + w2 + w3)
+              + sum(n.numel() * n.element_size() for n in norm))
     _common.log(f"unprofiled step: median {timing['median_ms']:.3f} ms; weight bytes/step {wbytes}")
 
     profile = None
@@ -197,7 +222,7 @@ def main(argv=None) -> int:
         _common.log(f"device profile written to {args.device_profile_out}")
 
     prof = _common.profiled_phase(step, args, start_index=args.timed_steps, barrier=barrier)
-    kernels_per_layer = 5 + (2 if ar is not None else 0)
+    kernels_per_layer = 5 + (2 if ar is not None else 0) + (2 if w3 else 0)
     facts = {
         "workload": "synthetic",
         "mode": args.mode,
@@ -213,7 +238,8 @@ def main(argv=None) -> int:
         "synthetic": {"layers": args.layers, "hidden": args.hidden, "ffn": args.ffn,
                       "allreduce": (ar.impl if dist_ is not None else args.allreduce) if ar is not None else "none",
                       "allreduce_unavailable": ar_reason,
-                      "approx_kernels_per_layer": kernels_per_layer},
+                      "approx_kernels_per_layer": kernels_per_layer,
+                      "extra_gemv_cols": args.extra_gemv},
         "unprofiled": timing,
         "profiled": prof,
         "device_profile": profile,

@@ -36,7 +36,7 @@ def pair():
 def test_schema_and_deltas_are_the_breakdowns_numbers(pair):
     base, new = pair
     d = diff(base, new).to_dict()
-    assert list(d) == ["schema", "base", "new", "delta"]
+    assert list(d) == ["schema", "base", "new", "delta", "kernels", "kernel_categories"]  # (+ gate, cross_rank when asked)
     assert d["schema"] == "tracekit.diff/3" and d["base"]["schema"] == d["new"]["schema"] == BREAKDOWN_SCHEMA
     assert d["base"] == base.to_dict() and d["new"] == new.to_dict()
     for k, c in d["delta"]["per_step_ms"].items():
@@ -234,7 +234,16 @@ def test_saved_breakdowns_as_sides(tmp_path):
     assert r.exit_code == 0, r.output
     live = json.loads(CliRunner().invoke(cli, ["diff", str(MFU), str(graph), "--format", "json"]).output)
     from_file = json.loads(CliRunner().invoke(cli, ["diff", str(MFU), str(saved), "--format", "json"]).output)
-    assert from_file == live  # a saved breakdown of the current schema is the same side as its trace
+    # a saved breakdown of the current schema is the same side as its trace, but for the per-kernel times it does
+    # not keep (kernels null, and a warning says so)
+    assert from_file["kernels"] is None and live["kernels"]
+    assert [w for w in from_file["delta"]["warnings"] if w not in live["delta"]["warnings"]] == [
+        "NEW: a saved breakdown keeps no per-kernel times, so `kernels` is null (diff the trace files for the kernels "
+        "that moved)"]
+    for d in (live, from_file):
+        d.pop("kernels")
+        d["delta"]["warnings"] = [w for w in d["delta"]["warnings"] if "per-kernel" not in w]
+    assert from_file == live
     assert json.loads(saved.read_text())["schema"] == BREAKDOWN_SCHEMA
     # a result saved under an older schema (/1, and /2 once breakdown is /3) is refused with the reason, exit 2
     v1 = DATA / "saved" / "saxpy_breakdown_v1.json"
@@ -249,3 +258,75 @@ def test_saved_breakdowns_as_sides(tmp_path):
                                    f"compares {BREAKDOWN_SCHEMA} breakdowns")
     r = CliRunner().invoke(cli, ["diff", str(MFU), str(saved), "--new-measured-step-ms", "3"])
     assert r.exit_code == 2 and "is a saved breakdown" in r.output
+
+
+# ───────────────────────── rank directories (issue 45) ─────────────────────────
+
+LORA = "lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/current_base_lora/profile/base"
+
+
+@pytest.fixture(scope="module")
+def rank_sets(tmp_path_factory):
+    """The LoRA TP4 rank directory, a directory of two of its ranks (symlinks: the files are never copied), each
+    analysed as `breakdown DIR` does (its report is what the diff's rank-set figures must equal)."""
+    from tracekit.cli.output import expand_traces
+    from tracekit.contract import to_dict
+    from tracekit.run.ranks import analyse_files, cross_rank
+
+    four = shared(LORA)
+    two = tmp_path_factory.mktemp("two_ranks")
+    for f in ("bs16-TP-0.trace.json.gz", "bs16-TP-1.trace.json.gz"):
+        (two / f).symlink_to(four / f)
+    sets = {k: cross_rank(analyse_files(expand_traces([p]))) for k, p in (("four", four), ("two", two))}
+    return four, two, sets, {k: json.loads(json.dumps(to_dict(cr.report()))) for k, cr in sets.items()}
+
+
+def test_rank_directories_diff_as_sets(rank_sets):
+    four, two, _, runs = rank_sets
+    r = CliRunner().invoke(cli, ["diff", str(four), str(two), "--fail-on-regression", "3%", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["base"] == runs["four"] and d["new"] == runs["two"]  # each side: its `breakdown DIR` report
+    cr = d["cross_rank"]
+    for side, run in (("base", runs["four"]), ("new", runs["two"])):
+        x = run["cross_rank"]
+        assert cr["ranks"][side] == x["ranks"] == len(run["ranks"])
+        assert cr["skew_ms"][side] == x["skew_ms"] and cr["transfer_ms"][side] == x["transfer_ms"]
+        assert cr["max_wait_ms"][side] == max(x["wait_ms_by_rank"])
+        assert cr["slowest_rank"][side] == x["slowest_rank"] and cr["pacing_rank"][side] == x["pacing_rank"]
+        assert cr["step_ms_by_rank"][side] == x["step_ms_by_rank"]
+        # the set's step is its slowest rank's; its per-step split the mean over its ranks (per GPU)
+        assert cr["step_ms"][side] == max(x["step_ms_by_rank"]) == d["delta"]["steps"]["mean_ms"][side]
+        for k, c in d["delta"]["per_step_ms"].items():
+            assert c[side] == pytest.approx(sum(rk["per_step_ms"][k] for rk in run["ranks"]) / len(run["ranks"]))
+    assert cr["ranks"]["abs"] == -2
+    assert any(w.startswith("BASE has 4 rank(s), NEW 2: per-step figures and kernels are per GPU")
+               for w in d["delta"]["warnings"])
+    # kernels: means over the ranks, adding up to the kernel-time delta
+    ks = d["kernels"]
+    assert sum(k["delta_ms_per_step"] for k in ks) == pytest.approx(d["delta"]["kernel_total_ms_per_step"]["abs"],
+                                                                     abs=1e-9)
+    comm = sum(k["base_ms_per_step"] for k in ks if k["category"] == "communication")
+    assert comm == pytest.approx(sum(rk["kernel_ms_per_step"]["communication"] for rk in runs["four"]["ranks"]) / 4)
+    # the gate compares the sets' steps: the slowest ranks' traced steps (no manifest)
+    g = d["gate"]
+    assert g["basis"] == "traced" and g["steps"] == {"base": 7, "new": 7} and not g["failed"]
+    md_text = diff_md(d)
+    assert "| across ranks (ms per step) | base | new | Δ |" in md_text and "| ranks | 4 | 2 | −2 |" in md_text
+    assert "- base rank 3: " in md_text and "- new rank 1: " in md_text
+
+
+def test_a_rank_set_against_itself_is_zero(rank_sets):
+    _, _, sets, runs = rank_sets
+    d = diff(sets["two"], sets["two"], fail_on_regression=0.0).to_dict()
+    assert all(c["abs"] == 0 for c in d["delta"]["per_step_ms"].values())
+    assert all(k["delta_ms_per_step"] == 0 for k in d["kernels"])
+    assert all(d["cross_rank"][k]["abs"] == 0 for k in ("ranks", "skew_ms", "transfer_ms", "max_wait_ms"))
+    assert d["gate"]["change_pct"] == 0 and d["gate"]["failed"] is False
+    assert d["base"]["cross_rank"] == runs["two"]["cross_rank"]
+
+
+def test_a_directory_of_one_trace_is_that_trace():
+    graph = sample_trace("hf-small-graph")
+    by_dir = json.loads(CliRunner().invoke(cli, ["diff", str(graph.parent), str(graph), "--format", "json"]).stdout)
+    assert "cross_rank" not in by_dir and by_dir["delta"]["steps"]["mean_ms"]["abs"] == 0

@@ -38,7 +38,8 @@ OUTPUT = ("fmt", "output", "color")
 ANALYSIS_OWN = ("consume",)
 COMMAND_OWN = {
     "breakdown": ("traces", "all_devices", "save", *OUTPUT),
-    "diff": ("base", "new", "base_measured_step_ms", "new_measured_step_ms", *OUTPUT),
+    "diff": ("base", "new", "base_measured_step_ms", "new_measured_step_ms", "base_device", "new_device",
+             "fail_on_regression", *OUTPUT),
     "plot": ("trace", "output"),
     "export": ("trace", "perfetto"),
     "ceiling": OUTPUT,

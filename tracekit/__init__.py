@@ -122,18 +122,24 @@ def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
     return _info(trace, device=device, top=top).to_dict()
 
 
-def diff(base: Breakdown, new: Breakdown) -> Diff:
-    """Two breakdowns side by side: deltas per category and step statistic, and the advice that changed.
+def diff(base: Breakdown, new: Breakdown, *, fail_on_regression: float | str | None = None) -> Diff:
+    """Two breakdowns side by side: deltas per category and step statistic, the kernels that moved, and the advice
+    that changed. ``base``/``new`` may also be saved breakdowns or rank sets (``tracekit.results.diff.as_side``).
 
-    ``to_dict()`` is ``tracekit diff --format json`` (see ``tracekit.results.diff``).
+    ``fail_on_regression`` (percent: ``3``, ``"3%"``): add the CI gate (``gate``): failed when NEW's reference
+    step is slower by more than that *and* beyond the noise of the two sides' steps (``Diff.failed``; the
+    command's exit 3). ``to_dict()`` is ``tracekit diff --format json`` (see ``tracekit.results.diff``).
 
     >>> b = breakdown(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), step_range="^saxpy$")
-    >>> diff(b, b).to_dict()["delta"]["advice_changed"]
-    []
+    >>> d = diff(b, b, fail_on_regression="3%")
+    >>> d.to_dict()["delta"]["advice_changed"], d.gate.change_pct, d.failed
+    ([], 0.0, False)
     """
     from tracekit.results.diff import diff as _diff
+    from tracekit.results.diff import parse_threshold
 
-    return _diff(base, new)
+    threshold = None if fail_on_regression is None else parse_threshold(fail_on_regression)
+    return _diff(base, new, fail_on_regression=threshold)
 
 
 def ceiling(**options) -> Ceiling:

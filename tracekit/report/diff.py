@@ -1,6 +1,8 @@
 """Renderers of ``tracekit diff`` (schema ``tracekit.diff/3``): markdown for a PR comment, and the rich table.
 
-Everything shown is read from ``Diff.to_dict()`` (the ``--format json`` output), so the three formats
+With a gate (``--fail-on-regression``) both lead with its verdict and its one-line reason; the markdown folds
+everything else under ``<details>``. Both show the kernels that moved most (``kernels``, top
+:data:`TOP_KERNELS`) and, for rank sets, the cross-rank figures compared. Everything shown is read from ``Diff.to_dict()`` (the ``--format json`` output), so the three formats
 agree; the analysis is ``tracekit.results.diff.diff``. The markdown is stable: the same two traces give
 the same text byte for byte. Untrusted text (paths, verdicts quoting names, warnings) goes through
 ``report.safe``.
@@ -8,11 +10,14 @@ the same text byte for byte. Untrusted text (paths, verdicts quoting names, warn
 
 from __future__ import annotations
 
+import html
+
 from tracekit.categories import STEP_CATEGORIES
 from tracekit.report._fmt import MINUS, MISSING, num
-from tracekit.report.safe import md, rich_text
+from tracekit.report.safe import md, plain, rich_text
 
 ROW_ORDER = list(STEP_CATEGORIES)
+TOP_KERNELS = 10  # kernels shown in the "kernels that moved" table (the JSON lists them all)
 
 def _num(x, nd=3) -> str:
     return num(x, nd, minus=True)
@@ -62,12 +67,13 @@ def headline(d: dict) -> str:
     return text
 
 
-def _side_base(b: dict) -> str:
-    """One side's time base: '36.670 ms unprofiled (manifest)' or '78.5 ms traced (no unprofiled time: ...)'."""
-    tb = b.get("time_base") or {}
-    if tb.get("unprofiled_step_ms") is not None:
-        return f"{_num(tb['unprofiled_step_ms'])} ms unprofiled ({tb.get('unprofiled_source') or 'given'})"
-    return f"{_num(tb.get('traced_step_ms'))} ms traced (no unprofiled time: its savings are upper bounds)"
+def _side_base(d: dict, side: str) -> str:
+    """One side's time base: '36.670 ms unprofiled (manifest)' or '78.5 ms traced (no unprofiled time: ...)'
+    (from ``delta``: a rank set's is its slowest rank's)."""
+    tb, src = d["delta"]["time_base"], d["delta"]["reference_step_ms"][f"{side}_source"]
+    if src != "traced":
+        return f"{_num(tb['unprofiled_step_ms'][side])} ms unprofiled ({src})"
+    return f"{_num(tb['traced_step_ms'][side])} ms traced (no unprofiled time: its savings are upper bounds)"
 
 
 def time_base_line(d: dict) -> str:
@@ -77,7 +83,7 @@ def time_base_line(d: dict) -> str:
         text = (f"time base: both steps traced, no unprofiled time (savings are upper bounds): base "
                 f"{_num(c['base'])} ms, new {_num(c['new'])} ms")
     else:
-        text = f"time base: base {_side_base(d['base'])}, new {_side_base(d['new'])}"
+        text = f"time base: base {_side_base(d, 'base')}, new {_side_base(d, 'new')}"
     if c["basis"] == "mixed":
         text += "; the reference steps are not compared (one unprofiled, one traced)"
     elif c["abs"] is not None:
@@ -122,14 +128,81 @@ def _advice_line(a: dict) -> str:
     return s
 
 
-def diff_md(d: dict) -> str:
-    """PR-comment markdown: headline, per-step table, advice that changed, details folded."""
+def _pct_text(x) -> str:
+    """``+12.3%``, ``−4.6%``, ``±0.0%`` (a percentage with one decimal)."""
+    if x is None:
+        return MISSING
+    return "±0.0%" if abs(x) < 0.05 else _signed(x, 1) + "%"
+
+
+def gate_line(g: dict) -> str:
+    """The gate's verdict, short: ``perf gate failed: unprofiled step +12.3% (threshold 3%, 95% interval +9.1% to
+    +15.2%)``."""
+    what = "unprofiled step" if g["basis"] == "unprofiled" else "traced step"
+    ch = _pct_text(g["change_pct"])
+    ci = g["ci_pct"]
+    band = (f", {100 * g['confidence']:g}% interval {_pct_text(ci[0])} to {_pct_text(ci[1])}" if ci is not None
+            else ", no noise estimate")
+    return f"perf gate {'failed' if g['failed'] else 'passed'}: {what} {ch} (threshold {g['threshold_pct']:g}%{band})"
+
+
+def _moved(d: dict) -> list[dict]:
+    """The kernels that moved most (nonzero changes, largest first)."""
+    return [k for k in (d.get("kernels") or []) if round(k["delta_ms_per_step"], 6) != 0][:TOP_KERNELS]
+
+
+def _categories_line(d: dict) -> str:
+    """``kernel time +0.312 ms per step: gemm +0.301, other +0.011`` (the categories that moved)."""
+    tot = d["delta"]["kernel_total_ms_per_step"]
+    moved = [c for c in d["kernel_categories"]
+             if c["delta_ms_per_step"] is not None and round(c["delta_ms_per_step"], 3) != 0]
+    text = f"kernel time {_signed(tot['abs'])} ms per step ({_rel(tot)})"
+    if moved:
+        text += ": " + ", ".join(f"{c['category']} {_signed(c['delta_ms_per_step'])}" for c in moved)
+    return text
+
+
+def _cross_rows(d: dict):
+    """(label, base, new, Δ) rows of the rank sets' cross-rank figures."""
+    cr = d["cross_rank"]
+    rows = []
+    for key, label in (("ranks", "ranks"), ("step_ms", "set step (slowest rank)"), ("skew_ms", "skew"),
+                       ("transfer_ms", "transfer"), ("max_wait_ms", "longest wait"),
+                       ("mean_exposed_communication_ms", "exposed communication (mean)")):
+        c = cr[key]
+        nd = 0 if key == "ranks" else 3
+        fmt = (lambda x: MISSING if x is None else str(x)) if key == "ranks" else _num  # noqa: E731
+        rows.append((label, fmt(c["base"]), fmt(c["new"]), _signed(c["abs"], nd)))
+    for key, label in (("slowest_rank", "slowest rank"), ("pacing_rank", "pacing rank")):
+        v = cr[key]
+        show = lambda x: MISSING if x is None else str(x)  # noqa: E731
+        rows.append((label, show(v["base"]), show(v["new"]), ""))
+    return rows
+
+
+def _body_md(d: dict) -> list[str]:
+    """Everything but the gate: headline, time base, per-step table, kernels that moved, cross-rank figures,
+    advice that changed, warnings, then the details folded."""
     base, new, delta = d["base"], d["new"], d["delta"]
     out = [f"### tracekit diff: {headline(d)}", "", md(time_base_line(d), 600), "",
            "| per step (ms) | base | new | Δ | Δ % |", "|---|---:|---:|---:|---:|"]
     for label, b, n, a, r, strong in _rows(d):
         out.append(f"| {'**' + label + '**' if strong else label} | {b} | {n} | {a} | {r} |")
     out.append("")
+    if d.get("kernels") is not None:
+        out += [md(_categories_line(d), 600), ""]
+        moved = _moved(d)
+        if moved:
+            out += [f"**kernels that moved** (top {len(moved)} of {len(d['kernels'])}; ms per step)", "",
+                    "| kernel | category | base | new | Δ |", "|---|---|---:|---:|---:|"]
+            for k in moved:
+                out.append(f"| {md(k['name'], 4000)} | {k['category']} | {_num(k['base_ms_per_step'])} | "
+                           f"{_num(k['new_ms_per_step'])} | {_signed(k['delta_ms_per_step'])} |")
+            out.append("")
+    if d.get("cross_rank"):
+        out += ["| across ranks (ms per step) | base | new | Δ |", "|---|---:|---:|---:|"]
+        out += [f"| {label} | {b} | {n} | {a} |" for label, b, n, a in _cross_rows(d)]
+        out.append("")
     if delta["advice_changed"]:
         out.append("**advice that changed**")
         out.append("")
@@ -141,11 +214,12 @@ def diff_md(d: dict) -> str:
         out.append(f"- ⚠ {md(w, 500)}")
     out += ["", "<details><summary>details</summary>", ""]
     for side, b in (("base", base), ("new", new)):
-        st, gpu, src = b["steps"], b["gpu"], b["source"]
-        pattern = f", pattern {md(st['pattern'])}" if st["pattern"] else ""
-        out.append(f"- {side}: {md(src['path'], 200)} ({src['format']}, graph trace mode {src['graph_trace_mode']}); "
-                   f"GPU {gpu['device']} {md(gpu['name'] or 'unknown')}; {st['count']} steps analysed, "
-                   f"{st['excluded']} excluded (marker {st['marker']}{pattern})")
+        for label, one in _sides(b):
+            st, gpu, src = one["steps"], one["gpu"], one["source"]
+            pattern = f", pattern {md(st['pattern'])}" if st["pattern"] else ""
+            out.append(f"- {side}{label}: {md(src['path'], 200)} ({src['format']}, graph trace mode "
+                       f"{src['graph_trace_mode']}); GPU {gpu['device']} {md(gpu['name'] or 'unknown')}; {st['count']} "
+                       f"steps analysed, {st['excluded']} excluded (marker {st['marker']}{pattern})")
     out += ["", "| kernel ms / step | base | new | Δ | Δ % |", "|---|---:|---:|---:|---:|"]
     for k, c in delta["kernel_ms_per_step"].items():
         out.append(f"| {k} | {_num(c['base'])} | {_num(c['new'])} | {_signed(c['abs'])} | {_rel(c)} |")
@@ -155,6 +229,9 @@ def diff_md(d: dict) -> str:
         for k, c in roof:
             out.append(f"| {k} | {_num(c['base'])} | {_num(c['new'])} | {_signed(c['abs'])} | {_rel(c)} |")
     for side, b in (("base", base), ("new", new)):
+        if "cross_rank" in b:
+            out += ["", f"across ranks ({side}): {md(b['cross_rank']['verdict'], 1500)}"]
+            continue
         out += ["", f"verdicts ({side}):"]
         for lever, a in b["advice"].items():
             out.append(f"- {lever}: {md(a['verdict'], 1000)}")
@@ -163,28 +240,86 @@ def diff_md(d: dict) -> str:
             out += ["", f"warnings ({side}):"]
             out += [f"- {md(w, 500)}" for w in b["warnings"]]
     out += ["", "</details>", ""]
+    return out
+
+
+def _sides(b: dict):
+    """(label, breakdown) of one side: itself, or each rank of a rank set."""
+    if "ranks" in b:
+        return [(f" rank {i}", r) for i, r in enumerate(b["ranks"])]
+    return [("", b)]
+
+
+def diff_md(d: dict) -> str:
+    """PR-comment markdown. With a gate: its verdict and one-line reason first, everything else folded under
+    ``<details>``; without: headline, per-step table, the kernels that moved, advice that changed, details folded."""
+    g = d.get("gate")
+    if g is None:
+        return "\n".join(_body_md(d))
+    icon = "❌" if g["failed"] else "✅"
+    out = [f"### {icon} {gate_line(g)}", "", md(g["reason"], 1000), "",
+           f"<details><summary>tracekit diff: {html.escape(plain(headline(d), 600), quote=False)}</summary>", "", *_body_md(d),
+           f"noise: {md(g['noise_basis'], 600)}", "", "</details>", ""]
     return "\n".join(out)
 
 
 def render_diff(d: dict, console) -> None:
-    """The rich table: headline, what was compared, the per-step rows, the advice that changed, warnings."""
+    """The rich table: the gate's verdict (when asked), headline, what was compared, the per-step rows, the kernels
+    that moved, the cross-rank figures, the advice that changed, warnings."""
+    from rich import box
+    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    from tracekit.report.terminal import print_warnings, sentence
+    from tracekit.report.terminal import SENTENCE_LIMIT, full_names, print_warnings, print_wide, sentence
 
+    g = d.get("gate")
+    if g is not None:
+        sentence(console, gate_line(g), style="bold red" if g["failed"] else "bold green")
+        sentence(console, g["reason"])
     sentence(console, headline(d), style="bold")
     sentence(console, time_base_line(d))
-    console.print(Text.assemble("base ", rich_text(d["base"]["source"]["path"]), " → new ",
-                                rich_text(d["new"]["source"]["path"])))
+    console.print(Text.assemble("base ", rich_text(d["base"]["source"]["path"] if "source" in d["base"] else
+                                                   f"{len(d['base']['ranks'])} rank files"), " → new ",
+                                rich_text(d["new"]["source"]["path"] if "source" in d["new"] else
+                                          f"{len(d['new']['ranks'])} rank files")))
     t = Table(title="per step (ms)", title_justify="left")
     for col in ("", "base", "new", "Δ", "Δ %"):
         t.add_column(col, justify="left" if not col else "right")
     for *row, strong in _rows(d):
         t.add_row(*row, style="bold" if strong else None)
     console.print(t)
+    if d.get("kernels") is not None:
+        sentence(console, _categories_line(d))
+        moved = _moved(d)
+        if moved:
+            full = full_names(console)
+            k = Table(title=f"kernels that moved (top {len(moved)} of {len(d['kernels'])}; ms per step)",
+                      title_justify="left", expand=not full, box=None if full else box.HEAVY_HEAD,
+                      pad_edge=not full)  # (piped: no rule as wide as the longest name)
+            if not full:
+                k.add_column("kernel", overflow="ellipsis", ratio=1, no_wrap=True)
+            for col in ("category", "base", "new", "Δ"):
+                k.add_column(col, justify="left" if col == "category" else "right")
+            if full:
+                k.add_column("kernel", no_wrap=True)
+            for r in moved:
+                cells = [r["category"], _num(r["base_ms_per_step"]), _num(r["new_ms_per_step"]),
+                         _signed(r["delta_ms_per_step"])]
+                name = rich_text(r["name"], SENTENCE_LIMIT)
+                k.add_row(*([*cells, name] if full else [name, *cells]))
+            (print_wide if full else Console.print)(console, k)
+    if d.get("cross_rank"):
+        c = Table(title="across ranks (ms per step)", title_justify="left")
+        for col in ("", "base", "new", "Δ"):
+            c.add_column(col, justify="left" if not col else "right")
+        for row in _cross_rows(d):
+            c.add_row(*row)
+        console.print(c)
     changed = d["delta"]["advice_changed"]
     console.print(Text("advice that changed" if changed else "advice: no lever changed", style="bold"))
     for a in changed:
         sentence(console, f"{_advice_line(a).replace('**', '')}: {a['verdict']['new']}", "• ")
     print_warnings(console, d["delta"]["warnings"])
+    if g is not None:
+        sentence(console, f"noise: {g['noise_basis']}")

@@ -30,9 +30,24 @@ compared, ``{"base", "new", "abs", "rel"}`` where ``abs = new - base`` (ms unles
   "verdict": {"base", "new"}, "max_saving_ms": {"base", "new", "abs", "rel"}}``.
 * ``warnings``: why the comparison may mislead (different GPUs, step markers, graph modes, time bases).
 
-A side may also be a breakdown saved earlier (``breakdown --format json``): :func:`read_saved` reads one of the
-current schema; an older one (``/1``, ``/2``) is refused with the reason (its blocks and definitions are not
-this version's: analyse the trace again).
+Beside ``delta``:
+
+* ``kernels``: every kernel of either side, one row per kernel name and category (the category a kernel's
+  context gives it: the same GEMM inside a draft range is ``drafting``), ``{"name", "category",
+  "base_ms_per_step", "new_ms_per_step", "delta_ms_per_step"}`` (0 where a side lacks it), largest
+  ``|delta_ms_per_step|`` first; the deltas add up to ``delta.kernel_total_ms_per_step.abs`` (the change of
+  the sum of ``kernel_ms_per_step``). ``kernel_categories``: the same per category, largest change first.
+  Null for a saved breakdown (it keeps no per-kernel table), with a warning.
+* ``cross_rank`` (when a side is a rank set): the sets' cross-rank figures compared (:class:`CrossRankDelta`).
+* ``gate`` (with ``fail_on_regression``): the CI verdict (:class:`Gate`, :func:`gate`).
+
+A side is one trace's breakdown, a breakdown saved earlier (``breakdown --format json``: :func:`read_saved`
+reads one of the current schema; an older one (``/1``, ``/2``) is refused with the reason: its blocks and
+definitions are not this version's, analyse the trace again), or a **rank set** (several rank files analysed
+together: ``tracekit.run.ranks.CrossRank``): its JSON side is the rank set's whole report, and what ``delta``
+compares is the set as one (:func:`as_side`): its steps and reference step are its slowest rank's (collectives
+make every rank wait for it), ``per_step_ms``, ``gaps``, ``kernel_ms_per_step`` and the kernels are means over
+its ranks (per GPU, so sets of different sizes compare), levers and roofline the slowest rank's.
 
 :func:`diff` is pure: no files, no printing. Its result is typed end to end (:class:`Diff`, :class:`Delta`,
 :class:`Change`, ... are :class:`tracekit.contract.Block`: frozen, read by attribute or by JSON key, written by the
@@ -47,7 +62,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from tracekit.categories import GAP_CAUSES, LEVERS
-from tracekit.contract import BREAKDOWN_SCHEMA, DIFF_SCHEMA, Block
+from tracekit.contract import BREAKDOWN_SCHEMA, DIFF_SCHEMA, Block, extension, to_dict
 from tracekit.errors import TracekitError
 
 SCHEMA = DIFF_SCHEMA  # "tracekit.diff/3" (tracekit.contract names it once)
@@ -145,7 +160,9 @@ class AdviceChange(Block):
 @dataclass(frozen=True)
 class Delta(Block):
     """``delta``: every comparison of :func:`diff` (see the module docstring). ``per_step_ms`` and
-    ``kernel_ms_per_step`` map each key of either side's block to its :class:`Change`; ``gaps`` each gap cause."""
+    ``kernel_ms_per_step`` map each key of either side's block to its :class:`Change`; ``gaps`` each gap cause;
+    ``kernel_total_ms_per_step`` is the sum of ``kernel_ms_per_step`` compared (what the ``kernels`` deltas add up
+    to)."""
 
     reference_step_ms: ReferenceChange
     steps: StepsDelta
@@ -153,6 +170,7 @@ class Delta(Block):
     per_step_ms: dict[str, Change]
     gaps: dict[str, Change]
     kernel_ms_per_step: dict[str, Change]
+    kernel_total_ms_per_step: Change
     roofline: RooflineDelta
     largest_change: str | None
     advice_changed: tuple[AdviceChange, ...]
@@ -160,15 +178,96 @@ class Delta(Block):
 
 
 @dataclass(frozen=True)
+class KernelChange(Block):
+    """One of ``kernels``: a kernel name (with the category its context gives it) in ms per step on each side
+    (0 where that side has no such kernel) and the change."""
+
+    name: str
+    category: str
+    base_ms_per_step: float
+    new_ms_per_step: float
+    delta_ms_per_step: float
+
+
+@dataclass(frozen=True)
+class CategoryChange(Block):
+    """One of ``kernel_categories``: a ``kernel_ms_per_step`` category on each side and the change (null where a
+    side's category is null: a whole-graph capture's compute categories)."""
+
+    category: str
+    base_ms_per_step: float | None
+    new_ms_per_step: float | None
+    delta_ms_per_step: float | None
+
+
+@dataclass(frozen=True)
+class CrossRankDelta(Block):
+    """``cross_rank`` of a diff where a side is a rank set: the contract's ``cross_rank`` figures of the two sets
+    compared. ``step_ms`` = the set's step (its slowest rank's mean step); ``max_wait_ms`` = the longest rank's
+    wait per step; ``mean_exposed_communication_ms`` = exposed communication per step, mean over ranks. A single
+    trace counts as a set of one rank whose cross-rank figures are unknown (null)."""
+
+    ranks: Change
+    step_ms: Change
+    skew_ms: Change
+    transfer_ms: Change
+    max_wait_ms: Change
+    mean_exposed_communication_ms: Change
+    slowest_rank: BaseNew
+    pacing_rank: BaseNew
+    step_ms_by_rank: BaseNew
+    wait_ms_by_rank: BaseNew
+
+
+@dataclass(frozen=True)
+class Gate(Block):
+    """``gate`` (``--fail-on-regression PCT``): how the CI verdict was decided (:func:`gate`).
+
+    The contract's keys: ``threshold_pct``, ``change_pct`` (NEW's reference step against BASE's, in %),
+    ``ci_pct`` (the interval the noise allows for that change, in %; null when no side has enough steps to tell),
+    ``noise_basis`` (how that interval was found, in words) and ``failed``. Extensions: ``reason`` (the verdict in
+    one line), ``basis`` (which steps were compared: ``unprofiled`` or ``traced``), ``statistic`` (``median`` or
+    ``mean`` of the traced steps), ``method`` (``bootstrap``, ``normal`` or ``none``), ``traced_change_pct`` and
+    ``traced_ci_pct`` (the traced steps' own change and interval), ``steps`` (the steps each side contributed),
+    ``resamples``, ``seed`` and ``confidence``."""
+
+    threshold_pct: float
+    change_pct: float | None
+    ci_pct: tuple[float, float] | None
+    noise_basis: str
+    failed: bool
+    reason: str
+    basis: str
+    statistic: str
+    method: str
+    traced_change_pct: float | None
+    traced_ci_pct: tuple[float, float] | None
+    steps: BaseNew
+    resamples: int | None
+    seed: int | None
+    confidence: float
+
+
+@dataclass(frozen=True)
 class Diff(Block):
     """The result of :func:`diff`; ``to_dict()`` is the contract JSON (``tracekit.diff/3``). ``base``/``new`` are
-    Breakdowns (or :class:`SavedBreakdown`)."""
+    Breakdowns, :class:`SavedBreakdown` or a rank set's report (a dict); ``cross_rank`` is written when a side is a
+    rank set, ``gate`` when a threshold was given."""
 
     SCHEMA = DIFF_SCHEMA
 
     base: object
     new: object
     delta: Delta
+    kernels: tuple[KernelChange, ...] | None
+    kernel_categories: tuple[CategoryChange, ...]
+    cross_rank: CrossRankDelta | None = extension(omit=lambda d: d.cross_rank is None)
+    gate: Gate | None = extension(omit=lambda d: d.gate is None)
+
+    @property
+    def failed(self) -> bool:
+        """True when a gate was asked for and failed (the command's exit 3)."""
+        return self.gate is not None and self.gate.failed
 
 
 STEP_KEYS = tuple(f.name for f in fields(StepsDelta))[:4]  # the quantiles of steps
@@ -210,8 +309,8 @@ def read_saved(path) -> SavedBreakdown | None:
     except (OSError, ValueError) as e:
         raise TracekitError(f"{path}: unreadable saved breakdown ({e})") from None
     if not isinstance(data, dict) or "ranks" in data or not isinstance(data.get("steps"), dict):
-        raise TracekitError(f"{path}: not a single-trace {BREAKDOWN_SCHEMA} result (a multi-rank result? diff one "
-                            "rank's trace file)")
+        raise TracekitError(f"{path}: not a single-trace {BREAKDOWN_SCHEMA} result (a saved multi-rank result? diff "
+                            "the rank directory itself, or one rank's trace file)")
     return SavedBreakdown(data)
 
 
@@ -245,9 +344,349 @@ def reference_change(b: dict, n: dict) -> ReferenceChange:
     return ReferenceChange(c.base, c.new, c.abs, c.rel, base_source=bs, new_source=ns, basis=basis)
 
 
-def diff(base, new) -> Diff:
-    """Compare two breakdowns (``base`` first). See the module docstring for the keys."""
-    b, n = base.to_dict(), new.to_dict()
+
+
+# ───────────────────────── the sides ─────────────────────────
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a diff as :func:`diff` reads it (:func:`as_side`): ``result`` is what the JSON embeds,
+    ``view`` the breakdown-shaped dict the deltas compare, ``periods_ms`` the traced steps' periods (None for a
+    saved breakdown), ``kernels`` ms per step per (kernel name, category) (None for a saved breakdown),
+    ``cross_rank`` the rank set's contract ``cross_rank`` object (None for one trace) and ``ranks`` its size."""
+
+    result: object
+    view: dict
+    periods_ms: tuple[float, ...] | None
+    kernels: dict[tuple[str, str], float] | None
+    cross_rank: dict | None = None
+    ranks: int = 1
+
+
+def _kernel_table(b) -> dict[tuple[str, str], float] | None:
+    top = getattr(b, "top_kernels", None)
+    if top is None:
+        return None
+    return {(name, cat): ms for name, cat, ms in top.select("name", "category", "per_step_ms").iter_rows()}
+
+
+def _periods(b) -> tuple[float, ...] | None:
+    ps = getattr(b, "per_step", None)
+    return None if ps is None else tuple(float(x) for x in ps["period_ms"].to_list())
+
+
+def _mean_numbers(blocks: list[dict]) -> dict:
+    """Per key, the mean over ``blocks`` of a number (null when any block's is null); other values (a list) are
+    the first block's."""
+    out = {}
+    for k in dict.fromkeys(k for blk in blocks for k in blk):
+        vals = [blk.get(k) for blk in blocks]
+        if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in vals):
+            out[k] = None if any(v is None for v in vals) else sum(vals) / len(vals)
+        else:
+            out[k] = vals[0]
+    return out
+
+
+def as_side(x, label: str | None = None) -> Side:
+    """The :class:`Side` of a Breakdown, a :class:`SavedBreakdown`, a rank set (an object with
+    ``rank_breakdowns`` and ``report()``: ``tracekit.run.ranks.CrossRank``) or a :class:`Side` (as it is).
+
+    A rank set is compared as one: its view's ``steps``, ``time_base``, ``gpu``, ``roofline`` and ``advice`` are
+    its slowest rank's (the longest mean step: collectives make every rank wait for it), ``per_step_ms``,
+    ``gaps`` and ``kernel_ms_per_step`` the means over its ranks, and its kernels too (ms per step per GPU);
+    ``label`` names it (its directory) in ``source.path``."""
+    if isinstance(x, Side):
+        return x
+    if isinstance(x, SavedBreakdown):
+        return Side(result=x, view=x.data, periods_ms=None, kernels=None)
+    if hasattr(x, "rank_breakdowns") and hasattr(x, "report"):
+        bds = list(x.rank_breakdowns)
+        if not bds:
+            raise TracekitError("a rank set without ranks cannot be compared")
+        dicts = [to_dict(b) for b in bds]
+        slow = max(range(len(dicts)), key=lambda i: dicts[i]["steps"]["mean_ms"])
+        view = dict(dicts[slow])
+        view["per_step_ms"] = _mean_numbers([d["per_step_ms"] for d in dicts])
+        view["gaps"] = _mean_numbers([d["gaps"] for d in dicts])
+        view["kernel_ms_per_step"] = _mean_numbers([d["kernel_ms_per_step"] for d in dicts])
+        view["source"] = {**view["source"], "path": label or f"{len(dicts)} rank files"}
+        kernels: dict[tuple[str, str], float] | None = {}
+        for b in bds:
+            t = _kernel_table(b)
+            if t is None:
+                kernels = None
+                break
+            for k, ms in t.items():
+                kernels[k] = kernels.get(k, 0.0) + ms / len(bds)
+        return Side(result=x.report(), view=view, periods_ms=_periods(bds[slow]), kernels=kernels,
+                    cross_rank=to_dict(x), ranks=len(bds))
+    return Side(result=x, view=to_dict(x), periods_ms=_periods(x), kernels=_kernel_table(x))
+
+
+# ───────────────────────── kernels and ranks ─────────────────────────
+
+def _total(block: dict) -> float | None:
+    vals = [v for v in block.values() if v is not None]
+    return sum(vals) if vals else None
+
+
+def kernel_changes(b: Side, n: Side) -> tuple[KernelChange, ...] | None:
+    """Every kernel (name, category) of either side in ms per step, largest ``|delta|`` first (then by name);
+    None when a side keeps no per-kernel times (a saved breakdown)."""
+    if b.kernels is None or n.kernels is None:
+        return None
+    rows = []
+    for key in dict.fromkeys([*b.kernels, *n.kernels]):  # (one entry per kernel name, not per event)
+        bv, nv = b.kernels.get(key, 0.0), n.kernels.get(key, 0.0)
+        rows.append(KernelChange(name=key[0], category=key[1], base_ms_per_step=bv, new_ms_per_step=nv,
+                                 delta_ms_per_step=nv - bv))
+    return tuple(sorted(rows, key=lambda r: (-abs(r.delta_ms_per_step), r.name, r.category)))
+
+
+def category_changes(kernel: dict[str, Change]) -> tuple[CategoryChange, ...]:
+    """``delta.kernel_ms_per_step`` as a list, largest ``|change|`` first (unknown changes last)."""
+    rows = [CategoryChange(category=k, base_ms_per_step=c.base, new_ms_per_step=c.new, delta_ms_per_step=c.abs)
+            for k, c in kernel.items()]
+    return tuple(sorted(rows, key=lambda r: (r.delta_ms_per_step is None, -abs(r.delta_ms_per_step or 0))))
+
+
+def cross_rank_delta(b: Side, n: Side) -> CrossRankDelta:
+    """The two sets' cross-rank figures compared (a single trace: a set of one whose cross-rank figures are
+    unknown)."""
+    def fig(s: Side, key: str):
+        cr = s.cross_rank
+        if cr is None:
+            return None
+        if key == "max_wait_ms":
+            w = [x for x in cr["wait_ms_by_rank"] if x is not None]
+            return max(w) if w else None
+        if key == "mean_exposed_communication_ms":
+            e = cr["exposed_communication_ms_by_rank"]
+            return None if not e or any(x is None for x in e) else sum(e) / len(e)
+        return cr[key]
+
+    pick = {k: change(fig(b, k), fig(n, k))
+            for k in ("skew_ms", "transfer_ms", "max_wait_ms", "mean_exposed_communication_ms")}
+    return CrossRankDelta(
+        ranks=change(b.ranks, n.ranks), step_ms=change(b.view["steps"]["mean_ms"], n.view["steps"]["mean_ms"]),
+        **pick, slowest_rank=BaseNew(fig(b, "slowest_rank"), fig(n, "slowest_rank")),
+        pacing_rank=BaseNew(fig(b, "pacing_rank"), fig(n, "pacing_rank")),
+        step_ms_by_rank=BaseNew(fig(b, "step_ms_by_rank"), fig(n, "step_ms_by_rank")),
+        wait_ms_by_rank=BaseNew(fig(b, "wait_ms_by_rank"), fig(n, "wait_ms_by_rank")))
+
+
+# ───────────────────────── the gate ─────────────────────────
+
+GATE_RESAMPLES = 4000  # bootstrap resamples (the interval's ends move by < 0.2 points between seeds at this count)
+GATE_SEED = 0  # a fixed seed: the same two traces give the same verdict
+GATE_CONFIDENCE = 0.95
+MIN_GATE_STEPS = 3  # fewer steps on a side: no noise estimate (the threshold alone decides)
+_Z = {0.90: 1.6449, 0.95: 1.9600, 0.99: 2.5758}
+_P10_P90_SIGMAS = 2.5631  # a normal distribution's p90 - p10, in standard deviations
+
+
+def parse_threshold(text) -> float:
+    """``--fail-on-regression``'s value in percent: ``3%``, ``3`` or ``0.5%``.
+
+    >>> parse_threshold("3%"), parse_threshold(" 2.5 "), parse_threshold(0)
+    (3.0, 2.5, 0.0)
+    >>> parse_threshold("-1%")
+    Traceback (most recent call last):
+    ...
+    tracekit.errors.TracekitError: --fail-on-regression -1%: a percentage >= 0, e.g. 3%
+    """
+    s = str(text).strip()
+    try:
+        v = float(s[:-1] if s.endswith("%") else s)
+    except ValueError:
+        v = float("nan")
+    if not v >= 0 or v == float("inf"):
+        raise TracekitError(f"--fail-on-regression {text}: a percentage >= 0, e.g. 3%")
+    return v
+
+
+def bootstrap_ratio(base, new, statistic: str = "median", *, resamples: int = GATE_RESAMPLES,
+                    seed: int = GATE_SEED, confidence: float = GATE_CONFIDENCE) -> tuple[float, float]:
+    """The percentile bootstrap interval of ``statistic(new) / statistic(base)`` over the two samples (each side
+    resampled with replacement, ``resamples`` times, from a generator seeded with ``seed``: deterministic).
+
+    >>> lo, hi = bootstrap_ratio([10.0, 10.2, 9.9, 10.1, 10.0], [11.0, 11.1, 10.9, 11.2, 11.0])
+    >>> 1.07 < lo < 1.10 < hi < 1.13
+    True
+    """
+    import numpy as np
+
+    f = np.median if statistic == "median" else np.mean
+    b, n = np.asarray(base, dtype=float), np.asarray(new, dtype=float)
+    rng = np.random.default_rng(seed)
+    out = np.empty(resamples)
+    chunk = max(1, 4_000_000 // max(b.size, n.size))  # (resamples per batch: bounded memory for long traces)
+    for s in range(0, resamples, chunk):
+        k = min(chunk, resamples - s)
+        rb = f(b[rng.integers(0, b.size, size=(k, b.size))], axis=1)
+        rn = f(n[rng.integers(0, n.size, size=(k, n.size))], axis=1)
+        out[s:s + k] = rn / rb
+    alpha = 1 - confidence
+    lo, hi = np.quantile(out, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
+def _normal_ratio(bs: dict, ns: dict, statistic: str, confidence: float) -> tuple[float, float] | None:
+    """The interval of the ratio of two sides' traced-step statistics from their p10-p90 spread and count
+    (normal steps: sd = (p90 - p10) / 2.563; the median's standard error 1.2533 x the mean's), on the log scale."""
+    import math
+
+    parts = []
+    for st in (bs, ns):
+        sd, cnt, m = _spread(st), st.get("count"), st.get(f"{statistic}_ms")
+        if sd is None or not cnt or not m:
+            return None
+        parts.append((sd / _P10_P90_SIGMAS) * (1.2533 if statistic == "median" else 1.0) / math.sqrt(cnt) / m)
+    r = ns[f"{statistic}_ms"] / bs[f"{statistic}_ms"]
+    z = _Z.get(round(confidence, 2), 1.96)
+    w = z * math.sqrt(parts[0] ** 2 + parts[1] ** 2)
+    return r * math.exp(-w), r * math.exp(w)
+
+
+def _pct(ratio: float) -> float:
+    return 100.0 * (ratio - 1.0)
+
+
+def _signed_pct(x: float) -> str:
+    """``+1.8%``, ``-4.6%``, ``±0.0%`` (not ``-0.0%``)."""
+    return "±0.0%" if abs(x) < 0.05 else f"{x:+,.1f}%"
+
+
+def gate(base, new, threshold_pct: float, *, resamples: int = GATE_RESAMPLES, seed: int = GATE_SEED,
+         confidence: float = GATE_CONFIDENCE) -> Gate:
+    """The CI verdict: NEW's reference step slower than BASE's by more than ``threshold_pct`` **and** beyond the
+    noise of the two sides' steps (``failed``). ``base``/``new``: anything :func:`as_side` takes.
+
+    * **What is compared** (``change_pct``): the reference steps, unprofiled where both sides have one (basis
+      ``unprofiled``); else the traced mean steps (basis ``traced``; also when one side is unprofiled and the
+      other traced: the traced steps are the kind both have).
+    * **The noise** (``ci_pct``): a percentile bootstrap (``resamples``, ``seed``) of the ratio of the two sides'
+      traced steps — their medians when the reference steps are unprofiled (each is the median of timed steps),
+      their means when the traced means are compared. An unprofiled step carries no per-step times, so its noise
+      comes from the traced steps of the same run: their interval scaled by (reference ratio / traced ratio),
+      then widened to cover the traced interval itself — two clocks of one pair of runs that disagree by more
+      than their step noise (a slower host or clock state in one process) are noise, not a change the trace
+      confirms. A saved breakdown keeps no per-step times: its side's noise is a normal approximation from its
+      p10-p90 spread and count (``method`` ``normal``). With fewer than :data:`MIN_GATE_STEPS` steps on a side
+      there is no estimate (``ci_pct`` null) and the threshold alone decides.
+    * ``failed`` = ``change_pct > threshold_pct`` and (``ci_pct`` null or its lower end > 0).
+    """
+    b, n = as_side(base), as_side(new)
+    bs, ns = b.view["steps"], n.view["steps"]
+    ref = reference_change(b.view, n.view)
+    basis = "unprofiled" if ref.basis == "unprofiled" else "traced"
+    statistic = "median" if basis == "unprofiled" else "mean"
+
+    def traced(s: Side) -> float | None:
+        if s.periods_ms:
+            import statistics
+
+            return (statistics.median if statistic == "median" else statistics.fmean)(s.periods_ms)
+        return s.view["steps"].get(f"{statistic}_ms")
+
+    tb, tn = traced(b), traced(n)
+    traced_ratio = tn / tb if tb and tn is not None else None
+    if basis == "unprofiled":
+        shown = (ref.base, ref.new)
+        ratio = ref.new / ref.base if ref.base else None
+    else:
+        shown = (bs.get("mean_ms"), ns.get("mean_ms"))
+        ratio = traced_ratio
+    counts = (len(b.periods_ms) if b.periods_ms is not None else bs.get("count") or 0,
+              len(n.periods_ms) if n.periods_ms is not None else ns.get("count") or 0)
+
+    interval, method = None, "none"
+    if traced_ratio is not None and min(counts) >= MIN_GATE_STEPS:
+        if b.periods_ms is not None and n.periods_ms is not None:
+            interval = bootstrap_ratio(b.periods_ms, n.periods_ms, statistic, resamples=resamples, seed=seed,
+                                       confidence=confidence)
+            method = "bootstrap"
+        else:
+            interval = _normal_ratio(bs if b.periods_ms is None else _stats(b.periods_ms),
+                                     ns if n.periods_ms is None else _stats(n.periods_ms), statistic, confidence)
+            method = "normal" if interval is not None else "none"
+    traced_ci = (_pct(interval[0]), _pct(interval[1])) if interval is not None else None
+    ci = traced_ci
+    if interval is not None and basis == "unprofiled" and ratio is not None:
+        scale = ratio / traced_ratio
+        ci = (_pct(min(interval[0] * scale, interval[0])), _pct(max(interval[1] * scale, interval[1])))
+    change_pct = _pct(ratio) if ratio is not None else None
+    failed = change_pct is not None and change_pct > threshold_pct and (ci is None or ci[0] > 0)
+
+    conf = f"{100 * confidence:g}%"
+    steps = f"{counts[0]} BASE and {counts[1]} NEW steps"
+    if method == "bootstrap":
+        noise = (f"bootstrap of the ratio of the traced steps' {statistic}s ({steps}, {resamples} resamples, seed "
+                 f"{seed}, {conf} percentile interval)")
+    elif method == "normal":
+        noise = (f"normal approximation of the ratio of the traced steps' {statistic}s from each side's p10-p90 "
+                 f"spread and step count ({steps}; a saved breakdown keeps no per-step times), {conf} interval")
+    else:
+        noise = (f"none: fewer than {MIN_GATE_STEPS} analysed steps on a side ({steps}); the threshold alone "
+                 "decides")
+    if method != "none" and basis == "unprofiled":
+        noise += (", scaled to the unprofiled reference steps and widened to cover the traced steps' own change "
+                  "(the noise of an unprofiled step is its run's traced-step noise)")
+    traced_pct = _pct(traced_ratio) if traced_ratio is not None else None
+    reason = _gate_reason(ref.basis, basis, statistic, shown, change_pct, threshold_pct, ci, traced_pct, failed, conf)
+    return Gate(threshold_pct=float(threshold_pct), change_pct=change_pct, ci_pct=ci, noise_basis=noise,
+                failed=failed, reason=reason, basis=basis, statistic=statistic, method=method,
+                traced_change_pct=traced_pct, traced_ci_pct=traced_ci,
+                steps=BaseNew(counts[0], counts[1]), resamples=resamples if method == "bootstrap" else None,
+                seed=seed if method == "bootstrap" else None, confidence=confidence)
+
+
+def _stats(periods) -> dict:
+    """The statistics :func:`_normal_ratio` reads, of a side whose periods are known."""
+    import statistics
+
+    xs = sorted(periods)
+    q = statistics.quantiles(xs, n=10, method="inclusive") if len(xs) > 1 else [xs[0]] * 9
+    return {"count": len(xs), "mean_ms": statistics.fmean(xs), "median_ms": statistics.median(xs),
+            "p10_ms": q[0], "p90_ms": q[-1]}
+
+
+def _gate_reason(ref_basis: str, basis: str, statistic: str, shown, change_pct, threshold: float, ci, traced_pct,
+                 failed: bool, conf: str) -> str:
+    """The gate's verdict in one line."""
+    what = "unprofiled step" if basis == "unprofiled" else "traced mean step"
+    pre = ("the reference steps are of different kinds (one unprofiled, one traced): the traced steps compared; "
+           if ref_basis == "mixed" else "")
+    if change_pct is None:
+        return pre + f"no {what} to compare: the gate cannot fail"
+    ms = f"{shown[0]:.3f} → {shown[1]:.3f} ms" if None not in shown else "—"
+    thr = f"{threshold:g}%"
+    band = f"{conf} interval {_signed_pct(ci[0])} to {_signed_pct(ci[1])}" if ci is not None else None
+    if failed:
+        noise = f"beyond the step noise ({band})" if band else "no noise estimate (too few steps)"
+        return pre + f"NEW's {what} is {change_pct:,.1f}% slower than BASE's ({ms}): above the {thr} threshold, {noise}"
+    if change_pct <= 0:
+        return pre + f"NEW's {what} is not slower than BASE's ({ms}, {_signed_pct(change_pct)})"
+    if change_pct <= threshold:
+        return pre + f"NEW's {what} is {change_pct:,.1f}% slower than BASE's ({ms}): within the {thr} threshold"
+    traced = ""
+    if basis == "unprofiled" and traced_pct is not None:
+        traced = f"; the traced steps' {statistic} changed {_signed_pct(traced_pct)}"
+    return pre + (f"NEW's {what} is {change_pct:,.1f}% slower than BASE's ({ms}): above the {thr} threshold but within "
+                  f"the step noise ({band} includes no change{traced})")
+
+
+# ───────────────────────── the diff ─────────────────────────
+
+def diff(base, new, *, fail_on_regression: float | None = None, labels: tuple[str | None, str | None] = (None, None),
+         warnings=()) -> Diff:
+    """Compare two breakdowns (``base`` first; each anything :func:`as_side` takes: a Breakdown, a saved breakdown,
+    a rank set). ``fail_on_regression``: the gate's threshold in percent (:func:`gate`); ``labels``: the rank
+    sets' names (their directories); ``warnings``: the caller's own (e.g. how the devices were paired), listed
+    first. See the module docstring for the keys."""
+    bside, nside = as_side(base, labels[0]), as_side(new, labels[1])
+    b, n = bside.view, nside.view
     bs, ns = b["steps"], n["steps"]
     quantiles = {k: change(bs.get(k), ns.get(k)) for k in STEP_KEYS}
     spread = change(_spread(bs), _spread(ns))
@@ -283,12 +722,13 @@ def diff(base, new) -> Diff:
                 verdict=BaseNew(ba["verdict"], na["verdict"]),
                 max_saving_ms=change(ba.get("max_saving_ms"), na.get("max_saving_ms"))))
 
-    warnings = []
+    sets = bside.cross_rank is not None or nside.cross_rank is not None
+    warnings = list(warnings)
     if (b["gpu"]["name"] or None) != (n["gpu"]["name"] or None):
         warnings.append(f"different GPUs: base {b['gpu']['name'] or 'unknown'}, new {n['gpu']['name'] or 'unknown'}")
-    if b["gpu"]["device"] != n["gpu"]["device"]:
+    if b["gpu"]["device"] != n["gpu"]["device"] and not sets:
         warnings.append(f"different devices analysed: base GPU {b['gpu']['device']}, new GPU {n['gpu']['device']} "
-                        "(pass --device N to compare the same one)")
+                        "(pass --device N, or --base-device / --new-device, to pick them)")
     if bs["marker"] != ns["marker"] or bs["pattern"] != ns["pattern"]:
         desc = lambda s: s["marker"] + (f" {s['pattern']!r}" if s["pattern"] else "")  # noqa: E731
         warnings.append(f"steps found differently: base {desc(bs)}, new {desc(ns)}")
@@ -297,12 +737,23 @@ def diff(base, new) -> Diff:
                         "(capture again with --cuda-graph-trace=node)")
     if steps.within_noise:
         warnings.append("the traced mean step moved by less than half the p10–p90 spread: the change may be noise")
-
     if ref.basis == "mixed":
         missing = "base" if ref.base_source == "traced" else "new"
         warnings.append(f"only one side has an unprofiled step: an unprofiled and a traced step are not compared "
                         f"(pass --{missing}-measured-step-ms X, the {missing.upper()} step measured without a profiler)")
+    kernels = kernel_changes(bside, nside)
+    if kernels is None:
+        which = " and ".join(s for s, x in (("BASE", bside), ("NEW", nside)) if x.kernels is None)
+        warnings.append(f"{which}: a saved breakdown keeps no per-kernel times, so `kernels` is null (diff the "
+                        "trace files for the kernels that moved)")
+    if sets and bside.ranks != nside.ranks:
+        warnings.append(f"BASE has {bside.ranks} rank(s), NEW {nside.ranks}: per-step figures and kernels are per GPU "
+                        "(means over each set's ranks), steps the slowest rank's")
     delta = Delta(reference_step_ms=ref, steps=steps, time_base=tb, per_step_ms=per_step, gaps=gaps,
-                  kernel_ms_per_step=kernel, roofline=roof, largest_change=largest, advice_changed=tuple(changed),
-                  warnings=tuple(warnings))
-    return Diff(base=base, new=new, delta=delta)
+                  kernel_ms_per_step=kernel,
+                  kernel_total_ms_per_step=change(_total(b["kernel_ms_per_step"]), _total(n["kernel_ms_per_step"])),
+                  roofline=roof, largest_change=largest, advice_changed=tuple(changed), warnings=tuple(warnings))
+    g = gate(bside, nside, fail_on_regression) if fail_on_regression is not None else None
+    return Diff(base=bside.result, new=nside.result, delta=delta, kernels=kernels,
+                kernel_categories=category_changes(kernel), cross_rank=cross_rank_delta(bside, nside) if sets else None,
+                gate=g)
