@@ -118,7 +118,9 @@ def _server_capture(ctx, *, argv, url, out, workload, profiler, steps, engine, c
                            repeats=repeats, trace_timeout=trace_timeout, settle=settle,
                            request_timeout=request_timeout, argv=argv)
     except TracekitError as e:
-        click.echo(f"tracekit: error: {e}", err=True)
+        from tracekit.report._fmt import one_line
+
+        click.echo(f"tracekit: error: {one_line(e)}", err=True)
         ctx.exit(2)
     spec = m.get("spec") or {}
     acc = f", accept length {spec['accept_len']:.3f}" if spec.get("accept_len") else ""

@@ -162,7 +162,9 @@ def model_bytes(info: eng.EngineInfo, *, batch: int, context: int | None) -> tup
     try:
         model = load_model(path)
         separate = bool(spec and spec.draft_model_path and forwards)
-        sb = step_bytes(model, tp=tp, ep=ep if ep <= tp or ep % tp == 0 else 1, batch=max(1, batch),
+        if not ((ep <= tp and tp % ep == 0) or (ep > tp and ep % tp == 0)):
+            ep = 1   # (a layout tracekit.model does not split: the experts counted as tensor-parallel)
+        sb = step_bytes(model, tp=tp, ep=ep, batch=max(1, batch),
                         context=context, draft_forwards=0 if separate else forwards, verify_tokens=k + 1)
     except TracekitError as e:
         return {}, [f"weight bytes per step unknown: {path}: {e}"]

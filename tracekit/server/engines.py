@@ -131,7 +131,11 @@ def _int(v) -> int | None:
 
 
 def _str(v, limit: int = 1000) -> str | None:
-    return str(v)[:limit] if isinstance(v, (str, int, float)) and not isinstance(v, bool) else None
+    """A server's value as a string for messages and the manifest: control characters (terminal escapes, newlines)
+    replaced, at most ``limit`` characters."""
+    if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+        return None
+    return re.sub(r"[\x00-\x1f\x7f]", "?", str(v))[:limit]
 
 
 def _bounded(d: dict, keep: tuple[str, ...] = ()) -> dict:
