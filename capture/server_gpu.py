@@ -84,7 +84,7 @@ class LoopScheduler(Scheduler):
     speculative = True
 
     def __init__(self, loop):
-        super().__init__(max_batch=loop.B, admit_when_idle=True)
+        super().__init__(max_batch=loop.B, admit_when_idle=True, admit_wait_s=0.05 if loop.B > 1 else 0.0)
         self.loop, self.i, self.in_round = loop, 0, 0
         # steps a round may take before the KV window is full (positions grow by at most K + 1 a step)
         self.capacity = max(1, (loop.window - loop.prompt_len) // (loop.K + 1) - 2)

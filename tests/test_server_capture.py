@@ -278,10 +278,11 @@ def test_sglang_already_profiling_is_left_alone(servers, tmp_path):
 
 def test_traces_that_never_appear(servers, tmp_path):
     """The server writes on its own file system (here: another folder, as a server on another host does)."""
-    app, srv = servers("sglang", [spec_trace()], write_elsewhere=tmp_path / "server_host")
+    app, srv = servers("sglang", [spec_trace()], tp=2, write_elsewhere=tmp_path / "server_host")
     out = tmp_path / "cap"
     line = one_error_line(run("--server", srv.url, "--out", out, *FAST[:-2], "--trace-timeout", "1"))
-    assert f"the traces did not appear in {out}" in line and "rank files found: none (1 expected" in line
+    assert f"the traces did not appear in {out}" in line
+    assert "rank files found: none (2 expected; missing TP-0, TP-1" in line
     assert "--server-dir" in line
     assert not app.profiling and len(app.profiler.exports) == 1   # stopped: its files went where it writes
 

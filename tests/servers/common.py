@@ -214,12 +214,14 @@ class Scheduler:
     ``forward_ct`` counts it (mode ``EXTEND`` or ``DECODE``, SGLang's ForwardMode names); control calls run between
     batches (:meth:`call`).
 
-    ``admit_when_idle``: new requests join only when none runs (an engine whose batch shares one reset state)."""
+    ``admit_when_idle``: new requests join only when none runs (an engine whose batch shares one reset state);
+    ``admit_wait_s``: once a request waits, wait this long for more to fill the batch (requests sent together
+    start together)."""
 
     speculative = False
 
-    def __init__(self, *, max_batch: int = 64, admit_when_idle: bool = False):
-        self.max_batch, self.admit_when_idle = max_batch, admit_when_idle
+    def __init__(self, *, max_batch: int = 64, admit_when_idle: bool = False, admit_wait_s: float = 0.0):
+        self.max_batch, self.admit_when_idle, self.admit_wait_s = max_batch, admit_when_idle, admit_wait_s
         self.waiting: queue.Queue = queue.Queue()
         self.control: queue.Queue = queue.Queue()
         self.running: list[Request] = []
@@ -263,11 +265,17 @@ class Scheduler:
             self.running = [r for r in self.running if not r.done]
             new = []
             if not (self.admit_when_idle and self.running):
+                until_t = None
                 while len(self.running) + len(new) < self.max_batch:
                     try:
-                        r = self.waiting.get_nowait()
+                        if until_t is None:
+                            r = self.waiting.get_nowait()
+                        else:
+                            r = self.waiting.get(timeout=max(0.0, until_t - time.monotonic()))
                     except queue.Empty:
                         break
+                    if until_t is None:
+                        until_t = time.monotonic() + self.admit_wait_s
                     if not r.cancelled:
                         new.append(r)
             if new:

@@ -322,7 +322,7 @@ def _capture(server: Server, info: eng.EngineInfo, out: Path, *, steps, concurre
 
     try:
         found = wait_for_ranks(watch, info.engine, info.expected_ranks, before=before, timeout=trace_timeout,
-                               settle=settle, progress=progress, alive=alive, where_hint=hint)
+                               settle=settle, progress=progress, alive=alive, where_hint=hint, layout=_layout(info))
     except TracesMissing as e:
         if e.gone:
             raise TracekitError(f"the server at {server.base} went away mid-capture, before its traces were "
@@ -341,6 +341,19 @@ def _capture(server: Server, info: eng.EngineInfo, out: Path, *, steps, concurre
     say(f"{len(ranks)} rank trace(s): {', '.join(r.name for r in ranks)}")
     return _write_manifest(out, server, info, m, ranks, found, steps=steps, profiled_tokens=profiled_tokens,
                            output_dir=output_dir, prof=prof, argv=argv, warnings=warnings)
+
+
+def _layout(info: eng.EngineInfo) -> list[str] | None:
+    """The labels of the rank files one capture should write (as :attr:`RankFile.label` gives them), when the
+    server said its layout."""
+    if info.tp is None:
+        return None
+    pp = info.pp or 1
+    dp = 1 if info.dp_attention else (info.dp or 1)
+    named_dp = dp > 1 or info.engine == eng.VLLM
+    named_pp = pp > 1 or info.engine == eng.VLLM
+    return ["-".join([f"TP-{t}"] + ([f"DP-{d}"] if named_dp else []) + ([f"PP-{p}"] if named_pp else []))
+            for d in range(dp) for p in range(pp) for t in range(info.tp)]
 
 
 def _where_hint(info: eng.EngineInfo, output_dir: str, out: Path) -> str:

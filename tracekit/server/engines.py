@@ -473,6 +473,8 @@ def rank_file(engine: str, name: str) -> RankFile | None:
     'TP-1-DP-0'
     >>> rank_file("vllm", "dp0_pp0_tp1_dcp0_ep1_rank1.1723456789123456789.pt.trace.json.gz").tp
     1
+    >>> rank_file("sglang", "1723456789.12-TP-0-DECODE.trace.json.gz").stage
+    'DECODE'
     >>> rank_file("sglang", "merged-1723456789.12.trace.json.gz") is None
     True
     """

@@ -69,11 +69,12 @@ def new_files(folder: Path, before: set[str]) -> list[str]:
 
 def wait_for_ranks(folder: Path, engine: str, expected: int | None, *, before: set[str] = frozenset(),
                    timeout: float, settle: float, poll: float = 0.25, progress: Progress | None = None,
-                   alive=lambda: True, where_hint: str = "") -> Found:
+                   alive=lambda: True, where_hint: str = "", layout: list[str] | None = None) -> Found:
     """Wait until ``folder`` holds ``expected`` new rank trace files of ``engine`` (any count, once no new one has
     appeared for ``3 x settle``, when ``expected`` is None), each with a size unchanged for ``settle`` seconds.
     ``before``: the names already there (not this capture's). ``alive()`` is asked between polls: False (the
-    server went away) ends the wait early. Raises :class:`TracesMissing` on timeout."""
+    server went away) ends the wait early. ``layout``: the expected ranks' labels (``TP-0``, ``TP-1-DP-0``, ...),
+    so that the timeout names the missing ones. Raises :class:`TracesMissing` on timeout."""
     t0 = time.monotonic()
     sizes: dict[str, tuple[int, float]] = {}       # name -> (size, since when unchanged)
     last_new = t0
@@ -111,7 +112,7 @@ def wait_for_ranks(folder: Path, engine: str, expected: int | None, *, before: s
                          f"{total / 1e6:.1f} MB, {now - t0:.0f} s")
         if now - t0 >= timeout or not alive():
             raise TracesMissing(folder, engine, expected, sorted(ranks.values()), others, now - t0,
-                                where_hint, gone=not alive())
+                                where_hint, gone=not alive(), layout=layout)
         time.sleep(poll)
 
 
@@ -119,10 +120,14 @@ class TracesMissing(Exception):
     """The wait ended without every rank's trace: the message names what is there and what is missing."""
 
     def __init__(self, folder: Path, engine: str, expected: int | None, have: list[RankFile], others: list[str],
-                 waited: float, hint: str, gone: bool = False):
+                 waited: float, hint: str, gone: bool = False, layout: list[str] | None = None):
         self.gone = gone
         got = ", ".join(r.label for r in have) or "none"
         want = f"{expected} expected" if expected is not None else "the number of ranks unknown"
+        missing = [x for x in (layout or []) if x not in {r.label for r in have}]
+        if missing:
+            want += f"; missing {', '.join(missing[:16])}" + (f" and {len(missing) - 16} more" if len(missing) > 16
+                                                               else "")
         pattern = FILE_PATTERNS.get(engine, "")
         tail = f"; other new files: {', '.join(others[:5])}" if others else ""
         why = "the server went away" if gone else f"after {waited:.0f} s"
