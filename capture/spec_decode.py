@@ -27,6 +27,13 @@ the draft's KV cache of the accepted tokens: K + 1 draft forwards per step.)
 
 Markers (unless ``--no-markers``): ``decode_step <i>`` per step, ``draft`` around (a), ``verify``
 around (c), ``draft_extend`` around (e). With ``--no-markers`` there are no ranges at all.
+``--engine-spans sglang``: no markers of ours, only the span SGLang's EAGLE v1 writes: ``step[TARGET_VERIFY
+bs=N]`` (``record_function``) around the verify forward (c); the draft and draft-extend graph replays get none
+(``ModelRunner.forward`` wraps each forward it runs; the draft runners replay their graphs without it).
+``--accept-pattern 1,2,0,3``: the step's accepted drafts, in turn (from the first step after a reset), or
+``--accept-prob P``: each draft token accepted with probability P until the first rejection; either replaces the
+target's own greedy match (always a rejection with random weights): a known acceptance length for the server
+validation (``capture/server_gpu.py``, which drives this loop through ``main(serve=...)``).
 
 Facts for the manifest: weight bytes per step (target + draft per forward x K+1 forwards), accept
 lengths, and the UNPROFILED step times (CUDA events, median): the spec step, the plain decode step (the
@@ -62,7 +69,16 @@ def parse_args(argv=None):
     p.add_argument("--prompt-len", type=int, default=128, help="cached tokens each sequence starts from")
     p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
     p.add_argument("--no-probes", action="store_true", help="skip the GEMM bandwidth probe")
+    p.add_argument("--engine-spans", choices=["none", "sglang"], default="none",
+                   help="sglang: only SGLang's step[TARGET_VERIFY bs=N] span around the verify (no markers of ours)")
+    p.add_argument("--accept-prob", type=float, default=None,
+                   help="accept each draft token with this probability until the first rejection")
+    p.add_argument("--accept-pattern", default=None,
+                   help="accepted drafts per step, cycled from each reset (e.g. 1,2,0,3: 2.5 tokens per step)")
     args = p.parse_args(argv)
+    args.pattern = [min(int(x), args.spec) for x in args.accept_pattern.split(",")] if args.accept_pattern else None
+    if args.engine_spans == "sglang":
+        args.no_markers = True
     if args.mode == "compile":
         p.error("--mode compile: the spec workload runs eager or graph")
     if args.spec < 1:
@@ -102,7 +118,10 @@ class State:
         self.hid.normal_(0.0, 1.0, generator=self.gen)
 
 
-def main(argv=None) -> int:
+def main(argv=None, serve=None) -> int:
+    """Run the workload; ``serve(loop)``, when given, is called once the loop's own unprofiled step is measured
+    (``loop``: the step, its reset, the accepted drafts, the timing) and its result returned instead of the
+    profiled phase (``capture/server_gpu.py``)."""
     args = parse_args(argv)
     torch, dev, cuda = _common.torch_device(args)
     dtype = getattr(torch, args.dtype)
@@ -152,6 +171,12 @@ def main(argv=None) -> int:
 
     def accept_phase():                      # (d): greedy acceptance + host read of the accept lengths
         match = (S.draft_tokens == S.tpred[:, :K]).to(torch.long)
+        if args.pattern:                     # a known acceptance (--accept-pattern): this step's accepted drafts
+            a = args.pattern[pattern_at[0] % len(args.pattern)]
+            pattern_at[0] += 1
+            match = (S.ar[:K] < a).to(torch.long).expand(B, K)
+        elif args.accept_prob is not None:   # (--accept-prob): Bernoulli(P) per draft token
+            match = (torch.rand(B, K, device=dev, generator=gen) < args.accept_prob).to(torch.long)
         acc = match.cumprod(dim=1).sum(dim=1)
         acc_cpu = acc.tolist()
         S.a_idx.copy_(acc)
@@ -201,6 +226,13 @@ def main(argv=None) -> int:
 
     accepted: list[int] = []                 # accepted drafts per sequence per step (this phase)
     tokens_head: list = []
+    pattern_at = [0]                         # --accept-pattern: the step within the pattern
+    if args.engine_spans == "sglang":        # ModelRunner.forward's span (profile_utils.build_step_span_name)
+        verify_span = lambda: torch.profiler.record_function(f"step[TARGET_VERIFY bs={B}]")  # noqa: E731
+    else:
+        import contextlib
+
+        verify_span = contextlib.nullcontext
 
     def spec_step(i, ev=None):
         rec = (lambda k: ev[k].record()) if ev is not None else (lambda k: None)
@@ -210,7 +242,7 @@ def main(argv=None) -> int:
         rec(1)
         build_verify_inputs()
         rec(2)
-        with markers.verify():
+        with markers.verify(), verify_span():
             v_core()
         rec(3)
         acc = accept_phase()
@@ -239,6 +271,7 @@ def main(argv=None) -> int:
         P_len.fill_(args.prompt_len)
         accepted.clear()
         tokens_head.clear()
+        pattern_at[0] = 0
 
     reset()
     for i in range(args.warmup):
@@ -285,6 +318,15 @@ def main(argv=None) -> int:
     if probes:
         _common.log("GEMM probe: " + ", ".join(f"{k} {v['achieved_gbps']} GB/s ({v['median_ms']:.3f} ms)"
                                                 for k, v in probes.items()))
+
+    if serve is not None:
+        import types
+
+        return serve(types.SimpleNamespace(
+            torch=torch, device=dev, cuda=cuda, args=args, B=B, K=K, spec_step=spec_step, reset=reset,
+            accepted=accepted, timing=timing, accept_len=accept_len, window=window, prompt_len=args.prompt_len,
+            weight_bytes_per_step=tb["bytes"] + db["bytes"] * draft_forwards,
+            time_steps=lambda n: _common.time_steps(spec_step, n, dev)))
 
     # ---- the profiled steps ----------------------------------------------------------------------------
     reset()

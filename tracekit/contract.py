@@ -51,6 +51,7 @@ KERNELS_SCHEMA = "tracekit.kernels/1"
 CEILING_SCHEMA = "tracekit.ceiling/1"
 HISTORY_SCHEMA = "tracekit.history/2"
 MANIFEST_SCHEMA = "tracekit.manifest/1"
+MANIFEST_V2_SCHEMA = "tracekit.manifest/2"  # /1 + server, unprofiled_step_ms_spread, concurrency (capture --server)
 
 _INTERNAL, _EXTENSION, _FLAT = "internal", "extension", "flattened"
 
@@ -240,4 +241,5 @@ def to_json(obj) -> str:
 
 
 __all__ = ["Block", "to_dict", "to_json", "internal", "tagged", "extension", "flattened", "BREAKDOWN_SCHEMA", "DIFF_SCHEMA",
-           "INFO_SCHEMA", "KERNELS_SCHEMA", "CEILING_SCHEMA", "HISTORY_SCHEMA", "MANIFEST_SCHEMA"]
+           "INFO_SCHEMA", "KERNELS_SCHEMA", "CEILING_SCHEMA", "HISTORY_SCHEMA", "MANIFEST_SCHEMA",
+           "MANIFEST_V2_SCHEMA"]

@@ -1,8 +1,15 @@
-"""The capture manifest (``manifest.json`` beside a trace, schema ``tracekit.manifest/1``).
+"""The capture manifest (``manifest.json`` beside a trace, schema ``tracekit.manifest/1`` or ``/2``).
 
 ``tracekit capture`` writes it; every analysis command reads it when it lies beside the trace. A
 malformed manifest is ignored with a warning (the trace itself is still analysable), never trusted
 half-way.
+
+``/2`` (``tracekit capture --server URL``, ``tracekit.server``) is ``/1`` plus ``server`` (the engine, its
+version, model path and own settings), ``unprofiled_step_ms_spread`` (``[lo, hi]`` over the repetitions) and
+``concurrency`` (the streamed requests in flight: the batch, so ``tokens_per_step`` = ``concurrency``); one
+manifest names every rank file of the capture in ``trace_files``, so it applies to each rank of the directory.
+Both versions are read alike: the keys the analysis uses (``unprofiled_step_ms``, ``tp``, ``spec``,
+``tokens_per_step``, ``weight_bytes_per_step``) mean the same in each.
 
 A manifest applies to a trace only when it belongs to it (contract, "manifest matching"):
 
@@ -28,9 +35,10 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from tracekit.contract import MANIFEST_SCHEMA
+from tracekit.contract import MANIFEST_SCHEMA, MANIFEST_V2_SCHEMA
 
 SCHEMA = MANIFEST_SCHEMA  # "tracekit.manifest/1" (tracekit.contract names it once)
+SCHEMAS = (MANIFEST_SCHEMA, MANIFEST_V2_SCHEMA)  # every version read
 MIB = 1 << 20
 # the reader's format -> the manifest's "profiler"
 FORMAT_PROFILER = {"nsys-sqlite": "nsys", "kineto-json": "torch"}
@@ -110,8 +118,8 @@ def read_manifest(path: Path) -> tuple[dict | None, str | None]:
         data = json.loads(raw)
     except (OSError, ValueError) as e:
         return None, f"{path}: unreadable manifest ignored ({e})"
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        return None, f"{path}: not a {SCHEMA} manifest, ignored"
+    if not isinstance(data, dict) or data.get("schema") not in SCHEMAS:
+        return None, f"{path}: not a {' or '.join(SCHEMAS)} manifest, ignored"
 
     def num(v, kind=float):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -127,6 +135,14 @@ def read_manifest(path: Path) -> tuple[dict | None, str | None]:
     out["tokens_per_step"] = num(data.get("tokens_per_step"))
     out["tp"] = num(data.get("tp"), int)
     out["steps"] = num(data.get("steps"), int)
+    if data.get("schema") == MANIFEST_V2_SCHEMA:
+        out["concurrency"] = num(data.get("concurrency"), int)
+        if out["tokens_per_step"] is None and out["concurrency"]:
+            out["tokens_per_step"] = float(out["concurrency"])
+        spread = data.get("unprofiled_step_ms_spread")
+        lo_hi = [num(x) for x in spread] if isinstance(spread, list) and len(spread) == 2 else None
+        out["unprofiled_step_ms_spread"] = lo_hi if lo_hi and None not in lo_hi and lo_hi[0] <= lo_hi[1] else None
+        out["server"] = data.get("server") if isinstance(data.get("server"), dict) else None
     spec = data.get("spec")
     if isinstance(spec, dict):
         out["spec"] = {"draft_tokens": num(spec.get("draft_tokens"), int), "accept_len": num(spec.get("accept_len"))}
