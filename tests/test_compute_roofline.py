@@ -111,14 +111,17 @@ DATASHEET = [  # (trace name, dtype, dense TFLOP/s: the datasheet's, halved wher
     ("NVIDIA B200", "bf16", 2250), ("NVIDIA B200", "fp8", 4500), ("NVIDIA B200", "nvfp4", 9000),
     ("NVIDIA B200", "mxfp4", 9000), ("NVIDIA GB200", "bf16", 2500), ("NVIDIA GB200", "fp4", 10000),
     ("NVIDIA GB300", "nvfp4", 15000), ("NVIDIA GB300", "fp8", 5000),
-    ("NVIDIA A100-SXM4-80GB", "bf16", 312), ("NVIDIA A100-PCIE-40GB", "fp16", 312), ("NVIDIA A100-SXM4-80GB", "fp8", None),
+    ("NVIDIA A100-SXM4-80GB", "bf16", 312), ("NVIDIA A100-PCIE-40GB", "fp16", 312), ("NVIDIA A100-SXM4-80GB", "fp8", 312),
     ("NVIDIA L40S", "bf16", 366.5), ("NVIDIA L40S", "fp8", 733),
     ("NVIDIA RTX A6000", "bf16", 154.8), ("NVIDIA GeForce RTX 4090", "bf16", 165.2),
     ("NVIDIA GeForce RTX 4090", "fp8", 330.3), ("NVIDIA GeForce RTX 5090", "bf16", 209.5),
     ("NVIDIA GeForce RTX 5090", "nvfp4", 1676),
-    ("NVIDIA GB10", "nvfp4", 500), ("NVIDIA GB10", "bf16", None),  # 1 PFLOP FP4 with sparsity; no BF16 published
-    ("AMD Instinct MI300X", "bf16", 1307.4), ("AMD Instinct MI300X", "fp8", 2614.9), ("AMD Instinct MI300X", "fp4", None),
+    ("NVIDIA GB10", "nvfp4", 500), ("NVIDIA GB10", "bf16", None), ("NVIDIA GB10", "fp8", None),  # 1 PFLOP FP4
+    # with sparsity; no BF16/FP8 published
+    ("AMD Instinct MI300X", "bf16", 1307.4), ("AMD Instinct MI300X", "fp8", 2614.9),
     ("NVIDIA H100 80GB HBM3", "int4", 989),  # weight-only int4: the bf16 rate
+    # no tensor cores for the weights' dtype (fp8 on Ampere, fp4 on Hopper and MI300X): dequantized, the bf16 rate
+    ("AMD Instinct MI300X", "mxfp4", 1307.4), ("NVIDIA H100 80GB HBM3", "nvfp4", 989),
 ]
 
 

@@ -35,14 +35,17 @@ PeakBwSource = Literal["flag", "manifest", "trace", "table"]
 PeakTflopsSource = Literal["flag", "table"]
 
 # The peak a GEMM runs at, by the dtype of its weights (a user's --dtype, a checkpoint's, a trace's operand type):
-# the key of an entry's peak_tflops it reads. Weight-only integer quantization (GPTQ/AWQ int4, int8 weights)
-# dequantizes to the activations' bf16 and runs at the bf16 rate; nvfp4/mxfp4 fall back to the fp4 figure.
+# the keys of an entry's peak_tflops it reads, first found wins. Weight-only integer quantization (GPTQ/AWQ int4,
+# int8 weights) dequantizes to the activations' bf16 and runs at the bf16 rate; nvfp4/mxfp4 read the fp4 figure;
+# on a GPU without tensor cores for fp8 (A100, A6000) or fp4 (Hopper, MI300X), the weights are dequantized
+# (W8A16 / W4A16 kernels such as Marlin) and the GEMMs run at the bf16 rate.
+_FP8, _FP4 = ("fp8", "bf16"), ("fp4", "bf16")
 PEAK_KEYS: dict[str, tuple[str, ...]] = {
     "bf16": ("bf16",), "bfloat16": ("bf16",), "fp16": ("fp16", "bf16"), "f16": ("fp16", "bf16"),
     "float16": ("fp16", "bf16"), "half": ("fp16", "bf16"),
-    "fp8": ("fp8",), "fp8_e4m3": ("fp8",), "fp8_e5m2": ("fp8",), "fp8_e4m3fn": ("fp8",), "f8_e4m3": ("fp8",),
-    "f8_e5m2": ("fp8",), "float8_e4m3fn": ("fp8",), "float8_e5m2": ("fp8",),
-    "fp4": ("fp4",), "f4": ("fp4",), "nvfp4": ("nvfp4", "fp4"), "mxfp4": ("mxfp4", "fp4"),
+    "fp8": _FP8, "fp8_e4m3": _FP8, "fp8_e5m2": _FP8, "fp8_e4m3fn": _FP8, "f8_e4m3": _FP8, "f8_e5m2": _FP8,
+    "float8_e4m3fn": _FP8, "float8_e5m2": _FP8,
+    "fp4": _FP4, "f4": _FP4, "nvfp4": ("nvfp4", *_FP4), "mxfp4": ("mxfp4", *_FP4),
     "int4": ("bf16",), "int8": ("bf16",),
 }
 WEIGHT_ONLY = ("int4", "int8")  # (the dtypes PEAK_KEYS runs at the bf16 rate)
@@ -71,10 +74,13 @@ class GpuSpec:
 
     def tflops(self, dtype: str | None) -> tuple[float | None, str | None]:
         """Dense peak TFLOP/s of one device for GEMMs whose weights are ``dtype`` (:data:`PEAK_KEYS`), with the
-        table key it came from; ``(None, None)`` when the datasheet lists none for it.
+        table key it came from (``bf16`` for fp8 weights on a GPU without fp8 tensor cores: dequantized);
+        ``(None, None)`` when the datasheet lists none for it.
 
         >>> lookup("NVIDIA H100 SXM").tflops("fp8"), lookup("NVIDIA A100 80GB SXM").tflops("fp8")
-        ((1979.0, 'fp8'), (None, None))
+        ((1979.0, 'fp8'), (312.0, 'bf16'))
+        >>> lookup("NVIDIA GB10").tflops("bf16")
+        (None, None)
         """
         have = dict(self.peak_tflops)
         for key in PEAK_KEYS.get(_dtype_key(dtype), ()) if dtype else ():

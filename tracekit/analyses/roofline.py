@@ -260,8 +260,10 @@ def physical_check(block: RooflineBlock, peak_bw_gbps: float | None, *, gemm_ms:
     ceiling, fraction of it or impossible bandwidth, and the reason (naming ``suspects``, the inputs to check).
 
     Impossible: the target's weight bytes over the gemm kernel time, or the KV bytes over the attention kernel
-    time, above ``PEAK_TOLERANCE`` x the peak bandwidth; or a floor longer than ``PEAK_TOLERANCE`` x the whole
-    reference step. The bytes themselves stay (they are the inputs to check). When the weights hold a draft of
+    time, above ``PEAK_TOLERANCE`` x the peak bandwidth; the GEMM FLOPs over the gemm kernel time above
+    ``PEAK_TOLERANCE`` x the peak TFLOP/s (a block with its compute floor, :func:`with_compute`); or a floor (the
+    larger of memory and compute) longer than ``PEAK_TOLERANCE`` x the whole reference step. A refused block
+    states no floor of either kind and no ``bound``; its FLOPs and peak stay, as the bytes do. The bytes themselves stay (they are the inputs to check). When the weights hold a draft of
     unknown size (``draft_bytes_per_step`` None) and the step has drafting kernels (``drafting_ms``), the draft's
     GEMMs run as ``drafting``: the weights are checked against gemm + drafting time, and the gemm bandwidth
     (weights over gemm time alone) is not stated.
@@ -463,7 +465,8 @@ def model_compute_dtype(model) -> tuple[str | None, str]:
     a = model.arch
     q = a.quantization or {}
     method = str(q.get("quant_method") or "").lower()
-    algo = str(q.get("quant_algo") or (q.get("quantization") or {}).get("quant_algo") or "").lower()
+    inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else {}  # (modelopt's nesting)
+    algo = str(q.get("quant_algo") or inner.get("quant_algo") or "").lower()
     fmt = str(q.get("format") or "").lower()
     told = f"quantization_config: quant_method {method!r}" + (f", quant_algo {algo!r}" if algo else "") \
         + (f", format {fmt!r}" if fmt else "")

@@ -303,8 +303,9 @@ def ceiling(
 
 def _compute_inputs(rb, *, params, dtype, model_given: bool, tokens: float, tp: int, ep: int, context, gpu,
                     peak_tflops, assumptions: list[str]) -> tuple[tuple[float | None, float | None],
-                                                                   tuple[float | None, str | None, str | None]]:
-    """``((gemm FLOPs, attention FLOPs), (peak TFLOP/s, its source, the dtype it is for))`` per GPU per step, from
+                                                                   tuple[float | None, str | None, str | None,
+                                                                         str | None]]:
+    """``((gemm FLOPs, attention FLOPs), (peak TFLOP/s, its source, the dtype, the table's key))`` per GPU per step, from
     ``--params`` (x tokens, dense) or the model (``tracekit.analyses.roofline.model_flops``); what was assumed goes
     to ``assumptions``."""
     from tracekit.analyses.roofline import model_compute_dtype, model_flops
@@ -329,15 +330,22 @@ def _compute_inputs(rb, *, params, dtype, model_given: bool, tokens: float, tp: 
                            "bf16 rate)")
     if kind is not None and dtype_key(kind) in ("nvfp4", "mxfp4"):
         assumptions.append(f"{kind}: the GEMMs run at the FP4 tensor-core rate (4-bit activations too)")
-    peak = resolve_peak_tflops(peak_tflops, gpu, kind)
-    return (gemm, attention), (peak[0], peak[1], kind)
+    value, source, key = resolve_peak_tflops(peak_tflops, gpu, kind)
+    return (gemm, attention), (value, source, kind, key)
 
 
 def _compute_line(r: RooflineBlock, peak: tuple) -> str:
     """The assumption that states the compute floor, or why there is none."""
+    from tracekit.gpus import WEIGHT_ONLY
+
     if r.compute_floor_ms is not None:
-        return (f"compute: {r.flops_per_step / 1e12:.4g} TFLOP per step per GPU at the dense {peak[2]} peak "
-                f"{r.peak_tflops:,.4g} TFLOP/s ({peak[1]}) = {r.compute_floor_ms:.3f} ms; the floor is the larger of "
+        at = f"the given peak {r.peak_tflops:,.4g} TFLOP/s (--peak-tflops)" if peak[1] == "flag" else \
+            f"the dense {peak[2]} peak {r.peak_tflops:,.4g} TFLOP/s (table)"
+        if peak[1] == "table" and peak[3] == "bf16" and dtype_key(peak[2]) not in ("bf16", "bfloat16", *WEIGHT_ONLY):
+            at = (f"the dense bf16 peak {r.peak_tflops:,.4g} TFLOP/s (table: this GPU has no {peak[2]} tensor-core "
+                  "figure, so the weights are taken as dequantized to bf16)")
+        return (f"compute: {r.flops_per_step / 1e12:.4g} TFLOP per step per GPU at {at} = "
+                f"{r.compute_floor_ms:.3f} ms; the floor is the larger of "
                 f"it and the {r.memory_floor_ms:.3f} ms memory floor: {r.bound}-bound"
                 + (" (GEMMs reach about 70-80% of the datasheet peak, so the real floor is higher)"
                    if r.bound == "compute" else ""))
