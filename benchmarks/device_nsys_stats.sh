@@ -11,7 +11,7 @@
 #      bash benchmarks/device_nsys_stats.sh refs "$OUT" sample=sample_traces shared=.gpu/ext data=tests/data/nsys
 #    KIND=DIR: KIND is how the test finds the trace again (sample: sample_traces/, shared: the external traces
 #    folder read in place, data: tests/data/); DIR is where it lies on this machine. The tarball unpacks into
-#    tests/data/ as nsys_stats/<KIND>-<path with / as __>.csv plus nsys_stats/index-<date>.toml (one [[ref]] per
+#    tests/data/ as nsys_stats/<KIND>-<path with / as __>.csv plus nsys_stats/index-<time>.toml (one [[ref]] per
 #    CSV: csv, trace = "KIND:<path under DIR>", nsys version); $OUT/nsys_stats.log says what ran and what failed.
 #    Every export is read from a throwaway copy under /tmp: nsys stats may add indexes to an export it reads.
 set -u
@@ -39,7 +39,7 @@ STAGE=$WORK/stage/nsys_stats; mkdir -p "$STAGE"
 LOG=$OUT/nsys_stats.log; : > "$LOG"
 VERSION=$("$NSYS" --version 2>/dev/null | grep -oE '[0-9]{4}\.[0-9]+\.[0-9]+(\.[0-9]+)?' | head -1)
 STAMP=$(date -u +%Y-%m-%d)
-INDEX=$STAGE/index-$STAMP.toml
+INDEX=$STAGE/index-$(date -u +%Y%m%dT%H%M%S).toml  # (one per run: two runs' indexes unpack side by side)
 { echo "# nsys stats --report cuda_gpu_kern_sum --format csv, run by benchmarks/device_nsys_stats.sh refs on $STAMP"
   echo "# (nsys ${VERSION:-unknown} on $(hostname)); trace = KIND:path (tests/test_kernel_stats.py resolves it)"; } > "$INDEX"
 echo "nsys: $NSYS (${VERSION:-version unknown})" >> "$LOG"
