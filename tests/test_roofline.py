@@ -50,6 +50,7 @@ TRACE_NAMES = [
     ("NVIDIA B300 SXM6 AC", "NVIDIA B300", 8000),
     ("NVIDIA GB200", "NVIDIA GB200", 8000),
     ("NVIDIA B200", "NVIDIA B200", 8000),
+    ("NVIDIA GB10", "NVIDIA GB10", 273),  # DGX Spark (the nvllm trace's deviceProperties name)
     ("NVIDIA RTX A6000", "NVIDIA RTX A6000", 768),
     ("NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090", 936),
     ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090", 1008),

@@ -1,15 +1,17 @@
-"""The GPU table: device name -> peak memory bandwidth, memory size, interconnect.
+"""The GPU table: device name -> peak memory bandwidth, dense peak TFLOP/s per dtype, memory size, interconnect.
 
 The data lives in ``tracekit/data/gpus.toml`` (ordered regex patterns, most specific
-first, each with its datasheet ``source``); this module loads it once, matches the
+first, each with its datasheet ``source`` and ``tflops_source``); this module loads it once, matches the
 names traces report (``'NVIDIA H200'``, ``'NVIDIA A100-SXM4-40GB'``,
 ``'Tesla V100-SXM2-32GB'``, ``'AMD Instinct MI300X'``, ...) and implements the
-contract's precedence for peak bandwidth: flag > manifest > trace > table.
+contract's precedence for peak bandwidth: flag > manifest > trace > table, and for peak TFLOP/s: flag > table.
 
 >>> lookup("NVIDIA A100-SXM4-40GB").peak_bw_gbps
 1555.0
 >>> resolve_peak_bw(None, None, None, "NVIDIA H200")
 (4800.0, 'table')
+>>> resolve_peak_tflops(None, "NVIDIA H100 80GB HBM3", "bf16")[:2], resolve_peak_tflops(None, "NVIDIA B200", "nvfp4")[:2]
+((989.0, 'table'), (9000.0, 'table'))
 """
 
 from __future__ import annotations
@@ -30,6 +32,23 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 from tracekit.errors import TracekitError
 
 PeakBwSource = Literal["flag", "manifest", "trace", "table"]
+PeakTflopsSource = Literal["flag", "table"]
+
+# The peak a GEMM runs at, by the dtype of its weights (a user's --dtype, a checkpoint's, a trace's operand type):
+# the keys of an entry's peak_tflops it reads, first found wins. Weight-only integer quantization (GPTQ/AWQ int4,
+# int8 weights) dequantizes to the activations' bf16 and runs at the bf16 rate; nvfp4/mxfp4 read the fp4 figure;
+# on a GPU without tensor cores for fp8 (A100, A6000) or fp4 (Hopper, MI300X), the weights are dequantized
+# (W8A16 / W4A16 kernels such as Marlin) and the GEMMs run at the bf16 rate.
+_FP8, _FP4 = ("fp8", "bf16"), ("fp4", "bf16")
+PEAK_KEYS: dict[str, tuple[str, ...]] = {
+    "bf16": ("bf16",), "bfloat16": ("bf16",), "fp16": ("fp16", "bf16"), "f16": ("fp16", "bf16"),
+    "float16": ("fp16", "bf16"), "half": ("fp16", "bf16"),
+    "fp8": _FP8, "fp8_e4m3": _FP8, "fp8_e5m2": _FP8, "fp8_e4m3fn": _FP8, "f8_e4m3": _FP8, "f8_e5m2": _FP8,
+    "float8_e4m3fn": _FP8, "float8_e5m2": _FP8,
+    "fp4": _FP4, "f4": _FP4, "nvfp4": ("nvfp4", *_FP4), "mxfp4": ("mxfp4", *_FP4),
+    "int4": ("bf16",), "int8": ("bf16",),
+}
+WEIGHT_ONLY = ("int4", "int8")  # (the dtypes PEAK_KEYS runs at the bf16 rate)
 
 
 @dataclass(frozen=True)
@@ -45,11 +64,29 @@ class GpuSpec:
     pattern: str = ""
     note: str | None = None
     devices_per_package: int = 1
+    peak_tflops: tuple[tuple[str, float], ...] = ()  # (dtype key, dense TFLOP/s of one device), as the table lists
+    tflops_source: str | None = None
 
     @property
     def device_bw_gbps(self) -> float:
         """Peak bandwidth of one device as the driver exposes it (MI250: one GCD)."""
         return self.peak_bw_gbps / self.devices_per_package
+
+    def tflops(self, dtype: str | None) -> tuple[float | None, str | None]:
+        """Dense peak TFLOP/s of one device for GEMMs whose weights are ``dtype`` (:data:`PEAK_KEYS`), with the
+        table key it came from (``bf16`` for fp8 weights on a GPU without fp8 tensor cores: dequantized);
+        ``(None, None)`` when the datasheet lists none for it.
+
+        >>> lookup("NVIDIA H100 SXM").tflops("fp8"), lookup("NVIDIA A100 80GB SXM").tflops("fp8")
+        ((1979.0, 'fp8'), (312.0, 'bf16'))
+        >>> lookup("NVIDIA GB10").tflops("bf16")
+        (None, None)
+        """
+        have = dict(self.peak_tflops)
+        for key in PEAK_KEYS.get(_dtype_key(dtype), ()) if dtype else ():
+            if key in have:
+                return have[key], key
+        return None, None
 
     def to_dict(self) -> dict:
         return {
@@ -61,7 +98,13 @@ class GpuSpec:
             "link_bw_gbps": self.link_bw_gbps,
             "source": self.source,
             "note": self.note,
+            "peak_tflops": dict(self.peak_tflops),
+            "tflops_source": self.tflops_source,
         }
+
+
+def _dtype_key(name: str) -> str:
+    return str(name).strip().lower().removeprefix("torch.").removeprefix("c10::")
 
 
 def _normalize(name: str) -> str:
@@ -95,7 +138,11 @@ def load_table(path: str | Path | None = None) -> tuple[tuple[re.Pattern, GpuSpe
                 pattern=str(entry["pattern"]),
                 note=entry.get("note"),
                 devices_per_package=int(entry.get("devices_per_package", 1)),
+                peak_tflops=tuple((str(k), float(v)) for k, v in dict(entry.get("peak_tflops", {})).items()),
+                tflops_source=entry.get("tflops_source"),
             )
+            if any(not _usable(v) for _, v in spec.peak_tflops) or (spec.peak_tflops and not spec.tflops_source):
+                raise ValueError("peak_tflops must be positive numbers, with a tflops_source")
             rx = re.compile(spec.pattern, re.IGNORECASE)
         except (KeyError, TypeError, ValueError, re.error) as e:
             raise TracekitError(f"GPU table {path or 'gpus.toml'}: entry {i + 1} is invalid ({e!r})") from e
@@ -173,6 +220,28 @@ def resolve_peak_bw(
     return None, None
 
 
+def resolve_peak_tflops(flag: float | None, name: str | None, dtype: str | None, *,
+                        table: str | Path | None = None) -> tuple[float | None, PeakTflopsSource | None, str | None]:
+    """Dense peak TFLOP/s for GEMMs of ``dtype`` on the GPU ``name``, where it came from (flag > table) and the
+    table key used (None for the flag); ``(None, None, None)`` when neither gives one. A multi-die package's
+    device gets its share, as for bandwidth. A bad ``flag`` raises ``TracekitError``.
+
+    >>> resolve_peak_tflops(500.0, "NVIDIA H200", "bf16"), resolve_peak_tflops(None, "NVIDIA GB10", "bf16")
+    ((500.0, 'flag', None), (None, None, None))
+    """
+    if flag is not None:
+        if not _usable(flag):
+            raise TracekitError(f"--peak-tflops must be a positive number of TFLOP/s, got {flag!r}")
+        return float(flag), "flag", None
+    spec = lookup(name, table=table)
+    if spec is None:
+        return None, None, None
+    value, key = spec.tflops(dtype)
+    if value is None:
+        return None, None, None
+    return value / spec.devices_per_package, "table", key
+
+
 def table_markdown(*, table: str | Path | None = None) -> str:
     """The GPU table as markdown (docs/roofline.md is generated from it)."""
     out = [
@@ -185,4 +254,17 @@ def table_markdown(*, table: str | Path | None = None) -> str:
             bw += f" ({s.device_bw_gbps:g} per device)"
         src = s.source + (f"; {s.note}" if s.note else "")
         out.append(f"| {s.name} | {bw} | {s.memory_gb:g} | {s.link} | {s.link_bw_gbps:g} | {src} |")
+    return "\n".join(out)
+
+
+def tflops_markdown(*, table: str | Path | None = None) -> str:
+    """The dense peak TFLOP/s of the GPU table as markdown, with sources (docs/roofline.md is generated from it)."""
+    keys = ("bf16", "fp16", "fp8", "fp4")
+    out = ["| GPU | " + " | ".join(keys) + " | source |", "|---|" + "---:|" * len(keys) + "---|"]
+    for s in list_gpus(table=table):
+        if not s.peak_tflops:
+            continue
+        have = dict(s.peak_tflops)
+        out.append(f"| {s.name} | " + " | ".join(f"{have[k]:,g}" if k in have else "—" for k in keys)
+                   + f" | {s.tflops_source} |")
     return "\n".join(out)

@@ -1,17 +1,25 @@
-"""The weight-read roofline: bytes a decode step must read, the floor and the tok/s ceiling.
+"""The roofline: bytes a decode step must read and FLOPs it must do, the floor and the tok/s ceiling.
 
 One implementation, shared by ``tracekit breakdown`` (its ``roofline`` block) and
 ``tracekit ceiling`` (trace-free). Pure functions: no file access, no printing.
 
-The arithmetic (units: bytes per GPU, GB/s = 1e9 B/s, milliseconds)::
+The arithmetic (units: bytes and FLOPs per GPU, GB/s = 1e9 B/s, TFLOP/s = 1e12 FLOP/s, milliseconds)::
 
     bytes_per_step             = weight bytes (draft x forwards included) + KV-cache bytes
-    floor_ms                   = bytes_per_step / (peak_bw_gbps * 1e9) * 1e3
+    memory_floor_ms            = bytes_per_step / (peak_bw_gbps * 1e9) * 1e3
+    flops_per_step             = GEMM FLOPs + attention FLOPs          (:func:`model_flops`, or recorded shapes)
+    compute_floor_ms           = flops_per_step / (peak_tflops * 1e12) * 1e3
+    floor_ms                   = max(memory_floor_ms, compute_floor_ms);  bound = which one is larger
     ceiling_steps_per_s        = 1000 / floor_ms
     ceiling_tokens_per_s       = ceiling_steps_per_s * tokens_per_step
     fraction_of_ceiling        = floor_ms / reference_step_ms
     gemm_achieved_bw_gbps      = (weight - draft bytes) / (gemm_ms * 1e-3) / 1e9
+    gemm_achieved_tflops       = GEMM FLOPs / (gemm_ms * 1e-3) / 1e12
     attention_achieved_bw_gbps = KV bytes / (attention_ms * 1e-3) / 1e9
+
+:func:`step_roofline` is the memory roofline; :func:`with_compute` adds the compute floor to it (``peak_tflops``:
+the GPU table's dense peak for the weights' dtype, ``tracekit.gpus.resolve_peak_tflops``). Where the FLOPs or the
+peak are unknown, the compute keys are null and the floor is the memory floor (``bound`` null: not decided).
 
 :func:`step_roofline` gives the contract's ``roofline`` block (``tracekit.breakdown/3``);
 :func:`roofline` is its weights-only form (the ``/1`` keys). The per-GPU bytes come from
@@ -36,8 +44,8 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
-from tracekit.contract import Block
-from tracekit.model.units import DTYPE_BITS, dtype_bytes
+from tracekit.contract import Block, extension, internal
+from tracekit.model.units import DTYPE_BITS, dtype_bytes, dtype_key
 
 # Element sizes: the one table (tracekit.model.units); dtype_bytes is re-exported here for the roofline's callers.
 DTYPE_BYTES: dict[str, float] = {k: v / 8 for k, v in DTYPE_BITS.items()}  # by dtype_key(name)
@@ -131,6 +139,50 @@ class RooflineBlock(Block):
     fraction_of_ceiling: float | None
     gemm_achieved_bw_gbps: float | None
     attention_achieved_bw_gbps: float | None
+    # the compute roofline (:func:`with_compute`): written once it was asked for, null where unknown
+    memory_floor_ms: float | None = extension(omit=lambda r: not r.compute)
+    peak_tflops: float | None = extension(omit=lambda r: not r.compute)
+    flops_per_step: float | None = extension(omit=lambda r: not r.compute)
+    compute_floor_ms: float | None = extension(omit=lambda r: not r.compute)
+    bound: str | None = extension(omit=lambda r: not r.compute)  # "memory" | "compute" | None (not decided)
+    gemm_achieved_tflops: float | None = extension(omit=lambda r: not r.compute)
+    compute: bool = internal(default=False)
+
+
+def with_compute(block: RooflineBlock, *, gemm_flops_per_step: float | None, peak_tflops: float | None,
+                 attention_flops_per_step: float | None = None, gemm_ms: float | None = None,
+                 reference_step_ms: float | None = None) -> RooflineBlock:
+    """``block`` (a memory roofline, :func:`step_roofline`) with its compute floor: the floor becomes the larger of
+    the two and the ceilings and ``fraction_of_ceiling`` follow it; ``bound`` says which. FLOPs per GPU per step:
+    ``gemm_flops_per_step`` (the target's GEMMs; None = unknown: no compute floor) plus
+    ``attention_flops_per_step`` (None: not counted). ``gemm_ms``: gemm kernel time per step, for
+    ``gemm_achieved_tflops``.
+
+    A dense 8B bf16 model on an H100 SXM (3,350 GB/s, 989 TFLOP/s), 512 tokens per step: 16 GB of weights take
+    4.78 ms to read, 2 x 8e9 x 512 FLOPs 8.28 ms to compute: compute-bound.
+
+    >>> m = step_roofline(weight_bytes_per_step=16e9, peak_bw_gbps=3350, tokens_per_step=512)
+    >>> r = with_compute(m, gemm_flops_per_step=2 * 8e9 * 512, peak_tflops=989)
+    >>> round(r.memory_floor_ms, 2), round(r.compute_floor_ms, 2), r.bound, r.floor_ms == r.compute_floor_ms
+    (4.78, 8.28, 'compute', True)
+    >>> with_compute(m, gemm_flops_per_step=2 * 8e9, peak_tflops=989).bound
+    'memory'
+    """
+    memory = block.memory_floor_ms if block.compute else block.floor_ms
+    flops = float(gemm_flops_per_step) + (float(attention_flops_per_step) if _pos(attention_flops_per_step)
+                                          else 0.0) if _pos(gemm_flops_per_step) else None
+    peak = float(peak_tflops) if _pos(peak_tflops) else None
+    compute = flops / (peak * 1e12) * 1e3 if flops is not None and peak is not None else None
+    floor = max(memory, compute) if memory is not None and compute is not None else memory
+    bound = ("compute" if compute > memory else "memory") if memory is not None and compute is not None else None
+    steps_s = 1000.0 / floor if floor else None
+    tok_s = steps_s * block.tokens_per_step if steps_s is not None and block.tokens_per_step is not None else None
+    frac = floor / reference_step_ms if floor is not None and _pos(reference_step_ms) else None
+    achieved = gemm_flops_per_step / (gemm_ms * 1e-3) / 1e12 if _pos(gemm_flops_per_step) and _pos(gemm_ms) \
+        else None
+    return replace(block, floor_ms=floor, ceiling_steps_per_s=steps_s, ceiling_tokens_per_s=tok_s,
+                   fraction_of_ceiling=frac, memory_floor_ms=memory, peak_tflops=peak, flops_per_step=flops,
+                   compute_floor_ms=compute, bound=bound, gemm_achieved_tflops=achieved, compute=True)
 
 
 def step_roofline(
@@ -208,8 +260,10 @@ def physical_check(block: RooflineBlock, peak_bw_gbps: float | None, *, gemm_ms:
     ceiling, fraction of it or impossible bandwidth, and the reason (naming ``suspects``, the inputs to check).
 
     Impossible: the target's weight bytes over the gemm kernel time, or the KV bytes over the attention kernel
-    time, above ``PEAK_TOLERANCE`` x the peak bandwidth; or a floor longer than ``PEAK_TOLERANCE`` x the whole
-    reference step. The bytes themselves stay (they are the inputs to check). When the weights hold a draft of
+    time, above ``PEAK_TOLERANCE`` x the peak bandwidth; the GEMM FLOPs over the gemm kernel time above
+    ``PEAK_TOLERANCE`` x the peak TFLOP/s (a block with its compute floor, :func:`with_compute`); or a floor (the
+    larger of memory and compute) longer than ``PEAK_TOLERANCE`` x the whole reference step. A refused block
+    states no floor of either kind and no ``bound``; its FLOPs and peak stay, as the bytes do. The bytes themselves stay (they are the inputs to check). When the weights hold a draft of
     unknown size (``draft_bytes_per_step`` None) and the step has drafting kernels (``drafting_ms``), the draft's
     GEMMs run as ``drafting``: the weights are checked against gemm + drafting time, and the gemm bandwidth
     (weights over gemm time alone) is not stated.
@@ -245,12 +299,27 @@ def physical_check(block: RooflineBlock, peak_bw_gbps: float | None, *, gemm_ms:
                         f"kernels at the peak {peak_bw_gbps:,.0f} GB/s (that takes at least "
                         f"{kv / (peak_bw_gbps * 1e9) * 1e3:.3f} ms)")
         changes["attention_achieved_bw_gbps"] = None
+    peak_tf = block.peak_tflops
+    if block.gemm_achieved_tflops is not None and peak_tf and block.gemm_achieved_tflops > PEAK_TOLERANCE * peak_tf:
+        gemm_flops = block.gemm_achieved_tflops * 1e12 * gemm_ms * 1e-3
+        problems.append(f"{gemm_flops / 1e12:.3f} TFLOP of GEMMs per GPU cannot run in {gemm_ms:.3f} ms of gemm "
+                        f"kernels at the peak {peak_tf:,.0f} TFLOP/s (that takes at least "
+                        f"{gemm_flops / (peak_tf * 1e12) * 1e3:.3f} ms)")
+        changes["gemm_achieved_tflops"] = None
     if block.fraction_of_ceiling is not None and block.fraction_of_ceiling > PEAK_TOLERANCE and reference_step_ms:
-        problems.append(f"reading {block.bytes_per_step / 1e9:.2f} GB per GPU at the peak {peak_bw_gbps:,.0f} GB/s "
-                        f"takes {block.floor_ms:.3f} ms, longer than the whole {reference_step_ms:.3f} ms step")
+        if block.bound == "compute":
+            problems.append(f"computing {block.flops_per_step / 1e12:.3f} TFLOP per GPU at the peak {peak_tf:,.0f} "
+                            f"TFLOP/s takes {block.floor_ms:.3f} ms, longer than the whole {reference_step_ms:.3f} ms "
+                            "step")
+        else:
+            problems.append(f"reading {block.bytes_per_step / 1e9:.2f} GB per GPU at the peak {peak_bw_gbps:,.0f} "
+                            f"GB/s takes {block.floor_ms:.3f} ms, longer than the whole {reference_step_ms:.3f} ms "
+                            "step")
     if not problems:
         return replace(block, **changes) if changes else block, None
     changes.update(floor_ms=None, ceiling_steps_per_s=None, ceiling_tokens_per_s=None, fraction_of_ceiling=None)
+    if block.compute:  # (no floor of either kind is stated; the inputs, FLOPs and peak, stay to be checked)
+        changes.update(memory_floor_ms=None, compute_floor_ms=None, bound=None)
     why = "; ".join(problems) + (f"; check {', '.join(suspects)}" if suspects else "")
     return replace(block, **changes), why
 
@@ -282,6 +351,161 @@ def roofline(
 
 
 # --------------------------------------------------------------------------------------
+# FLOPs from a model's config (--model) and the dtype its GEMMs run at
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs ONE GPU does per decode step: ``gemm`` (every weight a token multiplies: 2 x parameters x tokens, the
+    routed experts at top-k of E, the embedding table left out unless tied to the lm_head), ``attention`` (scores
+    and values over the context; None when the context is unknown), with the notes that say what was assumed."""
+
+    gemm: float | None
+    attention: float | None
+    tokens: float
+    notes: tuple[str, ...] = ()
+
+
+def model_flops(model, *, tokens: float, context: int | None = None, tp: int = 1, ep: int = 1) -> StepFlops:
+    """FLOPs per GPU of one decode step that runs ``tokens`` tokens (batch x tokens verified per sequence) through
+    ``model`` (a :class:`tracekit.model.Model`), each attending to ``context`` tokens of KV cache.
+
+    GEMMs: 2 FLOPs per parameter per token, over the parameters the config implies (element counts, whatever the
+    checkpoint's quantization): the routed experts count top-k / E of their parameters per token and spread over
+    ``max(tp, ep)`` GPUs; the rest as ``tracekit.model.roles`` splits it (``tp``, k/v over ``min(tp, kv_heads)``,
+    replicated parts whole); 1-D tensors (norms, biases) and the embedding table (a gather) are left out, a tied
+    lm_head counted through it. Attention per token per layer: ``4 x heads/tp x head_dim x context`` (QK^T and
+    PV); MLA (absorbed, as decode kernels run it) ``2 x heads/tp x (2 kv_lora_rank + rope_dim) x context``;
+    sliding-window and chunked layers over at most their window. Linear-attention / SSM state updates (constant per
+    token) and the MTP draft layers are not counted.
+
+    >>> from tracekit.model import model_from_config, load_config
+    >>> f = model_flops(model_from_config(load_config("tests/data/configs/Llama-3.1-8B.json")), tokens=1)
+    >>> f.gemm == 2 * (8_030_261_248 - 128_256 * 4096 - 65 * 4096), f.attention  # params - embedding - 65 norms
+    (True, None)
+    """
+    import math as _m
+
+    from tracekit.errors import TracekitError
+    from tracekit.model import classify
+    from tracekit.model.arch import CHUNKED, FULL, SLIDING
+    from tracekit.model.synth import tensor_shapes
+
+    a = model.arch
+    notes: list[str] = []
+    try:
+        shapes = [(n, s) for n, s, _ in tensor_shapes(a, include_mtp=False)]
+    except TracekitError:  # (Mamba hybrids: the checkpoint's own shapes, where they are not packed integers)
+        floats = ("BF16", "F16", "F32", "F8_E4M3", "F8_E5M2")
+        if model.source != "safetensors" or any(t.dtype not in floats and len(t.shape) >= 2 for t in model.tensors):
+            return StepFlops(None, None, tokens, ("GEMM FLOPs unknown: the config alone does not size this model "
+                                                  "and its checkpoint's tensors are packed"))
+        shapes = [(t.name, tuple(t.shape)) for t in model.tensors]
+    has_head = any(classify(n, len(s), layers=a.layers).group == "lm_head" for n, s in shapes)
+    per_token = 0.0
+    for name, shape in shapes:
+        if len(shape) < 2:
+            continue
+        r = classify(name, len(shape), layers=a.layers)
+        if r.draft:
+            continue
+        n = float(_m.prod(shape))
+        if r.split == "none":
+            if r.group == "embedding" and not has_head:
+                per_token += n / tp  # tied: the embedding matrix is the vocab-parallel lm_head
+            continue
+        if r.split == "expert":
+            experts = a.experts or 1
+            per_token += n * (min(a.top_k, experts) / experts if a.top_k else 1.0) / max(tp, ep)
+        elif r.split == "kv":
+            per_token += n / (min(tp, a.kv_heads) if a.kv_heads else tp)
+        elif r.split in ("tp", "qkv"):
+            per_token += n / tp
+        else:  # whole: replicated, every GPU computes it
+            per_token += n
+    gemm = 2.0 * per_token * tokens
+    notes.append(f"FLOPs: 2 x {per_token * tp:,.0f} parameters a token multiplies (embedding table excluded"
+                 + (f", routed experts at top-{a.top_k} of {a.experts}" if a.experts else "")
+                 + f") x {tokens:g} tokens per step" + (f" / tp {tp}" if tp > 1 else ""))
+    attention = None
+    if context is not None:
+        heads = _m.ceil(a.heads / tp) if a.heads else 0
+        per_layer = 0.0
+        for kind in a.layer_kinds:
+            span = context if kind == FULL else min(context, a.sliding_window or context) if kind == SLIDING \
+                else min(context, a.chunk_size or context) if kind == CHUNKED else 0
+            if a.mla:
+                per_layer += 2.0 * heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim) * span
+            else:
+                per_layer += 4.0 * heads * a.head_dim * span
+        attention = per_layer * tokens
+        notes.append(f"attention FLOPs: scores and values over {context:,} tokens of context per token")
+    if any(k not in (FULL, SLIDING, CHUNKED) for k in a.layer_kinds):
+        notes.append("linear-attention/SSM state updates not counted in the FLOPs (constant per token)")
+    return StepFlops(gemm=gemm, attention=attention, tokens=float(tokens), notes=tuple(notes))
+
+
+# quantization_config methods whose weights are dequantized to the activations' dtype (GEMMs at the bf16 rate)
+_WEIGHT_ONLY = ("gptq", "awq", "auto-round", "autoround", "bitsandbytes", "gptq_marlin", "awq_marlin", "marlin",
+                "hqq", "eetq")
+
+
+def model_compute_dtype(model) -> tuple[str | None, str]:
+    """The dtype a model's GEMMs run at (a dtype name ``tracekit.gpus.PEAK_KEYS`` reads) and how it was told:
+    ``--dtype`` when given, else the checkpoint's ``quantization_config`` (fp8; NVFP4 / MXFP4, assumed to run with
+    4-bit activations too; GPTQ/AWQ-style weight-only quantization runs at the activations' dtype), else its
+    ``torch_dtype``. ``(None, why)`` when it cannot be told.
+
+    >>> from tracekit.model import model_from_config, load_config
+    >>> model_compute_dtype(model_from_config(load_config("tests/data/configs/DeepSeek-V3.json")))
+    ('fp8', "quantization_config: quant_method 'fp8'")
+    """
+    if model.dtype:
+        return dtype_key(model.dtype), "--dtype"
+    a = model.arch
+    q = a.quantization or {}
+    method = str(q.get("quant_method") or "").lower()
+    inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else {}  # (modelopt's nesting)
+    algo = str(q.get("quant_algo") or inner.get("quant_algo") or "").lower()
+    fmt = str(q.get("format") or "").lower()
+    told = f"quantization_config: quant_method {method!r}" + (f", quant_algo {algo!r}" if algo else "") \
+        + (f", format {fmt!r}" if fmt else "")
+    if "nvfp4" in algo or "nvfp4" in fmt:
+        return "nvfp4", told
+    if method == "mxfp4" or "mxfp4" in algo or "mxfp4" in fmt:
+        return "mxfp4", told
+    if method == "fp8" or algo.startswith("fp8") or fmt == "float-quantized":
+        return "fp8", told
+    base = dtype_key(a.torch_dtype or "bfloat16")
+    if method in _WEIGHT_ONLY or fmt == "pack-quantized":
+        return base, told + " (weight-only: the GEMMs run at the activations' dtype)"
+    if method:
+        return None, f"quantization {method!r} is not modelled: the GEMMs' dtype is unknown (pass --peak-tflops)"
+    return base, "the config's torch_dtype"
+
+
+def trace_compute(model, shapes: dict, weight_bytes_source: str | None, *, gpu_name: str | None,
+                  tokens: float | None, context: int | None, tp: int = 1, ep: int = 1) -> dict:
+    """The compute inputs of breakdown's roofline (keywords of :func:`with_compute`: ``gemm_flops_per_step``,
+    ``attention_flops_per_step``, ``peak_tflops``). The FLOPs come from the model (``--model``:
+    :func:`model_flops` at ``tokens`` per step, the batch x the tokens each sequence verifies; None when the batch
+    is unknown: the compute keys are then null) or, where the weight bytes came from the trace's recorded shapes, from the same shapes
+    (``shapes["flops"]``, their dtype ``shapes["weight_dtype"]``); the peak from the GPU table for that dtype."""
+    from tracekit.gpus import resolve_peak_tflops
+
+    gemm = attention = kind = None
+    if model is not None:
+        kind, _ = model_compute_dtype(model)
+        if tokens:
+            f = model_flops(model, tokens=tokens, context=context, tp=tp, ep=ep)
+            gemm, attention = f.gemm, f.attention
+    elif weight_bytes_source == "shapes" and shapes.get("flops"):
+        gemm, kind = shapes["flops"], shapes.get("weight_dtype")
+    peak = resolve_peak_tflops(None, gpu_name, kind)[0] if gemm else None
+    return {"gemm_flops_per_step": gemm, "attention_flops_per_step": attention, "peak_tflops": peak}
+
+
+# --------------------------------------------------------------------------------------
 # Weight bytes from Kineto op shapes
 # --------------------------------------------------------------------------------------
 
@@ -306,6 +530,9 @@ same thread, e.g. the aten::mm under an aten::linear, is skipped so nothing coun
                                       is 2-D (batched attention matmuls), no weight
 Every occurrence counts (each layer's weight is read once per step; the same shape
 appears once per layer), then the total is divided by the number of steps.
+The same ops give the GEMMs' FLOPs (``detail["flops_per_step"]``): 2 x the activation's rows
+(its elements over the reduced dimension) x the weight's elements, per op; and the weights'
+dtype (``detail["weight_dtype"]``, the one holding most of their bytes).
 """
 
 
@@ -352,6 +579,8 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
             shape.list.len().alias(f"{prefix}_nd"),
             shape.list.eval(pl.element().cast(pl.Float64)).list.eval(pl.element().product()).list.first().alias(f"{prefix}_n"),
             pl.col("_types").list.get(i, null_on_oob=True).alias(f"{prefix}_t"),
+            shape.list.first().cast(pl.Float64).alias(f"{prefix}_first"),
+            shape.list.last().cast(pl.Float64).alias(f"{prefix}_last"),
         ]
 
     # (the operands of each distinct pair of shape texts, joined to its rows: a decode loop repeats a few dozen
@@ -392,9 +621,18 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
         _wn=pick(pl.col("_w"), "n"), _wt=pick(pl.col("_w"), "t"),
         _bn=pick(pl.col("_b"), "n"), _bt=pick(pl.col("_b"), "t"),
     )
+    # the activation operand: linear's input 0, addmm's mat1, mm's other operand; its rows = its elements over the
+    # reduced dimension (its last, or its first when the weight is mm's first operand): FLOPs = 2 x rows x weight
+    act = (pl.when(name == "aten::linear").then(pl.lit(0)).when(name == "aten::addmm").then(pl.lit(1))
+           .when(pl.col("_w") == 1).then(pl.lit(0)).when(pl.col("_w") == 0).then(pl.lit(1))
+           .otherwise(pl.lit(None, dtype=pl.Int32)))
+    df = df.with_columns(_a=act)
+    reduced = pl.when(is_mm & (pl.col("_w") == 0)).then(pick(pl.col("_a"), "first")).otherwise(
+        pick(pl.col("_a"), "last"))
     df = df.with_columns(
         _wbytes=pl.col("_wn") * size(pl.col("_wt")),
         _bbytes=(pl.col("_bn") * size(pl.col("_bt"))).fill_null(0.0),
+        _flops=2.0 * pick(pl.col("_a"), "n") / pl.when(reduced > 0).then(reduced) * pl.col("_wn"),
     )
     used = df.filter(pl.col("_wbytes").is_not_null())
     detail["ops"] = df.height
@@ -406,7 +644,10 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
     if used.height == 0:
         detail["reason"] = "no weight operand with a known shape and dtype among the matmul-like ops"
         return None, detail
-    used = used.with_columns(_bytes=pl.col("_wbytes") + pl.col("_bbytes"))
+    used = used.with_columns(_bytes=pl.col("_wbytes") + pl.col("_bbytes"), _flops=pl.col("_flops").fill_null(0.0))
+    # the weights' dtype (the one holding most of their bytes): the peak their GEMMs run at
+    by_type = used.group_by("_wt").agg(pl.col("_wbytes").sum()).sort("_wbytes", descending=True)
+    detail["weight_dtype"] = dtype_key(by_type["_wt"][0]) if by_type.height else None
     if {"pid", "tid", "start", "end"} <= set(used.columns):  # where the counted ops ran (shape_coverage reads it)
         detail["intervals"] = used.select("pid", "tid", "start", "end")
     detail["bytes_by_op"] = {
@@ -414,9 +655,10 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
     }
 
     if "step" in used.columns:
-        per_step = used.group_by("step").agg(pl.col("_bytes").sum())
+        per_step = used.group_by("step").agg(pl.col("_bytes").sum(), pl.col("_flops").sum())
         detail["n_steps"] = per_step.height
         value = per_step["_bytes"].median()
+        detail["flops_per_step"] = float(per_step["_flops"].median())
         detail["bytes_by_op"] = {k: int(v / per_step.height) for k, v in detail["bytes_by_op"].items()}
     else:
         steps = 1 if n_steps is None else n_steps
@@ -424,6 +666,7 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
             raise ValueError("n_steps must be >= 1")
         detail["n_steps"] = steps
         value = used["_bytes"].sum() / steps
+        detail["flops_per_step"] = float(used["_flops"].sum()) / steps
         detail["bytes_by_op"] = {k: int(v / steps) for k, v in detail["bytes_by_op"].items()}
     return int(round(value)), detail
 

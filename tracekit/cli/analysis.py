@@ -46,10 +46,12 @@ def info(traces, device, fmt, output, color):
               help="Whole kernel names in the table on a terminal too (piped or -o FILE, they are always whole).")
 @output_options()
 def kernels(traces, device, top, rules, wide, fmt, output, color):
-    """Every kernel name with its category, count, total and mean time and share.
+    """Every kernel name: category, count, total, mean, median, min, max, stddev, share.
 
-    Totals are over all GPUs unless --device is given, so they equal
-    `nsys stats --report cuda_gpu_kern_sum`. Names no rule matches are flagged.
+    Totals and statistics are over all GPUs unless --device is given, and computed as `nsys stats --report
+    cuda_gpu_kern_sum` computes them (median of an even count: the mean of the middle two; sample standard
+    deviation, 0 for one instance). Names no rule matches are flagged. On a terminal narrower than 150
+    columns the table leaves the four statistics out (--wide, piped, md, csv and json always have them).
     """
     import tracekit
 

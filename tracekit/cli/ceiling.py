@@ -15,7 +15,10 @@ from tracekit.cli.output import emit
 @ceiling_options
 @output_options(("table", "md", "json"))
 def ceiling(opts, fmt, output, color):
-    """How fast could decode be? The memory-bandwidth ceiling, without a trace.
+    """How fast could decode be? The memory and compute ceilings, without a trace.
+
+    The floor per step is the larger of the weight and KV reads at peak bandwidth and the
+    FLOPs at the dense peak TFLOP/s for the weights' dtype (`bound` says which).
 
     Example: tracekit ceiling --gpu "RTX A6000" --params 27e9 --dtype fp8 --tp 2 --accept-len 3.2 --measured-tok-s 55
 

@@ -14,6 +14,16 @@ Element sizes (:data:`DTYPE_BITS`, :func:`dtype_bytes`) cover every spelling tra
 
 >>> dtype_bytes("bf16"), dtype_bytes("c10::Float8_e4m3fn"), dtype_bytes("int4"), dtype_bits("F6_E2M3")
 (2.0, 1.0, 0.5, 6)
+
+The block-scaled 4-bit formats a user names count their scales: ``nvfp4`` (NVIDIA) stores a 4-bit E2M1 value per
+element plus one FP8 E4M3 scale per block of 16 elements, 4 + 8/16 = 4.5 bits (0.5625 bytes) per parameter;
+``mxfp4`` (OCP Microscaling) one E8M0 scale per block of 32, 4 + 8/32 = 4.25 bits (0.53125 bytes). NVFP4's one
+FP32 scale per tensor is left out (a few bytes per tensor). A bare ``fp4`` / ``int4`` is 4 bits, scales not
+counted. In a safetensors header the scales are tensors of their own, so the header's ``F4`` / ``U8`` stay as
+stored.
+
+>>> dtype_bytes("nvfp4"), dtype_bytes("mxfp4"), dtype_bytes("fp4")
+(0.5625, 0.53125, 0.5)
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ import click
 from tracekit.errors import TracekitError
 
 # The dtypes a user names (--params with --dtype, --kv-dtype): each is a key of DTYPE_BITS.
-DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8", "int4")
+DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8", "int4", "fp4", "nvfp4", "mxfp4")
 
 BYTE_UNITS: dict[str, int] = {
     "": 1,
@@ -34,15 +44,16 @@ BYTE_UNITS: dict[str, int] = {
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }
 # Bits per element, by lower-case name (look names up with dtype_bits/dtype_bytes: they lower-case a name and strip
-# a "torch." or "c10::" prefix). Bits, not bytes: 4- and 6-bit types stay exact.
-DTYPE_BITS: dict[str, int] = {
+# a "torch." or "c10::" prefix). Bits, not bytes: 4- and 6-bit types stay exact. nvfp4 and mxfp4 (what users type)
+# include their block scales' share (module docstring): 4.5 and 4.25 bits.
+DTYPE_BITS: dict[str, float] = {
     # safetensors header dtypes (tracekit.model.safetensors accepts exactly these, upper-case)
     "bool": 8, "u8": 8, "i8": 8, "f8_e4m3": 8, "f8_e5m2": 8, "f8_e8m0": 8, "e8m0": 8, "i16": 16, "u16": 16,
     "f16": 16, "bf16": 16, "i32": 32, "u32": 32, "f32": 32, "i64": 64, "u64": 64, "f64": 64, "c64": 64, "f4": 4,
     "f6_e2m3": 6, "f6_e3m2": 6,
     # what users type (--dtype, --kv-dtype); int4/fp4 pack two elements per byte
     "fp32": 32, "fp16": 16, "fp8": 8, "fp8_e4m3": 8, "fp8_e5m2": 8, "fp8_e4m3fn": 8, "int8": 8, "int4": 4, "fp4": 4,
-    "nvfp4": 4, "mxfp4": 4,
+    "nvfp4": 4 + 8 / 16, "mxfp4": 4 + 8 / 32,  # E2M1 + an E4M3 scale per 16 / an E8M0 scale per 32
     # torch / Kineto "Input type" (c10 TypeMeta names) and NCCL "dtype" args
     "float": 32, "float32": 32, "double": 64, "float64": 64, "half": 16, "float16": 16, "bfloat16": 16,
     "float8": 8, "float8_e4m3fn": 8, "float8_e5m2": 8, "float8_e4m3fnuz": 8, "float8_e5m2fnuz": 8,
@@ -58,11 +69,12 @@ def dtype_key(name: str) -> str:
     return str(name).strip().lower().removeprefix("torch.").removeprefix("c10::")
 
 
-def dtype_bits(name: str) -> int:
-    """Bits per element of a dtype name; ``ValueError`` for an unknown one."""
+def dtype_bits(name: str) -> float:
+    """Bits per element of a dtype name (a block-scaled format's scales included); ``ValueError`` for an unknown
+    one."""
     key = dtype_key(name)
     if key not in DTYPE_BITS:
-        raise ValueError(f"unknown dtype {name!r}; known: bf16, fp16, fp32, fp8, int8, int4")
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DTYPES)}")
     return DTYPE_BITS[key]
 
 

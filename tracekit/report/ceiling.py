@@ -1,7 +1,8 @@
 """Renderers of ``tracekit ceiling`` (schema ``tracekit.ceiling/1``): the rich table and markdown.
 
-Both show a :class:`tracekit.results.ceiling.Ceiling` (whose ``to_dict()`` is the JSON): the quantities, the
-one-sentence summary, and every assumption. The GPU name may be whatever the user typed, so it goes
+Both show a :class:`tracekit.results.ceiling.Ceiling` (whose ``to_dict()`` is the JSON): the quantities (the
+compute floor and which floor bounds the step where the FLOPs and the peak are known), the one-sentence summary,
+and every assumption. The GPU name may be whatever the user typed, so it goes
 through ``report.safe`` like a name from a trace.
 """
 
@@ -20,8 +21,15 @@ def _rows(c) -> list[tuple[str, str]]:
     parts = [k for k in ("weights", "draft", "kv") if c.bytes_breakdown.get(k)]
     for k in parts if len(parts) > 1 else []:
         rows.append((f"  {k} (GB)", sig(c.bytes_breakdown[k] / 1e9)))
+    if c.peak_tflops is not None:
+        rows.append(("peak compute (TFLOP/s)", f"{sig(c.peak_tflops)} ({c.peak_tflops_source})"))
+    if c.flops_per_step_per_gpu is not None:
+        rows.append(("FLOPs per step per GPU (TFLOP)", sig(c.flops_per_step_per_gpu / 1e12)))
+    rows.append(("floor per step (ms)", sig(c.floor_ms)))
+    if c.compute_floor_ms is not None:  # the floor is the larger of the two: both shown, and which bounds
+        rows += [("  memory floor (ms)", sig(c.memory_floor_ms)), ("  compute floor (ms)", sig(c.compute_floor_ms)),
+                 ("bound", c.bound)]
     rows += [
-        ("floor per step (ms)", sig(c.floor_ms)),
         ("ceiling (steps/s)", sig(c.ceiling_steps_per_s)),
         ("tokens per step", sig(c.tokens_per_step)),
         ("ceiling (tok/s)", sig(c.ceiling_tokens_per_s)),

@@ -164,10 +164,12 @@ def kernels_md(result: dict) -> str:
     if "ranks" in result:  # each rank's table under its rank and file
         return "\n".join(f"### rank {row[0]}: {md(row[1], 500)}\n\n" + kernels_md(r)
                          for r, row in zip(result["ranks"], result["table"])) + "\n" + _table_md(result)
-    out = ["| kernel | category | rule | count | total ms | mean µs | share |", "|---|---|---|---:|---:|---:|---:|"]
+    out = ["| kernel | category | rule | count | total ms | mean µs | median µs | min µs | max µs | stddev µs | share |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["kernels"]:  # (names whole: a pasted table is where they are read)
         out.append(f"| {md(r['name'], 4000)} | {r['category']} | {r['rule'] or '**no rule**'} | {r['count']:,} | "
-                   f"{num(r['total_ms'])} | {num(r['mean_us'], 1)} | {100 * r['share']:.1f}% |")
+                   f"{num(r['total_ms'])} | {num(r['mean_us'], 1)} | {_us(r['median_ms'])} | {_us(r['min_ms'])} | "
+                   f"{_us(r['max_ms'])} | {_us(r['stddev_ms'])} | {100 * r['share']:.1f}% |")
     if result["warnings"]:
         out += [""] + [f"- warning: {md(w, 500)}" for w in result["warnings"]]
     return "\n".join(out) + "\n"
@@ -176,13 +178,20 @@ def kernels_md(result: dict) -> str:
 def kernels_csv(result: dict) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["rank", "name", "category", "rule", "count", "total_ms", "mean_us", "share"])
+    w.writerow(["rank", "name", "category", "rule", "count", "total_ms", "mean_us", "share", "min_ms", "median_ms",
+                "max_ms", "stddev_ms"])
     ranks = result["ranks"] if "ranks" in result else [result]
     for i, r in enumerate(ranks):
-        for k in r["kernels"]:
+        for k in r["kernels"]:  # (the statistics to 0.1 ns: a median may end in half a nanosecond)
             w.writerow([i, _csv_safe(k["name"]), k["category"], k["rule"] or "", k["count"], f"{k['total_ms']:.6f}",
-                        f"{k['mean_us']:.3f}", f"{k['share']:.6f}"])
+                        f"{k['mean_us']:.3f}", f"{k['share']:.6f}", f"{k['min_ms']:.7f}", f"{k['median_ms']:.7f}",
+                        f"{k['max_ms']:.7f}", f"{k['stddev_ms']:.7f}"])
     return buf.getvalue()
+
+
+def _us(ms: float) -> str:
+    """A kernel statistic (ms in the JSON) in µs, one decimal."""
+    return num(ms * 1e3, 1)
 
 
 def _csv_safe(s: str) -> str:

@@ -130,6 +130,10 @@ def _cross_table(result: dict, console: Console) -> None:
     (print_wide if full_names(console) else Console.print)(console, t)
 
 
+# the narrowest terminal whose kernels table shows the duration statistics beside an ellipsized name
+STATS_WIDTH = 150
+
+
 def render_kernels(result: dict, console: Console, title: str | None = None) -> None:
     if "ranks" in result:
         for r, rank_title in zip(result["ranks"], _rank_titles(result)):
@@ -147,6 +151,11 @@ def render_kernels(result: dict, console: Console, title: str | None = None) -> 
     t.add_column("count", justify="right")
     t.add_column("total (ms)", justify="right")
     t.add_column("mean (µs)", justify="right")
+    # nsys stats' Med / Min / Max / StdDev of the durations: where the names are whole (piped, --wide) or the
+    # terminal leaves the names room (the JSON, md and csv always carry them)
+    stats = ("median_ms", "min_ms", "max_ms", "stddev_ms") if full or console.width >= STATS_WIDTH else ()
+    for k in stats:
+        t.add_column(f"{k.removesuffix('_ms')} (µs)", justify="right")
     t.add_column("share", justify="right")
     if full:
         t.add_column("kernel", no_wrap=True)
@@ -154,7 +163,9 @@ def render_kernels(result: dict, console: Console, title: str | None = None) -> 
         rule = Text("no rule", style="bold red") if r["rule"] is None else Text(r["rule"])
         name = rich_text(r["name"], SENTENCE_LIMIT)
         cells = [Text(r["category"], style=CAT_STYLE.get(r["category"], "")), rule, f"{r['count']:,}",
-                 num(r["total_ms"]), num(r["mean_us"], 1), f"{100 * r['share']:.1f}%"]
+                 num(r["total_ms"]), num(r["mean_us"], 1),
+                 *(num(r[k] * 1e3, 1) for k in stats),
+                 f"{100 * r['share']:.1f}%"]
         t.add_row(*([*cells, name] if full else [name, *cells]))
     (print_wide if full else Console.print)(console, t)
     print_warnings(console, result["warnings"])

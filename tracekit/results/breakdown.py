@@ -392,7 +392,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     roof, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw, tokens, batch, table, n, acts,
                             weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
                             draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev), comm_rows=comm_rows,
-                            tokens_per_step_source=tps.source)
+                            tokens_per_step_source=tps.source, gpu_name=gpu_name or man.get("gpu_name"))
     warnings.extend(rwarn)
     # transfer against waiting for the other ranks, from this file alone (tracekit.analyses.collectives)
     comm_split = split_one_rank(sc.kernels, max(1, n), ranks=roof.tp if roof.tp_source != "default" else None,
@@ -458,14 +458,14 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
               tokens: float, batch: float, table: pl.DataFrame, n: int, acts: pl.DataFrame | None, *, weight_bytes,
               model, tp, ep, context, draft_counts: tuple[int, int] | None = None,
               trace_tp: tuple[int | None, str] = (None, "not looked for"), comm_rows: Sequence[dict] = (),
-              tokens_per_step_source: str | None = None) -> tuple[TraceRoofline, list[str]]:
+              tokens_per_step_source: str | None = None, gpu_name: str | None = None) -> tuple[TraceRoofline, list[str]]:
     """The roofline block, filled once: the bytes per GPU from the one resolver (``tracekit.analyses.bytes``:
     --weight-bytes, --model or the model the trace's recorded command line names when it is in the local Hugging
     Face cache, the manifest, the trace's shapes or NVTX; TP and its source), the floor against the reference step,
     and the physical check (``tracekit.analyses.roofline.physical_check``). Returns (block, warnings); the block's
     ``refused`` names what makes the figures impossible and the inputs to check, None when they hold."""
     from tracekit.analyses.bytes import resolve_bytes, resolve_tp, tp_from_process_groups
-    from tracekit.analyses.roofline import physical_check
+    from tracekit.analyses.roofline import physical_check, trace_compute, with_compute
     from tracekit.model import parse_command
 
     warnings: list[str] = []
@@ -515,6 +515,9 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
                         "assumed; pass --tp N)")
     block = rb.roofline(peak_bw_gbps=bw, reference_step_ms=reference_ms, tokens_per_step=tokens,
                         gemm_ms=kernel_ms.gemm, attention_ms=kernel_ms.attention)
+    compute = trace_compute(rb.model, shapes, rb.weight_bytes_source, gpu_name=gpu_name, context=ctx, tp=par.tp,
+                            ep=par.ep, tokens=batch * (k + 1) if tokens_per_step_source != "default" else None)
+    block = with_compute(block, **compute, gemm_ms=kernel_ms.gemm, reference_step_ms=reference_ms)
     block, refusal = physical_check(block, bw, gemm_ms=kernel_ms.gemm, attention_ms=kernel_ms.attention,
                                     reference_step_ms=reference_ms, drafting_ms=kernel_ms.drafting,
                                     suspects=_suspects(rb, batch, tokens))
@@ -591,6 +594,7 @@ def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int, ac
                .drop("ws", "we"))
         if ops.height:
             wb, d = weight_bytes_from_shapes(ops, n_steps=n_steps)
+            detail.update(flops=d.get("flops_per_step"), weight_dtype=d.get("weight_dtype"))  # (the compute floor's)
             if wb:
                 gemm = (acts.select("pid", "correlation", "dur", "kind", "category", "step").filter(
                     (pl.col("kind") == "kernel") & (pl.col("category") == "gemm") & pl.col("step").is_not_null())

@@ -2,8 +2,12 @@
 
 The trace-free roofline: the bytes each GPU must read per decode step (weights / tp,
 plus draft weights x draft forwards, plus KV cache reads when given) over the GPU's
-peak memory bandwidth gives the floor per step and the tok/s ceiling. The arithmetic
-is ``tracekit.analyses.roofline`` (the same code as breakdown's ``roofline`` block).
+peak memory bandwidth gives the memory floor per step; the FLOPs it must do (2 x the
+parameters a token multiplies x the tokens the step runs, + attention over the context,
+/ tp) over the GPU's dense peak TFLOP/s for the weights' dtype gives the compute floor.
+The floor is the larger of the two (``bound`` says which); the tok/s ceiling follows it.
+The arithmetic is ``tracekit.analyses.roofline`` (the same code as breakdown's ``roofline``
+block).
 
     tracekit ceiling --gpu "RTX A6000" --params 27e9 --dtype fp8 --tp 2 --accept-len 3.2
     tracekit ceiling --gpu H200 --model ~/.cache/huggingface/hub/models--Qwen--Qwen3-8B --tp 2 \
@@ -22,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from tracekit.contract import CEILING_SCHEMA, Block
 from tracekit.errors import TracekitError
-from tracekit.model.units import DTYPES  # noqa: F401  (the dtypes of --params / --dtype / --kv-dtype)
+from tracekit.model.units import DTYPES, dtype_key  # noqa: F401  (DTYPES: the dtypes of --params / --dtype / --kv-dtype)
 
 if TYPE_CHECKING:  # (annotations only: `tracekit ceiling` imports no polars)
     from tracekit.analyses.roofline import RooflineBlock
@@ -44,7 +48,8 @@ class CeilingGpu(Block):
 class Ceiling(Block):
     """Everything ``tracekit ceiling`` reports (a :class:`tracekit.contract.Block`: ``to_dict()`` is the JSON, written
     by the one serialiser). ``summary`` is the plain sentence ('ceiling 84 tok/s; you are at 65% of it');
-    ``roofline`` the breakdown/3 roofline figures of the same bytes. ``bytes_breakdown`` (weights, draft, kv),
+    ``roofline`` the breakdown/3 roofline figures of the same bytes (the memory roofline: its ``floor_ms`` is the
+    memory floor; the top-level ``floor_ms`` is the larger of it and ``compute_floor_ms``). ``bytes_breakdown`` (weights, draft, kv),
     ``inputs`` (the inputs as resolved), ``model`` (the model's summary) and ``step``
     (``tracekit.model.StepBytes.to_dict()`` with ``--model``) are reports of their inputs, kept as plain dicts."""
 
@@ -58,6 +63,12 @@ class Ceiling(Block):
     ceiling_tokens_per_s: float
     measured_tokens_per_s: float | None
     fraction_of_ceiling: float | None
+    peak_tflops: float | None
+    peak_tflops_source: str | None
+    flops_per_step_per_gpu: float | None
+    memory_floor_ms: float | None
+    compute_floor_ms: float | None
+    bound: str | None
     assumptions: tuple[str, ...]
     summary: str
     bytes_breakdown: dict = field(default_factory=dict)
@@ -79,17 +90,21 @@ class Ceiling(Block):
         return self.gpu.peak_bw_source
 
 
-def _summary(gpu: CeilingGpu, ceiling_tokens_per_s: float, ceiling_steps_per_s: float, tokens_per_step: float,
-             fraction_of_ceiling: float | None) -> str:
-    """The plain sentence: 'ceiling 84 tok/s; you are at 65% of it'."""
-    head = f"ceiling {_tok(ceiling_tokens_per_s)} tok/s"
-    if fraction_of_ceiling is None:
-        return (f"{head} ({_num(ceiling_steps_per_s)} steps/s x {_num(tokens_per_step)} tokens/step) "
-                f"on {gpu.name} at {_num(gpu.peak_bw_gbps)} GB/s")
-    pct = fraction_of_ceiling * 100
-    s = f"{head}; you are at {pct:.0f}% of it"
-    if fraction_of_ceiling > 1.0:
-        s += " (above the ceiling: check the weight bytes, the peak bandwidth and the accept length)"
+def _summary(gpu: CeilingGpu, r: RooflineBlock) -> str:
+    """The plain sentence: 'ceiling 84 tok/s; you are at 65% of it', naming compute where it bounds the step."""
+    head = f"ceiling {_tok(r.ceiling_tokens_per_s)} tok/s"
+    compute = r.bound == "compute"
+    if r.fraction_of_ceiling is None:
+        rate = f"{_num(r.ceiling_steps_per_s)} steps/s x {_num(r.tokens_per_step)} tokens/step) on {gpu.name}"
+        if compute:
+            return (f"{head} ({rate}: compute-bound at {_num(r.peak_tflops)} TFLOP/s ({r.compute_floor_ms:.3g} ms "
+                    f"of FLOPs per step against {r.memory_floor_ms:.3g} ms of memory reads)")
+        return f"{head} ({rate} at {_num(gpu.peak_bw_gbps)} GB/s"
+    pct = r.fraction_of_ceiling * 100
+    s = f"{head}{' (compute-bound)' if compute else ''}; you are at {pct:.0f}% of it"
+    if r.fraction_of_ceiling > 1.0:
+        s += (" (above the ceiling: check the weight bytes, the peak bandwidth"
+              + (", the peak TFLOP/s" if compute else "") + " and the accept length)")
     return s
 
 
@@ -124,6 +139,7 @@ def ceiling(
     context: int = 0,
     kv_dtype: str | None = None,
     peak_bw: float | None = None,
+    peak_tflops: float | None = None,
     measured_tok_s: float | None = None,
 ) -> Ceiling:
     """The trace-free roofline, bytes per GPU.
@@ -134,15 +150,20 @@ def ceiling(
     :class:`tracekit.model.Model`: per-tensor bytes, MoE experts read at ``batch``, MTP layers
     x ``draft_forwards``, the KV cache at ``context``). With ``model`` and ``weight_bytes``
     the flag replaces only the target's weights term. ``model_config`` is the older name of
-    ``model``. Raises ``TracekitError`` on unusable input.
+    ``model``. Compute: ``peak_tflops`` (default: the GPU table's dense peak for the weights' dtype);
+    the FLOPs come from ``params`` or ``model`` (none from ``weight_bytes`` alone). Raises
+    ``TracekitError`` on unusable input.
 
     >>> c = ceiling(gpu="NVIDIA RTX A6000", params=27e9, dtype="fp8", tp=2, accept_len=3.2)
     >>> c.bytes_per_step_per_gpu, round(c.floor_ms, 2), round(c.ceiling_tokens_per_s)
     (13500000000, 17.58, 182)
+    >>> [(c.bound, round(c.floor_ms, 2)) for b in (1, 512)
+    ...  for c in [ceiling(gpu="H100", params=8e9, dtype="bf16", batch=b)]]   # 8B bf16 on an H100 SXM
+    [('memory', 4.78), ('compute', 8.28)]
     """
     # (imported here: `tracekit ceiling --help` and the capture-only GPU host need no polars)
     from tracekit.analyses.bytes import resolve_bytes, resolve_tp
-    from tracekit.analyses.roofline import tokens_per_step
+    from tracekit.analyses.roofline import tokens_per_step, with_compute
     from tracekit.gpus import list_gpus, lookup, resolve_peak_bw
     from tracekit.model.units import dtype_bytes
 
@@ -181,9 +202,8 @@ def ceiling(
                                 + (" (or --model PATH with --context)" if model is None else ""))
 
     assumptions: list[str] = [
-        "memory-bound decode: every byte counted is read once per step from DRAM at the GPU's datasheet peak "
+        "memory: every byte counted is read once per step from DRAM at the GPU's datasheet peak "
         "bandwidth (kernels reach about 80-90% of it, so the real floor is higher)",
-        "compute ignored (small-batch decode GEMMs are bandwidth-bound)",
         "communication ignored" + (f" (tensor parallelism {tp} adds all-reduces on top)" if tp > 1 else ""),
         "kernel launch overhead, host gaps and scheduling ignored (CUDA graphs come closest)",
         "activation bytes ignored",
@@ -245,6 +265,14 @@ def ceiling(
     if r.draft_bytes_per_step is None:  # (ceiling states a draft of 0 bytes; breakdown leaves it unknown)
         r = replace(r, draft_bytes_per_step=0)
     assert r.bytes_per_step == total
+    # compute: the FLOPs of the tokens the target runs (a verify forward runs draft forwards + 1 per sequence)
+    ran = float(batch * (int(draft_forwards) + 1)) if draft_forwards else tps
+    flops, peak = _compute_inputs(rb, params=params, dtype=dtype, model_given=model is not None, tokens=ran, tp=tp,
+                                  ep=ep, context=context, gpu=gpu, peak_tflops=peak_tflops, assumptions=assumptions)
+    memory = r  # (the ``roofline`` block: the breakdown/3 figures of these bytes alone)
+    r = with_compute(r, gemm_flops_per_step=flops[0], attention_flops_per_step=flops[1], peak_tflops=peak[0],
+                     reference_step_ms=step_ms)
+    assumptions.append(_compute_line(r, peak))
     assumptions.append(f"tokens per step = {'accept length ' + format(accept_len, 'g') if accept_len else '1 (no speculation)'}"
                        f" x batch {batch}")
     g = CeilingGpu(name=name, peak_bw_gbps=bw, peak_bw_source=source)
@@ -257,11 +285,73 @@ def ceiling(
         ceiling_tokens_per_s=r.ceiling_tokens_per_s,
         measured_tokens_per_s=float(measured_tok_s) if measured_tok_s is not None else None,
         fraction_of_ceiling=r.fraction_of_ceiling,
+        peak_tflops=r.peak_tflops,
+        peak_tflops_source=peak[1] if r.peak_tflops is not None else None,
+        flops_per_step_per_gpu=r.flops_per_step,
+        memory_floor_ms=r.memory_floor_ms,
+        compute_floor_ms=r.compute_floor_ms,
+        bound=r.bound,
         assumptions=tuple(assumptions),
-        summary=_summary(g, r.ceiling_tokens_per_s, r.ceiling_steps_per_s, r.tokens_per_step, r.fraction_of_ceiling),
+        summary=_summary(g, r),
         bytes_breakdown=breakdown,
         inputs=inputs,
         model=summary,
-        roofline=r,
+        roofline=memory,
         step=step,
     )
+
+
+def _compute_inputs(rb, *, params, dtype, model_given: bool, tokens: float, tp: int, ep: int, context, gpu,
+                    peak_tflops, assumptions: list[str]) -> tuple[tuple[float | None, float | None],
+                                                                   tuple[float | None, str | None, str | None,
+                                                                         str | None]]:
+    """``((gemm FLOPs, attention FLOPs), (peak TFLOP/s, its source, the dtype, the table's key))`` per GPU per step, from
+    ``--params`` (x tokens, dense) or the model (``tracekit.analyses.roofline.model_flops``); what was assumed goes
+    to ``assumptions``."""
+    from tracekit.analyses.roofline import model_compute_dtype, model_flops
+    from tracekit.gpus import WEIGHT_ONLY, resolve_peak_tflops
+
+    gemm = attention = None
+    kind = None
+    if params is not None:
+        kind = dtype or "bf16"
+        gemm = 2.0 * float(params) * tokens / tp
+        assumptions.append(f"FLOPs: 2 x {float(params):,.0f} parameters x {tokens:g} tokens per step"
+                           + (f" / tp {tp}" if tp > 1 else "") + " (a dense model: every parameter multiplies every "
+                           "token; attention FLOPs not counted)")
+    elif model_given and rb.model is not None:
+        kind, told = model_compute_dtype(rb.model)
+        f = model_flops(rb.model, tokens=tokens, context=context or None, tp=tp, ep=ep)
+        gemm, attention = f.gemm, f.attention
+        assumptions.extend(f.notes)
+        assumptions.append(f"the GEMMs run at the {kind or 'unknown'} rate ({told})")
+    if kind is not None and dtype_key(kind) in WEIGHT_ONLY:
+        assumptions.append(f"{kind}: weight-only quantization assumed (dequantized to bf16: the GEMMs run at the "
+                           "bf16 rate)")
+    if kind is not None and dtype_key(kind) in ("nvfp4", "mxfp4"):
+        assumptions.append(f"{kind}: the GEMMs run at the FP4 tensor-core rate (4-bit activations too)")
+    value, source, key = resolve_peak_tflops(peak_tflops, gpu, kind)
+    return (gemm, attention), (value, source, kind, key)
+
+
+def _compute_line(r: RooflineBlock, peak: tuple) -> str:
+    """The assumption that states the compute floor, or why there is none."""
+    from tracekit.gpus import WEIGHT_ONLY
+
+    if r.compute_floor_ms is not None:
+        at = f"the given peak {r.peak_tflops:,.4g} TFLOP/s (--peak-tflops)" if peak[1] == "flag" else \
+            f"the dense {peak[2]} peak {r.peak_tflops:,.4g} TFLOP/s (table)"
+        if peak[1] == "table" and peak[3] == "bf16" and dtype_key(peak[2]) not in ("bf16", "bfloat16", *WEIGHT_ONLY):
+            at = (f"the dense bf16 peak {r.peak_tflops:,.4g} TFLOP/s (table: this GPU has no {peak[2]} tensor-core "
+                  "figure, so the weights are taken as dequantized to bf16)")
+        return (f"compute: {r.flops_per_step / 1e12:.4g} TFLOP per step per GPU at {at} = "
+                f"{r.compute_floor_ms:.3f} ms; the floor is the larger of "
+                f"it and the {r.memory_floor_ms:.3f} ms memory floor: {r.bound}-bound"
+                + (" (GEMMs reach about 70-80% of the datasheet peak, so the real floor is higher)"
+                   if r.bound == "compute" else ""))
+    if r.flops_per_step is None:
+        return "compute not bounded: the FLOPs need the parameters (--params N or --model PATH, not --weight-bytes)"
+    if peak[2] is None:
+        return "compute not bounded: the dtype the GEMMs run at is unknown (pass --peak-tflops TFLOPS)"
+    return (f"compute not bounded: no dense {peak[2]} peak for this GPU in the table (pass --peak-tflops TFLOPS; "
+            "docs/roofline.md lists the table)")

@@ -2,6 +2,10 @@
 
 Sums as ``nsys stats --report cuda_gpu_kern_sum`` does: every kernel record counts in full,
 over all GPUs unless a device is given. Memory operations are not kernels and are left out.
+The statistics of each name's durations are nsys stats' too (its ``Min``, ``Med``, ``Max`` and ``StdDev``
+columns): the median of an even count is the mean of the middle two, the standard deviation is the sample one
+(n - 1) and 0 for a single instance. All of them are group-by aggregations over the kernel frame (one pass, no
+per-name loop), pinned against nsys stats' own CSVs by ``tests/test_kernel_stats.py``.
 
 A name no rule matches takes its category from the framework op that launched it where the trace records one
 (``tracekit.classify.with_op_categories``); its ``rule`` is then ``op:<op name>``. The warning counts the names
@@ -26,7 +30,8 @@ SCHEMA = KERNELS_SCHEMA  # "tracekit.kernels/1" (tracekit.contract names it once
 @dataclass(frozen=True)
 class KernelRow(Block):
     """One kernel name: its category and the rule that gave it (null: none matched), count, total and mean time,
-    and share of all kernel time."""
+    the minimum, median, maximum and sample standard deviation of its durations (as ``nsys stats`` computes
+    them), and share of all kernel time."""
 
     name: str
     category: str
@@ -34,6 +39,10 @@ class KernelRow(Block):
     count: int
     total_ms: float
     mean_us: float
+    min_ms: float
+    median_ms: float
+    max_ms: float
+    stddev_ms: float
     share: float
 
 
@@ -60,10 +69,14 @@ def kernel_summary(trace: Trace, *, device: int | None = None, top: int | None =
     loaded = load_rules(rules) if rules is not None else load_rules()
     pos, table = name_table(k["name"], loaded)
     table = with_op_categories(table, pos, k, trace, loaded)
+    dur = pl.col("dur")
     agg = (k.select(pos=pos, dur=pl.col("end") - pl.col("start")).group_by("pos")
-           .agg(count=pl.len(), total_ns=pl.col("dur").sum())
+           .agg(count=pl.len(), total_ns=dur.sum(), min_ns=dur.min(), max_ns=dur.max(),
+                # nsys stats' Med and StdDev: the middle two averaged for an even count; the sample deviation,
+                # 0 for one instance (polars gives null there)
+                median_ns=dur.median(), stddev_ns=dur.std(ddof=1).fill_null(0.0))
            .join(table.with_row_index("pos"), on="pos", how="left")
-           .select("name", "count", "total_ns", "category", "rule")
+           .select("name", "count", "total_ns", "min_ns", "median_ns", "max_ns", "stddev_ns", "category", "rule")
            .sort(["total_ns", "name"], descending=[True, False]))
     grand = agg["total_ns"].sum() or 0
     unmatched = agg.filter(pl.col("rule").is_null())
@@ -81,7 +94,8 @@ def kernel_summary(trace: Trace, *, device: int | None = None, top: int | None =
     rows = tuple(
         KernelRow(name=r["name"], category=r["category"], rule=r["rule"], count=int(r["count"]),
                   total_ms=r["total_ns"] / 1e6, mean_us=r["total_ns"] / r["count"] / 1e3,
-                  share=(r["total_ns"] / grand) if grand else 0.0)
+                  min_ms=r["min_ns"] / 1e6, median_ms=r["median_ns"] / 1e6, max_ms=r["max_ns"] / 1e6,
+                  stddev_ms=r["stddev_ns"] / 1e6, share=(r["total_ns"] / grand) if grand else 0.0)
         for r in agg.iter_rows(named=True)
     )
     return KernelSummary(kernels=rows, warnings=tuple(warnings))
