@@ -211,13 +211,16 @@ def profiled_phase(step_fn: Callable[[int], None], args, start_index: int,
         info["host_loop_ms_per_step"] = (time.perf_counter() - t0) * 1e3 / max(n, 1)
 
     if args.profiler == "nsys":
+        on_gpu = str(args.device).startswith("cuda")     # a CPU run (tests, stand-in nsys) has no capture range
         sync(args.device)
         barrier()
-        torch.cuda.cudart().cudaProfilerStart()
+        if on_gpu:
+            torch.cuda.cudart().cudaProfilerStart()
         marked_loop()
         sync(args.device)
         barrier()
-        torch.cuda.cudart().cudaProfilerStop()
+        if on_gpu:
+            torch.cuda.cudart().cudaProfilerStop()
     elif args.profiler == "torch":
         from torch.profiler import ProfilerActivity, profile
 

@@ -142,14 +142,15 @@ SHAPES = {s.name: s for s in (
 
 
 def tiny(s: Shape) -> Shape:
-    """The CPU smoke-run size of a shape: the same structure, a few MB of weights."""
+    """The CPU smoke-run size of a shape: the same structure, a few MB of weights (FFN widths unlike any other
+    GEMM's, so that a GEMM's shapes tell which one it is)."""
     t = dict(s.target)
-    t.update(hidden=128, layers=4 if s.hybrid else 2, heads=4, kv_heads=2, ffn=256, vocab=1024 + 512 * len(s.name) % 2048)
+    t.update(hidden=128, layers=4 if s.hybrid else 2, heads=4, kv_heads=2, ffn=320, vocab=1024 + 512 * len(s.name) % 2048)
     if s.hybrid:
         t.update(k_heads=2, v_heads=4, k_dim=32, v_dim=32)
     d = dict(s.draft_cfg)
     if d:
-        d.update(hidden=64, layers=2, heads=2, kv_heads=1, ffn=128, vocab=t["vocab"])
+        d.update(hidden=64, layers=2, heads=2, kv_heads=1, ffn=160, vocab=t["vocab"])
     return replace(s, target=t, draft_cfg=d, batch=min(s.batch, 2), context=64)
 
 
@@ -173,8 +174,6 @@ FRAMES = {
     "ModelRunner": ("sglang/srt/model_executor/model_runner.py", ("forward",)),
     "EAGLEWorker": (_SPEC + "eagle_worker.py", ("forward_batch_generation", "draft", "draft_forward", "verify",
                                                 "forward_draft_extend_after_decode")),
-    "StandaloneWorker": (_SPEC + "standalone_worker.py", ("forward_batch_generation", "draft", "draft_forward",
-                                                          "verify", "forward_draft_extend_after_decode")),
     "EagleVerifyInput": (_SPEC + "eagle_info.py", ("prepare_for_verify", "verify")),
     "NGRAMWorker": (_SPEC + "ngram_worker.py", ("forward_batch_generation", "_prepare_for_speculative_decoding",
                                                 "_update_ngram_cache")),
@@ -481,9 +480,8 @@ class SGLangEagle(Engine):
             self.dmodel = zm.DraftHead(self.target, self.args.seed + 1, kind=s.draft)
             self.dkv = self.dmodel.kv_cache(B * topk, self.W, self.gen)
         self.standalone = standalone
-        self.FRAME_NAMES = ("Scheduler", "StandaloneWorker" if standalone else "EAGLEWorker", "EagleVerifyInput",
-                            "ModelRunner")
-        self.f = frame(self.FRAME_NAMES[1], self)
+        # StandaloneWorker(EAGLEWorker) only overrides __init__: its draft / verify frames are eagle_worker.py's
+        self.f = frame("EAGLEWorker", self)
         self.verify_input = frame("EagleVerifyInput", _VerifyInput(self))
         self.runner = frame("ModelRunner", _Runner(self))
         self.draft_runner = frame("ModelRunner", _DraftRunner(self))

@@ -441,7 +441,7 @@ def gated_delta_rule_update(q, k, v, g, beta, o, state, indices, inter, scale: f
     if impl == "triton":
         _need_triton()
         BK = _np2(Kd)
-        BV = min(32, _np2(Vd))
+        BV = min(8, _np2(Vd))               # fla's choice for the recurrent forward (one warp per program)
         grid = (triton.cdiv(Vd, BV), B * HV)
         fused_recurrent_gated_delta_rule_update_fwd_kernel[grid](
             q, k, v, g, beta, o, state, indices, inter if inter is not None else o, scale, T, H=H, HV=HV, K=Kd, V=Vd,
