@@ -32,10 +32,7 @@ import sys
 import time
 from typing import Callable
 
-try:  # imported as tracekit.workloads._common
-    from . import markers  # type: ignore
-except ImportError:  # run as `python capture/X.py`
-    import markers  # type: ignore
+import markers
 
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
