@@ -24,9 +24,12 @@ RES=${RES:-/tmp/tk_zoo}
 rm -rf "$RES"; mkdir -p "$RES"
 if [ -n "${OUT:-}" ]; then mkdir -p "$OUT"; exec > >(tee -a "$OUT/zoo.log") 2>&1; fi
 . capture/gpu_env.sh
+for d in shared/device-libs ../shared/device-libs; do   # libdw.so.1 for `nsys export`, wherever the copy lies
+  [ -f "$d/libdw.so.1" ] && export LD_LIBRARY_PATH=$PWD/$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} && break
+done
 DRV=(python3 capture/zoo_driver.py)          # imports neither polars nor torch
 STEP_TIMEOUT=${STEP_TIMEOUT:-120}
-HARD_S=${HARD_S:-330}                     # no capture starts past this many seconds (the zoo must end within 6 min)
+HARD_S=${HARD_S:-310}                     # no capture starts past this many seconds (the zoo must end within 6 min)
 T0=$SECONDS
 SHAPES=(hybrid-nextn sglang-chain vllm-eagle sglang-tree standalone ngram mtp-multilayer)
 GROUP1=(hybrid-nextn sglang-chain vllm-eagle); GROUP2=(sglang-tree standalone); GROUP3=(ngram mtp-multilayer)
@@ -54,13 +57,18 @@ fi
   echo "nsys: ${NSYS:-none}"; [ -n "${NSYS:-}" ] && "$NSYS" --version
   nproc; grep -m1 'model name' /proc/cpuinfo
 } 2>&1 | tee "$RES/gpu_zoo.txt"
+KEEP_REP=0   # without libdw.so.1 `nsys export` fails: then the .nsys-rep files go into the tarballs instead
+if [ "$NSYSP" = nsys ] && ! python3 -c "import ctypes; ctypes.CDLL('libdw.so.1')" 2>/dev/null; then
+  echo "== WARNING: libdw.so.1 not loadable (put it in ./.gpu): exports will fail, the .nsys-rep files are kept"
+  KEEP_REP=1
+fi
 
 FAILED=(); SKIPPED=(); declare -A EXPORT_PID=(); declare -A TOOK=()
 cap() {  # cap NAME PROFILER zoo-args...
   local name=$1 prof=$2; shift 2
   local used=$((SECONDS - T0))
   if [ "$used" -ge "$HARD_S" ]; then echo "== $name: skipped (past ${HARD_S} s)"; SKIPPED+=("$name"); return 0; fi
-  local tmo=$STEP_TIMEOUT; [ $((HARD_S + 25 - used)) -lt "$tmo" ] && tmo=$((HARD_S + 25 - used))
+  local tmo=$STEP_TIMEOUT; [ $((HARD_S + 30 - used)) -lt "$tmo" ] && tmo=$((HARD_S + 30 - used))
   echo; echo "== $name [${used} s]: $prof $*"
   local t0=$SECONDS
   if timeout "$tmo" "${DRV[@]}" profile --out "$RES/$name" --profiler "$prof" "${PEAK[@]}" -- "$@"; then
@@ -93,7 +101,8 @@ bundle() {  # bundle TARBALL SHAPE...: wait for their exports, then tar them int
   [ "$tb" = zoo_1.tar.gz ] && have=(gpu_zoo.txt "${have[@]}")
   [ ${#have[@]} -gt 0 ] || return 0
   [ -n "${OUT:-}" ] || { echo "== (no \$OUT: $tb not written)"; return 0; }
-  ( cd "$RES" && tar --exclude='*.nsys-rep' --exclude='*.export.log' -czf "$OUT/$tb" "${have[@]}" ) \
+  local excl=(--exclude='*.export.log'); [ "$KEEP_REP" = 1 ] || excl+=(--exclude='*.nsys-rep')
+  ( cd "$RES" && tar "${excl[@]}" -czf "$OUT/$tb" "${have[@]}" ) \
     && echo "== bundled $tb: $(du -h "$OUT/$tb" | cut -f1) ($(stat -c %s "$OUT/$tb") bytes; limit 14 MiB = 14680064)"
 }
 in_list() { local x=$1; shift; for y in "$@"; do [ "$x" = "$y" ] && return 0; done; return 1; }

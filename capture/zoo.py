@@ -75,7 +75,10 @@ EAGLEWorker.draft / verify / forward_draft_extend_after_decode``, ``vllm/v1/spec
 EagleProposer.propose``, ...
 
 Markers (the NVTX-marked twin, unless ``--no-markers``): ``decode_step <i>`` per step, ``draft`` (the draft
-model's forwards or the n-gram proposal), ``verify`` (the target's verify forward), ``draft_extend``.
+model's forwards before the verify, with their sampling; the host's proposal for ``ngram``; none for
+``mtp-multilayer``, whose draft phase runs no forward), ``verify`` (the target's verify forward), ``draft_extend``
+(the draft-extend forwards; all K module forwards for ``mtp-multilayer``). Tree building and the other
+bookkeeping between them stay outside every range.
 """
 
 from __future__ import annotations
@@ -1152,8 +1155,10 @@ class SGLangMultiLayer(Engine):
     j = 0..K-1, each its own CUDA graph, the input ids rotated by the previous module's token); the overlap
     scheduler reads the previous step's result while this step runs."""
 
-    PHASES = ("draft", "verify", "sample", "draft_extend", "process_result")
-    MARKERS = {"draft": "draft", "verify": "verify", "draft_extend": "draft_extend"}
+    # no draft forward before the verify: its draft phase only builds the tree (no `draft` range; the K module
+    # forwards are the `draft_extend` range)
+    PHASES = ("build_verify_inputs", "verify", "sample", "draft_extend", "process_result")
+    MARKERS = {"verify": "verify", "draft_extend": "draft_extend"}
     HOST_READS = 1      # the previous step's tokens (copy_done event, then .tolist() of pinned memory)
     KERNELS_USED = ("build_tree_efficient", "VerifyTreeGreedy", "fill_new_verified_id", "rotate_input_ids_kernel",
                     "create_extend_after_decode_spec_info")
@@ -1225,7 +1230,7 @@ class SGLangMultiLayer(Engine):
                       self.retrive_index, self.retrive_next_token, self.retrive_next_sibling, 1, self.S, self.kimpl)
 
     def draft(self):
-        with self.h.phase("draft"):
+        with self.h.phase("build_verify_inputs"):
             self._draft_body()
 
     def _verify_body(self):

@@ -276,7 +276,8 @@ def test_each_shape_runs_the_engines_structure(tmp_path, shape):
     # markers: decode_step <i> per step, draft / verify per step
     ann = Counter(e["name"] for e in ev if e.get("cat") == "user_annotation")
     assert sorted(a for a in ann if a.startswith("decode_step")) == ["decode_step 2", "decode_step 3"]
-    assert ann["verify"] == steps and ann["draft"] == steps
+    assert ann["verify"] == steps and ann["draft"] == (0 if shape == "mtp-multilayer" else steps)
+    assert ann["draft_extend"] == (0 if shape in ("ngram", "vllm-eagle") else steps)
     # the engine's spans
     fields = {"B": s.batch, "T": s.batch * s.verify_tokens}
     for tmpl, n in SPAN_COUNTS[shape](s).items():
