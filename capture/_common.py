@@ -32,10 +32,7 @@ import sys
 import time
 from typing import Callable
 
-try:  # imported as tracekit.workloads._common
-    from . import markers  # type: ignore
-except ImportError:  # run as `python capture/X.py`
-    import markers  # type: ignore
+import markers
 
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
@@ -171,6 +168,7 @@ def time_steps(step_fn: Callable[[int], None], n: int, device, start_index: int 
     else:
         periods = list(walls)
     return {
+        "periods_ms": [round(p, 6) for p in periods],
         "median_ms": statistics.median(periods),
         "mean_ms": statistics.fmean(periods),
         "min_ms": min(periods),
@@ -183,11 +181,14 @@ def time_steps(step_fn: Callable[[int], None], n: int, device, start_index: int 
 
 
 def profiled_phase(step_fn: Callable[[int], None], args, start_index: int,
-                   barrier: Callable[[], None] | None = None) -> dict:
+                   barrier: Callable[[], None] | None = None, with_stack: bool = False,
+                   after: Callable[[], None] | None = None) -> dict:
     """Run ``args.steps`` marked steps under the chosen profiler. Returns facts about it.
 
     ``barrier`` (tensor parallelism): called on every rank right before the profiler starts and
-    before it stops, so that all ranks' capture windows cover the same steps."""
+    before it stops, so that all ranks' capture windows cover the same steps. ``with_stack``: the torch
+    profiler records Python frames too. ``after``: run after the last step, inside the window (an
+    overlapped loop's deferred host read)."""
     import torch
 
     barrier = barrier or (lambda: None)
@@ -200,18 +201,23 @@ def profiled_phase(step_fn: Callable[[int], None], args, start_index: int,
         for k in range(n):
             with markers.step(start_index + k):
                 step_fn(start_index + k)
+        if after is not None:
+            after()
         # host time of the marked loop alone: the final synchronize also waits for the
         # profiler's buffer flush (hundreds of ms under nsys), which is no step time
         info["host_loop_ms_per_step"] = (time.perf_counter() - t0) * 1e3 / max(n, 1)
 
     if args.profiler == "nsys":
+        on_gpu = str(args.device).startswith("cuda")     # a CPU run (tests, stand-in nsys) has no capture range
         sync(args.device)
         barrier()
-        torch.cuda.cudart().cudaProfilerStart()
+        if on_gpu:
+            torch.cuda.cudart().cudaProfilerStart()
         marked_loop()
         sync(args.device)
         barrier()
-        torch.cuda.cudart().cudaProfilerStop()
+        if on_gpu:
+            torch.cuda.cudart().cudaProfilerStop()
     elif args.profiler == "torch":
         from torch.profiler import ProfilerActivity, profile
 
@@ -222,7 +228,7 @@ def profiled_phase(step_fn: Callable[[int], None], args, start_index: int,
         # `decode_step <i>` markers. The profiler is started before the first marked step.
         sync(args.device)
         barrier()
-        prof = profile(activities=acts, record_shapes=True)
+        prof = profile(activities=acts, record_shapes=True, with_stack=with_stack)
         prof.start()
         marked_loop()
         sync(args.device)
@@ -237,9 +243,7 @@ def profiled_phase(step_fn: Callable[[int], None], args, start_index: int,
             os.remove(raw)
         info["trace"] = out
     else:  # plain run, markers only (useful under an external profiler)
-        for k in range(n):
-            with markers.step(start_index + k):
-                step_fn(start_index + k)
+        marked_loop()
         sync(args.device)
     return info
 

@@ -32,16 +32,11 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import os
 import sys
 
-if __package__:
-    from . import _common, markers, tp as tpmod  # type: ignore
-else:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _common  # type: ignore
-    import markers  # type: ignore
-    import tp as tpmod  # type: ignore
+import _common
+import markers
+import tp as tpmod
 
 # name: (hidden, layers, heads, kv_heads, intermediate, vocab, tie_word_embeddings)
 SIZES = {

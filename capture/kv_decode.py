@@ -18,17 +18,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 
-if __package__:
-    from . import _common, markers  # type: ignore
-    from . import llama_torch as lt
-else:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _common  # type: ignore
-    import llama_torch as lt  # type: ignore
-    import markers  # type: ignore
+import _common
+import llama_torch as lt
+import markers
 
 
 def parse_args(argv=None):

@@ -38,10 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-try:  # imported as tracekit.workloads.llama_torch
-    from . import _common  # type: ignore
-except ImportError:  # run as `python capture/X.py` (capture/ on sys.path)
-    import _common  # type: ignore
+import _common
 
 # name: hidden, layers, heads, kv_heads, ffn, vocab, tied embeddings
 SIZES = {

@@ -30,18 +30,12 @@ step of the same model WITHOUT adapters (``lora.unprofiled_base_step_ms``, same 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-if __package__:
-    from . import _common, lora_ops, markers  # type: ignore
-    from . import llama_torch as lt
-else:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _common  # type: ignore
-    import llama_torch as lt  # type: ignore
-    import lora_ops  # type: ignore
-    import markers  # type: ignore
+import _common
+import llama_torch as lt
+import lora_ops
+import markers
 
 
 def parse_args(argv=None):

@@ -28,19 +28,13 @@ picked (measured after profiling, eagerly, over ``--timed-steps`` steps).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 
-if __package__:
-    from . import _common, markers, moe_ops  # type: ignore
-    from . import llama_torch as lt
-else:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _common  # type: ignore
-    import llama_torch as lt  # type: ignore
-    import markers  # type: ignore
-    import moe_ops  # type: ignore
+import _common
+import llama_torch as lt
+import markers
+import moe_ops
 
 
 def parse_args(argv=None):

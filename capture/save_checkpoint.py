@@ -37,11 +37,7 @@ import os
 import struct
 import sys
 
-if __package__:
-    from . import llama_torch as lt  # type: ignore
-else:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import llama_torch as lt  # type: ignore
+import llama_torch as lt
 
 FP8_QUANT = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
 PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",

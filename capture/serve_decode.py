@@ -39,19 +39,13 @@ after it replay their graphs. The manifest's ``phases`` lists each profiled step
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 
-if __package__:
-    from . import _common, markers  # type: ignore
-    from . import llama_torch as lt
-else:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _common  # type: ignore
-    import llama_torch as lt  # type: ignore
-    import markers  # type: ignore
+import _common
+import llama_torch as lt
+import markers
 
 SCHEDULER_RANGE = "scheduler"
 PREFILL_RANGE = "prefill"     # around the prefill forward (with markers only)

@@ -39,12 +39,8 @@ import json
 import os
 import sys
 
-if __package__:
-    from . import _common, markers  # type: ignore
-else:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _common  # type: ignore
-    import markers  # type: ignore
+import _common
+import markers
 
 SGLANG_PINNED = "sgl-project/sglang main, bench_one_batch.py@00944150, eagle_worker.py@00559eac (v0.5.x)"
 ENV_CFG = "TRACEKIT_SGLANG_CFG"   # JSON config handed to the scheduler processes

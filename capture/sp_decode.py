@@ -22,17 +22,11 @@ collectives per step and their message bytes.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-if __package__:
-    from . import _common, markers  # type: ignore
-    from . import tp as tpmod  # type: ignore
-else:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _common  # type: ignore
-    import markers  # type: ignore
-    import tp as tpmod  # type: ignore
+import _common
+import markers
+import tp as tpmod
 
 
 def parse_args(argv=None):

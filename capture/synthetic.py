@@ -34,13 +34,9 @@ import os
 import sys
 import time
 
-if __package__:
-    from . import _common, markers, tp as tpmod  # type: ignore
-else:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _common  # type: ignore
-    import markers  # type: ignore
-    import tp as tpmod  # type: ignore
+import _common
+import markers
+import tp as tpmod
 
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ.setdefault(_k, _v)

@@ -1,6 +1,7 @@
 """Regenerate sample_traces/index.json from the manifests beside each trace.
 
     python sample_traces/make_index.py
+    python sample_traces/make_index.py --zoo-rows     # the README's zoo table rows (zoo-* folders), to stdout
 
 Each entry's ``path`` is the committed trace file: ``trace.sqlite`` (kept plain for hf-small-eager only),
 ``trace.sqlite.gz`` (every other nsys export, gzipped; tracekit reads it as is) or ``trace.json.gz``.
@@ -36,6 +37,11 @@ def extras(man: dict) -> dict:
         "draft_forwards_per_step": (man.get("draft_model") or {}).get("forwards_per_step"),
         "injected_stall_range": stall.get("range_name"),
         "injected_stall_ms": stall.get("target_ms"),
+        # the speculative-decoding zoo (capture/zoo.py)
+        "shape": man.get("shape"),
+        "draft_model_exists": (man.get("draft_model") or {}).get("exists"),
+        "verify_tokens": man.get("verify_tokens"),
+        "engine_spans": (man.get("engine_spans") or {}).get("dialect"),
     }
 
 
@@ -73,5 +79,28 @@ def main() -> None:
     print(f"{len(index)} traces -> {HERE / 'index.json'}")
 
 
+def zoo_rows() -> str:
+    """One markdown row per zoo-* capture (sample_traces/README.md, "Speculative-decoding zoo")."""
+    rows = []
+    for m in sorted(HERE.glob("zoo-*/manifest.json")):
+        man = json.loads(m.read_text())
+        t = man.get("unprofiled") or {}
+        spans = (man.get("engine_spans") or {}).get("dialect")
+        marks = "markers" if man.get("markers") else (f"{spans} spans + stack" if spans else "none")
+        trace = trace_path(m.parent)
+        mb = trace.stat().st_size / 1e6
+        rows.append(f"| `{m.parent.name}` | {man['profiler']} | {marks} | {man['steps']} | "
+                    f"**{man['unprofiled_step_ms']:.3f}** ({t.get('p10_ms', float('nan')):.3f}–"
+                    f"{t.get('p90_ms', float('nan')):.3f}) | {man.get('unprofiled_plain_step_ms', float('nan')):.3f} | "
+                    f"{(man.get('spec') or {}).get('accept_len')} | {man.get('unprofiled_draft_phase_ms')} | "
+                    f"{trace.name} ({mb:.2f} MB) |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--zoo-rows" in sys.argv[1:]:
+        print(zoo_rows())
+    else:
+        main()

@@ -44,14 +44,15 @@ MANIFEST_KEYS = ("schema", "workload", "profiler", "mode", "steps", "gpu_name", 
 # SGLang-style EAGLE/MTP speculative decoding, a serving loop with host stalls, a KV-cache-heavy batch decode.
 # lora / moe / sp: a decode loop with LoRA adapters (vLLM-shaped Triton shrink/expand), a mixture-of-experts decode
 # loop (grouped GEMMs or a Triton fused_moe_kernel), a sequence-parallel loop (reduce-scatter + all-gather per layer).
+# zoo: the speculative-decoding zoo (issue 42), seven engine-shaped loops (``--shape NAME``; capture/run_zoo.sh).
 WORKLOADS = {"hf": "hf_decode.py", "synthetic": "synthetic.py", "sglang": "sglang_decode.py",
              "spec": "spec_decode.py", "serve": "serve_decode.py", "kv": "kv_decode.py",
-             "lora": "lora_decode.py", "moe": "moe_decode.py", "sp": "sp_decode.py"}
+             "lora": "lora_decode.py", "moe": "moe_decode.py", "sp": "sp_decode.py", "zoo": "zoo.py"}
 # what each workload's Python must be able to import (checked before anything runs or is written); lora/moe
 # need triton only for their GPU kernels, which they import when they launch them
 WORKLOAD_MODULES = {"hf": ("torch", "transformers"), "synthetic": ("torch",), "sglang": ("torch", "sglang"),
                     "spec": ("torch",), "serve": ("torch",), "kv": ("torch",), "lora": ("torch",), "moe": ("torch",),
-                    "sp": ("torch",)}
+                    "sp": ("torch",), "zoo": ("torch",)}
 FACTS_FILE = "workload_facts.json"
 # tensor parallelism (capture/tp.py): workloads launched one process per GPU by torchrun
 TP_WORKLOADS = ("hf", "synthetic")
