@@ -467,40 +467,13 @@ def drafting_lever(f: StepFacts) -> Lever:
 
 
 def _plain_step(f: StepFacts, phase: float) -> tuple[float, str]:
-    """The predicted step without speculation and its basis (a phrase for the verdict).
+    """The predicted step without speculation and its basis (``tracekit.analyses.drafting.plain_step``)."""
+    from tracekit.analyses.drafting import plain_step
 
-    Without speculation a step is one target forward over one token per sequence, plus the host time between
-    steps: the verify forward with its GPU work re-costed at one token (by the draft model's own (K+1)- against
-    1-token forward where the step has both) — its launch gaps stay as they are. With an unprofiled step (flag or
-    manifest) that traced figure is scaled to it; without one, the gaps the profiler's per-node tracing adds inside
-    the verify forward's CUDA graphs are taken out (re-costed at the unprofiled per-node gap) and the host gaps stay
-    as traced (the profiler's host overhead stays in them). Without a verify forward (no draft model visible in the
-    steps): the step without its draft phase, an upper bound."""
-    from tracekit.analyses.drafting import UNPROFILED_NODE_GAP_US
-
-    scale = f.reference_ms / f.traced_ms if f.traced_ms else 1.0
-    v = f.verify
-    if not v:
-        return ((f.traced_ms - phase) * scale,
-                "the step without its draft phase, verify forward kept at K+1 tokens: an upper bound")
-    factor = v.token_factor or 1.0
-    recost = v.busy_ms * (1 - 1 / factor)
-    between = f.gaps.get("between_steps", 0.0)
-    basis = (f"the verify forward ({v.verify_ms:.3f} ms traced, {v.busy_ms:.3f} ms of it GPU work) with its GPU work "
-             f"re-costed at one token (÷{factor:.2f}, the draft model's own (K+1)- against 1-token forward)"
-             if v.token_factor else f"the verify forward ({v.verify_ms:.3f} ms traced) kept at K+1 tokens")
-    basis += ", plus the host time between steps"
-    upper = ("; an upper bound: no draft forward over K+1 tokens to re-cost the verify forward by"
-             if not v.token_factor else "")
-    if f.reference_source:
-        return (v.verify_ms - recost + between) * scale, f"{basis}, scaled to the unprofiled step{upper}"
-    fix = max(0.0, v.graph_gap_ms - v.unprofiled_graph_gap_ms)
-    if fix > 0:
-        basis += (f"; its {v.graph_nodes:.0f} graph nodes' gaps at {UNPROFILED_NODE_GAP_US:g} µs each unprofiled "
-                  f"instead of the traced {1e3 * v.graph_gap_ms / v.graph_nodes:.2f} µs")
-    return (v.verify_ms - recost - fix + between,
-            f"{basis}; host gaps and the time between steps as traced (no unprofiled time: the profiler's host "
-            f"overhead stays in them){upper}")
+    ms, basis, _ = plain_step(f.verify, traced_ms=f.traced_ms, reference_ms=f.reference_ms,
+                              unprofiled=bool(f.reference_source), between_ms=f.gaps.get("between_steps", 0.0),
+                              draft_phase_ms=phase)
+    return ms, basis
 
 
 def memory_lever(f: StepFacts) -> Lever:

@@ -670,11 +670,25 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
             from tracekit.analyses.phase import annotation_phases
 
             ann = annotation_phases(trace, steps.windows)
+        # (draft work with GEMMs: a draft model's forwards, not only the upload of host proposals)
+        draft_gemm = drafted is not None and bool(acts.select((drafted & (pl.col("category") == "gemm")).any()).item())
         speculation = spec.decide(
             trace, steps.windows, spans=spec.engine_spans(trace, steps.windows),
             frames=spec.engine_frames(trace, steps.windows),
             tokens=spec.shape_tokens(trace, steps.windows, ann), structure=info, spec_kernels=spec_kernels,
-            draft_found=evidence[0] if detection in ("ranges", "engine") else None)
+            draft_found=evidence[0] if detection in ("ranges", "engine") else None, draft_gemm=draft_gemm)
+        if speculation.speculative and speculation.draft_model is False and drafted is None:
+            # proposals without a draft model (n-gram): their GPU-side cost is their upload, the host-to-device copies
+            # of the step before its verify forward's first GEMM
+            up = spec.proposal_uploads(acts)
+            if up.null_count() < up.len():
+                acts = acts.with_columns(draft=up)
+                drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
+                n = (up.is_not_null().sum()) / max(1, acts["step"].drop_nulls().n_unique())
+                evidence = (*evidence, f"proposals without a draft model: their upload, {n:g} host-to-device copies "
+                            "per step before the verify forward, counts as drafting")
+                if detection == "not_detected":
+                    detection = "kernels"
         drafted_steps = (in_spec.filter(pl.col("draft").is_not_null() | (pl.col("category") == "drafting"))["step"]
                          .unique() if detection != "not_detected" else pl.Series("step", [], pl.Int64))
         if speculation.speculative:

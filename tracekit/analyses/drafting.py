@@ -59,6 +59,7 @@ MIN_SPEC_SHARE = 0.5  # share of steps showing a draft model from which drafting
 # or K >= 2), its forwards' GEMM counts within DRAFT_SPREAD of each other (the (K+1)-token draft-extend may
 # split a GEMM differently: a split-K reduce more or less).
 TARGET_RATIO = 2
+HOST_READ = r"Device-to-Host|DtoH"  # a device-to-host copy: the host reads device data (nsys and Kineto names)
 MIN_DRAFT_FORWARDS = 2
 DRAFT_SPREAD = 1.5
 
@@ -111,9 +112,10 @@ def _forward_parts(acts: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     cat = acts["category"]  # (Enum or String: compared with text either way, no cast of every row)
     kernel = acts["kind"] == "kernel"
     is_gemm = (cat == "gemm") & kernel
+    read = (acts["kind"] == "memop") & name_matches(acts["name"], HOST_READ)
     df = pl.DataFrame({"step": step, "dur": acts["dur"], "strong": strong & kernel, "topk": topk & kernel,
                        "gemm": is_gemm.cast(pl.Int64) * acts["dur"], "is_gemm": is_gemm,
-                       "attn": (cat == "attention") & kernel, "adapter": adapter})
+                       "attn": (cat == "attention") & kernel, "adapter": adapter, "read": read})
     new_step = pl.col("step") != pl.col("step").shift(1)
     # The largest GEMM since the last attention kernel of the step, at each row: a running max within groups
     # (group = attention kernels and step starts, numbered in order) as one cum_max of group * 2^40 + duration.
@@ -152,9 +154,35 @@ def _forward_parts(acts: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     # back to rows: piece ids are 0..n-1 in order, so a gather
     out = pieces.select("step", "fwd", is_forward_piece="is_fwd", gemm_ns="gemm_ns", target="target",
                         n_fwd=pl.col("n_fwd").fill_null(0).cast(pl.Int64))[df["piece"]]
+    out = _acceptance_tail(out, df, per_fwd)
     if order is not None:
         out = out[order.arg_sort()]
     return out, per_fwd
+
+
+def _acceptance_tail(out: pl.DataFrame, df: pl.DataFrame, per_fwd: pl.DataFrame) -> pl.DataFrame:
+    """``out`` with the target forward's acceptance taken out of the forward after it: every engine reads what was
+    accepted to the host before its draft model runs again (SGLang's accept, with its state restores, then the
+    draft-extend; vLLM's rejection sampling and token read, then the proposer). The rows of a forward after the target
+    forward, up to its last host read before its first GEMM or attention kernel, are no forward's (``fwd`` null):
+    acceptance, neither draft work nor the verify forward's."""
+    if not bool(df["read"].any()):
+        return out
+    t = per_fwd.filter(pl.col("target")).select("step", t_fwd="fwd")
+    rows = out.select("step", "fwd").hstack(df.select("read", compute=pl.col("is_gemm") | pl.col("attn"))) \
+        .with_row_index("i").join(t, on="step", how="left", maintain_order="left")
+    after = rows.filter(pl.col("fwd") > pl.col("t_fwd"))
+    if after.height == 0:
+        return out
+    first = after.group_by("step", "fwd").agg(first=pl.col("i").filter("compute").min())
+    cut = (after.join(first, on=["step", "fwd"]).filter(pl.col("read") & (pl.col("i") < pl.col("first")))
+           .group_by("step", "fwd").agg(last_read=pl.col("i").max()))
+    if cut.height == 0:
+        return out
+    hit = rows.join(cut, on=["step", "fwd"], how="left", maintain_order="left")
+    mask = (hit["i"] <= hit["last_read"]).fill_null(False)
+    return out.with_columns(fwd=pl.when(mask).then(None).otherwise(pl.col("fwd")),
+                            is_forward_piece=pl.when(mask).then(False).otherwise(pl.col("is_forward_piece")))
 
 
 def forwards(acts: pl.DataFrame) -> pl.DataFrame:
@@ -315,6 +343,22 @@ def _not_structure(acts: pl.DataFrame, steps: int, forwards_per_step: float | No
 # (CUDA events around the draft, verify and draft-extend graphs, against the traced kernels of the same graphs)
 # give 0.32-0.41 us (median 0.37): the plain step without an unprofiled time re-costs the verify graph's gaps at it.
 UNPROFILED_NODE_GAP_US = 0.37
+# The same on an H100 (same software): the zoo's six graph-replayed verify forwards (sample_traces/zoo-*, 2026-12-06),
+# (unprofiled verify phase - traced kernel time) / nodes = 0.21-0.37 us, median 0.29 (fitted on three shapes, 0.24,
+# the other three are within 1.6%; the other way round 0.33, within 2%: docs/validation.md, "The plain step").
+NODE_GAP_US_BY_GPU = (("H100", 0.29), ("H200", UNPROFILED_NODE_GAP_US))
+
+
+def node_gap_us(gpu_name: str | None) -> float:
+    """The unprofiled gap between two nodes of one graph replay on ``gpu_name`` (the H200's where unknown).
+
+    >>> node_gap_us("NVIDIA H100 80GB HBM3"), node_gap_us("NVIDIA H200"), node_gap_us(None)
+    (0.29, 0.37, 0.37)
+    """
+    for key, us in NODE_GAP_US_BY_GPU:
+        if gpu_name and key in gpu_name:
+            return us
+    return UNPROFILED_NODE_GAP_US
 
 
 @dataclass(frozen=True)
@@ -327,31 +371,45 @@ class VerifyCost:
     token_factor: float | None  # a (K+1)-token forward over a 1-token one, the draft model's own; None: no pair
     graph_nodes: float  # its kernels replayed from a graph right after another node of the same graph launch
     graph_gap_ms: float  # the traced gaps before those nodes (inflated by per-node tracing)
+    # the verify forward's GPU time that a forward over one token per sequence would not spend, re-costed kernel by
+    # kernel with the draft model's own forwards over few and many tokens (:func:`verify_costs`); 0: nothing to
+    # re-cost by
+    recost_ms: float = 0.0
+    recost_kernels: int = 0  # kernel names re-costed (GEMMs counted as one)
+    graphed_share: float = 0.0  # share of its GPU time replayed from CUDA graphs
+    node_gap_us: float = UNPROFILED_NODE_GAP_US  # a graph node's unprofiled gap on this GPU (node_gap_us)
+    # the fastest turnaround from a host read (a device-to-host copy) to the next GPU work in a step, traced: what a
+    # plain step pays for reading its tokens and launching the next one (None: no read in the steps)
+    host_turnaround_ms: float | None = None
 
     @property
     def unprofiled_graph_gap_ms(self) -> float:
-        """The same nodes' gaps in an unprofiled replay (:data:`UNPROFILED_NODE_GAP_US` each)."""
-        return self.graph_nodes * UNPROFILED_NODE_GAP_US / 1e3
+        """The same nodes' gaps in an unprofiled replay (:attr:`node_gap_us` each)."""
+        return self.graph_nodes * self.node_gap_us / 1e3
 
 
-def step_forwards(acts: pl.DataFrame) -> pl.DataFrame:
+def step_forwards(acts: pl.DataFrame, speculative: bool = False) -> pl.DataFrame:
     """The analysed steps' activities with their forward (:func:`forwards`, by name category): ``step``, ``start``,
-    ``end``, ``dur``, ``graphed``, ``launch``, ``fwd``, ``target``; ``target`` is set only in the steps that show a
-    draft model (:func:`draft_model_steps`: null elsewhere, where the heaviest forward may be a piece of one).
-    Computed once per breakdown for :func:`draft_forward_counts` and :func:`verify_costs`. ``acts``: the analysed
-    steps' activities with ``name_category`` (attribution adds it to speculative traces) or ``category`` by name."""
+    ``end``, ``dur``, ``graphed``, ``launch``, ``name``, ``category``, ``fwd``, ``target``; ``target`` is set only in
+    the steps that show a draft model (:func:`draft_model_steps`: null elsewhere, where the heaviest forward may be a
+    piece of one) — and, with ``speculative`` (the steps verify drafted tokens by other evidence:
+    ``tracekit.analyses.speculation``), in every step: without a draft model (n-gram proposals) a step's one
+    token-producing forward is the target's verify forward. Computed once per breakdown for
+    :func:`draft_forward_counts` and :func:`verify_costs`. ``acts``:
+    the analysed steps' activities with ``name_category`` (attribution adds it to speculative traces) or ``category``
+    by name."""
     cat = "name_category" if "name_category" in acts.columns else "category"
     extra = [pl.col(c) if c in acts.columns else pl.lit(None, t).alias(c)
              for c, t in (("graphed", pl.Boolean), ("launch", pl.Int64))]
     a = acts.select("step", "start", "end", "dur", "name", "kind", *extra, category=pl.col(cat)).filter(
         pl.col("step").is_not_null()).with_columns(pl.col("category").cast(pl.String))  # (narrow first)
-    keep = ("step", "start", "end", "dur", "graphed", "launch")
+    keep = ("step", "start", "end", "dur", "graphed", "launch", "name", "category", "kind")
     if a.height == 0:
         return a.select(*keep, fwd=pl.lit(None, pl.Int64), target=pl.lit(None, pl.Boolean))
     rows, per_fwd = _forward_parts(a)
     spec = draft_model_steps(per_fwd).filter(pl.col("spec"))["step"].implode()
-    return a.select(*keep).hstack(rows.select("fwd", target=pl.when(pl.col("step").is_in(spec))
-                                              .then(pl.col("target"))))
+    marked = pl.lit(True) if speculative else pl.col("step").is_in(spec)
+    return a.select(*keep).hstack(rows.select("fwd", target=pl.when(marked).then(pl.col("target"))))
 
 
 def draft_forward_counts(x: pl.DataFrame) -> tuple[int, int] | None:
@@ -369,13 +427,74 @@ def draft_forward_counts(x: pl.DataFrame) -> tuple[int, int] | None:
     return int(per["n"].median()), int(per["before"].median())
 
 
-def verify_costs(x: pl.DataFrame) -> VerifyCost | None:
+# A draft forward counts as one over more tokens than another of its step when its GPU time is at least this much
+# larger: the draft model's forwards over K+1 tokens (SGLang's draft-extend, vLLM's first proposer forward) against
+# its one-token forwards; the per-kernel ratios between the two re-cost the verify forward (verify_costs).
+TOKEN_RATIO_CLIP = 8.0  # (a per-kernel ratio is clipped to [1, this]: growth with tokens, never a shrink)
+
+
+def token_ratios(x: pl.DataFrame) -> tuple[dict[str, float], float | None]:
+    """How the draft model's kernels grow from its fewest-token forward to its most-token forward, in the
+    speculative steps (``x``: :func:`step_forwards`): per kernel name (not GEMMs) the ratio of the mean instance
+    duration, and one ratio for all GEMM time (GEMM kernels change tiles with the rows: their names differ). Medians
+    over the steps; ``({}, None)`` when no step has two draft forwards."""
+    d = x.filter(~pl.col("target").fill_null(True) & pl.col("fwd").is_not_null())
+    if d.height == 0:
+        return {}, None
+    busy = d.group_by("step", "fwd").agg(b=pl.col("dur").sum())
+    ends = busy.group_by("step").agg(lo=pl.col("fwd").sort_by("b").first(), hi=pl.col("fwd").sort_by("b").last(),
+                                     n=pl.len()).filter(pl.col("n") >= 2)
+    if ends.height == 0:
+        return {}, None
+    d = d.join(ends, on="step").with_columns(
+        side=pl.when(pl.col("fwd") == pl.col("lo")).then(pl.lit("lo")).when(pl.col("fwd") == pl.col("hi"))
+        .then(pl.lit("hi"))).filter(pl.col("side").is_not_null())
+    gemm = pl.col("category") == "gemm"
+    g = d.filter(gemm).group_by("step", "side").agg(t=pl.col("dur").sum()).pivot(on="side", index="step",
+                                                                                      values="t")
+    g_ratio = None
+    if {"lo", "hi"} <= set(g.columns):
+        r = g.filter(pl.col("lo") > 0).select(r=pl.col("hi") / pl.col("lo"))["r"].drop_nulls()
+        g_ratio = min(max(float(r.median()), 1.0), TOKEN_RATIO_CLIP) if r.len() else None
+    k = (d.filter(~gemm & (pl.col("category") != "memory")).with_columns(pl.col("name").cast(pl.String))
+         .group_by("step", "name", "side").agg(m=pl.col("dur").mean())
+         .pivot(on="side", index=["step", "name"], values="m"))
+    ratios: dict[str, float] = {}
+    if {"lo", "hi"} <= set(k.columns):
+        k = k.filter((pl.col("lo") > 0) & pl.col("hi").is_not_null()).group_by("name").agg(
+            r=(pl.col("hi") / pl.col("lo")).median())
+        ratios = {n: min(max(float(r), 1.0), TOKEN_RATIO_CLIP) for n, r in k.iter_rows()}
+    return ratios, g_ratio
+
+
+def host_turnaround(x: pl.DataFrame) -> float | None:
+    """The fastest host turnaround of the steps, ms: per step, the least time from the end of a device-to-host copy
+    (a host read of device data) to the start of the next GPU activity; the median over the steps. A plain decode
+    step reads its tokens once and launches the next step: this is what that costs on this host, without the
+    speculative bookkeeping a step's other host time holds. ``x``: :func:`step_forwards`' rows (start order within
+    each step); None when no step reads."""
+    a = x.select("step", "start", "end", "kind", "name").sort("start")
+    if a.height == 0:
+        return None
+    a = a.with_columns(nxt=pl.col("start").shift(-1), last=pl.col("end").cum_max())
+    reads = a.filter((pl.col("kind") == "memop") & pl.col("name").cast(pl.String).str.contains(HOST_READ)
+                     & pl.col("nxt").is_not_null())
+    if reads.height == 0:
+        return None
+    per = reads.group_by("step").agg(t=(pl.col("nxt") - pl.col("last")).clip(0).min())
+    return float(per["t"].median()) / 1e6
+
+
+def verify_costs(x: pl.DataFrame, gpu_name: str | None = None) -> VerifyCost | None:
     """What the step without speculation would keep of a speculative step, from its forwards
     (``x``: :func:`step_forwards`); None when no step has a target forward.
 
-    ``token_factor``: how much more a forward over K+1 tokens costs than over one, measured on the draft model
-    itself when the step holds both (SGLang's draft-extend forward runs K+1 tokens after the verify, its draft
-    graph one token per forward): GPU time of the draft forward after the target's / the mean of those before it.
+    ``recost_ms``: the verify forward re-costed at one token per sequence, kernel by kernel, with the draft
+    model's own forwards over few and many tokens (:func:`token_ratios`: SGLang's draft-extend over K+1 tokens against
+    its one-token draft forwards, vLLM's first proposer forward against its one-token ones): each verify kernel whose
+    name the draft's forwards share is divided by that name's ratio, the GEMM time by the draft's GEMM ratio (at
+    decode sizes GEMMs read weights, whatever the rows: the ratio stays near 1, and so it is measured, not assumed).
+    ``token_factor``: the draft's whole (K+1)- against 1-token forward, kept for the evidence.
     ``graph_nodes`` / ``graph_gap_ms``: the verify forward's graph-replayed kernels that follow another node of
     the same graph launch, and the traced gaps before them (the GPU idle from the work before, in start order).
     """
@@ -389,9 +508,11 @@ def verify_costs(x: pl.DataFrame) -> VerifyCost | None:
             (pl.col("start") - pl.col("end").cum_max().shift(1)).clip(0)),
         node=(pl.col("graphed").fill_null(False) & (pl.col("launch") == pl.col("launch").shift(1))
               & ~first).fill_null(False))
+    n_steps = tgt["step"].n_unique()
     per = tgt.group_by("step").agg(span=pl.col("end").max() - pl.col("start").min(), busy=pl.col("dur").sum(),
                                    t_fwd=pl.col("fwd").first(), nodes=pl.col("node").sum(),
-                                   node_gap=pl.col("gap").filter(pl.col("node")).sum())
+                                   node_gap=pl.col("gap").filter(pl.col("node")).sum(),
+                                   graphed=pl.col("dur").filter(pl.col("graphed").fill_null(False)).sum())
     verify_ms = float(per["span"].mean()) / 1e6
     verify_busy_ms = min(float(per["busy"].mean()) / 1e6, verify_ms)
     d = (x.filter(~pl.col("target").fill_null(True) & pl.col("fwd").is_not_null())
@@ -403,6 +524,63 @@ def verify_costs(x: pl.DataFrame) -> VerifyCost | None:
              .select(r=pl.col("post") / pl.col("pre"))["r"])
     factor = float(ratio.median()) if ratio.len() else None
     if factor is not None:
-        factor = min(max(factor, 1.0), 2.0)  # (a K+1-token forward costs at least one token's, and not 2x here)
+        factor = min(max(factor, 1.0), 2.0)
+    # kernel by kernel: the verify forward's GPU time over K+1 tokens that one token per sequence would not spend
+    names, g_ratio = token_ratios(x)
+    recost = 0.0
+    if names or g_ratio:
+        t = tgt.select("dur", "category", name=pl.col("name").cast(pl.String))
+        is_gemm = t["category"] == "gemm"
+        if g_ratio:
+            recost += float(t.filter(is_gemm)["dur"].sum()) * (1 - 1 / g_ratio)
+        if names:
+            table = pl.DataFrame({"name": list(names), "r": list(names.values())})
+            k = t.filter(~is_gemm).join(table, on="name", how="inner")
+            recost += float((k["dur"] * (1 - 1 / k["r"])).sum())
+        recost = recost / n_steps / 1e6
     return VerifyCost(verify_ms=verify_ms, busy_ms=verify_busy_ms, token_factor=factor,
-                      graph_nodes=float(per["nodes"].mean()), graph_gap_ms=float(per["node_gap"].mean()) / 1e6)
+                      graph_nodes=float(per["nodes"].mean()), graph_gap_ms=float(per["node_gap"].mean()) / 1e6,
+                      recost_ms=min(recost, verify_busy_ms), recost_kernels=len(names) + (1 if g_ratio else 0),
+                      graphed_share=float(per["graphed"].sum() / per["busy"].sum()) if per["busy"].sum() else 0.0,
+                      node_gap_us=node_gap_us(gpu_name), host_turnaround_ms=host_turnaround(x))
+
+
+# A verify forward replayed from CUDA graphs for at least this share of its GPU time is costed as graph work (its
+# GPU time, the node gaps at their unprofiled size); below it, as eager work (its span, launch gaps included).
+GRAPHED_VERIFY_SHARE = 0.5
+
+
+def plain_step(v: VerifyCost | None, *, traced_ms: float, reference_ms: float, unprofiled: bool,
+               between_ms: float, draft_phase_ms: float) -> tuple[float, str, bool]:
+    """The predicted unprofiled step without speculation: ``(ms, basis, upper_bound)``.
+
+    Without speculation a step is one target forward over one token per sequence, then the host's read of the
+    sampled tokens and its work until the next launch (the spec step's host time between steps). The target forward
+    is the verify forward re-costed at one token (:class:`VerifyCost`: ``recost_ms``). A graph-replayed verify
+    forward keeps its GPU time less the re-costed part plus its nodes' gaps at their unprofiled size (the GPU work of a
+    graph replay barely changes under a profiler; ``UNPROFILED_NODE_GAP_US``); an eager one keeps its span (its launch
+    gaps are host time). Host time and eager spans are scaled to the unprofiled step (``reference_ms / traced_ms``)
+    where an unprofiled time is known; without one they stay as traced, and the plain step is an upper bound. Without
+    a verify forward: the step less its draft phase (an upper bound: the verify still runs K+1 tokens)."""
+    scale = reference_ms / traced_ms if unprofiled and traced_ms else 1.0
+    if v is None:
+        return ((traced_ms - draft_phase_ms) * scale,
+                "the step without its draft phase, the verify forward kept at K+1 tokens: an upper bound", True)
+    how = (f"re-costed at one token kernel by kernel by the draft model's own forwards over few and many tokens "
+           f"({v.recost_ms:.3f} ms of it, {v.recost_kernels} kernel names)" if v.recost_kernels else
+           "kept at K+1 tokens (no two draft forwards over different tokens to re-cost it by)")
+    if v.graphed_share >= GRAPHED_VERIFY_SHARE:
+        # the host: one read of the tokens and the next launch (the steps' fastest read-to-work turnaround)
+        turn = v.host_turnaround_ms if v.host_turnaround_ms is not None else between_ms
+        host = min(turn, between_ms) * scale
+        gpu = v.busy_ms - v.recost_ms + v.unprofiled_graph_gap_ms
+        basis = (f"the verify forward's {v.busy_ms:.3f} ms of GPU work {how}, its {v.graph_nodes:.0f} graph nodes' "
+                 f"gaps at {v.node_gap_us:g} µs each, plus {host:.3f} ms of host time for one read of the tokens and "
+                 "the next launch (the steps' fastest read-to-work turnaround"
+                 + (")" if unprofiled else ", as traced)"))
+        return gpu + host, basis, not unprofiled or not v.recost_kernels
+    plain = (v.verify_ms - v.recost_ms + between_ms) * scale
+    basis = (f"the eager verify forward's {v.verify_ms:.3f} ms span {how}, plus the host time between steps"
+             + (", scaled to the unprofiled step" if unprofiled else
+                " as traced (no unprofiled time: the profiler's host overhead stays in them)"))
+    return plain, basis, not unprofiled or not v.recost_kernels

@@ -197,11 +197,14 @@ def _count(x: float, one: str) -> str:
 def decide(trace: Trace, windows: pl.DataFrame, *, spans: pl.DataFrame | None = None,
            frames: pl.DataFrame | None = None, tokens: pl.DataFrame | None = None,
            structure=None, spec_kernels: str | None = None,
-           draft_found: str | None = None, analysed: pl.Series | None = None) -> Speculation:
+           draft_found: str | None = None, draft_gemm: bool = True,
+           analysed: pl.Series | None = None) -> Speculation:
     """What the evidence says of the analysed steps (``analysed``: their ids; default every window).
 
     ``structure``: what ``tracekit.analyses.drafting.detect_drafting`` found (a ``Drafting``), or None; ``spec_kernels``: the speculative kernels' evidence line (or None);
-    ``draft_found``: how draft work was found where it was (draft ranges, engine spans, frames), else None.
+    ``draft_found``: how draft work was found where it was (draft ranges, engine spans, frames), else None;
+    ``draft_gemm``: that draft work holds GEMM kernels (a draft model's forwards; without any, the draft ranges hold
+    only the upload of host proposals: no draft model).
     """
     ids = (analysed if analysed is not None else windows["step"]).cast(pl.Int64)
     n = max(1, ids.n_unique())
@@ -264,7 +267,9 @@ def decide(trace: Trace, windows: pl.DataFrame, *, spans: pl.DataFrame | None = 
             spec = True
             source = source or "ranges"
         if draft is None:
-            draft = True
+            draft = draft_gemm
+            if not draft_gemm:
+                ev.append("the draft work holds no GEMM kernel: the proposals come without a draft model")
     t = mine(tokens)
     if t.height:
         wide = t.filter((pl.col("tokens") >= 2) & (pl.col("tokens") <= DECODE_MAX_TOKENS))
@@ -304,3 +309,21 @@ def decide(trace: Trace, windows: pl.DataFrame, *, spans: pl.DataFrame | None = 
     if spec is False:
         draft = verify = None
     return Speculation(spec, draft, verify, source, tuple(ev), tuple(sorted(spec_steps)))
+
+
+HOST_UPLOAD = r"Host-to-Device|HtoD"
+
+
+def proposal_uploads(acts: pl.DataFrame) -> pl.Series:
+    """For proposals without a draft model (n-gram / prompt lookup: the proposer runs on the host), the GPU work they
+    cost: the host-to-device copies of each step before its first GEMM kernel (the verify forward's). One id per
+    copy (null for every other activity), as draft ids. ``acts``: the attributed activities."""
+    a = acts.select("step", "start", "kind", "category", "name").with_row_index("_i")
+    first = (a.filter(pl.col("step").is_not_null() & (pl.col("kind") == "kernel") & (pl.col("category") == "gemm"))
+             .group_by("step").agg(g0=pl.col("start").min()))
+    cp = a.filter((pl.col("kind") == "memop") & pl.col("step").is_not_null())
+    cp = cp.filter(name_matches(cp["name"], HOST_UPLOAD)).join(first, on="step").filter(pl.col("start") < pl.col("g0"))
+    ids = pl.repeat(None, acts.height, dtype=pl.Int64, eager=True)
+    if cp.height == 0:
+        return ids.alias("draft")
+    return ids.scatter(cp["_i"], pl.arange(0, cp.height, eager=True).cast(pl.Int64)).alias("draft")

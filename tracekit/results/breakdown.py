@@ -383,10 +383,11 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     # ---- roofline
     # the speculative steps' forwards, once: the draft reads for --model without a manifest, the plain step
     fwds = counts = None
-    if attr.draft_detection != "not_detected" and kernel_ms.drafting:
+    speculative = getattr(attr.speculation, "speculative", None) is True
+    if (attr.draft_detection != "not_detected" and kernel_ms.drafting) or speculative:
         from tracekit.analyses.drafting import draft_forward_counts, step_forwards
 
-        fwds = step_forwards(acts)
+        fwds = step_forwards(acts, speculative=speculative)
         if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "engine", "structure"):
             counts = draft_forward_counts(fwds)
     roof, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw, tokens, batch, table, n, acts,
@@ -411,7 +412,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     if fwds is not None:
         from tracekit.analyses.drafting import verify_costs
 
-        verify = verify_costs(fwds)
+        verify = verify_costs(fwds, gpu_name or man.get("gpu_name"))
     facts = StepFacts(
         traced_ms=traced, reference_ms=tb.reference_step_ms, reference_source=tb.unprofiled_source,
         upper_bounds=upper, per_step_ms=per_step_ms, kernel_ms=kernel_ms,
