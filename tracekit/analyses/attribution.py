@@ -676,7 +676,8 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
             trace, steps.windows, spans=spec.engine_spans(trace, steps.windows),
             frames=spec.engine_frames(trace, steps.windows),
             tokens=spec.shape_tokens(trace, steps.windows, ann), structure=info, spec_kernels=spec_kernels,
-            draft_found=evidence[0] if detection in ("ranges", "engine") else None, draft_gemm=draft_gemm)
+            draft_found=evidence[0] if detection in ("ranges", "engine") else None, draft_gemm=draft_gemm,
+            rows=spec.norm_rows(trace, steps.windows) if trace.ranges.height else None)
         if speculation.speculative and speculation.draft_model is False and drafted is None:
             # proposals without a draft model (n-gram): their GPU-side cost is their upload, the host-to-device copies
             # of the step before its verify forward's first GEMM

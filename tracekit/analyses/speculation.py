@@ -104,11 +104,12 @@ def _names(frame: pl.DataFrame, regex: str) -> pl.DataFrame:
 
 def engine_spans(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
     """Per step window, what the engines' step spans in it say: ``step``, ``verify`` / ``draft`` / ``plain``
-    (SGLang span modes seen), ``gen`` / ``gen_tokens`` (vLLM's decode requests and their tokens), ``example``."""
+    (SGLang span modes seen), ``gen`` / ``gen_tokens`` (vLLM's decode requests and their tokens), ``bs`` (SGLang's
+    batch), ``example``."""
     rng = trace.ranges
     if rng.height == 0:
         return pl.DataFrame(schema={"step": pl.Int64, "verify": pl.Boolean, "draft": pl.Boolean, "plain": pl.Boolean,
-                                    "gen": pl.Int64, "gen_tokens": pl.Int64, "example": pl.String})
+                                    "gen": pl.Int64, "gen_tokens": pl.Int64, "bs": pl.Int64, "example": pl.String})
     r = _names(rng.select("start", "end", "pid", "name"), r"^step\[\w+|generation_\d+\(\d+\)")
     r = _placed(r, windows).with_columns(mode=pl.col("name").str.extract(_SG_MODE, 1),
                                              gen=pl.col("name").str.extract(_VLLM, 1).cast(pl.Int64),
@@ -116,6 +117,7 @@ def engine_spans(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
     return r.group_by("step").agg(
         verify=pl.col("mode").is_in(SG_VERIFY).any(), draft=pl.col("mode").is_in(SG_DRAFT).any(),
         plain=pl.col("mode").is_in(SG_PLAIN).any(), gen=pl.col("gen").max(), gen_tokens=pl.col("gen_tokens").max(),
+        bs=pl.col("name").str.extract(r"\bbs=(\d+)", 1).cast(pl.Int64).max(),
         example=pl.col("name").filter(pl.col("mode").is_in(SG_VERIFY + SG_DRAFT) | (pl.col("gen_tokens") > pl.col("gen")))
         .first().fill_null(pl.col("name").first()).cast(pl.String))
 
@@ -197,7 +199,7 @@ def _count(x: float, one: str) -> str:
 def decide(trace: Trace, windows: pl.DataFrame, *, spans: pl.DataFrame | None = None,
            frames: pl.DataFrame | None = None, tokens: pl.DataFrame | None = None,
            structure=None, spec_kernels: str | None = None,
-           draft_found: str | None = None, draft_gemm: bool = True,
+           draft_found: str | None = None, draft_gemm: bool = True, rows: pl.DataFrame | None = None,
            analysed: pl.Series | None = None) -> Speculation:
     """What the evidence says of the analysed steps (``analysed``: their ids; default every window).
 
@@ -270,6 +272,16 @@ def decide(trace: Trace, windows: pl.DataFrame, *, spans: pl.DataFrame | None = 
             draft = draft_gemm
             if not draft_gemm:
                 ev.append("the draft work holds no GEMM kernel: the proposals come without a draft model")
+    if verify is None and s.height and rows is not None and rows.height:
+        # the engine's batch (bs=N) against the widest forward's rows: tokens verified per sequence
+        b = (s.select("step", "bs").join(rows, on="step").filter((pl.col("bs") > 0) & (pl.col("rows") % pl.col("bs")
+                                                                                          == 0))
+             .with_columns(per=pl.col("rows") // pl.col("bs")).filter(pl.col("per") <= DECODE_MAX_TOKENS)
+             .group_by("step").agg(pl.col("per").max(), pl.col("bs").first()))
+        if spec is True and b.height >= 0.5 * n and b["per"].median() >= 2:
+            verify = int(b["per"].median())
+            ev.append(f"{verify} tokens verified per sequence: the widest decode-sized forward's row normalisations run "
+                      f"{verify * int(b['bs'].median())} rows for the engine's batch of {int(b['bs'].median())}")
     t = mine(tokens)
     if t.height:
         wide = t.filter((pl.col("tokens") >= 2) & (pl.col("tokens") <= DECODE_MAX_TOKENS))
@@ -327,3 +339,27 @@ def proposal_uploads(acts: pl.DataFrame) -> pl.Series:
     if cp.height == 0:
         return ids.alias("draft")
     return ids.scatter(cp["_i"], pl.arange(0, cp.height, eager=True).cast(pl.Int64)).alias("draft")
+
+
+# Row normalisations launch one block per token row (PyTorch's layer/RMS norm, FlashInfer's RMSNormKernel, vLLM's
+# rms_norm_kernel): their grid counts the rows a forward processes.
+ROW_NORMS = r"(?i)layer_?norm|rms_?norm"
+
+
+def norm_rows(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per step window, the rows its row-normalisation kernels process (their launch grid's x), one row per distinct
+    count: ``step``, ``rows``. The widest decode-sized count is the verify forward's tokens in a speculative step
+    (a per-head norm of a linear-attention layer runs many more rows)."""
+    k = trace.kernels.select("pid", "correlation", "name", "grid")
+    k = k.filter(name_matches(k["name"], ROW_NORMS) & pl.col("grid").is_not_null())
+    if k.height == 0:
+        return pl.DataFrame(schema={"step": pl.Int64, "rows": pl.Int64})
+    k = k.select("pid", "correlation", rows=pl.col("grid").str.split(",").list.first().cast(pl.Int64, strict=False))
+    work = trace.launches.filter(pl.col("kind").is_in(["kernel", "graph"])).select("pid", "tid", "correlation",
+                                                                                     "start")
+    hit = k.join(work, on=["pid", "correlation"], how="inner")
+    w = windows.select("pid", "tid", ws="start", we="end", step="step").sort("ws")
+    hit = hit.sort("start").join_asof(w, left_on="start", right_on="ws", by=["pid", "tid"],
+                                      check_sortedness=False).filter(
+        pl.col("step").is_not_null() & (pl.col("we").is_null() | (pl.col("start") <= pl.col("we"))))
+    return hit.select("step", "rows").unique()
