@@ -102,9 +102,11 @@ def test_plain_step_from_the_spec_trace_within_10pct(name):
 
 
 def test_plain_step_holds_on_both_sizes_in_graph_mode():
+    """Graph-replayed verify forwards (the serving case) on both model sizes: within the issue's 10% (issue 42; the
+    re-costing, fitted on none of these H200 captures, gives +1.7..+7.0%: docs/validation.md, "The plain step")."""
     graph = [r for r in plain_rows() if r["mode"] == "graph"]
     assert {r["size"] for r in graph} == {"small", "large"} and len(graph) == 6
-    assert all(abs(r["error"]) <= 5 for r in graph), graph
+    assert all(abs(r["error"]) <= 10 for r in graph), graph
 
 
 # --------------------------------------------------------------------------- public traces: phase and advice

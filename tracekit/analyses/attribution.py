@@ -563,6 +563,10 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
             if windows()[0] is None or windows()[0].windows.height == 0:
                 raise no_steps()
             before["comm"], before["lost"] = found()
+            if trace.ranges.height:  # (speculation's verify tokens read the kernels' grids: before they go)
+                from tracekit.analyses.speculation import norm_rows
+
+                before["rows"] = norm_rows(trace, windows()[0].windows)
     acts, n_bad, _ = activities(trace, dev, rules, work=work, step_of_launch=step_of_launch, consume=consume,
                                 ready=ready)
     steps, step_of, dw, draft_of = windows()
@@ -677,7 +681,8 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
             frames=spec.engine_frames(trace, steps.windows),
             tokens=spec.shape_tokens(trace, steps.windows, ann), structure=info, spec_kernels=spec_kernels,
             draft_found=evidence[0] if detection in ("ranges", "engine") else None, draft_gemm=draft_gemm,
-            rows=spec.norm_rows(trace, steps.windows) if trace.ranges.height else None)
+            rows=before["rows"] if "rows" in before else
+            spec.norm_rows(trace, steps.windows) if trace.ranges.height and "pid" in trace.kernels.columns else None)
         if speculation.speculative and speculation.draft_model is False and drafted is None:
             # proposals without a draft model (n-gram): their GPU-side cost is their upload, the host-to-device copies
             # of the step before its verify forward's first GEMM

@@ -569,18 +569,19 @@ def plain_step(v: VerifyCost | None, *, traced_ms: float, reference_ms: float, u
     how = (f"re-costed at one token kernel by kernel by the draft model's own forwards over few and many tokens "
            f"({v.recost_ms:.3f} ms of it, {v.recost_kernels} kernel names)" if v.recost_kernels else
            "kept at K+1 tokens (no two draft forwards over different tokens to re-cost it by)")
+    # the host: one read of the tokens and the next launch (the steps' fastest read-to-work turnaround), not the
+    # speculative bookkeeping the spec step's host time between steps also holds
+    turn = min(v.host_turnaround_ms, between_ms) if v.host_turnaround_ms is not None else between_ms
+    host = turn * scale
     if v.graphed_share >= GRAPHED_VERIFY_SHARE:
-        # the host: one read of the tokens and the next launch (the steps' fastest read-to-work turnaround)
-        turn = v.host_turnaround_ms if v.host_turnaround_ms is not None else between_ms
-        host = min(turn, between_ms) * scale
         gpu = v.busy_ms - v.recost_ms + v.unprofiled_graph_gap_ms
         basis = (f"the verify forward's {v.busy_ms:.3f} ms of GPU work {how}, its {v.graph_nodes:.0f} graph nodes' "
                  f"gaps at {v.node_gap_us:g} µs each, plus {host:.3f} ms of host time for one read of the tokens and "
                  "the next launch (the steps' fastest read-to-work turnaround"
                  + (")" if unprofiled else ", as traced)"))
         return gpu + host, basis, not unprofiled or not v.recost_kernels
-    plain = (v.verify_ms - v.recost_ms + between_ms) * scale
-    basis = (f"the eager verify forward's {v.verify_ms:.3f} ms span {how}, plus the host time between steps"
+    plain = (v.verify_ms - v.recost_ms + turn) * scale
+    basis = (f"the eager verify forward's {v.verify_ms:.3f} ms span {how}, plus one host read-to-work turnaround"
              + (", scaled to the unprofiled step" if unprofiled else
                 " as traced (no unprofiled time: the profiler's host overhead stays in them)"))
     return plain, basis, not unprofiled or not v.recost_kernels
