@@ -33,6 +33,11 @@ What the harness runs, in one process (``run``):
    ``--engine-spans``;
 4. the facts (``_common.contract_facts`` + the harness' keys + the workload's) to ``--facts-out``.
 
+``run(cls, argv, serve=fn)`` (the server validation, ``capture/server_gpu.py``): after warm-up and the timed spec
+steps of 2., ``fn(loop)`` gets the :class:`Loop` (``loop.timing``, ``loop.accept_len``, ``loop.contract``,
+``loop.wl``; :meth:`Loop.measure` times more steps, :meth:`Loop.decorate` turns markers and spans on while its
+profiler records) and its result is returned instead of the rest of 2., 3. and 4.
+
 Only torch is needed (no polars, no tracekit); modules are imported as top-level names (``capture/__init__.py``
 puts this folder on ``sys.path`` for package imports).
 """
@@ -180,6 +185,21 @@ class Loop:
     def record_accept(self, per_sequence: list[int]) -> None:
         self.accepted.append([int(a) for a in per_sequence])
 
+    def decorate(self, on: bool) -> None:
+        """Markers (unless ``--no-markers``) and engine spans on the steps that follow: on only while profiling."""
+        markers.set_enabled(on and self.markers_requested)
+        self._decorate = on
+
+    def measure(self, n: int) -> tuple[dict, float | None]:
+        """``n`` unprofiled spec steps from the start state: their timing (:func:`_common.time_steps` + spread)
+        and accept length (1 + the mean accepted drafts; None without speculation)."""
+        self.wl.reset()
+        self.accepted = []
+        t = self._timed(self.wl.step, n)
+        t.update(self._spread(t))
+        acc = [a for s in self.accepted for a in s]
+        return t, (1 + statistics.fmean(acc) if acc else None)
+
     # ---- the run ---------------------------------------------------------------------------------------------
     def _sync(self):
         _common.sync(self.dev)
@@ -217,7 +237,7 @@ class Loop:
                 out.setdefault(name, []).append(v)
         return {name: round(statistics.median(v), 6) for name, v in out.items()} if out else None
 
-    def main(self) -> int:
+    def main(self, serve=None) -> int:
         args = self.args
         wl = self.wl = self.cls(self)
         markers.set_enabled(False)
@@ -236,6 +256,13 @@ class Loop:
         self.stage = "timed"
         timing = self._timed(wl.step, n)
         acc_timed = [a for s in self.accepted for a in s]
+        if serve is not None:          # the server validation: the loop goes to the server (module docstring)
+            self.timing, self.contract = {**timing, **self._spread(timing)}, wl.contract()
+            self.accept_len = 1 + statistics.fmean(acc_timed) if acc_timed else None
+            wl.reset()
+            self.accepted = []
+            self.stage = "serve"
+            return serve(self)
         wl.reset()
         self.stage = "plain"
         plain = self._timed(wl.plain_step, n)
@@ -261,12 +288,11 @@ class Loop:
         wl.reset()
         self.accepted = []
         self.stage = "profiled"
-        markers.set_enabled(self.markers_requested)
-        self._decorate = True
+        self.decorate(True)
         if args.with_stack and FRAMES_DIR not in sys.path:
             sys.path.append(FRAMES_DIR)     # the profiler strips sys.path prefixes from frame file names
         prof = profiled_phase(wl.step, args, start_index=n, with_stack=args.with_stack, after=wl.drain)
-        self._decorate = False
+        self.decorate(False)
         acc_prof = [list(s) for s in self.accepted]
         flat_prof = [a for s in acc_prof for a in s]
 
@@ -317,9 +343,10 @@ def profiled_phase(step_fn, args, start_index: int, with_stack: bool = False, af
     return _common.profiled_phase(step_fn, args, start_index, with_stack=with_stack, after=after)
 
 
-def run(cls, argv=None) -> int:
-    """Parse the command line for workload class ``cls`` and run it (a workload script's ``main``)."""
-    return Loop(cls, argv).main()
+def run(cls, argv=None, serve=None) -> int:
+    """Parse the command line for workload class ``cls`` and run it (a workload script's ``main``); ``serve``: see
+    the module docstring."""
+    return Loop(cls, argv).main(serve)
 
 
 __all__ = ["Workload", "Loop", "run", "engine_class", "FRAMES_DIR"]

@@ -5,19 +5,21 @@ the real client, compared with the loop's own measurement in the same process.
     PYTHONPATH=. python3 capture/server_gpu.py --size small --mode graph --spec 3 --accept-pattern 1,2,0,3 \\
         --steps 20 --decode-tokens 121 --out "$OUT"          # -> $OUT/server_gpu_small.tar.gz
 
-1. ``capture/spec_decode.py`` builds its SGLang-shaped EAGLE loop (draft graph, verify, acceptance with a host
-   read, draft-extend; ``--engine-spans sglang``: only ``step[TARGET_VERIFY bs=N]`` around the verify, the draft
-   and draft-extend replays unspanned, as SGLang's EAGLE v1 writes them; ``--accept-pattern``: a known
-   acceptance, 1, 2, 0, 3 drafts in turn = 2.5 tokens per step, from the first step of each request; 121 tokens =
-   the first + 12 whole cycles, so no request ends inside a cycle) and measures the loop's own unprofiled step
-   (CUDA events, median) and acceptance length.
+1. ``capture/spec_decode.py`` builds its SGLang-shaped EAGLE loop on ``capture/harness.py`` (draft graph, verify,
+   acceptance with a host read, draft-extend; ``--engine-spans sglang-v1 --no-markers``: only
+   ``step[TARGET_VERIFY bs=N]`` around the verify, the draft and draft-extend replays unspanned, as SGLang's EAGLE
+   v1 writes them, and no markers of ours; ``--accept-pattern``: a known acceptance, 1, 2, 0, 3 drafts in turn =
+   2.5 tokens per step, from the first step of each request; 121 tokens = the first + 12 whole cycles, so no
+   request ends inside a cycle), warms up and measures the loop's own unprofiled step (CUDA events, median) and
+   acceptance length; the harness then hands the loop to ``serve`` (``spec_decode.main(argv, serve=...)``)
+   instead of its own profiled phase.
 2. The loop becomes the test server's engine: each ``/generate`` request is a sequence of the loop's batch
    (``--batch`` = ``--concurrency``; a round starts when the batch is free: the loop resets, and its random
    "prefilled" cache stands for the prefill), one streamed chunk per step with that step's accepted tokens,
    ``meta_info.spec_verify_ct`` = the steps. ``/start_profile`` starts ``torch.profiler`` (CPU + CUDA, stacks and
-   shapes as asked) in the loop's thread between two steps, SGLang's ``num_steps`` auto-stop applies, and the stop
-   exports ``{profile_id}-TP-0.trace.json.gz`` into ``output_dir``. The loop runs in the main thread; the HTTP
-   server in threads.
+   shapes as asked; the engine span on only while it records: ``Loop.decorate``) in the loop's thread between two
+   steps, SGLang's ``num_steps`` auto-stop applies, and the stop exports ``{profile_id}-TP-0.trace.json.gz`` into
+   ``output_dir``. The loop runs in the main thread; the HTTP server in threads.
 3. ``python -m tracekit capture --server http://127.0.0.1:PORT --out DIR --no-analyse`` runs as a separate
    process (the GPU host has no polars; analyse DIR later: ``tracekit breakdown DIR``).
 4. ``server_gpu_<size>_result.json``: the loop's own step and acceptance (before the capture and again after
@@ -39,7 +41,6 @@ import gzip
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -78,30 +79,32 @@ def parse_args(argv=None):
 
 
 class LoopScheduler(Scheduler):
-    """The test server's engine: the speculative loop. A round = the requests admitted together, one per batch
-    slot; each decode step is one ``spec_step`` of the loop, and each request gets its slot's accepted drafts + 1."""
+    """The test server's engine: the speculative loop (``harness.Loop``; ``loop.wl`` the workload). A round = the
+    requests admitted together, one per batch slot; each decode step is one ``step`` of the workload, and each
+    request gets its slot's accepted drafts + 1."""
 
     speculative = True
 
     def __init__(self, loop):
-        super().__init__(max_batch=loop.B, admit_when_idle=True, admit_wait_s=0.05 if loop.B > 1 else 0.0)
-        self.loop, self.i, self.in_round = loop, 0, 0
+        wl = loop.wl
+        super().__init__(max_batch=wl.B, admit_when_idle=True, admit_wait_s=0.05 if wl.B > 1 else 0.0)
+        self.loop, self.wl, self.i, self.in_round = loop, wl, 0, 0
         # steps a round may take before the KV window is full (positions grow by at most K + 1 a step)
-        self.capacity = max(1, (loop.window - loop.prompt_len) // (loop.K + 1) - 2)
+        self.capacity = max(1, (wl.window - loop.args.prompt_len) // (wl.K + 1) - 2)
         self.capped = 0
 
     def prefill(self, reqs):
-        self.loop.reset()
+        self.wl.reset()
+        self.loop.accepted = []
         for slot, r in enumerate(reqs):
             r.slot = slot
         self.in_round = 0
 
     def decode(self, reqs):
-        n0 = len(self.loop.accepted)
-        self.loop.spec_step(self.i)
+        self.wl.step(self.i)
         self.i += 1
         self.in_round += 1
-        acc = self.loop.accepted[n0:]
+        acc = self.loop.accepted[-1]              # this step's accepted drafts, one per sequence
         if self.in_round >= self.capacity:    # the window is full: end the round (never reached at the defaults)
             self.capped += 1
             return [r.max_tokens for r in reqs]
@@ -123,8 +126,10 @@ class TorchProfiler:
         self.options = {"activities": activities, "with_stack": with_stack, "record_shapes": record_shapes}
         self.prof = torch.profiler.profile(activities=acts, with_stack=with_stack, record_shapes=record_shapes)
         self.prof.start()
+        self.loop.decorate(True)      # the engine spans (step[TARGET_VERIFY bs=N]) while it records
 
     def export(self, paths):
+        self.loop.decorate(False)
         if self.loop.cuda:
             self.loop.torch.cuda.synchronize()
         self.prof.stop()
@@ -158,11 +163,12 @@ def main(argv=None) -> int:
     def serve(loop):
         sched = LoopScheduler(loop)
         backend = TorchProfiler(loop)
+        K, B = loop.wl.K, loop.wl.B
         app = SGLangApp(sched=sched, backend=backend, model_path=model_dir(a.size, tmp),
-                        speculative={"speculative_algorithm": "EAGLE", "speculative_num_steps": loop.K,
-                                     "speculative_eagle_topk": 1, "speculative_num_draft_tokens": loop.K + 1},
+                        speculative={"speculative_algorithm": "EAGLE", "speculative_num_steps": K,
+                                     "speculative_eagle_topk": 1, "speculative_num_draft_tokens": K + 1},
                         extra_args={"disable_cuda_graph": a.mode != "graph", "dtype": "bfloat16",
-                                    "cuda_graph_max_bs": loop.B})
+                                    "cuda_graph_max_bs": B})
         srv = TestServer(app).start()
         cmd = [sys.executable, "-m", "tracekit", "capture", "--server", srv.url, "--out", str(capdir),
                "--steps", str(a.steps), "--concurrency", str(a.concurrency), "--decode-tokens", str(a.decode_tokens),
@@ -178,19 +184,21 @@ def main(argv=None) -> int:
                 client.terminate()
             srv.httpd.shutdown()
             srv.httpd.server_close()
+            if backend.prof is not None:      # a capture that never stopped its profile: stop it, export nothing
+                loop.decorate(False)
+                backend.prof.stop()
+                backend.prof = None
         rc = client.wait()
         # the loop's own step again, after the capture (same process, same GPU): drift shows here
-        loop.reset()
-        after = loop.time_steps(min(200, a.timed_steps))
-        acc_after = 1 + statistics.fmean(loop.accepted) if loop.accepted else None
+        after, acc_after = loop.measure(min(200, a.timed_steps))
         result.update(client_rc=rc, client_s=round(time.time() - t0, 1), capped_rounds=sched.capped,
                       profiler_options=backend.options,
                       loop={"unprofiled_step_ms": round(loop.timing["median_ms"], 6), "timing": loop.timing,
                             "accept_len": None if loop.accept_len is None else round(loop.accept_len, 4),
                             "after_capture": {"unprofiled_step_ms": round(after["median_ms"], 6),
                                               "accept_len": None if acc_after is None else round(acc_after, 4)},
-                            "weight_bytes_per_step": loop.weight_bytes_per_step,
-                            "draft_forwards_per_step": loop.K + 1},
+                            "weight_bytes_per_step": loop.contract["weight_bytes"],
+                            "draft_forwards_per_step": K + 1},
                       device=(loop.torch.cuda.get_device_name(0) if loop.cuda else "cpu"),
                       torch=loop.torch.__version__)
         return rc
@@ -198,7 +206,7 @@ def main(argv=None) -> int:
     spec_args = ["--size", a.size, "--mode", a.mode, "--spec", str(a.spec), "--batch", str(a.concurrency),
                  *(["--accept-prob", str(a.accept_prob)] if a.accept_prob is not None
                    else ["--accept-pattern", a.accept_pattern]),
-                 "--engine-spans", "sglang", "--timed-steps", str(a.timed_steps),
+                 "--engine-spans", "sglang-v1", "--no-markers", "--timed-steps", str(a.timed_steps),
                  "--prompt-len", str(a.prompt_tokens), "--device", a.device, "--profiler", "none", "--no-probes"]
     rc = spec_decode.main(spec_args, serve=serve)
     mpath = capdir / "manifest.json"
@@ -216,7 +224,8 @@ def main(argv=None) -> int:
         result["note"] = ("manifest weight bytes count speculative_num_steps (K) draft forwards per step, as "
                           "SGLang's EAGLE runs them; this loop runs K + 1 (its draft graph holds K forwards)")
         (tmp / f"server_gpu_{a.size}_result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print("[server_gpu] RESULT " + json.dumps(result, default=str), flush=True)
+    brief = {**result, "loop": {k: v for k, v in (result.get("loop") or {}).items() if k != "timing"}}
+    print("[server_gpu] RESULT " + json.dumps(brief, default=str), flush=True)   # the step periods: in the file
     if capdir.is_dir():
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)

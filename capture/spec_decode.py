@@ -30,6 +30,13 @@ around (c), ``draft_extend`` around (e). With ``--no-markers`` there are no rang
 adds the spans an SGLang version writes (``sglang``/``sglang-v1``: ``step[TARGET_VERIFY bs=N]`` around (c)
 only; ``sglang-v2``: ``step[DRAFT bs=N]``, ``step[VERIFY bs=N]``, ``step[DRAFT_EXTEND_V2 bs=N]``).
 
+A known acceptance (the server validation, ``capture/server_gpu.py``, which drives this loop through
+``main(serve=...)``: ``harness.run``'s serve hook): ``--accept-pattern 1,2,0,3``: the step's accepted drafts, in turn,
+from the first step after each reset (a value above K counts as K), or ``--accept-prob P``: each draft token
+accepted with probability P until the first rejection. Either replaces the target's own greedy match (always a
+rejection with random weights); the kernels and the host read of (d) stay as they are. The manifest's
+``accept_override`` says which (null: the greedy match).
+
 The loop (warm-up, unprofiled timing, markers, profiler, facts) is ``capture/harness.py``'s; this file says
 what one step does (``SpecDecode``). The unprofiled times are measured with markers off.
 
@@ -102,6 +109,10 @@ class SpecDecode(harness.Workload):
         p.add_argument("--prompt-len", type=int, default=128, help="cached tokens each sequence starts from")
         p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
         p.add_argument("--no-probes", action="store_true", help="skip the GEMM bandwidth probe")
+        p.add_argument("--accept-pattern", default=None,
+                       help="accepted drafts per step, in turn from each reset (e.g. 1,2,0,3: 2.5 tokens per step)")
+        p.add_argument("--accept-prob", type=float, default=None,
+                       help="accept each draft token with this probability until the first rejection")
 
     @classmethod
     def check_args(cls, p, args):
@@ -109,6 +120,19 @@ class SpecDecode(harness.Workload):
             p.error("--mode compile: the spec workload runs eager or graph")
         if args.spec < 1:
             p.error("--spec K: K >= 1")
+        args.pattern = None
+        if args.accept_pattern is not None and args.accept_prob is not None:
+            p.error("--accept-pattern and --accept-prob: give one")
+        if args.accept_pattern is not None:
+            try:
+                pattern = [int(x) for x in args.accept_pattern.split(",")]
+            except ValueError:
+                pattern = []
+            if not pattern or min(pattern) < 0:
+                p.error("--accept-pattern: accepted drafts per step, integers >= 0 separated by commas (1,2,0,3)")
+            args.pattern = [min(a, args.spec) for a in pattern]
+        if args.accept_prob is not None and not 0.0 <= args.accept_prob <= 1.0:
+            p.error("--accept-prob P: 0 <= P <= 1")
 
     def span_fields(self):
         return {"B": self.B}
@@ -157,8 +181,17 @@ class SpecDecode(harness.Workload):
             S.tpred.copy_(logits.argmax(dim=-1))
             S.thid.copy_(x)
 
+        pattern, prob = args.pattern, args.accept_prob
+        self.pattern_at = 0                      # --accept-pattern: the step within the pattern (from each reset)
+
         def accept_phase():                      # (d): greedy acceptance + host read of the accept lengths
             match = (S.draft_tokens == S.tpred[:, :K]).to(torch.long)
+            if pattern:                          # a known acceptance: this step's accepted drafts
+                a = pattern[self.pattern_at % len(pattern)]
+                self.pattern_at += 1
+                match = (S.ar[:K] < a).to(torch.long).expand(B, K)
+            elif prob is not None:               # Bernoulli(P) per draft token
+                match = (torch.rand(B, K, device=dev, generator=gen) < prob).to(torch.long)
             acc = match.cumprod(dim=1).sum(dim=1)
             acc_cpu = acc.tolist()
             S.a_idx.copy_(acc)
@@ -209,6 +242,7 @@ class SpecDecode(harness.Workload):
     def reset(self):
         self.S.reset(self.torch)
         self.P_len.fill_(self.args.prompt_len)
+        self.pattern_at = 0
 
     def step(self, i):
         h = self.h
@@ -273,12 +307,16 @@ class SpecDecode(harness.Workload):
             "unprofiled_draft_phase_ms": round(draft_t + ext_t, 6),
             "graphs": self.graphs,
             "host_reads_per_step": 2,
+            "accept_override": ({"pattern": args.pattern} if args.pattern
+                                else {"prob": args.accept_prob} if args.accept_prob is not None else None),
             "tokens_head": [list(t) for t in self.head],
         }
 
 
-def main(argv=None) -> int:
-    return harness.run(SpecDecode, argv)
+def main(argv=None, serve=None) -> int:
+    """Run the workload; ``serve(loop)``, when given, gets the :class:`harness.Loop` once its unprofiled spec step
+    is measured and its result is returned instead of the profiled phase (``capture/server_gpu.py``)."""
+    return harness.run(SpecDecode, argv, serve=serve)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,16 @@ path of the contract: one line, exit 2, and the server left not profiling.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import importlib.util
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -382,6 +385,68 @@ def test_manifest_v1_and_v2_read_alike(tmp_path):
     raw.update(schema="tracekit.manifest/3")
     p.write_text(json.dumps(raw))
     assert read_manifest(p)[0] is None
+
+
+# ------------------------------------------------------------------------------------------------
+# the GPU validation's loop (capture/server_gpu.py over capture/spec_decode.py on the harness), run on the CPU
+# ------------------------------------------------------------------------------------------------
+
+CAPTURE = ROOT / "capture"
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="needs torch (the GPU-host side); CI has none")
+
+
+def spec_facts(tmp_path, *extra) -> dict:
+    facts = tmp_path / "facts.json"
+    r = subprocess.run([sys.executable, str(CAPTURE / "spec_decode.py"), "--size", "tiny", "--device", "cpu",
+                        "--timed-steps", "8", "--steps", "6", "--warmup", "2", "--no-probes", "--facts-out",
+                        str(facts), *extra], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(facts.read_text())
+
+
+@needs_torch
+def test_spec_decode_known_acceptance(tmp_path):
+    """--accept-pattern: the accepted drafts per step in turn from each reset (9 > K counts as K): 1, 2, 0, 3 =
+    2.5 tokens per step over the 8 timed steps (two whole cycles), and the profiled steps start the cycle again;
+    --accept-prob 1: every draft accepted (K + 1 tokens), for every sequence of the batch."""
+    f = spec_facts(tmp_path, "--accept-pattern", "1,2,0,9")
+    assert f["spec"] == {"draft_tokens": 3, "accept_len": 2.5} and f["accept_override"] == {"pattern": [1, 2, 0, 3]}
+    assert f["accept"]["accepted_drafts_profiled"] == [[1], [2], [0], [3], [1], [2]]
+    f = spec_facts(tmp_path, "--accept-prob", "1", "--batch", "2")
+    assert f["spec"]["accept_len"] == 4.0 and f["accept_override"] == {"prob": 1.0}
+    assert f["accept"]["accepted_drafts_profiled"] == [[3, 3]] * 6
+    for bad in (["--accept-pattern", "1,x"], ["--accept-pattern", "-1"], ["--accept-prob", "1.5"],
+                ["--accept-pattern", "1", "--accept-prob", "0.5"]):
+        r = subprocess.run([sys.executable, str(CAPTURE / "spec_decode.py"), *bad], capture_output=True, text=True)
+        assert r.returncode == 2 and "--accept-" in r.stderr.splitlines()[-1], (bad, r.stderr)
+
+
+@needs_torch
+def test_server_gpu_end_to_end_on_the_cpu(tmp_path):
+    """capture/server_gpu.py's CPU smoke mode: the test server in front of the real loop, captured by the real
+    client. The rank trace holds only SGLang EAGLE v1's span (step[TARGET_VERIFY bs=1], no markers of ours, one per
+    profiled decode batch); the acceptance the client reads from spec_verify_ct is the pattern's 2.5, as is the
+    loop's own before and after the capture."""
+    r = subprocess.run([sys.executable, str(CAPTURE / "server_gpu.py"), "--device", "cpu", "--mode", "eager",
+                        "--size", "tiny", "--timed-steps", "40", "--steps", "4", "--decode-tokens", "21",
+                        "--prompt-tokens", "16", "--repeats", "2", "--out", str(tmp_path)],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert [p.name for p in tmp_path.iterdir()] == ["server_gpu_tiny.tar.gz"]
+    with tarfile.open(tmp_path / "server_gpu_tiny.tar.gz") as t:
+        t.extractall(tmp_path / "x", filter="data")
+    cap = tmp_path / "x" / "server_gpu_tiny"
+    m = json.loads((cap / "manifest.json").read_text())
+    res = json.loads((tmp_path / "x" / "server_gpu_tiny_result.json").read_text())
+    assert m["spec"] == {"draft_tokens": 3, "accept_len": 2.5} and m["workload"] == "sglang-server"
+    assert res["client_rc"] == 0 and res["accept_ratio"] == 1.0 and res["within_5pct"]["accept_len"] is True
+    assert res["loop"]["accept_len"] == res["loop"]["after_capture"]["accept_len"] == 2.5
+    assert res["loop"]["timing"]["n"] == 40 and res["step_ratio"] > 0
+    [entry] = m["trace_files"]
+    ev = json.load(gzip.open(cap / entry["name"]))["traceEvents"]
+    spans = [e["name"] for e in ev if e.get("cat") == "user_annotation"]
+    assert set(spans) == {"step[TARGET_VERIFY bs=1]"} and 3 <= len(spans) <= 4, spans
 
 
 def urlopen_post(url: str, body: dict) -> None:
