@@ -80,7 +80,12 @@ def main() -> None:
     ap.add_argument("--no-manifest", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--shape", action="append")
+    ap.add_argument("--node-gap", type=float, help="the H100's unprofiled graph-node gap to use (us; a fit's check)")
     a = ap.parse_args()
+    if a.node_gap is not None:
+        import tracekit.analyses.drafting as dr
+
+        dr.NODE_GAP_US_BY_GPU = (("H100", a.node_gap), *dr.NODE_GAP_US_BY_GPU[1:])
     rs = rows(a.no_manifest, a.shape)
     if a.json:
         print(json.dumps(rs, indent=1))
