@@ -10,8 +10,8 @@ import csv
 import io
 
 from tracekit.categories import GAP_CAUSES, KERNEL_CATEGORIES, STEP_CATEGORIES
-from tracekit.report._fmt import MISSING, num
 from tracekit.report.safe import md, plain
+from tracekit.text import MISSING, num
 from tracekit.tokens import tok_s_unit
 
 SPLIT_ORDER = list(STEP_CATEGORIES)

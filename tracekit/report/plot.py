@@ -23,8 +23,8 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.categories import GAP_CATEGORIES, PRIORITY, STEP_CATEGORIES
-from tracekit.report._fmt import tail
 from tracekit.report.safe import plain
+from tracekit.text import tail
 
 BAR_KEYS = list(STEP_CATEGORIES)
 LANES = list(PRIORITY)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import csv
 import io
 
-from tracekit.report._fmt import num, size
 from tracekit.report.safe import md, md_code, plain, rich_text
+from tracekit.text import num, size
 
 # (header, cross_rank list key or callable over (cross_rank, i), digits)
 _RANK_COLS = (

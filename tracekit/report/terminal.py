@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tracekit.report._fmt import MISSING, num, pct
 from tracekit.report.safe import plain, rich_text
+from tracekit.text import MISSING, num, pct
 
 CAT_STYLE = {"gemm": "cyan", "attention": "magenta", "communication": "yellow", "drafting": "green",
              "other": "blue", "memory": "bright_black", "unattributed": "red", "launch_gaps": "red",
