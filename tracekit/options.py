@@ -18,7 +18,7 @@ feeds. :data:`OPTIONS` lists every one, in ``--help`` order, and says which anal
   with its type and default); their body builds the options object and passes :meth:`analysis_kwargs` on.
 
 ``tests/test_options.py`` fails when the command line, the options objects, the API signatures and the analyses'
-own keyword parameters (``tracekit.results.breakdown.breakdown``, ``tracekit.results.ceiling.ceiling``: the
+own keyword parameters (``tracekit.run.pipeline.breakdown``, ``tracekit.results.ceiling.ceiling``: the
 *use* of each option) disagree on a name, a default or a type. So adding an option is one
 ``Option(...)`` here plus its use: the new keyword of the analysis that reads it. sqlite-utils is the model: every
 command is a thin call of a documented function with the same parameter names.
@@ -94,6 +94,22 @@ def parse_amount(text: str | float | int, kind: AmountKind = "bytes") -> float:
     return value * _COUNT[unit]
 
 
+# Where the per-file stage of several files runs (``tracekit.run.engines``).
+ENGINES = ("process", "dask")
+
+
+def parse_engine(spec: str | None) -> tuple[str, str | None]:
+    """``'process'``, ``'dask'`` or ``'dask=ADDRESS'`` -> (engine, address)."""
+    spec = (spec or "process").strip()
+    name, _, address = spec.partition("=")
+    name = name.strip().lower()
+    if name not in ENGINES:
+        raise TracekitError(f"--engine {spec!r}: unknown engine; use process, dask or dask=SCHEDULER_ADDRESS")
+    if name == "process" and address:
+        raise TracekitError("--engine process takes no address; use --engine dask=SCHEDULER_ADDRESS for a cluster")
+    return name, (address.strip() or None)
+
+
 # ───────────────────────────── the declaration ─────────────────────────────
 
 # How a value is checked (and, on the command line, how text becomes one: tracekit.cli.options.CLICK_TYPES):
@@ -163,8 +179,6 @@ class Option:
             if k == "regex" and value == "":
                 return None  # --draft-range '': drafting by range off
             if k == "engine":
-                from tracekit.run.engines import parse_engine
-
                 parse_engine(value)
             return value
         if k in ("index", "count", "count0"):
@@ -418,5 +432,5 @@ def read_json_object(path: Path | None, what: str) -> dict | None:
 
 
 __all__ = ["Option", "OPTIONS", "OPTION", "KINDS", "DTYPES", "options_of", "AnalysisOptions", "CeilingOptions",
-           "api_signature", "bind_options", "DEFAULT_DRAFT_RANGE", "Phase", "parse_amount",
+           "api_signature", "bind_options", "DEFAULT_DRAFT_RANGE", "Phase", "parse_amount", "ENGINES", "parse_engine",
            "read_json_object"]
