@@ -133,7 +133,7 @@ def test_no_import_cycle_anywhere_in_tracekit():
 STAGES = ("advice", "attribution", "bytes", "collectives", "communication", "drafting", "gaps", "partition", "phase",
           "roofline", "steady", "timebase")
 RESULTS = ("breakdown", "ceiling", "common", "diff", "info", "kernels")
-RUN = ("engines", "file", "history", "ranks")
+RUN = ("engines", "history", "pipeline", "ranks")
 # package -> the packages (or the facade, "tracekit") its modules must never import
 FORBIDDEN = {
     "tracekit.analyses": ("tracekit.results", "tracekit.run", "tracekit.report", "tracekit.cli", "tracekit.readers",

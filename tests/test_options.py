@@ -24,8 +24,8 @@ from tracekit.options import (
     options_of,
     parse_amount,
 )
-from tracekit.results.breakdown import breakdown as breakdown_analysis
 from tracekit.results.ceiling import ceiling as ceiling_analysis
+from tracekit.run.pipeline import breakdown as breakdown_analysis
 
 from conftest import DATA
 

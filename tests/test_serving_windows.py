@@ -119,7 +119,7 @@ def test_tok_s_without_a_batch_says_per_sequence():
     """No flag, manifest or annotation: tokens per step defaults to 1 and the tok/s figure says per sequence."""
     import dataclasses
 
-    from tracekit.results.breakdown import breakdown
+    from tracekit.run.pipeline import breakdown
 
     t = tracekit.load(sample_trace("hf-small-graph"))
     b = breakdown(dataclasses.replace(t, manifest=None), weight_bytes=988010240, peak_bw=4800)

@@ -80,7 +80,7 @@ def breakdown(trace: Trace, **options) -> Breakdown:
     >>> b.steps["marker"], round(b.per_step_ms["other"], 3), round(b.per_step_ms["idle"], 3)
     ('nvtx', 17.715, 238.0)
     """
-    from tracekit.results.breakdown import breakdown as _breakdown
+    from tracekit.run.pipeline import breakdown as _breakdown
 
     opts = bind_options(breakdown, AnalysisOptions, trace, **options)
     return _breakdown(trace, **opts.analysis_kwargs())
@@ -89,7 +89,7 @@ def breakdown(trace: Trace, **options) -> Breakdown:
 breakdown.__signature__ = api_signature(breakdown, "breakdown")
 
 
-from tracekit.run.file import breakdown_file  # noqa: E402  (one file in, one Breakdown out: tracekit.run.file)
+from tracekit.run.pipeline import breakdown_file  # noqa: E402  (one file in, one Breakdown out: tracekit.run.pipeline)
 
 
 def kernels(trace: Trace, *, device: int | None = None, top: int | None = None,

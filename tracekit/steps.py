@@ -16,7 +16,7 @@ Three ways, tried in this order (``Steps.marker`` says which was used):
    begins (a complete prefill step at the start of a window), else cut by the capture window.
 
 A step here is a host-side window on one thread (pid, tid, start, end); the GPU period
-of each step is computed in ``results/breakdown.py`` from the work launched inside it.
+of each step is computed in ``run/pipeline.py`` from the work launched inside it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The pipeline's stages: pure functions from a ``Trace`` (and the stages before) to frames and typed values.
 
-In the order a breakdown runs them (``tracekit.results.breakdown``)::
+In the order a breakdown runs them (``tracekit.run.pipeline``)::
 
     attribution    which step / draft phase each GPU activity belongs to, and what it is (Attribution)
     phase, steady  each step's phase; the steady step and the warm-up/transition steps excluded

@@ -40,11 +40,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from tracekit.categories import GAP_CATEGORIES, HOST_WORK_NAMES, LEVER_NAMES, LEVERS
+from tracekit.categories import GAP_CATEGORIES, GAP_CAUSES, HOST_WORK_NAMES, LEVER_NAMES, LEVERS
 from tracekit.contract import Block, flattened, internal
+from tracekit.tokens import tok_s_unit
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracekit.analyses.drafting import VerifyCost
+    from tracekit.analyses.timebase import TimeBase
 
 # Per-node cost of graph replay (µs) when no device profile is given. Calibrated on the H200 with
 # sample_traces/synthetic-eager (busy 0.912 ms, 227 launches per step) against the unprofiled
@@ -599,5 +601,66 @@ def advise(f: StepFacts) -> Advice:
     return Advice(levers=levers, ranked=ranked)
 
 
+def headline(tb: TimeBase, per_step_ms: Mapping, gaps: Mapping, advice: Advice, roofline,
+             facts: StepFacts, host_is_bound: bool = False, phase_label: str | None = None) -> str:
+    """One line: the step and its time base, where most of the traced step goes, the top lever (every saving an
+    upper bound without an unprofiled time), the levers whose saving is unknown with the flag that resolves them,
+    and the ceiling (or why there is none)."""
+    phase, busy_ms, decode_advice = facts.phase, facts.busy_ms, facts.decode_advice
+    if tb.unprofiled_step_ms is not None:
+        parts = [f"step {tb.reference_step_ms:.3f} ms unprofiled ({tb.unprofiled_source}; traced "
+                 f"{tb.traced_step_ms:.3f} ms)"]
+    elif host_is_bound:
+        parts = [f"traced step {tb.traced_step_ms:.3f} ms, no unprofiled time: savings are upper bounds (the real "
+                 f"step lies between {busy_ms:.3f} ms of GPU work and {tb.traced_step_ms:.3f} ms)"]
+    else:
+        parts = [f"traced step {tb.traced_step_ms:.3f} ms, no unprofiled time: savings are upper bounds"]
+    shares = {k: v for k, v in per_step_ms.items() if v and k not in GAP_CATEGORIES}
+    shares.update({k: v for k in GAP_CAUSES if (v := gaps[k])})
+    if tb.traced_step_ms and shares:
+        top = sorted(shares, key=lambda k: -shares[k])[:2]
+        parts.append(", ".join(f"{gap_name(facts, k)} {pct(shares[k] / tb.traced_step_ms)}" for k in top)
+                     + " of the traced step")
+    if phase == "prefill" or not decode_advice:
+        parts.append(f"{phase_label or phase} steps: no decode advice")
+        return "; ".join(parts)
+    top, strong = None, False
+    if advice.ranked:
+        lever = advice[advice.ranked[0]]
+        if lever.basis == "upper_bound":
+            top = (f"{lever.name} → at most −{lever.max_saving_ms:.3f} ms "
+                   f"({pct(lever.max_saving_fraction or 0)} of the traced step)")
+        else:
+            top = f"{lever.name} → ≈{lever.predicted_step_ms:.3f} ms (−{lever.max_saving_ms:.3f} ms)"
+        strong = (lever.max_saving_fraction or 0) >= SMALL_SAVING
+    # levers whose saving an input would make known: drafting always, memory bandwidth when no lever is strong
+    unknown = []
+    for k, v in advice.levers.items():
+        if not v.unknown or (k == "memory_bandwidth" and (strong or facts.roofline_refused)):
+            continue
+        share = per_step_ms.get(k) if k in per_step_ms else None  # (levers named after a category: its share)
+        if k == "drafting" and share:  # the draft phase's wall time, its launch gaps included (as its verdict)
+            share = max(share, min(facts.draft_phase_ms, tb.traced_step_ms))
+        what = f"{pct(share / tb.traced_step_ms)} of the traced step; " if share and tb.traced_step_ms else ""
+        unknown.append(f"{k.replace('_', ' ')} ({what}pass {' or '.join(v.needs[:2])})")
+    if top is not None and not strong:  # never "no lever" while a lever is unknown
+        top = (f"the largest known lever saves less than {pct(SMALL_SAVING)} of the step ({top})" if unknown
+               else f"no lever saves {pct(SMALL_SAVING)} of the step (the most: {top})")
+    if top is not None:
+        parts.append(top)
+    if unknown:
+        parts.append("unknown: " + ", ".join(unknown))
+    if facts.roofline_refused:
+        check = facts.roofline_refused.rpartition("; check ")[2] if "; check " in facts.roofline_refused else ""
+        parts.append("no bandwidth ceiling: the roofline's bytes exceed what the GPU can read"
+                     + (f" (check {check})" if check else ""))
+    elif roofline.fraction_of_ceiling is not None and roofline.ceiling_tokens_per_s is not None:
+        frac = roofline.fraction_of_ceiling
+        bound = "memory-bound at " if frac >= MEMORY_BOUND else ""
+        parts.append(f"{bound}{pct(frac)} of the bandwidth ceiling ({roofline.ceiling_tokens_per_s:,.0f} "
+                     f"{tok_s_unit(roofline)})")
+    return "; ".join(parts)
+
+
 __all__ = ["advise", "check", "Advice", "Lever", "StepFacts", "DEFAULT_REPLAY_GAP_US", "GRAPHED_SHARE", "ALL_LEVERS",
-           "BASES", "LEVER_EXTENSIONS", "pct", "saving_text", "gap_name"]
+           "BASES", "LEVER_EXTENSIONS", "pct", "saving_text", "gap_name", "headline"]

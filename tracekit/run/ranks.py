@@ -47,7 +47,8 @@ import polars as pl
 from tracekit.analyses.collectives import NCCL_KIND, CommSplit, CommSummary, collective_rows, comm_summary, row_dicts
 from tracekit.categories import STEP_CATEGORIES, UNATTRIBUTED
 from tracekit.contract import BREAKDOWN_SCHEMA, INFO_SCHEMA, KERNELS_SCHEMA, Block, internal, tagged, to_dict
-from tracekit.results.breakdown import Breakdown, re_advise
+from tracekit.results.breakdown import Breakdown
+from tracekit.run.pipeline import re_advise
 
 COLUMNS = ["rank", "path", "device", "steps", "mean_ms", "p90_ms",
            *[k for k in STEP_CATEGORIES if k != UNATTRIBUTED], "comm_kernel_ms", "comm_transfer_ms", "comm_wait_ms"]
@@ -87,7 +88,7 @@ def analyse_rank(path, opts: dict) -> RankResult:
     call it by reference."""
     from tracekit.options import AnalysisOptions
     from tracekit.readers import load
-    from tracekit.results.breakdown import breakdown
+    from tracekit.run.pipeline import breakdown
 
     trace = load(Path(path), kernel_dims=False)
     # (the trace is this stage's alone, and what rank_result reads of it after the breakdown, the kernels' names and
@@ -99,8 +100,8 @@ def analyse_rank(path, opts: dict) -> RankResult:
 def analyse_devices(trace, options) -> tuple[list[RankResult], list[str]]:
     """Every GPU of one trace (an nsys report of several ranks: ``breakdown --all-devices``), each as a rank: its
     :class:`RankResult` and its label (``gpu0``, ...). ``options``: an :class:`~tracekit.options.AnalysisOptions`."""
-    from tracekit.analyses.attribution import require_gpu_activity
-    from tracekit.results.breakdown import breakdown, devices_with_activity
+    from tracekit.analyses.attribution import devices_with_activity, require_gpu_activity
+    from tracekit.run.pipeline import breakdown
 
     require_gpu_activity(trace)  # (as for one GPU: a user error, exit 2, not an empty comparison)
     devs = devices_with_activity(trace)
