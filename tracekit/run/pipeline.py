@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tracekit.analyses.advice import StepFacts
     from tracekit.analyses.attribution import Attribution
     from tracekit.analyses.partition import StepTable
+    from tracekit.analyses.resolve import StepTokens
     from tracekit.results.breakdown import Breakdown, KernelMsPerStep, TraceRoofline
     from tracekit.trace import Trace
 
@@ -123,10 +124,11 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     of it that it copies (``tracekit.analyses.attribution.attribute``), to keep the peak of a big trace low."""
     import polars as pl
 
+    from tracekit.analyses import resolve
     from tracekit.analyses.advice import DEFAULT_REPLAY_GAP_US, GRAPHED_SHARE, StepFacts, advise, headline
     from tracekit.analyses.collectives import one_rank_evidence, split_one_rank, step_communication
     from tracekit.analyses.communication import collective_overheads
-    from tracekit.analyses.timebase import host_bound, time_base
+    from tracekit.analyses.timebase import host_bound
     from tracekit.categories import (
         BUSY_CATEGORIES,
         COMPUTE_CATEGORIES,
@@ -135,7 +137,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         PRIORITY,
         STEP_CATEGORIES,
     )
-    from tracekit.gpus import lookup, resolve_peak_bw
+    from tracekit.gpus import lookup
     from tracekit.results.breakdown import (
         Breakdown,
         CaptureSummary,
@@ -148,7 +150,6 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         Source,
         Steps,
     )
-    from tracekit.tokens import resolve_tokens_per_step
 
     phase = phase or "decode"
 
@@ -191,30 +192,25 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     if attr.graph_mode:
         busy_ms = sum(mean(f"x_{k}") for k in PRIORITY)
 
-    # ---- GPU and peak bandwidth
-    gpu_name, trace_bw = None, None
-    g = trace.gpus.filter(pl.col("device") == attr.device)
-    if g.height:
-        gpu_name, trace_bw = g["name"][0], g["peak_bw_gbps"][0]
-    bw, bw_src = resolve_peak_bw(peak_bw, man.get("peak_bw_gbps"), trace_bw, gpu_name or man.get("gpu_name"))
-    if bw is None:
-        warnings.append("peak memory bandwidth unknown (GPU not in the trace or the table): pass --peak-bw GBPS")
-    gpu = Gpu(device=attr.device, name=gpu_name, peak_bw_gbps=bw, peak_bw_source=bw_src)
+    # ---- GPU and peak bandwidth (each input from its one resolver: tracekit.analyses.resolve)
+    gpu_name = resolve.trace_gpu(trace.gpus, attr.device).value.name
+    bw = resolve.peak_bandwidth(flag=peak_bw, manifest=man.get("peak_bw_gbps"),
+                                trace=resolve.trace_gpu(trace.gpus, attr.device).value.peak_bw_gbps,
+                                name=gpu_name or man.get("gpu_name"))
+    warnings.extend(bw.warnings)
+    gpu = Gpu(device=attr.device, name=gpu_name, peak_bw_gbps=bw.value, peak_bw_source=bw.source)
 
     # ---- time base
-    spec = man.get("spec") or {}
-    acc = _first(accept_len, spec.get("accept_len"))
-    tps = resolve_tokens_per_step(tokens_per_step, man, trace, attr.steps.windows.join(table.select("step"), on="step"))
-    batch = tps.value
-    tokens = (acc if acc else 1) * batch
+    acc = resolve.accept_length(flag=accept_len, manifest=man).value
+    tokens = resolve.tokens_per_step(
+        flag=tokens_per_step, manifest=man, accept_len=acc,
+        annotated=lambda: resolve.annotated_batch(trace, attr.steps.windows.join(table.select("step"), on="step")))
     traced = steps.mean_ms
-    tb = time_base(traced, measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s, tokens_per_step=tokens,
-                   manifest_ms=man.get("unprofiled_step_ms"))
+    tbr = resolve.time_base(traced, measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s,
+                            tokens=tokens.value, manifest_ms=man.get("unprofiled_step_ms"))
+    tb = tbr.value
+    warnings.extend(tbr.warnings)
     upper = tb.unprofiled_step_ms is None  # every saving is then an upper bound on a profiled step
-    if tb.profiler_inflation is not None and tb.profiler_inflation > 1.2:
-        warnings.append(f"the traced steps ({traced:.3f} ms) are {tb.profiler_inflation:.1f}x the unprofiled step "
-                        f"({tb.unprofiled_step_ms:.3f} ms, {tb.unprofiled_source}): every saving is stated against the "
-                        "unprofiled step; shares of the traced step include the profiler's own overhead")
 
     # ---- the step's collectives, and the size of the communicator its all-reduces use (the roofline's TP)
     sc = step_communication(trace, acts, device=attr.device, n_steps=max(1, n),
@@ -230,10 +226,9 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         fwds = step_forwards(acts)
         if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "structure"):
             counts = draft_forward_counts(fwds)
-    roof, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw, tokens, batch, table, n, acts,
+    roof, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw.value, tokens, table, n, acts,
                             weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
-                            draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev), comm_rows=comm_rows,
-                            tokens_per_step_source=tps.source)
+                            draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev), comm_rows=comm_rows)
     warnings.extend(rwarn)
     # transfer against waiting for the other ranks, from this file alone (tracekit.analyses.collectives)
     comm_split = split_one_rank(sc.kernels, max(1, n), ranks=roof.tp if roof.tp_source != "default" else None,
@@ -263,15 +258,15 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         kernels_per_step=float(table["n_kernels"].mean()),
         draft_phase_ms=float(table["draft_span"].mean()) / 1e6, draft_detection=attr.draft_detection,
         draft_evidence=attr.draft_evidence,
-        phase=st.phase, decode_advice=st.decode_advice, replay_gap_us=gap, accept_len=acc, tokens_per_step=float(batch),
-        floor_ms=roof.floor_ms, gemm_achieved_bw_gbps=roof.gemm_achieved_bw_gbps, peak_bw_gbps=bw,
+        phase=st.phase, decode_advice=st.decode_advice, replay_gap_us=gap, accept_len=acc, tokens_per_step=float(tokens.batch),
+        floor_ms=roof.floor_ms, gemm_achieved_bw_gbps=roof.gemm_achieved_bw_gbps, peak_bw_gbps=bw.value,
         kv_bytes_per_step=roof.kv_bytes_per_step, weight_bytes_per_step=roof.weight_bytes_per_step,
         weight_bytes_source=roof.weight_bytes_source, kv_bytes_source=roof.kv_bytes_source,
         attention_achieved_bw_gbps=roof.attention_achieved_bw_gbps,
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
         collectives=tuple(comm_rows), hidden_comm_ms=comm_split.hidden_ms, comm_split=comm_split, link=link,
         longest_between=between[0] if between else None, verify=verify, roofline_refused=roof.refused,
-        phase_note=st.phase_note, tok_s_unit=tps.unit,
+        phase_note=st.phase_note, tok_s_unit=tokens.unit,
         longest_in_step=next((x for x in largest if x.cause != "between_steps"), None))
     advice = advise(facts)
     head = headline(tb, per_step_ms, gaps, advice, roof, facts,
@@ -301,10 +296,10 @@ def re_advise(b: Breakdown, facts: StepFacts) -> Breakdown:
 
 
 def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms: float, bw: float | None,
-              tokens: float, batch: float, table: pl.DataFrame, n: int, acts: pl.DataFrame | None, *, weight_bytes,
+              tokens: StepTokens, table: pl.DataFrame, n: int, acts: pl.DataFrame | None, *, weight_bytes,
               model, tp, ep, context, draft_counts: tuple[int, int] | None = None,
-              trace_tp: tuple[int | None, str] = (None, "not looked for"), comm_rows: Sequence[dict] = (),
-              tokens_per_step_source: str | None = None) -> tuple[TraceRoofline, list[str]]:
+              trace_tp: tuple[int | None, str] = (None, "not looked for"), comm_rows: Sequence[dict] = ()
+              ) -> tuple[TraceRoofline, list[str]]:
     """The roofline block, filled once: the bytes per GPU from the one resolver (``tracekit.analyses.bytes``:
     --weight-bytes, --model or the model the trace's recorded command line names when it is in the local Hugging
     Face cache, the manifest, the trace's shapes or NVTX; TP and its source), the floor against the reference step,
@@ -312,6 +307,7 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
     ``refused`` names what makes the figures impossible and the inputs to check, None when they hold."""
     from dataclasses import fields
 
+    from tracekit.analyses import resolve
     from tracekit.analyses.bytes import resolve_bytes, resolve_tp, tp_from_process_groups
     from tracekit.analyses.roofline import RooflineBlock, physical_check
     from tracekit.model import parse_command
@@ -319,13 +315,6 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
 
     warnings: list[str] = []
     args = parse_command(trace.meta.command) if trace.meta.command else None
-    if model is None and weight_bytes is None and man.get("weight_bytes_per_step") is None and trace.meta.command:
-        from tracekit.model import discover_model
-
-        disc = discover_model(trace.meta.command)
-        if disc.model_path is not None:
-            model = str(disc.model_path)
-            warnings.append(f"model bytes from {disc.note}")
     # tensor parallelism: flag > manifest > the recorded command line > the communicator of the step's
     # all-reduces > the process group they use > 1 (never the job's world size)
     pg = None
@@ -343,38 +332,34 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
         draft_forwards, k = draft_counts[0], max(draft_counts[1], 1)
         counted = (f"draft model read {draft_forwards}x per step ({k} draft forwards before the verify"
                    f"{', 1 after it' if draft_forwards > k else ''}), counted from the trace's forwards")
-    ctx = context if context is not None else man.get("context")
     shapes: dict = {}
-    rb = resolve_bytes(parallel=par, weight_bytes=weight_bytes, model=model, batch=max(1, int(round(batch))),
-                       context=ctx, draft_forwards=draft_forwards, verify_tokens=k + 1 if k else 1, manifest=man,
+    rb = resolve_bytes(parallel=par, weight_bytes=weight_bytes, model=model, batch=max(1, int(round(tokens.batch))),
+                       context=resolve.context_tokens(flag=context, manifest=man).value, draft_forwards=draft_forwards,
+                       verify_tokens=k + 1 if k else 1, manifest=man, draft_note=counted,
+                       discover=(lambda: _discover(trace.meta.command)) if trace.meta.command else None,
                        from_trace=lambda: _weight_bytes_from_trace(trace, table, n, acts, shapes))
     warnings.extend(rb.warnings)
-    if counted and rb.draft_bytes_per_step:
-        warnings.append(counted)
-    if model is not None and rb.kv_bytes_per_step is None:
-        warnings.append("KV-cache bytes unknown: pass --context N (tokens of KV cache each sequence reads per "
-                        "step); the floor counts the weights only")
-    if shapes.get("refused"):
-        warnings.append(shapes["refused"])
-    if rb.weight_bytes_per_step is None:
-        warnings.append("weight bytes per step unknown: pass --model PATH or --weight-bytes N (or capture with "
-                        "tracekit capture, whose manifest records them)")
-    elif rb.weight_bytes_source in ("flag", "model") and not par.known:
-        warnings.append(f"tensor parallelism unknown ({par.evidence}): the model's bytes are not divided (--tp 1 "
-                        "assumed; pass --tp N)")
-    block = rb.roofline(peak_bw_gbps=bw, reference_step_ms=reference_ms, tokens_per_step=tokens,
+    block = rb.roofline(peak_bw_gbps=bw, reference_step_ms=reference_ms, tokens_per_step=tokens.value,
                         gemm_ms=kernel_ms.gemm, attention_ms=kernel_ms.attention)
     block, refusal = physical_check(block, bw, gemm_ms=kernel_ms.gemm, attention_ms=kernel_ms.attention,
                                     reference_step_ms=reference_ms, drafting_ms=kernel_ms.drafting,
-                                    suspects=_suspects(rb, batch, tokens))
+                                    suspects=_suspects(rb, tokens.batch, tokens.value))
     if refusal:
         warnings.append(f"roofline refused: {refusal}")
     # the figures, then where tp came from (and the trace's evidence for it), the shapes' coverage, why the
-    # roofline was refused, and where the tokens per step came from (tracekit.tokens)
+    # roofline was refused, and where the tokens per step came from (tracekit.analyses.resolve)
     roof = TraceRoofline(**{f.name: getattr(block, f.name) for f in fields(RooflineBlock)}, tp_source=par.source,
                          tp_evidence=par.evidence, shape_coverage=shapes.get("coverage"), refused=refusal,
-                         tokens_per_step_source=tokens_per_step_source)
+                         tokens_per_step_source=tokens.source)
     return roof, warnings
+
+
+def _discover(command) -> tuple[str | None, str]:
+    """The model the trace's recorded command line names, where it is on this machine (``tracekit.model``)."""
+    from tracekit.model import discover_model
+
+    disc = discover_model(command)
+    return disc.model_path, disc.note
 
 
 def _suspects(rb, batch: float, tokens: float) -> list[str]:
@@ -419,10 +404,10 @@ def _manifest(trace: Trace, attr: Attribution) -> tuple[dict, str | None]:
 
 
 def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int, acts: pl.DataFrame | None,
-                             detail: dict):
+                             detail: dict) -> tuple[int | None, str | None, tuple[str, ...]]:
     """Weight bytes from the trace itself: recorded op shapes (Kineto), when the ops they come from launched most
-    of the steps' GEMM kernel time (``roofline.SHAPE_COVERAGE``), or SGLang layer-wise NVTX text. ``detail``
-    receives the coverage and, when the shapes are refused, why."""
+    of the steps' GEMM kernel time (``roofline.SHAPE_COVERAGE``), or SGLang layer-wise NVTX text; (bytes, source,
+    warnings: why the shapes were refused). ``detail`` receives the coverage."""
     import polars as pl
 
     from tracekit.analyses.advice import pct
@@ -433,6 +418,7 @@ def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int, ac
         weight_bytes_from_shapes,
     )
 
+    refused: tuple[str, ...] = ()
     if trace.ops.height and trace.ops["input_dims"].is_not_null().any():
         # Only the ops of the analysed steps (warm-up or prefill ops would inflate the bytes).
         w = table.select("step", "pid", "tid", ws="w_start", we="w_end").sort("ws")
@@ -453,17 +439,17 @@ def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int, ac
                 cov = shape_coverage(gemm, trace.launches, d.get("intervals"))
                 detail["coverage"] = cov
                 if cov is not None and cov >= SHAPE_COVERAGE:
-                    return int(wb), "shapes"
-                detail["refused"] = (
+                    return int(wb), "shapes", ()
+                refused = (
                     f"weight bytes from recorded shapes ({wb:,} per step) not used: the ops they come from launched "
                     f"{'no' if cov is None else pct(cov)} of the steps' GEMM kernel time (at least "
                     f"{pct(SHAPE_COVERAGE)} needed: GEMMs replayed from CUDA graphs or launched by custom ops carry "
-                    "no weight shapes); pass --weight-bytes or --model")
+                    "no weight shapes); pass --weight-bytes or --model"),
     if trace.ranges.height:
         wb = weight_bytes_from_nvtx(trace.ranges["name"])
         if wb:
-            return int(wb), "nvtx"
-    return None, None
+            return int(wb), "nvtx", refused
+    return None, None, refused
 
 
 def _quantiles(values: pl.Series) -> dict:
@@ -476,10 +462,6 @@ def _quantiles(values: pl.Series) -> dict:
         "p10_ms": float(ms.quantile(0.1, interpolation="linear")),
         "p90_ms": float(ms.quantile(0.9, interpolation="linear")),
     }
-
-
-def _first(*values):
-    return next((v for v in values if v is not None), None)
 
 
 __all__ = ["breakdown_file", "breakdown", "step_table", "re_advise"]

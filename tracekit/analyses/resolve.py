@@ -1,0 +1,171 @@
+"""One resolver per input quantity that can come from several places; every command calls the same one.
+
+Each resolver takes every source of its quantity, applies the contract's precedence once (command-line flag >
+manifest beside the trace > the trace itself > shipped tables) and returns a :class:`Resolved`: the value, where it
+came from (the ``*_source`` key the JSON writes) and the warnings a user should read. ``breakdown`` (the pipeline,
+``tracekit.run.pipeline``: every rank of a rank set and both sides of a ``diff`` run it), and ``ceiling`` call
+them::
+
+    quantity             resolver                       precedence
+    peak bandwidth       peak_bandwidth()               --peak-bw > manifest > the trace's device > GPU table
+    the GPU              trace_gpu()                    the trace's device properties of the analysed device
+    tokens per step      tokens_per_step()              --tokens-per-step (ceiling: --batch) > manifest
+                                                        > the engine's step annotations > 1; x the accept length
+    accept length        accept_length()                --accept-len > the manifest's spec.accept_len
+    context              context_tokens()               --context > manifest
+    the time base        time_base()                    --measured-step-ms / --measured-tok-s > manifest > traced
+    tensor parallelism   tracekit.analyses.bytes.resolve_tp       (its own precedence: that module)
+    weight, KV, draft    tracekit.analyses.bytes.resolve_bytes    --weight-bytes > --model > manifest > the model
+      bytes per step                                               the recorded command names > shapes > NVTX
+
+>>> peak_bandwidth(flag=None, manifest=None, trace=None, name="NVIDIA H200").value
+4800.0
+>>> tokens_per_step(flag=8, accept_len=2.5).value, tokens_per_step(flag=8, accept_len=2.5).batch
+(20.0, 8.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from tracekit.tokens import TokensPerStep
+
+if TYPE_CHECKING:  # pragma: no cover
+    import polars as pl
+
+    from tracekit.analyses.timebase import TimeBase
+    from tracekit.trace import Trace
+
+T = TypeVar("T")
+
+# The traced step may be this much shorter than an unprofiled one before the time base is called impossible
+# (run-to-run noise of a measured step; a profiler only ever slows a step down).
+UNPROFILED_TOLERANCE = 1.05
+# A traced step this many times the unprofiled one is worth a warning (shares of it include the profiler).
+INFLATION_WARNING = 1.2
+
+
+@dataclass(frozen=True)
+class Resolved(Generic[T]):
+    """A resolved input: ``value`` (None: unknown), ``source`` (the contract's ``*_source`` word; None: unknown),
+    ``warnings`` (what the user should know, in the order they are printed) and ``detail`` (what was read)."""
+
+    value: T
+    source: str | None
+    warnings: tuple[str, ...] = ()
+    detail: str | None = None
+
+
+def peak_bandwidth(*, flag: float | None, manifest: float | None = None, trace: float | None = None,
+                   name: str | None = None) -> Resolved[float | None]:
+    """The GPU's peak memory bandwidth (GB/s): ``--peak-bw`` > manifest > the trace's device properties > the
+    shipped GPU table by ``name`` (``tracekit.gpus``)."""
+    from tracekit.gpus import resolve_peak_bw
+
+    bw, src = resolve_peak_bw(flag, manifest, trace, name)
+    if bw is None:
+        return Resolved(None, None, ("peak memory bandwidth unknown (GPU not in the trace or the table): pass "
+                                     "--peak-bw GBPS",))
+    return Resolved(bw, src)
+
+
+@dataclass(frozen=True)
+class TraceGpu:
+    """What the trace says of a GPU: its ``name`` and its own peak bandwidth (None where it does not say)."""
+
+    name: str | None
+    peak_bw_gbps: float | None
+
+
+def trace_gpu(gpus: pl.DataFrame, device: int) -> Resolved[TraceGpu]:
+    """The trace's GPU ``device`` (``trace.gpus``: one row per device with its properties)."""
+    import polars as pl
+
+    g = gpus.filter(pl.col("device") == device)
+    if g.height:
+        return Resolved(TraceGpu(g["name"][0], g["peak_bw_gbps"][0]), "trace")
+    return Resolved(TraceGpu(None, None), None)
+
+
+def tokens_per_step(*, flag: float | None = None, manifest: dict | None = None, accept_len: float | None = None,
+                    annotated: Callable[[], tuple[float, str] | None] | None = None) -> StepTokens:
+    """The tokens a step produces: the batch (``--tokens-per-step``, ceiling's ``--batch`` > the manifest's
+    ``tokens_per_step`` > ``annotated()``, the engine's step annotations > 1) x the accept length where there is
+    speculation. ``annotated`` is called only when nothing above gives the batch."""
+    if flag is not None:
+        batch = TokensPerStep(float(flag), "flag")
+    elif manifest and manifest.get("tokens_per_step") is not None:
+        batch = TokensPerStep(float(manifest["tokens_per_step"]), "manifest")
+    elif annotated is not None and (found := annotated()) is not None:
+        value, seen = found
+        batch = TokensPerStep(value, "annotation", f"batch {value:g} from the step annotations ({seen})")
+    else:
+        batch = TokensPerStep(1.0, "default")
+    return StepTokens(value=(accept_len if accept_len else 1) * batch.value, source=batch.source, batch=batch.value,
+                      accept_len=accept_len, unit=batch.unit, detail=batch.detail)
+
+
+@dataclass(frozen=True)
+class StepTokens(Resolved):
+    """:func:`tokens_per_step`'s answer: ``value`` = accept length x ``batch``; ``source`` is the batch's (flag,
+    manifest, annotation, default); ``unit`` the words every tok/s figure computed with it carries."""
+
+    batch: float = 1.0
+    accept_len: float | None = None
+    unit: str = "tok/s"
+
+
+def annotated_batch(trace: Trace, windows: pl.DataFrame) -> tuple[float, str] | None:
+    """The batch the engine's step annotations name for ``windows`` (median over the steps that name one) and the
+    first such annotation, or None (SGLang ``step[DECODE bs=128]``, vLLM ``execute_context_0(0)_generation_32(32)``
+    / ``generation_32``, TensorRT-LLM ``N gen reqs``)."""
+    import polars as pl
+
+    from tracekit.analyses.phase import annotation_phases
+
+    if trace.ranges.height == 0 or windows.height == 0:
+        return None
+    ann = annotation_phases(trace, windows).filter(pl.col("bs").is_not_null() & (pl.col("bs") > 0))
+    if ann.height == 0:
+        return None
+    return float(ann["bs"].median()), str(ann.sort("step")["evidence"][0])
+
+
+def accept_length(*, flag: float | None, manifest: dict | None = None) -> Resolved[float | None]:
+    """Mean tokens accepted per speculative step per sequence: ``--accept-len`` > the manifest's
+    ``spec.accept_len`` (None: unknown, or no speculation)."""
+    if flag is not None:
+        return Resolved(float(flag), "flag")
+    value = ((manifest or {}).get("spec") or {}).get("accept_len")
+    return Resolved(value, "manifest" if value is not None else None)
+
+
+def context_tokens(*, flag: int | None, manifest: dict | None = None) -> Resolved[int | None]:
+    """Tokens of KV cache each sequence reads per step: ``--context`` > the manifest's ``context``."""
+    if flag is not None:
+        return Resolved(flag, "flag")
+    value = (manifest or {}).get("context")
+    return Resolved(value, "manifest" if value is not None else None)
+
+
+def time_base(traced_step_ms: float, *, measured_step_ms: float | None = None, measured_tok_s: float | None = None,
+              tokens: float | None = None, manifest_ms: float | None = None) -> Resolved[TimeBase]:
+    """The step every saving is stated against (``tracekit.analyses.timebase.time_base``: the unprofiled step from
+    ``--measured-step-ms`` > ``--measured-tok-s`` x ``tokens`` > the manifest, else the traced step), with the
+    warning that the traced step is inflated by the profiler."""
+    from tracekit.analyses.timebase import time_base as _time_base
+
+    tb = _time_base(traced_step_ms, measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s,
+                    tokens_per_step=tokens, manifest_ms=manifest_ms)
+    warnings = []
+    if tb.profiler_inflation is not None and tb.profiler_inflation > INFLATION_WARNING:
+        warnings.append(f"the traced steps ({traced_step_ms:.3f} ms) are {tb.profiler_inflation:.1f}x the unprofiled "
+                        f"step ({tb.unprofiled_step_ms:.3f} ms, {tb.unprofiled_source}): every saving is stated "
+                        "against the unprofiled step; shares of the traced step include the profiler's own overhead")
+    return Resolved(tb, tb.unprofiled_source, tuple(warnings))
+
+
+__all__ = ["Resolved", "StepTokens", "TraceGpu", "trace_gpu", "peak_bandwidth", "tokens_per_step", "annotated_batch", "accept_length",
+           "context_tokens", "time_base", "UNPROFILED_TOLERANCE", "INFLATION_WARNING"]
