@@ -16,10 +16,11 @@ from dataclasses import dataclass, fields, make_dataclass
 
 import polars as pl
 
-from tracekit.analyses.advice import ALL_LEVERS, MEMORY_BOUND, Advice, StepFacts
+from tracekit.analyses.advice import StepFacts
 from tracekit.analyses.bytes import TP_EVIDENCE_SOURCES
 from tracekit.analyses.roofline import RooflineBlock
 from tracekit.analyses.timebase import TimeBase
+from tracekit.analyses.verdicts import Advice
 from tracekit.categories import BREAKDOWN_SCHEMA, GAP_CAUSES, KERNEL_CATEGORIES, STEP_CATEGORIES
 from tracekit.contract import Block, extension, internal
 from tracekit.results.common import Gpu, Source
@@ -169,12 +170,8 @@ class Breakdown(Block):
 
     @property
     def display_levers(self) -> tuple[str, ...]:
-        """Every lever in display order: the ranked ones first, then the rest, memory bandwidth last — or first,
-        when the step is memory-bound (at least ``MEMORY_BOUND`` of its floor: that is the verdict)."""
-        rest = [k for k in ALL_LEVERS if k not in self.advice.ranked and k != "memory_bandwidth"]
-        if (self.roofline.fraction_of_ceiling or 0) >= MEMORY_BOUND and self.facts.decode_advice:
-            return ("memory_bandwidth", *self.advice.ranked, *rest)
-        return (*self.advice.ranked, *rest, "memory_bandwidth")
+        """Every lever in the order the reports list them (decided by the analysis: ``Advice.order``)."""
+        return self.advice.order
 
 
 __all__ = ["Breakdown", "Source", "Gpu", "Steps", "PerStepMs", "KernelMsPerStep", "GapCauses", "Gaps", "LargestGap",

@@ -125,10 +125,9 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     import polars as pl
 
     from tracekit.analyses import resolve
-    from tracekit.analyses.advice import DEFAULT_REPLAY_GAP_US, GRAPHED_SHARE, StepFacts, advise, headline
+    from tracekit.analyses.advice import DEFAULT_REPLAY_GAP_US, GRAPHED_SHARE, StepFacts, advise
     from tracekit.analyses.collectives import one_rank_evidence, split_one_rank, step_communication
     from tracekit.analyses.communication import collective_overheads
-    from tracekit.analyses.timebase import host_bound
     from tracekit.categories import (
         BUSY_CATEGORIES,
         COMPUTE_CATEGORIES,
@@ -150,6 +149,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         Source,
         Steps,
     )
+    from tracekit.tokens import tok_s_unit
 
     phase = phase or "decode"
 
@@ -226,7 +226,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         fwds = step_forwards(acts)
         if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "structure"):
             counts = draft_forward_counts(fwds)
-    roof, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw.value, tokens, table, n, acts,
+    roof, roof_check, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw.value, tokens, table, n, acts,
                             weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
                             draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev), comm_rows=comm_rows)
     warnings.extend(rwarn)
@@ -266,16 +266,16 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
         collectives=tuple(comm_rows), hidden_comm_ms=comm_split.hidden_ms, comm_split=comm_split, link=link,
         longest_between=between[0] if between else None, verify=verify, roofline_refused=roof.refused,
-        phase_note=st.phase_note, tok_s_unit=tokens.unit,
+        roofline_check=roof_check, phase_note=st.phase_note, phase_label=st.phase_label,
+        tok_s_unit=tokens.unit, fraction_of_ceiling=roof.fraction_of_ceiling,
+        ceiling_tokens_per_s=roof.ceiling_tokens_per_s, ceiling_unit=tok_s_unit(roof),
         longest_in_step=next((x for x in largest if x.cause != "between_steps"), None))
     advice = advise(facts)
-    head = headline(tb, per_step_ms, gaps, advice, roof, facts,
-                    host_is_bound=tb.unprofiled_step_ms is None and host_bound(per_step_ms, traced),
-                    phase_label=st.phase_label)
+    warnings.extend(f"internal check: {p}" for p in advice.problems)
     source = Source.of(trace.meta)
     manifest = CaptureSummary.of(man) if man else None
     return Breakdown(source=source, gpu=gpu, steps=steps, time_base=tb, per_step_ms=per_step_ms, gaps=gaps,
-                     kernel_ms_per_step=kernel_ms, roofline=roof, advice=advice, headline=head,
+                     kernel_ms_per_step=kernel_ms, roofline=roof, advice=advice, headline=advice.headline.text,
                      warnings=tuple(warnings), per_step=per_step, top_kernels=top, activities=acts, facts=facts,
                      rank=trace.meta.rank, manifest=manifest)
 
@@ -285,26 +285,23 @@ def re_advise(b: Breakdown, facts: StepFacts) -> Breakdown:
     analysed together: the communication lever's transfer comes from matching the ranks, :mod:`tracekit.run.ranks`)."""
     from dataclasses import replace
 
-    from tracekit.analyses.advice import advise, headline
-    from tracekit.analyses.timebase import host_bound
+    from tracekit.analyses.advice import advise
 
     advice = advise(facts)
-    tb = b.time_base
-    head = headline(tb, b.per_step_ms, b.gaps, advice, b.roofline, facts,
-                    host_is_bound=tb.unprofiled_step_ms is None and host_bound(b.per_step_ms, tb.traced_step_ms))
-    return replace(b, advice=advice, headline=head, facts=facts)
+    return replace(b, advice=advice, headline=advice.headline.text, facts=facts)
 
 
 def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms: float, bw: float | None,
               tokens: StepTokens, table: pl.DataFrame, n: int, acts: pl.DataFrame | None, *, weight_bytes,
               model, tp, ep, context, draft_counts: tuple[int, int] | None = None,
               trace_tp: tuple[int | None, str] = (None, "not looked for"), comm_rows: Sequence[dict] = ()
-              ) -> tuple[TraceRoofline, list[str]]:
+              ) -> tuple[TraceRoofline, tuple[str, ...], list[str]]:
     """The roofline block, filled once: the bytes per GPU from the one resolver (``tracekit.analyses.bytes``:
     --weight-bytes, --model or the model the trace's recorded command line names when it is in the local Hugging
     Face cache, the manifest, the trace's shapes or NVTX; TP and its source), the floor against the reference step,
-    and the physical check (``tracekit.analyses.roofline.physical_check``). Returns (block, warnings); the block's
-    ``refused`` names what makes the figures impossible and the inputs to check, None when they hold."""
+    and the physical check (``tracekit.analyses.roofline.physical_check``). Returns (block, the inputs to check when
+    it is refused, warnings); the block's ``refused`` names what makes the figures impossible and the inputs to check,
+    None when they hold."""
     from dataclasses import fields
 
     from tracekit.analyses import resolve
@@ -341,9 +338,9 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
     warnings.extend(rb.warnings)
     block = rb.roofline(peak_bw_gbps=bw, reference_step_ms=reference_ms, tokens_per_step=tokens.value,
                         gemm_ms=kernel_ms.gemm, attention_ms=kernel_ms.attention)
+    suspects = _suspects(rb, tokens.batch, tokens.value)
     block, refusal = physical_check(block, bw, gemm_ms=kernel_ms.gemm, attention_ms=kernel_ms.attention,
-                                    reference_step_ms=reference_ms, drafting_ms=kernel_ms.drafting,
-                                    suspects=_suspects(rb, tokens.batch, tokens.value))
+                                    reference_step_ms=reference_ms, drafting_ms=kernel_ms.drafting, suspects=suspects)
     if refusal:
         warnings.append(f"roofline refused: {refusal}")
     # the figures, then where tp came from (and the trace's evidence for it), the shapes' coverage, why the
@@ -351,7 +348,7 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
     roof = TraceRoofline(**{f.name: getattr(block, f.name) for f in fields(RooflineBlock)}, tp_source=par.source,
                          tp_evidence=par.evidence, shape_coverage=shapes.get("coverage"), refused=refusal,
                          tokens_per_step_source=tokens.source)
-    return roof, warnings
+    return roof, tuple(suspects) if refusal else (), warnings
 
 
 def _discover(command) -> tuple[str | None, str]:
