@@ -128,12 +128,13 @@ def test_no_import_cycle_anywhere_in_tracekit():
 # tracekit/*.py, model/ the core: data, names, the Trace, options, text formatters (below every package)
 # tracekit/readers/   file formats -> one Trace
 # tracekit/analyses/  the pipeline's stages (attribution, partition, gaps, steady, phase, drafting, collectives,
-#                     communication, timebase, resolve, roofline, bytes, advice): pure functions, typed values out
+#                     communication, timebase, resolve, roofline, bytes, advice; verdicts: the levers' typed values
+#                     and their sentences): pure functions, typed values out
 # tracekit/results/   the typed result blocks per command (breakdown, info, kernels, ceiling, diff)
 # tracekit/run/       the pipeline (read -> ... -> result), several ranks, engines, the run history
 # tracekit/report/    renderers of the results' JSON; tracekit/__init__ the facade; tracekit/cli/ the commands
 STAGES = ("advice", "attribution", "bytes", "collectives", "communication", "drafting", "gaps", "partition", "phase",
-          "resolve", "roofline", "steady", "timebase")
+          "resolve", "roofline", "steady", "timebase", "verdicts")
 RESULTS = ("breakdown", "ceiling", "common", "diff", "info", "kernels")
 RUN = ("engines", "history", "pipeline", "ranks")
 # The layers, lowest first. Imports point one way: a module imports only modules of its own layer or of a layer
