@@ -406,15 +406,14 @@ class FloorReading(Reading):
         if kv and self.attention_gbps and peak:
             near.append(f"attention reads the KV cache at {pct(self.attention_gbps / peak)} of peak")
         near_txt = f" ({'; '.join(near)})" if near else ""
+        saving = saving_text(ref, lever.max_saving_ms or 0.0, lever.bound)
         if self.floor.bound:
             return (f"the step reads {streams}; at {ref.named()} it is at {pct(frac)} of the {floor:.3f} ms floor that "
-                    f"reading them at peak bandwidth takes{near_txt}: {self.floor.kind}-bound (mostly {self.main}); "
-                    "CUDA graphs or NCCL changes cannot help much — fewer bytes can (quantization, a smaller KV cache, "
-                    "batching, better acceptance)")
-        rest_ms = ref.ms - floor
-        amount = f"at most {rest_ms:.3f} ms" if lever.bound == "upper_bound" else f"{rest_ms:.3f} ms"
+                    f"reading them at peak bandwidth takes{near_txt}: {self.floor.kind}-bound (mostly {self.main}), "
+                    f"with {saving} not spent reading memory; CUDA graphs or NCCL changes cannot help much — fewer bytes "
+                    "can (quantization, a smaller KV cache, batching, better acceptance)")
         verdict = (f"the step takes {ref.named()} against a floor of {floor:.3f} ms for reading {streams} "
-                   f"({pct(frac)} of it): {amount} per step are not spent reading memory")
+                   f"({pct(frac)} of it): {saving} are not spent reading memory")
         if self.rest:
             verdict += "; the largest other parts of the traced step: " + ", ".join(
                 f"{k} {v:.3f} ms" for k, v in self.rest)
@@ -425,23 +424,23 @@ class FloorReading(Reading):
 
 @dataclass(frozen=True)
 class Lever(Block):
-    """One lever of ``advice`` (a :class:`tracekit.contract.Block`: ``to_dict()`` is its JSON): its numbers, the
-    ``verdict`` rendered from its fields (not given: ``reading.sentence(self)``), its extension keys (``extra``:
-    each one of :data:`LEVER_EXTENSIONS`, written after ``verdict``), ``basis`` (:data:`BASES`), ``assumed`` (the
-    inputs its saving rests on) and ``needs`` (the flags that would make an unknown saving known). Not in the JSON:
-    ``bound`` (:data:`BOUNDS`, from the saving and its basis), ``reading``, ``reference`` (the step it is stated
-    against) and ``name`` (how the headline calls pulling it)."""
+    """One lever of ``advice`` (a :class:`tracekit.contract.Block`: ``to_dict()`` is its JSON): its numbers, how sure
+    its saving is (``bound``, :data:`BOUNDS`: from the saving and its basis, not given), the ``verdict`` rendered
+    from its fields (not given: ``reading.sentence(self)``), its extension keys (``extra``: each one of
+    :data:`LEVER_EXTENSIONS`, written after ``verdict``), ``basis`` (:data:`BASES`), ``assumed`` (the inputs its
+    saving rests on) and ``needs`` (the flags that would make an unknown saving known). Not in the JSON:
+    ``reading``, ``reference`` (the step it is stated against) and ``name`` (how the headline calls pulling it)."""
 
     applicable: bool
     predicted_step_ms: float | None
     max_saving_ms: float | None
     max_saving_fraction: float | None
+    bound: str = field(init=False, default="unknown")
     verdict: str = field(init=False, default="")
     extra: dict = flattened(LEVER_EXTENSIONS, default_factory=dict)
     basis: str = "none"
     assumed: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
-    bound: str = internal(init=False, default="unknown")
     reading: Reading = internal(default=Statement(""), repr=False)
     reference: Reference = internal(default=Reference(0.0, None, 0.0), repr=False)
     name: str = internal(default="")
