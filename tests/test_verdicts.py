@@ -69,3 +69,29 @@ def test_the_self_check_reads_fields_not_words():
         "its saving (6.000 ms) exceeds the 5.000 ms step"]
     unprofiled = Reference(5.0, "flag", 9.0)
     assert check(Lever(True, 4.0, 1.0, 0.2, basis="estimated", reference=unprofiled)) == []
+
+
+SGLANG_MI300X = "TraceLens/tests/traces/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz"
+
+
+def test_an_unprofiled_step_longer_than_the_traced_step_is_refused():
+    """Fix 3: --measured-tok-s 2000 --tokens-per-step 32 on the MI300X SGLang decode step gives an unprofiled step
+    of 1000 x 32 / 2000 = 16 ms against a traced ~10.4 ms: impossible (a profiler only slows a step down). It is
+    refused with a warning, and no saving is stated against it (they were: "13.144 ms per step are not spent
+    reading memory", more than the whole traced step)."""
+    t = tracekit.load(shared(SGLANG_MI300X))
+    b = tracekit.breakdown(t, measured_tok_s=2000, tokens_per_step=32, weight_bytes="16GB", peak_bw=5300)
+    tb = b.time_base
+    assert tb.rejected_unprofiled_step_ms == pytest.approx(1000 * 32 / 2000)
+    assert b.steps.mean_ms < 16.0 / 1.25  # the trace's own step (one decode step of bs=32), well under 16 ms
+    assert tb.unprofiled_step_ms is None and tb.unprofiled_source is None
+    assert tb.reference_step_ms == b.steps.mean_ms and tb.profiler_inflation is None
+    assert any("is longer than the traced step" in w and "--measured-tok-s" in w for w in b.warnings)
+    assert b.to_dict()["time_base"]["rejected_unprofiled_step_ms"] == pytest.approx(16.0)
+    for key, lever in b.advice.levers.items():  # every saving against the traced step, each an upper bound
+        if (lever.max_saving_ms or 0) > EPS_MS:
+            assert lever.max_saving_ms <= b.steps.mean_ms and lever.bound == "upper_bound", key
+    assert "savings are upper bounds" in b.headline
+    # a time base that holds is kept: the same step measured at 40,000 tok/s (0.8 ms per step of 32)
+    ok = tracekit.breakdown(t, measured_tok_s=40000, tokens_per_step=32).time_base
+    assert ok.unprofiled_step_ms == pytest.approx(0.8) and ok.rejected_unprofiled_step_ms is None

@@ -69,6 +69,10 @@ def time_base_line(d: dict) -> str:
         return (f"unprofiled step {tb['unprofiled_step_ms']:.3f} ms ({tb['unprofiled_source']}); traced "
                 f"{tb['traced_step_ms']:.3f} ms ({tb['profiler_inflation']:.2f}x): savings are against the unprofiled "
                 "step")
+    if tb.get("rejected_unprofiled_step_ms") is not None:
+        return (f"the unprofiled step given ({tb['rejected_unprofiled_step_ms']:.3f} ms) is longer than the traced "
+                f"{tb['traced_step_ms']:.3f} ms step, which is impossible (see the warning): savings are upper bounds "
+                "on the traced step")
     return (f"no unprofiled time: savings are upper bounds on the traced {tb['traced_step_ms']:.3f} ms step (pass "
             "--measured-step-ms or --measured-tok-s)")
 
