@@ -83,14 +83,33 @@ class TraceGpu:
     peak_bw_gbps: float | None
 
 
-def trace_gpu(gpus: pl.DataFrame, device: int) -> Resolved[TraceGpu]:
-    """The trace's GPU ``device`` (``trace.gpus``: one row per device with its properties)."""
+def trace_gpu(gpus: pl.DataFrame, device: int, devices: Callable[[], list[int]] | None = None) -> Resolved[TraceGpu]:
+    """The trace's GPU ``device`` (``trace.gpus``: one row per device with its properties), named from the trace's
+    device properties even where their ids differ from the activities' device ids (a ROCm Kineto trace records its
+    kernels on device 9 and its one GPU's properties under id 0): by id; else, when ``devices()`` (the devices with
+    activity) are as many as the property rows, by their order; else, when every property row names one GPU model,
+    that one. ``detail`` says how when it was not by id."""
     import polars as pl
 
     g = gpus.filter(pl.col("device") == device)
     if g.height:
         return Resolved(TraceGpu(g["name"][0], g["peak_bw_gbps"][0]), "trace")
-    return Resolved(TraceGpu(None, None), None)
+    props = gpus.filter(pl.col("name").is_not_null()).sort("device")
+    if props.height == 0:
+        return Resolved(TraceGpu(None, None), None)
+    active = sorted(devices()) if devices is not None else []
+    row = None
+    if device in active and len(active) == props.height:
+        row = active.index(device)
+        how = (f"the device properties of id {props['device'][row]} (the activities' device ids "
+               f"{', '.join(map(str, active))} are the properties' {', '.join(map(str, props['device']))} in order)")
+    elif props["name"].n_unique() == 1 and props["peak_bw_gbps"].n_unique() == 1:
+        row = 0
+        how = (f"the trace's device properties (id {props['device'][0]}{' and the others' if props.height > 1 else ''}"
+               f": one GPU model)")
+    if row is None:
+        return Resolved(TraceGpu(None, None), None)
+    return Resolved(TraceGpu(props["name"][row], props["peak_bw_gbps"][row]), "trace", detail=how)
 
 
 def tokens_per_step(*, flag: float | None = None, manifest: dict | None = None, accept_len: float | None = None,

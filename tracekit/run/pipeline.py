@@ -193,9 +193,9 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         busy_ms = sum(mean(f"x_{k}") for k in PRIORITY)
 
     # ---- GPU and peak bandwidth (each input from its one resolver: tracekit.analyses.resolve)
-    gpu_name = resolve.trace_gpu(trace.gpus, attr.device).value.name
-    bw = resolve.peak_bandwidth(flag=peak_bw, manifest=man.get("peak_bw_gbps"),
-                                trace=resolve.trace_gpu(trace.gpus, attr.device).value.peak_bw_gbps,
+    found = resolve.trace_gpu(trace.gpus, attr.device, lambda: _devices(trace)).value
+    gpu_name = found.name
+    bw = resolve.peak_bandwidth(flag=peak_bw, manifest=man.get("peak_bw_gbps"), trace=found.peak_bw_gbps,
                                 name=gpu_name or man.get("gpu_name"))
     warnings.extend(bw.warnings)
     gpu = Gpu(device=attr.device, name=gpu_name, peak_bw_gbps=bw.value, peak_bw_source=bw.source)
@@ -349,6 +349,12 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
                          tp_evidence=par.evidence, shape_coverage=shapes.get("coverage"), refused=refusal,
                          tokens_per_step_source=tokens.source)
     return roof, tuple(suspects) if refusal else (), warnings
+
+
+def _devices(trace: Trace) -> list[int]:
+    """The devices the trace's kernels and memory operations run on (their ``device`` columns stay when the
+    attribution releases the others)."""
+    return sorted(set(trace.kernels["device"].unique().to_list()) | set(trace.memops["device"].unique().to_list()))
 
 
 def _discover(command) -> tuple[str | None, str]:
