@@ -95,3 +95,35 @@ def test_an_unprofiled_step_longer_than_the_traced_step_is_refused():
     # a time base that holds is kept: the same step measured at 40,000 tok/s (0.8 ms per step of 32)
     ok = tracekit.breakdown(t, measured_tok_s=40000, tokens_per_step=32).time_base
     assert ok.unprofiled_step_ms == pytest.approx(0.8) and ok.rejected_unprofiled_step_ms is None
+
+
+LORA = ("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/"
+        "current_base_lora/profile/base")
+
+
+@pytest.fixture(scope="module")
+def lora_set():
+    """The four GB300 TP ranks of the LoRA profile, analysed together (the folder)."""
+    from tracekit.run.ranks import analyse_files, cross_rank
+
+    files = sorted(shared(LORA).glob("*.trace.json.gz"))
+    return cross_rank(analyse_files(files))
+
+
+def test_one_rank_and_the_rank_set_agree_on_latency_bound(lora_set):
+    """Fix 7: TP-0 alone said the fused all-reduce+norm is not latency-bound (its median kernel, 7.3 µs, waiting
+    included, against twice the 3.6 µs latency of a 4-rank NVLink ring), the folder said it is (its transfer,
+    5.3 µs). One rule now: each call's transfer — measured across ranks, estimated from one rank's file."""
+    alone = tracekit.breakdown(tracekit.load(shared(LORA) / "bs16-TP-0.trace.json.gz"))
+    one = {(r["kind"], r["implementation"]): r for r in alone.advice["communication"]["collectives"]}
+    together = {(r["kind"], r["implementation"]): r for r in lora_set.collectives}
+    for key in together:
+        assert one[key]["latency_bound"] == together[key]["latency_bound"], key
+    fused = one[("all_reduce", "fused_ar_norm")]
+    assert fused["latency_bound"] and fused["latency_us"] == pytest.approx(2 * 3 * 0.6)  # 2(n-1) hops of 0.6 µs
+    # the transfer it is judged from is below the kernel's own median duration (which includes waiting)
+    kernels = alone.facts.comm_split.kernels
+    k = kernels.filter((kernels["impl"] == "fused_ar_norm") & kernels["step"].is_not_null())
+    assert fused["call_us"] < float((k["end"] - k["start"]).median()) / 1e3
+    assert "latency-bound" in alone.advice["communication"].verdict
+    assert all(b.advice["communication"]["collectives"][0]["latency_bound"] for b in lora_set.rank_breakdowns)

@@ -126,7 +126,12 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
 
     from tracekit.analyses import resolve
     from tracekit.analyses.advice import DEFAULT_REPLAY_GAP_US, GRAPHED_SHARE, StepFacts, advise
-    from tracekit.analyses.collectives import one_rank_evidence, split_one_rank, step_communication
+    from tracekit.analyses.collectives import (
+        collectives_of,
+        one_rank_evidence,
+        split_one_rank,
+        step_communication,
+    )
     from tracekit.analyses.communication import collective_overheads
     from tracekit.categories import (
         BUSY_CATEGORIES,
@@ -233,6 +238,9 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     # transfer against waiting for the other ranks, from this file alone (tracekit.analyses.collectives)
     comm_split = split_one_rank(sc.kernels, max(1, n), ranks=roof.tp if roof.tp_source != "default" else None,
                                 one_rank=one_rank_evidence(trace, sc.kernels, roof.tp, roof.tp_source, ep))
+    # the collectives table again, each call's transfer now estimated (latency-bound is judged from it, one rule
+    # for one rank and a rank set: tracekit.analyses.collectives)
+    comm_rows = collectives_of(comm_split.kernels, n, gpu_name or man.get("gpu_name")) if comm_rows else comm_rows
 
     # ---- advice
     gap = DEFAULT_REPLAY_GAP_US

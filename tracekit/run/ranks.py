@@ -440,7 +440,7 @@ def _cross_rows(m: pl.DataFrame, n_steps: int, n_ranks: int, pace: CommSummary) 
         bytes=pl.col("bytes").sort_by("rank").first(), group_size=pl.col("group_size").drop_nulls().first(),
         transfer=pl.col("transfer").first(), mean_dur=(pl.col("end") - pl.col("start")).mean().round(0).cast(pl.Int64))
     calls = per_call.with_columns(start=pl.lit(0, pl.Int64), end=pl.col("mean_dur"))
-    rows = collective_rows(calls, n_steps, "transfer")
+    rows = collective_rows(calls, n_steps, "transfer", "transfer")
     skew = (m.group_by("kind", "impl", "ref_step", "rank").agg(w=pl.col("wait").sum())
             .group_by("kind", "impl", "ref_step").agg(pl.col("w").max())
             .group_by("kind", "impl").agg(skew_ms=pl.col("w").sum() / 1e6 / n_steps))
