@@ -127,3 +127,29 @@ def test_one_rank_and_the_rank_set_agree_on_latency_bound(lora_set):
     assert fused["call_us"] < float((k["end"] - k["start"]).median()) / 1e3
     assert "latency-bound" in alone.advice["communication"].verdict
     assert all(b.advice["communication"]["collectives"][0]["latency_bound"] for b in lora_set.rank_breakdowns)
+
+
+def test_a_rank_set_shows_the_levers_of_its_ranks_not_only_the_cross_rank_verdict(lora_set):
+    """Fix 2: `breakdown` of the LoRA folder printed (table and md) the cross-rank communication verdict and nothing
+    on CUDA graphs, drafting or bandwidth, which the JSON had per rank."""
+    import io
+
+    from rich.console import Console
+
+    from tracekit.report.ranks import ranks_md, render_ranks
+
+    rep = lora_set.report()
+    slowest = max(range(4), key=lambda i: lora_set.step_ms_by_rank[i])
+    b = lora_set.rank_breakdowns[slowest]
+    assert [x["lever"] for x in rep["levers"]] == [k for k in b.advice.order if k != "communication"]
+    assert {x["rank"] for x in rep["levers"]} == {lora_set.labels[slowest]}
+    host = next(x for x in rep["levers"] if x["lever"] == "host_work")
+    assert host["max_saving_ms_by_rank"] == [r.advice["host_work"].max_saving_ms for r in lora_set.rank_breakdowns]
+    text = io.StringIO()
+    render_ranks(rep, Console(file=text, width=80))
+    for out in (ranks_md(rep), text.getvalue()):
+        assert f"Levers on rank {lora_set.labels[slowest]} (the slowest" in out
+        assert "steps already replay CUDA graphs" in out  # cuda_graphs
+        assert "drafting not detected" in out  # drafting
+        assert "memory-bandwidth floor" in out  # memory bandwidth (no weight bytes given)
+        assert "saving by rank: 0 " in out

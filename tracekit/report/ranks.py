@@ -70,10 +70,30 @@ def _labels(report: dict) -> list[str]:
     return [str(row[0]) for row in report["table"]]
 
 
+def _lever_lines(report: dict) -> tuple[str | None, list[str]]:
+    """The rank set's levers besides communication (``report["levers"]``): a title naming whose verdicts they are,
+    and one line per lever, each with every rank's saving where they differ."""
+    levers = report.get("levers") or []
+    if not levers:
+        return None, []
+    labels = _labels(report)
+    lines = []
+    for x in levers:
+        savings = x["max_saving_ms_by_rank"]
+        per_rank = ""
+        if any(v is not None for v in savings) and len({None if v is None else round(v, 3) for v in savings}) > 1:
+            per_rank = " [saving by rank: " + ", ".join(f"{label} {num(v)}" for label, v in zip(labels, savings)) + " ms]"
+        lines.append(plain(x["verdict"], 2000) + per_rank)
+    return f"Levers on rank {plain(levers[0]['rank'], 40)} (the slowest; communication: above):", lines
+
+
 def ranks_md(report: dict) -> str:
     cr = _cross(report)
     labels = _labels(report)
     out = [f"**{md(cr['verdict'], 2000)}**", ""]
+    title, lines = _lever_lines(report)
+    if title:
+        out += [md(title, 200), ""] + [f"- {md(line, 3000)}" for line in lines] + [""]
     heads = ["rank"] + [h for h, _, _ in _RANK_COLS]
     out += ["| " + " | ".join(heads) + " |", "|---" + "|---:" * (len(heads) - 1) + "|"]
     for i, label in enumerate(labels):
@@ -136,8 +156,16 @@ def render_ranks(report: dict, console) -> None:
 
     cr = _cross(report)
     labels = _labels(report)
-    console.print(Text(plain(cr["verdict"], 2000), style="bold"))
+    from tracekit.report.terminal import sentence
+
+    sentence(console, cr["verdict"], style="bold")
     console.print()
+    title, lines = _lever_lines(report)
+    if title:
+        console.print(Text(title, style="bold"))
+        for line in lines:
+            sentence(console, line, "• ")
+        console.print()
     t = Table(title=f"per rank (ms per step over {cr.get('steps')} steps; transfer {num(cr.get('transfer_ms'))} ms on "
                     "every rank)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     t.add_column("rank", no_wrap=True)

@@ -181,7 +181,40 @@ class CrossRank(Block):
                           b["kernel_ms_per_step"]["communication"], self.transfer_ms, wait[i]])
         return {"schema": BREAKDOWN_SCHEMA, "ranks": [to_dict(b) for b in self.rank_breakdowns], "columns": COLUMNS,
                 "table": table, "cross_rank": self.to_dict(), "cross_rank_detail": self.detail(),
-                "headline": self.verdict, "warnings": list(self.warnings)}
+                "levers": [to_dict(x) for x in self.levers()], "headline": self.verdict,
+                "warnings": list(self.warnings)}
+
+    def levers(self) -> list[RankSetLever]:
+        """The rank set's levers besides communication (which the cross-rank verdict answers): each as the slowest
+        rank's verdict, with every rank's saving (``report()["levers"]``: what the table and markdown show under
+        the cross-rank verdict)."""
+        bds = self.rank_breakdowns
+        if not bds or self.slowest_rank is None:
+            return []
+        i = self.rank_ids.index(self.slowest_rank)
+        adv = bds[i].advice
+        out = []
+        for key in adv.order:
+            if key == "communication":
+                continue
+            lever = adv[key]
+            out.append(RankSetLever(lever=key, rank=self.labels[i], verdict=lever.verdict, bound=lever.bound,
+                                    max_saving_ms_by_rank=[b.advice[key].max_saving_ms for b in bds],
+                                    applicable_by_rank=[bool(b.advice[key].applicable) for b in bds]))
+        return out
+
+
+@dataclass(frozen=True)
+class RankSetLever(Block):
+    """One lever of a rank set (an extension of the several-files result): the verdict of rank ``rank`` (the
+    slowest: its step paces the set), its bound, and every rank's saving and applicability, in rank order."""
+
+    lever: str
+    rank: str
+    verdict: str
+    bound: str
+    max_saving_ms_by_rank: list[float | None]
+    applicable_by_rank: list[bool]
 
 
 # the contract's cross_rank keys, and the extensions reported beside them (``cross_rank_detail``)
