@@ -55,3 +55,23 @@ def test_ceiling_and_breakdown_resolve_the_peak_the_same_way():
     assert unknown.value is None and unknown.warnings and "--peak-bw" in unknown.warnings[0]
     with pytest.raises(tracekit.TracekitError):
         resolve.peak_bandwidth(flag=-1.0)
+
+
+def test_info_never_offers_a_step_range_that_breakdown_would_refuse():
+    """Fix 8: `info` offered `^nccl:_all_gather_base$` as a step candidate (the B200 vLLM trace: its one all-gather's
+    annotation; the GB300 SGLang rank: 8 of them, enclosing the launches of 1.7% of the GPU work in their span,
+    which `--step-range` refuses). A candidate now passes the --step-range test, and a collective's annotation is
+    never one."""
+    from tracekit.steps import MIN_STEP_RANGE_SHARE, range_coverage, step_candidates
+
+    for rel in ("TraceLens/tests/traces/b200/eager_trace.json.gz",
+                "lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/"
+                "current_base_lora/profile/base/bs16-TP-0.trace.json.gz"):
+        t = tracekit.load(shared(rel))
+        i = tracekit.info(t)
+        offered = {r["pattern"] for r in i["range_names"]} | {r["pattern"] for r in i["step_candidates"]}
+        assert "nccl:_all_gather_base" in set(t.ranges["name"].to_list())
+        assert offered and not any(p.startswith("nccl:") for p in offered)
+        for regex in step_candidates(t, top=None)["regex"]:
+            share, _, _ = range_coverage(t, t.ranges.filter(pl.col("name").str.contains(regex)))
+            assert share >= MIN_STEP_RANGE_SHARE, regex

@@ -66,13 +66,13 @@ def test_step_range_around_a_collective_is_refused():
 
 def test_info_candidates_enclose_launches_ranked_by_gpu_share():
     """`info` lists as step candidates only ranges that launch GPU work, the best tiling of the GPU time first:
-    on GB300 the EXTEND and DECODE steps (their shares sum to ~1: the window is those 16 steps), the all-gather's
-    range far behind."""
+    on GB300 the EXTEND and DECODE steps (their shares sum to ~1: the window is those 16 steps); the all-gather's
+    annotation (`nccl:_all_gather_base`, 1.7% of the GPU work in its span launched inside it) is no candidate
+    (issue 44: --step-range would refuse it)."""
     t = tracekit.load(shared(GB300))
     c = step_candidates(t)
-    assert c["pattern"].to_list()[:2] == ["step[EXTEND bs=# toks=#]", "step[DECODE bs=#]"]
+    assert c["pattern"].to_list() == ["step[EXTEND bs=# toks=#]", "step[DECODE bs=#]"]
     assert 0.98 <= c["gpu_share"][0] + c["gpu_share"][1] <= 1.0
-    assert c.filter(pl.col("pattern") == "nccl:_all_gather_base")["gpu_share"][0] < 0.05
     code, out, _ = run("info", str(shared(GB300)), "--format", "json")
     d = json.loads(out)
     assert [r["pattern"] for r in d["step_candidates"]][:2] == c["pattern"].to_list()[:2]
