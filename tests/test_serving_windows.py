@@ -7,7 +7,6 @@ import gzip
 import json
 import shutil
 
-import polars as pl
 from click.testing import CliRunner
 
 import tracekit
