@@ -303,7 +303,13 @@ OPTIONS: tuple[Option, ...] = (
            "Where the per-file stage of several files runs: a local process pool, a local Dask cluster, or the Dask "
            "scheduler at ADDRESS (tcp://HOST:PORT) [default: process].", metavar="process|dask|dask=ADDRESS",
            used_by=("files",)),
+    Option("all_devices", "bool", "flag",
+           "Analyse every GPU of the trace (one nsys report of several ranks) and add a cross-rank table.",
+           default=False, used_by=("files",)),
 )
+# The options of how the ranks of one trace run that the Python API takes besides its analysis' own
+# (``tracekit.breakdown(trace, all_devices=True)``: every GPU of the trace as a rank).
+API_ALSO: dict[str, tuple[str, ...]] = {"breakdown": ("all_devices",), "ceiling": ()}
 OPTION: dict[str, Option] = {o.name: o for o in OPTIONS}
 
 
@@ -348,6 +354,8 @@ class _AnalysisChecks(_Options):
     def _check_together(self) -> None:
         if self.measured_step_ms is not None and self.measured_tok_s is not None:
             raise TracekitError("give --measured-step-ms or --measured-tok-s, not both")
+        if getattr(self, "all_devices", False) and self.device is not None:
+            raise TracekitError("--all-devices analyses every GPU: give no --device")
 
 
 class _CeilingChecks(_Options):
@@ -400,12 +408,12 @@ CeilingOptions = _options_class(
 
 def api_signature(fn, analysis: str) -> inspect.Signature:
     """``fn``'s signature with its ``**options`` replaced by one keyword-only parameter per option of
-    ``analysis`` (type and default from :data:`OPTIONS`). The facade functions of ``tracekit`` carry it as
-    ``__signature__``: ``help(tracekit.breakdown)`` lists every keyword."""
+    ``analysis`` (type and default from :data:`OPTIONS`), then those of :data:`API_ALSO`. The facade functions of
+    ``tracekit`` carry it as ``__signature__``: ``help(tracekit.breakdown)`` lists every keyword."""
     sig = inspect.signature(fn)
     head = [p for p in sig.parameters.values() if p.kind not in (p.VAR_KEYWORD, p.KEYWORD_ONLY)]
     kw = [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=o.annotation)
-          for o in options_of(analysis)]
+          for o in (*options_of(analysis), *(OPTION[n] for n in API_ALSO.get(analysis, ())))]
     return sig.replace(parameters=head + kw)
 
 
@@ -432,5 +440,5 @@ def read_json_object(path: Path | None, what: str) -> dict | None:
 
 
 __all__ = ["Option", "OPTIONS", "OPTION", "KINDS", "DTYPES", "options_of", "AnalysisOptions", "CeilingOptions",
-           "api_signature", "bind_options", "DEFAULT_DRAFT_RANGE", "Phase", "parse_amount", "ENGINES", "parse_engine",
+           "api_signature", "bind_options", "API_ALSO", "DEFAULT_DRAFT_RANGE", "Phase", "parse_amount", "ENGINES", "parse_engine",
            "read_json_object"]

@@ -71,12 +71,10 @@ def kernels(traces, device, top, rules, wide, fmt, output, color):
 @click.command()
 @trace_arguments
 @analysis_options(engine=True)
-@click.option("--all-devices", is_flag=True,
-              help="Analyse every GPU of the trace (one nsys report of several ranks) and add a cross-rank table.")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="RUNS.DB",
               help="Append the result to a SQLite run history (see `tracekit history`).")
 @output_options()
-def breakdown(traces, opts, all_devices, save, fmt, output, color):
+def breakdown(traces, opts, save, fmt, output, color):
     """Per-decode-step time split, memory-bandwidth roofline and advice.
 
     Several files (or a directory of rank files) are analysed one per rank, on --engine, and compared: one
@@ -86,12 +84,12 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
     import tracekit
 
     files = expand_traces(traces)
-    if opts.engine is not None and (len(files) == 1 or all_devices):
+    if opts.engine is not None and (len(files) == 1 or opts.all_devices):
         click.echo("warning: --engine places the per-file work of several trace files; this one trace is analysed "
                    "in this process", err=True)
-    if all_devices:
-        if len(files) != 1 or opts.device is not None:
-            raise TracekitError("--all-devices takes one trace file and no --device")
+    if opts.all_devices:
+        if len(files) != 1:
+            raise TracekitError("--all-devices takes one trace file")
         from tracekit.run.ranks import analyse_devices
 
         results, labels = analyse_devices(load(files[0], True), opts)

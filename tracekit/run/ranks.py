@@ -105,7 +105,7 @@ def analyse_devices(trace, options) -> tuple[list[RankResult], list[str]]:
 
     require_gpu_activity(trace)  # (as for one GPU: a user error, exit 2, not an empty comparison)
     devs = devices_with_activity(trace)
-    results = [rank_result(breakdown(trace, **replace(options, device=d).analysis_kwargs()), trace,
+    results = [rank_result(breakdown(trace, **replace(options, all_devices=False, device=d).analysis_kwargs()), trace,
                            rules=options.rules) for d in devs]
     return results, [f"gpu{d}" for d in devs]
 
