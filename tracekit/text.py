@@ -77,4 +77,43 @@ def distinct_tails(paths: list[str], parts: int = 2) -> list[str]:
     return out
 
 
-__all__ = ["MISSING", "MINUS", "one_line", "num", "pct", "sig", "size", "tail", "distinct_tails"]
+def short(name: str, limit: int) -> str:
+    """``name`` cut to ``limit`` characters, an ellipsis marking the cut."""
+    return name if len(name) <= limit else name[:max(1, limit - 1)] + "…"
+
+
+def distinct_short(names: list[str], limit: int) -> list[str]:
+    """Each name cut to at most ``limit`` characters, names that differ kept apart: where two cut the same way
+    (C++ kernel names share long prefixes), a name keeps its head, then the part around where it first differs
+    from the others, each cut marked with an ellipsis.
+
+    >>> a = "void at::native::elementwise_kernel<128, 4, gpu_kernel_impl<FillFunctor<float>>>"
+    >>> b = "void at::native::elementwise_kernel<128, 4, gpu_kernel_impl<CopyFunctor<float>>>"
+    >>> distinct_short([a, b, "nvjet_tst"], 40)
+    ['void at::n…nel_impl<FillFunctor<float>>>', 'void at::n…nel_impl<CopyFunctor<float>>>', 'nvjet_tst']
+    """
+    out = [short(n, limit) for n in names]
+    seen: dict[str, list[int]] = {}
+    for i, s in enumerate(out):
+        seen.setdefault(s, []).append(i)
+    for idx in seen.values():
+        group = {names[i] for i in idx}
+        if len(group) < 2:
+            continue
+        for i in idx:
+            n = names[i]
+            # where this name first differs from another of its group
+            first = min(next((k for k, (x, y) in enumerate(zip(n, m)) if x != y), min(len(n), len(m)))
+                        for m in group if m != n)
+            head = max(4, limit // 4)
+            room = limit - head - 1  # one ellipsis after the head ...
+            start = max(head, first - room // 3)
+            if start + room < len(n):  # ... and one at the end
+                out[i] = n[:head] + "…" + n[start:start + room - 1] + "…"
+            else:
+                out[i] = n[:head] + "…" + n[max(head, len(n) - room):]
+    return out
+
+
+__all__ = ["MISSING", "MINUS", "one_line", "num", "pct", "sig", "size", "tail", "distinct_tails", "short",
+           "distinct_short"]

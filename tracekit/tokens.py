@@ -22,16 +22,26 @@ class TokensPerStep:
 
     @property
     def unit(self) -> str:
-        """What a tok/s figure computed with :attr:`value` counts: the whole batch, or one sequence."""
+        """What a tok/s figure computed with :attr:`value` (the batch) counts: the whole batch, or one sequence.
+        No parentheses: the words often stand inside some ("(4,858 tok/s for a batch of 1)").
+
+        >>> TokensPerStep(1.0, "manifest").unit, TokensPerStep(32.0, "annotation").unit
+        ('tok/s for a batch of 1', 'tok/s for the whole batch of 32')
+        """
         if self.source == "default":
-            return "tok/s per sequence (batch unknown: --tokens-per-step N gives the whole batch's)"
+            return "tok/s per sequence, batch unknown: --tokens-per-step N gives the whole batch's"
         if self.value == 1:
-            return "tok/s (batch of 1)"
+            return "tok/s for a batch of 1"
         return f"tok/s for the whole batch of {self.value:g}"
 
 
-def tok_s_unit(roofline: dict) -> str:
-    """The words of a tok/s figure of a breakdown's ``roofline`` block (its ``tokens_per_step_source`` and value)."""
+def tok_s_unit(roofline) -> str:
+    """The words of a tok/s figure of a breakdown's ``roofline`` block: its ``tokens_per_s_unit`` (the batch's
+    words, written by the analysis); for a breakdown saved without it, from its ``tokens_per_step_source`` and
+    tokens per step."""
+    unit = roofline.get("tokens_per_s_unit")
+    if unit:
+        return unit
     src = roofline.get("tokens_per_step_source") or "default"
     tps = roofline.get("tokens_per_step")
     return TokensPerStep(float(tps) if tps else 1.0, src).unit

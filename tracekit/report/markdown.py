@@ -11,7 +11,7 @@ import io
 
 from tracekit.categories import GAP_CAUSES, KERNEL_CATEGORIES, STEP_CATEGORIES
 from tracekit.report.safe import md, plain
-from tracekit.text import MISSING, num
+from tracekit.text import MISSING, distinct_short, num
 from tracekit.tokens import tok_s_unit
 
 SPLIT_ORDER = list(STEP_CATEGORIES)
@@ -122,8 +122,9 @@ def breakdown_md(b) -> str:
     if top.height:
         n = max(1, st["count"])
         out += ["", "| top kernels | category | per step | ms / step | mean µs |", "|---|---|---:|---:|---:|"]
-        for r in top.iter_rows(named=True):
-            out.append(f"| {md(r['name'], 90)} | {r['category']} | {r['count'] / n:.1f} | {num(r['per_step_ms'])} | "
+        names = distinct_short([plain(x, 4000) for x in top["name"]], 90)  # (two kernels never cut to one name)
+        for name, r in zip(names, top.iter_rows(named=True)):
+            out.append(f"| {md(name, 200)} | {r['category']} | {r['count'] / n:.1f} | {num(r['per_step_ms'])} | "
                        f"{num(r['mean_us'], 1)} |")
     if d["warnings"]:
         out += ["", "warnings:"]

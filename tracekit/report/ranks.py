@@ -156,15 +156,15 @@ def render_ranks(report: dict, console) -> None:
 
     cr = _cross(report)
     labels = _labels(report)
-    from tracekit.report.terminal import sentence
+    from tracekit.report.terminal import full_names, line, print_warnings, print_wide, sentence
 
     sentence(console, cr["verdict"], style="bold")
     console.print()
-    title, lines = _lever_lines(report)
+    title, levers = _lever_lines(report)
     if title:
         console.print(Text(title, style="bold"))
-        for line in lines:
-            sentence(console, line, "• ")
+        for lever in levers:
+            sentence(console, lever, "• ")
         console.print()
     t = Table(title=f"per rank (ms per step over {cr.get('steps')} steps; transfer {num(cr.get('transfer_ms'))} ms on "
                     "every rank)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
@@ -182,16 +182,17 @@ def render_ranks(report: dict, console) -> None:
         c = Table(title=f"collectives (ms per step; bandwidths GB/s from the transfer{link})", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
         cols = [(h, k) for h, k in _COLL_COLS if k != "link_gbps"]
+        # never a word cut in two ("all-redu/ce"): the kind whole, the implementation cut with an ellipsis where
+        # the terminal is narrow; piped, the table at the width it needs
         for i, (head, _) in enumerate(cols):
-            c.add_column(head, justify="left" if i < 2 else "right", no_wrap=i >= 2, overflow="fold")
+            c.add_column(head, justify="left" if i < 2 else "right", no_wrap=True,
+                         overflow="ellipsis" if i == 1 else "fold", min_width=14 if i == 0 else None)
         for row in cr["collectives"]:
             cells = [cell for cell, (_, k) in zip(_coll_cells(row), _COLL_COLS) if k != "link_gbps"]
             c.add_row(rich_text(cells[0], 40), rich_text(cells[1], 40), *cells[2:])
-        console.print(c)
+        (print_wide if full_names(console) else type(console).print)(console, c)
     if cr.get("communicator_evidence"):
-        console.print(Text(f"communicator size {cr.get('communicator_size') or '—'}: ")
-                      + rich_text(cr["communicator_evidence"], 300))
+        sentence(console, cr["communicator_evidence"], f"communicator size {cr.get('communicator_size') or '—'}: ")
     for label, row in zip(labels, report["table"]):
-        console.print(Text(f"rank {plain(label, 40)}: ") + rich_text(row[1]))
-    for w in report.get("warnings") or []:
-        console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
+        line(console, Text(f"rank {plain(label, 40)}: ") + rich_text(row[1]))
+    print_warnings(console, report.get("warnings") or [])

@@ -106,14 +106,16 @@ class TraceRoofline(RooflineBlock):
     (``tp_source``; ``tp_evidence``, the trace's evidence, written for a ``tp`` read from the trace or defaulted:
     ``tracekit.analyses.bytes.TP_EVIDENCE_SOURCES``), the recorded shapes' share of the steps' GEMM time
     (``shape_coverage``, written when shapes were weighed), why the figures were refused (``refused``: null when
-    they hold, ``tracekit.analyses.roofline.physical_check``) and where ``tokens_per_step`` came from
-    (``tracekit.tokens``)."""
+    they hold, ``tracekit.analyses.roofline.physical_check``), where ``tokens_per_step`` came from
+    (``tracekit.analyses.resolve``) and what a tok/s figure counts (``tokens_per_s_unit``: the batch's words, "tok/s
+    for the whole batch of 32"; the accept length is in ``tokens_per_step``, not in the batch)."""
 
     tp_source: str
     tp_evidence: str | None = extension(omit=lambda r: r.tp_source not in TP_EVIDENCE_SOURCES)
     shape_coverage: float | None = extension(omit=lambda r: r.shape_coverage is None)
     refused: str | None
     tokens_per_step_source: str | None
+    tokens_per_s_unit: str | None = extension(omit=lambda r: r.tokens_per_s_unit is None)
 
 
 @dataclass(frozen=True)

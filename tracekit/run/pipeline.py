@@ -154,7 +154,6 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         Source,
         Steps,
     )
-    from tracekit.tokens import tok_s_unit
 
     phase = phase or "decode"
 
@@ -276,7 +275,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         longest_between=between[0] if between else None, verify=verify, roofline_refused=roof.refused,
         roofline_check=roof_check, phase_note=st.phase_note, phase_label=st.phase_label,
         tok_s_unit=tokens.unit, fraction_of_ceiling=roof.fraction_of_ceiling,
-        ceiling_tokens_per_s=roof.ceiling_tokens_per_s, ceiling_unit=tok_s_unit(roof),
+        ceiling_tokens_per_s=roof.ceiling_tokens_per_s, ceiling_unit=tokens.unit,
         longest_in_step=next((x for x in largest if x.cause != "between_steps"), None))
     advice = advise(facts)
     warnings.extend(f"internal check: {p}" for p in advice.problems)
@@ -355,7 +354,7 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
     # roofline was refused, and where the tokens per step came from (tracekit.analyses.resolve)
     roof = TraceRoofline(**{f.name: getattr(block, f.name) for f in fields(RooflineBlock)}, tp_source=par.source,
                          tp_evidence=par.evidence, shape_coverage=shapes.get("coverage"), refused=refusal,
-                         tokens_per_step_source=tokens.source)
+                         tokens_per_step_source=tokens.source, tokens_per_s_unit=tokens.unit)
     return roof, tuple(suspects) if refusal else (), warnings
 
 
