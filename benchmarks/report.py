@@ -111,7 +111,7 @@ STAGES = [
     ("analyses.partition._largest", "the largest gaps, named"),
     ("  analyses.gaps.name_gaps", "· what the host was doing in each (candidates by binary search)"),
     ("analyses.collectives.step_communication", "collectives table"),
-    ("results.breakdown._weight_bytes_from_trace", "weight bytes from recorded shapes"),
+    ("results.breakdown._weight_bytes_from_trace|run.pipeline._weight_bytes_from_trace", "weight bytes from recorded shapes"),
 ]
 
 

@@ -234,7 +234,7 @@ def main(argv=None) -> None:
 
     import tracekit
     from tracekit.options import AnalysisOptions
-    from tracekit.results.breakdown import breakdown
+    from tracekit.run.pipeline import breakdown
 
     kwargs = AnalysisOptions().analysis_kwargs()
     timer = time.process_time if a.timer == "cpu" else time.perf_counter

@@ -21,7 +21,7 @@ def imports_of(path):
             yield node.module
 
 
-def test_analyses_and_reports_never_import_readers():
+def test_analyses_results_and_reports_never_import_readers():
     offenders = [(p.relative_to(ROOT), m) for sub in ("analyses", "results", "report") for p in (PKG / sub).glob("*.py")
                  for m in imports_of(p) if m.startswith("tracekit.readers")]
     assert offenders == []
@@ -125,31 +125,51 @@ def test_no_import_cycle_anywhere_in_tracekit():
 
 
 # ───────────────────────── the layout shows the pipeline ─────────────────────────
+# tracekit/*.py, model/ the core: data, names, the Trace, options, text formatters (below every package)
+# tracekit/readers/   file formats -> one Trace
 # tracekit/analyses/  the pipeline's stages (attribution, partition, gaps, steady, phase, drafting, collectives,
-#                     communication, timebase, roofline, bytes, advice): pure functions, typed values out
-# tracekit/results/   per-command results assembled from the stages (breakdown, info, kernels, ceiling, diff)
-# tracekit/run/       orchestration: one file, several ranks, engines, the run history
-# tracekit/report/    renderers of the results' JSON; tracekit/cli/ the commands; tracekit/__init__ the facade
+#                     communication, timebase, resolve, roofline, bytes, advice; verdicts: the levers' typed values
+#                     and their sentences): pure functions, typed values out
+# tracekit/results/   the typed result blocks per command (breakdown, info, kernels, ceiling, diff)
+# tracekit/run/       the pipeline (read -> ... -> result), several ranks, engines, the run history
+# tracekit/report/    renderers of the results' JSON; tracekit/__init__ the facade; tracekit/cli/ the commands
 STAGES = ("advice", "attribution", "bytes", "collectives", "communication", "drafting", "gaps", "partition", "phase",
-          "roofline", "steady", "timebase")
+          "resolve", "roofline", "steady", "timebase", "verdicts")
 RESULTS = ("breakdown", "ceiling", "common", "diff", "info", "kernels")
-RUN = ("engines", "file", "history", "ranks")
-# package -> the packages (or the facade, "tracekit") its modules must never import
-FORBIDDEN = {
-    "tracekit.analyses": ("tracekit.results", "tracekit.run", "tracekit.report", "tracekit.cli", "tracekit.readers",
-                          "tracekit"),
-    "tracekit.results": ("tracekit.run", "tracekit.report", "tracekit.cli", "tracekit.readers", "tracekit"),
-    "tracekit.run": ("tracekit.report", "tracekit.cli", "tracekit"),
-    "tracekit.report": ("tracekit.analyses", "tracekit.results", "tracekit.run", "tracekit.cli", "tracekit.readers",
-                        "tracekit"),
+RUN = ("engines", "history", "pipeline", "ranks")
+# The layers, lowest first. Imports point one way: a module imports only modules of its own layer or of a layer
+# below it (the core also holds tracekit.model and tracekit.__main__'s target is the command line).
+LAYERS = ("core", "tracekit.readers", "tracekit.analyses", "tracekit.results", "tracekit.run", "tracekit.report",
+          "tracekit", "tracekit.cli")
+# ... and besides the order, what a layer never imports although it lies below: the stages and the result blocks
+# never read files (readers), the renderers render the results' JSON and compute nothing (only the core)
+NEVER = {
+    "tracekit.analyses": ("tracekit.readers",),
+    "tracekit.results": ("tracekit.readers",),
+    "tracekit.report": ("tracekit.readers", "tracekit.analyses", "tracekit.results", "tracekit.run"),
 }
-# the top-level modules below every package (data, names, the Trace, options): none of them imports a result,
-# the orchestration, a renderer (but report._fmt, the standard-library formatters) or the command line
-CORE_MAY = {("tracekit.options", "tracekit.run.engines")}  # (--engine's names and parser, read lazily)
 
 
 def _under(module: str, package: str) -> bool:
     return module == package if package == "tracekit" else (module == package or module.startswith(package + "."))
+
+
+def layer(module: str) -> int:
+    """The index in :data:`LAYERS` of ``module``'s layer (the core: top-level modules and ``tracekit.model``)."""
+    if module == "tracekit.__main__":
+        return LAYERS.index("tracekit.cli")
+    for i in range(len(LAYERS) - 1, 0, -1):
+        if _under(module, LAYERS[i]):
+            return i
+    return 0
+
+
+def upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every import that points up the layers, or to a layer its layer never imports."""
+    bad = [(m, d) for m, deps in graph.items() for d in deps if layer(d) > layer(m)]
+    bad += [(m, d) for m, deps in graph.items() for package, banned in NEVER.items() if _under(m, package)
+            for d in deps for b in banned if _under(d, b)]
+    return bad
 
 
 def test_the_layout_shows_the_pipeline():
@@ -161,17 +181,13 @@ def test_the_layout_shows_the_pipeline():
         assert ast.get_docstring(ast.parse((PKG / package / "__init__.py").read_text())), package
 
 
-def test_each_layer_imports_only_the_layers_below_it():
+def test_imports_point_one_way_down_the_layers():
     graph = import_graph()
-    bad = [(m, d) for m, deps in graph.items() for package, banned in FORBIDDEN.items() if _under(m, package)
-           for d in deps for b in banned if _under(d, b)]
-    assert bad == []
-    core = [m for m in graph if m.count(".") == 1 and (PKG / f"{m.split('.')[1]}.py").is_file()
-            and m != "tracekit.__main__"]
-    bad = [(m, d) for m in core for d in graph[m]
-           if any(_under(d, p) for p in ("tracekit.results", "tracekit.run", "tracekit.cli", "tracekit.report"))
-           and d != "tracekit.report._fmt" and (m, d) not in CORE_MAY]
-    assert bad == []
+    assert upward(graph) == []
+    # every package is in a layer of its own, the core below them all
+    packages = {_module_name(p.parent) for p in PKG.rglob("__init__.py")} - {"tracekit"}
+    assert {layer(p) for p in packages if p != "tracekit.model"} >= set(range(1, len(LAYERS))) - {LAYERS.index("tracekit")}
+    assert layer("tracekit.model.units") == layer("tracekit.text") == layer("tracekit.options") == 0
     # nothing but the command line (and python -m tracekit) imports the command line
     assert [m for m, deps in graph.items() if "tracekit.cli" in deps and not _under(m, "tracekit.cli")
             and m != "tracekit.__main__"] == []
@@ -179,8 +195,11 @@ def test_each_layer_imports_only_the_layers_below_it():
 
 def test_the_checks_above_can_fail():
     graph = import_graph()
-    graph["tracekit.analyses.advice"] = graph["tracekit.analyses.advice"] | {"tracekit.results.breakdown"}
-    assert any(_under(m, "tracekit.analyses") and "tracekit.results.breakdown" in deps for m, deps in graph.items())
+    for m, d in (("tracekit.analyses.advice", "tracekit.results.breakdown"),   # a stage importing a result
+                 ("tracekit.readers.kineto_stream", "tracekit.report.terminal"),  # a reader importing a renderer
+                 ("tracekit.tokens", "tracekit.analyses.phase"),                 # the core importing a stage
+                 ("tracekit.analyses.bytes", "tracekit.readers.nsys")):          # a stage reading a file
+        assert upward({**graph, m: graph[m] | {d}}) == [(m, d)], (m, d)
     assert not _under("tracekit.results", "tracekit") and _under("tracekit", "tracekit")
 
 

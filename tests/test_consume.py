@@ -1,6 +1,6 @@
 """``breakdown(trace, consume=True)``: the analysis gives back the kernel columns it copies, and changes nothing else.
 
-The command line analyses each trace file once (``tracekit.run.file.breakdown_file``) and lets the breakdown drop
+The command line analyses each trace file once (``tracekit.run.pipeline.breakdown_file``) and lets the breakdown drop
 the columns of ``trace.kernels`` that the activities copy, as it copies them (issue 25: the 10M-kernel export's
 peak 2.1 -> 1.75 GB, benchmarks/results/HISTORY.md). Every result must be the one a breakdown of an untouched trace
 gives; a library caller's trace (the default) is never changed; and what reads those columns after the merge (the
@@ -18,8 +18,7 @@ import pytest
 import tracekit
 from tracekit.analyses.attribution import COPIED_KERNEL_COLUMNS, _merge_by_start, _merge_plan
 from tracekit.errors import NoSteps
-from tracekit.results.breakdown import breakdown
-from tracekit.run.file import breakdown_file
+from tracekit.run.pipeline import breakdown, breakdown_file
 
 ROOT = Path(__file__).resolve().parents[1]
 # One GPU with copies beside its kernels (the merge runs), eager, graphs, NCCL kernels, speculative, Kineto; and an

@@ -25,7 +25,7 @@ from tracekit.analyses.attribution import attribute
 from tracekit.analyses.drafting import OFF_EVIDENCE, detect_drafting, forwards
 from tracekit.cli import cli
 from tracekit.errors import TracekitError
-from tracekit.results.breakdown import step_table
+from tracekit.run.pipeline import step_table
 
 from conftest import SAMPLES, sample_sqlite, sample_trace, shared_dir, sql_rows
 from factory import make_trace

@@ -20,7 +20,7 @@ import pytest
 import tracekit
 from tracekit.analyses.drafting import NOT_DETECTED_VERDICT, detect_drafting, forwards
 from tracekit.analyses.phase import step_phases
-from tracekit.results.breakdown import step_table
+from tracekit.run.pipeline import step_table
 
 from conftest import SAMPLES, sample_sqlite, sample_trace, shared
 

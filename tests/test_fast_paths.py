@@ -37,7 +37,7 @@ import tracekit.lookup as lookup
 import tracekit.readers.nsys as nsys
 from tracekit.analyses.attribution import _merge_by_start, _merge_plan, _window_of
 from tracekit.intervals import cumulative_union_lengths
-from tracekit.results.breakdown import step_table
+from tracekit.run.pipeline import step_table
 from tracekit.steps import find_steps
 from tracekit.trace import WORK_KINDS
 
@@ -334,7 +334,7 @@ def test_threaded_stages_equal_sequential(path, monkeypatch):
     """The breakdown's independent stages on two threads (big traces) give what they give one after the other."""
     import tracekit.analyses.attribution as at
     import tracekit.analyses.partition as pa
-    import tracekit.results.breakdown as bd
+    import tracekit.run.pipeline as bd
 
     t = tracekit.load(path, kernel_dims=False)
     for m in (at, pa):
@@ -561,7 +561,7 @@ def test_pieces_of_whole_steps_equal_one_piece(path, monkeypatch):
     import tracekit.analyses.attribution as at
     import tracekit.analyses.partition as pa
     import tracekit.intervals as iv
-    import tracekit.results.breakdown as bd
+    import tracekit.run.pipeline as bd
 
     t = tracekit.load(path, kernel_dims=False)
     monkeypatch.setattr(iv, "CHUNK_ROWS", 10**12)

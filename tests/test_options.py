@@ -15,6 +15,7 @@ import tracekit
 from tracekit.cli import cli
 from tracekit.errors import TracekitError
 from tracekit.options import (
+    API_ALSO,
     DEFAULT_DRAFT_RANGE,
     OPTION,
     OPTIONS,
@@ -24,8 +25,8 @@ from tracekit.options import (
     options_of,
     parse_amount,
 )
-from tracekit.results.breakdown import breakdown as breakdown_analysis
 from tracekit.results.ceiling import ceiling as ceiling_analysis
+from tracekit.run.pipeline import breakdown as breakdown_analysis
 
 from conftest import DATA
 
@@ -37,7 +38,7 @@ OUTPUT = ("fmt", "output", "color")
 # command line's own trace may be given back as it is copied, tests/test_consume.py).
 ANALYSIS_OWN = ("consume",)
 COMMAND_OWN = {
-    "breakdown": ("traces", "all_devices", "save", *OUTPUT),
+    "breakdown": ("traces", "save", *OUTPUT),
     "diff": ("base", "new", "base_measured_step_ms", "new_measured_step_ms", "base_device", "new_device",
              "fail_on_regression", *OUTPUT),
     "plot": ("trace", "output"),
@@ -65,7 +66,7 @@ def disagreements(commands=None, objects=None, api=None, analyses=None, declared
             if f is None or f.default != o.default or f.type != o.annotation:
                 out.append(f"{objects[analysis].__name__}.{o.name}")
         kw = {p.name: p for p in inspect.signature(api[analysis]).parameters.values() if p.kind == p.KEYWORD_ONLY}
-        if list(kw) != names:
+        if list(kw) != names + list(API_ALSO[analysis]):
             out.append(f"tracekit.{analysis} keywords {list(kw)}")
         out += [f"tracekit.{analysis}({o.name}=)" for o in opts if o.name in kw
                 and (kw[o.name].default != o.default or kw[o.name].annotation != o.annotation)]
@@ -248,7 +249,8 @@ def test_analysis_kwargs_are_the_analysis_keywords(tmp_path):
     profile.write_text('{"graph_replay_gap_us": 1.5}')
     o = AnalysisOptions(step_range="^s$", measured_step_ms=20.0, device_profile=profile, engine="dask=tcp://h:8786")
     kw = o.analysis_kwargs()
-    assert list(kw) == [p.name for p in inspect.signature(tracekit.breakdown).parameters.values()][1:]
+    assert list(kw) + list(API_ALSO["breakdown"]) == [
+        p.name for p in inspect.signature(tracekit.breakdown).parameters.values()][1:]
     assert kw["step_range"] == "^s$" and kw["measured_step_ms"] == 20.0
     assert kw["device_profile"] == {"graph_replay_gap_us": 1.5}  # read here, once
     assert "engine" not in kw  # where several files run, not what is computed

@@ -181,7 +181,7 @@ def test_no_llm_decode_work_gets_no_decode_advice():
     or attention; the TraceLens MoE layer micro-benchmark runs GEMMs but no attention kernel and reads nothing back
     to the host (no device-to-host copy: counted from the JSON). Their steps stay phase unknown, and decode advice
     does not apply, saying why."""
-    import tracekit.results.breakdown as bd
+    import tracekit.run.pipeline as bd
 
     saxpy = shared("pipit/pipit/tests/data/saxpy-mpi-cuda_nsys_perlmutter0.sqlite")
     from conftest import sql_rows
@@ -278,7 +278,7 @@ def test_nvllm_unmarked_decode_by_decode_kernel():
     events = json.load(gzip.open(path))["traceEvents"]
     names = {e["name"] for e in events if e.get("cat") == "kernel"}
     assert {"_causal_conv1d_update_kernel", "fused_recurrent_gated_delta_rule_packed_decode_kernel"} <= names
-    import tracekit.results.breakdown as bd
+    import tracekit.run.pipeline as bd
 
     st = bd.step_table(_bare(tracekit.load(path)), phase="all")
     assert st.phases_found == {"decode": 10} and st.phase == "decode"
@@ -291,7 +291,7 @@ def test_nvllm_unmarked_decode_by_decode_kernel():
 def test_unmarked_speculative_loops_are_decode_by_drafting(name):
     """SGLang-shaped speculative loops without markers or manifest: the draft model's forwards (found by structure)
     make every step a speculative decode step (they were unknown before)."""
-    import tracekit.results.breakdown as bd
+    import tracekit.run.pipeline as bd
 
     from conftest import sample_trace
 
@@ -385,7 +385,7 @@ def test_phase_prefill_on_a_decode_trace_is_refused_and_messages_are_said_once()
 def test_gb300_phase_all_keeps_both_kinds_of_step():
     """--phase all on the mixed GB300 window (8 EXTEND + 8 DECODE): the steady step is found per phase, so no
     EXTEND step is dropped as warm-up/transition; steps.phases counts every step found."""
-    import tracekit.results.breakdown as bd
+    import tracekit.run.pipeline as bd
 
     st = bd.step_table(tracekit.load(shared(GB300_0)), phase="all")
     assert st.phases_found == {"decode": 8, "prefill": 8}
@@ -401,7 +401,7 @@ def test_serve_prefill_nomark_steps_match_the_manifest(folder):
     """Unmarked serve windows captured on the H200 that start with a prefill step and continue with decode steps
     (eager and graph, nsys and torch): every inferred complete step's phase, from the trace alone (manifest
     stripped), equals the phase the capture ran it as (manifest ``phases``, one per profiled step)."""
-    import tracekit.results.breakdown as bd
+    import tracekit.run.pipeline as bd
 
     from conftest import sample_trace
 

@@ -20,7 +20,7 @@ import pytest
 
 import tracekit
 from tracekit.errors import NoGpuActivity, NoSteps
-from tracekit.results.breakdown import step_table
+from tracekit.run.pipeline import step_table
 
 from conftest import SHARED
 

@@ -7,7 +7,6 @@ import gzip
 import json
 import shutil
 
-import polars as pl
 from click.testing import CliRunner
 
 import tracekit
@@ -66,13 +65,13 @@ def test_step_range_around_a_collective_is_refused():
 
 def test_info_candidates_enclose_launches_ranked_by_gpu_share():
     """`info` lists as step candidates only ranges that launch GPU work, the best tiling of the GPU time first:
-    on GB300 the EXTEND and DECODE steps (their shares sum to ~1: the window is those 16 steps), the all-gather's
-    range far behind."""
+    on GB300 the EXTEND and DECODE steps (their shares sum to ~1: the window is those 16 steps); the all-gather's
+    annotation (`nccl:_all_gather_base`, 1.7% of the GPU work in its span launched inside it) is no candidate
+    (issue 44: --step-range would refuse it)."""
     t = tracekit.load(shared(GB300))
     c = step_candidates(t)
-    assert c["pattern"].to_list()[:2] == ["step[EXTEND bs=# toks=#]", "step[DECODE bs=#]"]
+    assert c["pattern"].to_list() == ["step[EXTEND bs=# toks=#]", "step[DECODE bs=#]"]
     assert 0.98 <= c["gpu_share"][0] + c["gpu_share"][1] <= 1.0
-    assert c.filter(pl.col("pattern") == "nccl:_all_gather_base")["gpu_share"][0] < 0.05
     code, out, _ = run("info", str(shared(GB300)), "--format", "json")
     d = json.loads(out)
     assert [r["pattern"] for r in d["step_candidates"]][:2] == c["pattern"].to_list()[:2]
@@ -119,7 +118,7 @@ def test_tok_s_without_a_batch_says_per_sequence():
     """No flag, manifest or annotation: tokens per step defaults to 1 and the tok/s figure says per sequence."""
     import dataclasses
 
-    from tracekit.results.breakdown import breakdown
+    from tracekit.run.pipeline import breakdown
 
     t = tracekit.load(sample_trace("hf-small-graph"))
     b = breakdown(dataclasses.replace(t, manifest=None), weight_bytes=988010240, peak_bw=4800)

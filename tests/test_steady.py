@@ -16,7 +16,7 @@ from tracekit.analyses.steady import (
     steady_exclusions,
     step_signatures,
 )
-from tracekit.results.breakdown import step_table
+from tracekit.run.pipeline import step_table
 
 from conftest import SAMPLES, sample_trace, shared
 

@@ -24,7 +24,7 @@ def report(path: str, device: int | None = None) -> dict:
     import polars as pl
 
     import tracekit
-    import tracekit.results.breakdown as bd
+    import tracekit.run.pipeline as bd
     from tracekit.analyses.drafting import detect_drafting
     from tracekit.analyses.phase import select_phase, step_phases
     from tracekit.analyses.steady import reason_counts, steady_exclusions

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tracekit.results.breakdown import Breakdown
     from tracekit.results.ceiling import Ceiling
     from tracekit.results.diff import Diff
+    from tracekit.run.ranks import CrossRank
     from tracekit.trace import Trace
 
 
@@ -60,7 +61,7 @@ def load(path: str | Path, *, kernel_dims: bool = True) -> Trace:
     return _load(path, kernel_dims=kernel_dims)
 
 
-def breakdown(trace: Trace, **options) -> Breakdown:
+def breakdown(trace: Trace, **options) -> Breakdown | CrossRank:
     """Per-decode-step breakdown of ``trace``: the split of each step's period, roofline and advice.
 
     ``step_range`` / ``draft_range``: regexes (``re.search``) over range names marking a step / drafting
@@ -76,20 +77,28 @@ def breakdown(trace: Trace, **options) -> Breakdown:
     defaults are the options declared in :data:`tracekit.options.OPTIONS` (the ``tracekit breakdown`` flags of the
     same names). The result's ``to_dict()`` is ``tracekit breakdown --format json``.
 
+    ``all_devices=True``: every GPU of the trace is analysed as a rank (one nsys report of several ranks) and the
+    result is the rank set's :class:`~tracekit.run.ranks.CrossRank` (its ``report()`` is ``tracekit breakdown
+    --all-devices --format json``).
+
     >>> b = breakdown(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), step_range="^saxpy$")
     >>> b.steps["marker"], round(b.per_step_ms["other"], 3), round(b.per_step_ms["idle"], 3)
     ('nvtx', 17.715, 238.0)
     """
-    from tracekit.results.breakdown import breakdown as _breakdown
+    from tracekit.run.pipeline import breakdown as _breakdown
 
     opts = bind_options(breakdown, AnalysisOptions, trace, **options)
+    if opts.all_devices:
+        from tracekit.run.ranks import analyse_devices, cross_rank
+
+        return cross_rank(*analyse_devices(trace, opts))
     return _breakdown(trace, **opts.analysis_kwargs())
 
 
 breakdown.__signature__ = api_signature(breakdown, "breakdown")
 
 
-from tracekit.run.file import breakdown_file  # noqa: E402  (one file in, one Breakdown out: tracekit.run.file)
+from tracekit.run.pipeline import breakdown_file  # noqa: E402  (one file in, one Breakdown out: tracekit.run.pipeline)
 
 
 def kernels(trace: Trace, *, device: int | None = None, top: int | None = None,

@@ -45,7 +45,7 @@ import polars as pl
 
 from tracekit.categories import KERNEL_CATEGORIES
 from tracekit.errors import TracekitError
-from tracekit.report._fmt import one_line
+from tracekit.text import one_line
 
 if sys.version_info >= (3, 11):
     import tomllib as _toml

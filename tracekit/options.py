@@ -18,7 +18,7 @@ feeds. :data:`OPTIONS` lists every one, in ``--help`` order, and says which anal
   with its type and default); their body builds the options object and passes :meth:`analysis_kwargs` on.
 
 ``tests/test_options.py`` fails when the command line, the options objects, the API signatures and the analyses'
-own keyword parameters (``tracekit.results.breakdown.breakdown``, ``tracekit.results.ceiling.ceiling``: the
+own keyword parameters (``tracekit.run.pipeline.breakdown``, ``tracekit.results.ceiling.ceiling``: the
 *use* of each option) disagree on a name, a default or a type. So adding an option is one
 ``Option(...)`` here plus its use: the new keyword of the analysis that reads it. sqlite-utils is the model: every
 command is a thin call of a documented function with the same parameter names.
@@ -94,6 +94,22 @@ def parse_amount(text: str | float | int, kind: AmountKind = "bytes") -> float:
     return value * _COUNT[unit]
 
 
+# Where the per-file stage of several files runs (``tracekit.run.engines``).
+ENGINES = ("process", "dask")
+
+
+def parse_engine(spec: str | None) -> tuple[str, str | None]:
+    """``'process'``, ``'dask'`` or ``'dask=ADDRESS'`` -> (engine, address)."""
+    spec = (spec or "process").strip()
+    name, _, address = spec.partition("=")
+    name = name.strip().lower()
+    if name not in ENGINES:
+        raise TracekitError(f"--engine {spec!r}: unknown engine; use process, dask or dask=SCHEDULER_ADDRESS")
+    if name == "process" and address:
+        raise TracekitError("--engine process takes no address; use --engine dask=SCHEDULER_ADDRESS for a cluster")
+    return name, (address.strip() or None)
+
+
 # ───────────────────────────── the declaration ─────────────────────────────
 
 # How a value is checked (and, on the command line, how text becomes one: tracekit.cli.options.CLICK_TYPES):
@@ -163,8 +179,6 @@ class Option:
             if k == "regex" and value == "":
                 return None  # --draft-range '': drafting by range off
             if k == "engine":
-                from tracekit.run.engines import parse_engine
-
                 parse_engine(value)
             return value
         if k in ("index", "count", "count0"):
@@ -292,7 +306,13 @@ OPTIONS: tuple[Option, ...] = (
            "Where the per-file stage of several files runs: a local process pool, a local Dask cluster, or the Dask "
            "scheduler at ADDRESS (tcp://HOST:PORT) [default: process].", metavar="process|dask|dask=ADDRESS",
            used_by=("files",)),
+    Option("all_devices", "bool", "flag",
+           "Analyse every GPU of the trace (one nsys report of several ranks) and add a cross-rank table.",
+           default=False, used_by=("files",)),
 )
+# The options of how the ranks of one trace run that the Python API takes besides its analysis' own
+# (``tracekit.breakdown(trace, all_devices=True)``: every GPU of the trace as a rank).
+API_ALSO: dict[str, tuple[str, ...]] = {"breakdown": ("all_devices",), "ceiling": ()}
 OPTION: dict[str, Option] = {o.name: o for o in OPTIONS}
 
 
@@ -337,6 +357,8 @@ class _AnalysisChecks(_Options):
     def _check_together(self) -> None:
         if self.measured_step_ms is not None and self.measured_tok_s is not None:
             raise TracekitError("give --measured-step-ms or --measured-tok-s, not both")
+        if getattr(self, "all_devices", False) and self.device is not None:
+            raise TracekitError("--all-devices analyses every GPU: give no --device")
 
 
 class _CeilingChecks(_Options):
@@ -389,12 +411,12 @@ CeilingOptions = _options_class(
 
 def api_signature(fn, analysis: str) -> inspect.Signature:
     """``fn``'s signature with its ``**options`` replaced by one keyword-only parameter per option of
-    ``analysis`` (type and default from :data:`OPTIONS`). The facade functions of ``tracekit`` carry it as
-    ``__signature__``: ``help(tracekit.breakdown)`` lists every keyword."""
+    ``analysis`` (type and default from :data:`OPTIONS`), then those of :data:`API_ALSO`. The facade functions of
+    ``tracekit`` carry it as ``__signature__``: ``help(tracekit.breakdown)`` lists every keyword."""
     sig = inspect.signature(fn)
     head = [p for p in sig.parameters.values() if p.kind not in (p.VAR_KEYWORD, p.KEYWORD_ONLY)]
     kw = [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=o.annotation)
-          for o in options_of(analysis)]
+          for o in (*options_of(analysis), *(OPTION[n] for n in API_ALSO.get(analysis, ())))]
     return sig.replace(parameters=head + kw)
 
 
@@ -421,5 +443,5 @@ def read_json_object(path: Path | None, what: str) -> dict | None:
 
 
 __all__ = ["Option", "OPTIONS", "OPTION", "KINDS", "DTYPES", "options_of", "AnalysisOptions", "CeilingOptions",
-           "api_signature", "bind_options", "DEFAULT_DRAFT_RANGE", "Phase", "parse_amount",
+           "api_signature", "bind_options", "API_ALSO", "DEFAULT_DRAFT_RANGE", "Phase", "parse_amount", "ENGINES", "parse_engine",
            "read_json_object"]

@@ -16,7 +16,7 @@ Three ways, tried in this order (``Steps.marker`` says which was used):
    begins (a complete prefill step at the start of a window), else cut by the capture window.
 
 A step here is a host-side window on one thread (pid, tid, start, end); the GPU period
-of each step is computed in ``results/breakdown.py`` from the work launched inside it.
+of each step is computed in ``run/pipeline.py`` from the work launched inside it.
 """
 
 from __future__ import annotations
@@ -173,6 +173,9 @@ def _launching(ranges: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
 
 # Range names of framework ops as torch.autograd.profiler.emit_nvtx writes them (never step candidates).
 OP_RANGE = r"^(aten|prim|c10d|_c10d_functional)::|^[\w.]+::\w+, (seq|op_id|sizes) = "
+# The annotations torch's process groups write around one collective ("nccl:_all_gather_base", "gloo:all_reduce"):
+# a range that holds one collective's launch, never a step (however well its few ranges tile their own span).
+COLLECTIVE_RANGE = r"^(nccl|gloo|mpi|ucc|xccl):[\w.]+$"
 # A --step-range whose ranges enclose the launches of less than this share of the kernel time in their span is refused.
 MIN_STEP_RANGE_SHARE = 0.5
 _T_BITS = 52  # launch times relative to the trace's first, within one thread rank (2^52 ns = 52 days)
@@ -300,9 +303,11 @@ def range_coverage(trace: Trace, ranges: pl.DataFrame, device: int | None = None
 
 
 def step_candidates(trace: Trace, top: int | None = 10, device: int | None = None) -> pl.DataFrame:
-    """Range-name patterns that could be steps: those whose ranges enclose launches of GPU work, ranked by the
-    share of all the GPU time they enclose (how well they tile the GPU timeline), then by count. Columns:
-    pattern, regex, count, min_depth, gpu_share."""
+    """Range-name patterns that could be steps: those whose ranges enclose the launches of most of the GPU work in
+    their span (``MIN_STEP_RANGE_SHARE``, the test a ``--step-range`` is held to), ranked by the share of all the
+    GPU time they enclose (how well they tile the GPU timeline), then by count; never a framework op's range
+    (``OP_RANGE``) or a collective's annotation (``COLLECTIVE_RANGE``). Columns: pattern, regex, count, min_depth,
+    gpu_share."""
     pats = range_patterns(trace.ranges, top=None)
     schema = {"pattern": pl.String, "regex": pl.String, "count": pl.Int64, "min_depth": pl.Int32,
               "gpu_share": pl.Float64}
@@ -311,18 +316,18 @@ def step_candidates(trace: Trace, top: int | None = 10, device: int | None = Non
         return pl.DataFrame(schema=schema)
     rng = trace.ranges.filter(pl.col("domain").is_null() | (pl.col("domain") != "NCCL")).with_columns(
         pattern=name_pattern(pl.col("name").str.slice(0, 200)))
-    # framework-op ranges (torch.autograd.profiler.emit_nvtx: "aten::linear, op_id = 12") hold one op, not a step
-    pats = pats.filter(~pl.col("pattern").str.contains(OP_RANGE))
+    # framework-op ranges (torch.autograd.profiler.emit_nvtx: "aten::linear, op_id = 12") hold one op, and a
+    # collective's annotation one collective: not a step
+    pats = pats.filter(~pl.col("pattern").str.contains(OP_RANGE) & ~pl.col("pattern").str.contains(COLLECTIVE_RANGE))
     shares = []
     # the most frequent patterns and the known step patterns (a few dozen at most), not events
     known = pats.filter(pl.any_horizontal([pl.col("pattern").str.contains(rx) for rx, _ in KNOWN_STEP_PATTERNS]))
     looked = pl.concat([pats.head(max(top or 0, 20)), known]).unique("pattern", maintain_order=True)
     for pattern in looked["pattern"].to_list():
-        mine = rng.filter((pl.col("pattern") == pattern) & pl.col("end").is_not_null())
-        inside = cov.keyed(("pid", "tid")).inside(mine) if mine.height else 0
-        if mine.height and inside < MIN_STEP_RANGE_SHARE * cov.span(mine):
-            inside = max(inside, cov.keyed(("pid",)).inside(mine))
-        shares.append(inside / cov.total)
+        share, inside, _ = cov.of(rng.filter(pl.col("pattern") == pattern))
+        # a candidate passes the test --step-range is held to (its ranges enclose the launches of most of the
+        # GPU work in their span): info never offers a range breakdown would refuse
+        shares.append(inside / cov.total if share >= MIN_STEP_RANGE_SHARE else 0.0)
     out = looked.with_columns(gpu_share=pl.Series(shares, dtype=pl.Float64)).filter(pl.col("gpu_share") > 0)
     out = out.sort(["gpu_share", "count", "pattern"], descending=[True, True, False]).select(list(schema))
     return out.head(top) if top is not None else out

@@ -1,18 +1,19 @@
 """Advice: which lever (CUDA graphs, faster collectives, host work, drafting, fewer bytes) is worth pulling.
 
 :func:`advise` is pure: it takes the facts a breakdown measured (:class:`StepFacts`) and returns an
-immutable :class:`Advice`. Each lever has ``predicted_step_ms`` (the step with that lever pulled as far as it
-goes, an UNPROFILED time), ``max_saving_ms`` = ``reference_step_ms`` - predicted, ``max_saving_fraction`` and a
-verdict sentence. The reference is the time base (``tracekit.analyses.timebase``): the unprofiled step when
-known (flag, then manifest), else the traced step.
+immutable :class:`~tracekit.analyses.verdicts.Advice`. Each lever has ``predicted_step_ms`` (the step with that
+lever pulled as far as it goes, an UNPROFILED time), ``max_saving_ms`` = ``reference_step_ms`` - predicted,
+``max_saving_fraction`` and a verdict. The reference is the time base (``tracekit.analyses.resolve.time_base``):
+the unprofiled step when known (flag, then manifest), else the traced step.
 
-A verdict is data before it is prose. Each :class:`Lever` carries its saving, the *basis* of that saving
-(:data:`BASES`: ``measured``, ``estimated``, ``upper_bound`` — every saving without an unprofiled time —,
-``unknown`` when an input is missing, with ``needs`` naming the flag that resolves it, ``none`` when the lever
-does not apply), the inputs it ``assumed``, and the name the headline gives it (``tracekit.categories``
-LEVER_NAMES: what pulling it removes). The sentence's saving clause is rendered from those fields by one function
-(:func:`saving_text`: "at most 0.804 ms" for an upper bound, "≈0.804 ms" otherwise), and :func:`check` refuses a
-lever whose sentence states an unhedged upper bound or a bandwidth above the GPU's peak before it is printed.
+A verdict is data before it is prose (``tracekit.analyses.verdicts``). Each lever is a typed value: its saving,
+the *bound* and *basis* of that saving (every saving without an unprofiled time is an upper bound; ``unknown``
+when an input is missing, with ``needs`` naming the flag that resolves it), the inputs it ``assumed``, the name
+the headline gives it (``tracekit.categories`` LEVER_NAMES: what pulling it removes) and its *reading*: the facts
+its sentence states, from which the sentence is rendered. What the reports show first is decided here, once:
+``ranked`` (the levers worth pulling, largest saving first), ``order`` (every lever as a report lists them),
+``bound_by`` (whether the step is bound at its memory floor: :func:`floor_of`) and the ``headline``. The self-check
+(``verdicts.check``) tests each lever's fields and never withholds one.
 
 CUDA-graph model. In an eager step the GPU waits for the host between kernels; replayed from a graph, the same
 kernels run back to back with a small fixed cost each, while host stalls inside the step (a synchronisation,
@@ -35,13 +36,36 @@ docs/validation.md records predicted versus measured step times on the H200.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tracekit.categories import GAP_CATEGORIES, HOST_WORK_NAMES, LEVER_NAMES, LEVERS
-from tracekit.contract import Block, flattened, internal
+from tracekit.analyses.timebase import host_bound
+from tracekit.analyses.verdicts import (
+    BASES,
+    EPS_MS,
+    LEVER_EXTENSIONS,
+    PEAK_TOLERANCE,
+    Advice,
+    CommCost,
+    DraftCost,
+    Floor,
+    FloorReading,
+    GapNote,
+    GraphsInUse,
+    GraphsPredicted,
+    Headline,
+    HostWait,
+    Lever,
+    Reading,
+    Reference,
+    Statement,
+    TopLever,
+    check,
+    pct,
+    saving_text,
+)
+from tracekit.categories import GAP_CATEGORIES, GAP_CAUSES, HOST_WORK_NAMES, LEVER_NAMES, LEVERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracekit.analyses.drafting import VerifyCost
@@ -54,52 +78,8 @@ GRAPHED_SHARE = 0.8  # contract: not applicable when >= 80% of kernel time is gr
 SMALL_SAVING = 0.05  # a lever that saves less than this share of the step "would save little"
 NAMED_PART = 0.05  # a part of a gap under this share of the traced step is not named in a verdict
 MEMORY_BOUND = 0.7  # fraction of the bandwidth floor from which a step is called memory-bound
-PEAK_TOLERANCE = 1.05  # a bandwidth above this x the peak is impossible (tracekit.analyses.roofline)
 # Levers in display order (the contract's advice keys).
 ALL_LEVERS = LEVERS
-# The basis of a lever's max_saving_ms.
-BASES = ("measured", "estimated", "upper_bound", "unknown", "none")
-EPS_MS = 0.0005  # savings below this (0.5 µs) are none
-# The extension keys a lever may carry beside the contract's (``Lever.extra``), in the order they are written:
-# drafting's detection and its evidence (and the flag its unknown saving needs); communication's measures
-# (hidden time, transfer and wait, the kinds and the collectives), its name and the collectives' implementation cost.
-LEVER_EXTENSIONS = ("detection", "evidence", "speculative", "draft_model", "verify_tokens", "missing_flag", "hidden_communication_ms", "transfer_ms", "wait_ms",
-                    "split_basis", "by_kind", "collectives", "lever_name", "staging_ms", "graph_node_ms",
-                    "implementation_cost_ms", "free_allreduce_step_ms")
-
-
-@dataclass(frozen=True)
-class Lever(Block):
-    """One lever of ``advice`` (a :class:`tracekit.contract.Block`: ``to_dict()`` is its JSON); ``extra`` holds
-    its extension keys (each one of :data:`LEVER_EXTENSIONS`, written after ``verdict``; e.g. ``detection``).
-
-    ``name``: how the headline calls pulling it (not in the JSON); ``basis`` (:data:`BASES`) of ``max_saving_ms``;
-    ``assumed``: the inputs the saving rests on; ``needs``: the flags that would make an unknown saving known."""
-
-    applicable: bool
-    predicted_step_ms: float | None
-    max_saving_ms: float | None
-    max_saving_fraction: float | None
-    verdict: str
-    extra: dict = flattened(LEVER_EXTENSIONS, default_factory=dict)
-    name: str = internal(default="")
-    basis: str = "none"
-    assumed: tuple[str, ...] = ()
-    needs: tuple[str, ...] = ()
-
-    @property
-    def unknown(self) -> bool:
-        """A saving that an input the user can give would make known."""
-        return self.basis == "unknown" and bool(self.needs)
-
-
-@dataclass(frozen=True)
-class Advice(Block):
-    """Every lever (the contract's ``advice`` object: one key per lever of :data:`LEVERS`, in that order), and
-    those worth pulling ranked by the time they would save (largest first; not in the JSON)."""
-
-    levers: dict[str, Lever] = flattened(LEVERS, complete=True)
-    ranked: tuple[str, ...] = internal(default=())
 
 
 @dataclass(frozen=True)
@@ -137,57 +117,33 @@ class StepFacts:
     collectives: tuple = ()  # the step's collectives per (kind, implementation) (collectives.collective_table rows)
     hidden_comm_ms: float | None = None  # communication overlapped by compute on OTHER streams (collectives.py)
     link: str | None = None  # "NVLink 4: 450 GB/s per direction" (the GPU table's link)
-    longest_between: dict | None = None  # the largest between-steps gap (gaps.largest entry)
-    longest_in_step: dict | None = None  # the largest gap inside a step (gaps.largest entry)
+    longest_between: Mapping | None = None  # the largest between-steps gap (gaps.largest entry)
+    longest_in_step: Mapping | None = None  # the largest gap inside a step (gaps.largest entry)
     verify: VerifyCost | None = None  # speculative steps: the target (verify) forward (tracekit.analyses.drafting)
     draft_evidence: tuple = ()  # advice.drafting.evidence: what the detection rests on
     speculation: object | None = None  # tracekit.analyses.speculation.Speculation: speculative, draft_model, verify_tokens
     comm_split: object | None = None  # collectives.CommSplit: transfer against waiting, per kind (communication lever)
     roofline_refused: str | None = None  # why the roofline's figures are physically impossible (the inputs to check)
+    roofline_check: tuple[str, ...] = ()  # the inputs a refused roofline asks to check (--tp (1, default), ...)
     phase_note: str | None = None  # why decode advice does not apply, right for the window (partition.phase_note)
+    phase_label: str | None = None  # the analysed steps' phase as the headline names it (partition.phase_label)
     tok_s_unit: str = "tok/s"  # what a tok/s figure counts: the whole batch or one sequence (tracekit.tokens)
     after_waits_ms: float = 0.0  # the launch overhead after a host wait's return (tracekit.analyses.gaps.after_waits)
+    fraction_of_ceiling: float | None = None  # roofline.fraction_of_ceiling (None when refused)
+    ceiling_tokens_per_s: float | None = None  # roofline.ceiling_tokens_per_s
+    ceiling_unit: str = "tok/s"  # the words of the ceiling's tok/s
 
 
-def pct(x: float) -> str:
-    """A share as text: one decimal below 10%.
-
-    >>> pct(0.0512), pct(0.51)
-    ('5.1%', '51%')
-    """
-    v = 100 * x
-    return f"{v:.1f}%" if abs(v) < 10 else f"{v:.0f}%"
+def _reference(f: StepFacts) -> Reference:
+    return Reference(f.reference_ms, f.reference_source, f.traced_ms)
 
 
-def _base(f: StepFacts) -> str:
-    """How the reference step is named in a verdict."""
-    if f.reference_source:
-        return f"{f.reference_ms:.3f} ms (unprofiled, {f.reference_source})"
-    return f"{f.reference_ms:.3f} ms (traced)"
-
-
-def saving_text(f: StepFacts, ms: float, basis: str) -> str:
-    """A saving as a verdict states it: "at most 0.804 ms" when it is an upper bound (no unprofiled time, or the
-    lever's own basis), "≈0.804 ms" otherwise, with its share of the reference step.
-
-    >>> f = StepFacts(5.0, 5.0, None, True, {}, {}, {}, 4.0, 0.0, 0.0, 0.0, 0.0, 0.0, "not_detected", "decode")
-    >>> saving_text(f, 0.8, "upper_bound")
-    'at most 0.800 ms per step (16% of the 5.000 ms traced step)'
-    """
-    amount = f"at most {ms:.3f} ms" if basis == "upper_bound" else f"≈{ms:.3f} ms"
-    of = (f"the {f.reference_ms:.3f} ms unprofiled step, {f.reference_source}" if f.reference_source
-          else f"the {f.reference_ms:.3f} ms traced step")
-    share = f"{pct(ms / f.reference_ms)} of {of}" if f.reference_ms else of
-    return f"{amount} per step ({share})"
-
-
-def _lever(f: StepFacts, applicable: bool, predicted: float | None, detail: str, *, key: str,
-           action: str | None = None, basis: str = "estimated", name: str | None = None, assumed: tuple = (),
-           needs: tuple = (), signed: bool = False, **extra) -> Lever:
-    """A lever from its numbers: the saving is ``reference - predicted`` (floored at 0 unless ``signed``); its
-    basis is ``upper_bound`` whenever no unprofiled time is known, ``unknown`` when it cannot be computed. With
-    ``action`` ("CUDA graphs") and a positive saving the verdict starts with the rendered saving clause
-    ("CUDA graphs could save at most ..."), then ``detail``."""
+def _lever(f: StepFacts, applicable: bool, predicted: float | None, reading: Reading, *, key: str,
+           basis: str = "estimated", name: str | None = None, assumed: tuple = (), needs: tuple = (),
+           signed: bool = False, **extra) -> Lever:
+    """A lever from its numbers and its reading: the saving is ``reference - predicted`` (floored at 0 unless
+    ``signed``); its basis is ``upper_bound`` whenever no unprofiled time is known, ``unknown`` when it cannot be
+    computed, ``none`` when the lever does not apply and saves nothing."""
     ref = f.reference_ms
     saving = None if predicted is None else ref - predicted
     if saving is not None and not signed:
@@ -198,14 +154,10 @@ def _lever(f: StepFacts, applicable: bool, predicted: float | None, detail: str,
         basis = "none" if basis != "measured" else basis
     elif f.upper_bounds and basis != "none":
         basis = "upper_bound"
-    verdict = detail
-    if action and saving is not None and saving > EPS_MS and applicable:
-        verb = "could save" if basis == "upper_bound" else "would save"
-        verdict = f"{action} {verb} {saving_text(f, saving, basis)}" + (f": {detail}" if detail else "")
     return Lever(applicable=bool(applicable), predicted_step_ms=predicted, max_saving_ms=saving,
-                 max_saving_fraction=None if saving is None or ref <= 0 else saving / ref, verdict=verdict,
-                 extra=extra, name=name or LEVER_NAMES[key], basis=basis, assumed=tuple(assumed),
-                 needs=tuple(needs))
+                 max_saving_fraction=None if saving is None or ref <= 0 else saving / ref, extra=extra,
+                 basis=basis, assumed=tuple(assumed), needs=tuple(needs), reading=reading, reference=_reference(f),
+                 name=name or LEVER_NAMES[key])
 
 
 def _graphed(f: StepFacts) -> bool:
@@ -220,55 +172,39 @@ def gap_name(f: StepFacts, cause: str) -> str:
     return cause.replace("_", " ")
 
 
-def _longest(f: StepFacts, gap: dict | None) -> str:
-    """'; the longest inside a step, 0.574 ms (...), comes before graph work, while the host was in op 'replay'' or ''."""
+def _before(gap: Mapping | None) -> tuple[str, str] | None:
+    before = gap.get("before") if gap else None
+    return (before["kind"], before["name"]) if before else None
+
+
+def _gap_note(f: StepFacts, gap: Mapping | None) -> GapNote | None:
+    """The largest gap inside a step, as a verdict names it."""
     if not gap:
-        return ""
-    before = gap.get("before")
-    what = f", while the host was in {before['kind']} {before['name']!r}" if before else ""
-    return (f"; the longest gap inside a step, {gap['ms']:.3f} ms ({gap_name(f, gap['cause'])}), comes before "
-            f"{gap['where']} work{what}")
+        return None
+    return GapNote(ms=gap["ms"], cause=gap_name(f, gap["cause"]), where=gap["where"], before=_before(gap))
 
 
 def cuda_graphs_lever(f: StepFacts) -> Lever:
     g = f.gaps
     if _graphed(f):
-        detail = (f"steps already replay CUDA graphs ({pct(f.graph_kernel_share)} of kernel time); the traced "
-                  f"step's GPU-idle time is {g['launch_overhead']:.3f} ms of host work before the graph launches "
-                  "(the host preparing each replay and the launch call itself, which a profiler slows: graphs are "
-                  "already in use and cannot remove it" + (
-                      f"; {f.after_waits_ms:.3f} ms of it follows a host wait's return: CPU work after a "
-                      "synchronisation or a device-to-host read, such as sampling, which only overlapping it with the "
-                      "GPU's work removes" if f.after_waits_ms >= NAMED_PART * f.traced_ms else "")
-                  + f"), {g['host_stalls']:.3f} ms of host "
-                  f"stalls, {g['graph_bubbles']:.3f} ms of graph bubbles and {g['between_steps']:.3f} ms between "
-                  "steps" + _longest(f, f.longest_in_step))
-        return _lever(f, False, f.reference_ms, detail, key="cuda_graphs", basis="none")
+        reading = GraphsInUse(graph_share=f.graph_kernel_share, launch_overhead_ms=g["launch_overhead"],
+                              after_waits_ms=f.after_waits_ms if f.after_waits_ms >= NAMED_PART * f.traced_ms else None,
+                              host_stalls_ms=g["host_stalls"], graph_bubbles_ms=g["graph_bubbles"],
+                              between_steps_ms=g["between_steps"], longest=_gap_note(f, f.longest_in_step))
+        return _lever(f, False, f.reference_ms, reading, key="cuda_graphs", basis="none")
     n = f.launched_per_step
     stalls = g["host_stalls"]
     kept = f.after_waits_ms
     predicted = f.busy_ms + n * f.replay_gap_us / 1000.0 + stalls + kept
     predicted = min(predicted, f.reference_ms) if f.reference_source else min(predicted, f.traced_ms)
     saving = f.reference_ms - predicted
-    assumed = (f"{f.replay_gap_us:.2f} µs per replayed graph node",)
-    part = f" for its eager part ({pct(1 - f.graph_kernel_share)} of kernel time)" if f.graph_kernel_share > 0.01 else ""
-    if f.reference_ms and saving / f.reference_ms < SMALL_SAVING:
-        return _lever(f, True, predicted,
-                      f"CUDA graphs would save little: the step takes {_base(f)} against ≈{predicted:.3f} ms with "
-                      f"graphs (a saving of {'at most' if f.upper_bounds else '≈'}"
-                      f"{' ' if f.upper_bounds else ''}{saving:.3f} ms); " + (
-                          "the GPU is already kept busy" if stalls + kept <= 0.5 * max(predicted - f.busy_ms, 0.0)
-                          else f"the host work inside the step stays with graphs ({stalls:.3f} ms of host stalls, "
-                          f"{kept:.3f} ms after synchronisations)"),
-                      key="cuda_graphs", assumed=assumed)
-    stays = f"; {stalls:.3f} ms of host stalls inside the step stay (see host work)" if stalls > EPS_MS else ""
-    if kept > EPS_MS:
-        stays += (f"; {kept:.3f} ms of host time after synchronisations (from a sync's or a device-to-host read's "
-                  "return to the next launch) stay: a graph cannot span a host wait")
-    bound = "" if f.reference_source else " (an upper bound: the traced step includes the profiler's own overhead)"
-    detail = (f"the step would take about {predicted:.3f} ms with graphs{bound}: {n:.0f} launches issued one by "
-              f"one become ≈{f.replay_gap_us:.2f} µs graph nodes{stays}; host work between steps is not modelled")
-    return _lever(f, True, predicted, detail, key="cuda_graphs", action=f"CUDA graphs{part}", assumed=assumed)
+    little = bool(f.reference_ms) and saving / f.reference_ms < SMALL_SAVING
+    reading = GraphsPredicted(
+        predicted_ms=predicted, launched=n, replay_gap_us=f.replay_gap_us, host_stalls_ms=stalls, after_waits_ms=kept,
+        eager_share=1 - f.graph_kernel_share if f.graph_kernel_share > 0.01 else None, little=little,
+        gpu_busy=stalls + kept <= 0.5 * max(predicted - f.busy_ms, 0.0))
+    return _lever(f, True, predicted, reading, key="cuda_graphs",
+                  assumed=(f"{f.replay_gap_us:.2f} µs per replayed graph node",))
 
 
 def host_work_lever(f: StepFacts) -> Lever:
@@ -283,38 +219,22 @@ def host_work_lever(f: StepFacts) -> Lever:
     which = "both" if hs >= big and bs >= big else ("host_stalls" if hs >= bs else "between_steps")
     name = HOST_WORK_NAMES[which]
     if traced <= EPS_MS:
-        return _lever(f, False, f.reference_ms, "the GPU never waits for host work in or between steps (no host "
-                      "stalls, nothing between steps)", key="host_work", name=name, basis="measured")
-    saving, assumed = traced, ()
+        return _lever(f, False, f.reference_ms, Statement(
+            "the GPU never waits for host work in or between steps (no host stalls, nothing between steps)"),
+                      key="host_work", name=name, basis="measured")
+    saving, assumed, room = traced, (), None
     # With an unprofiled step: the traced host time scaled to it, and no more than what that step leaves besides
     # its GPU work, the bubbles of its graphs and the bare cost of its launches (the rest is profiler overhead).
-    room = f.reference_ms - f.busy_ms - g["graph_bubbles"] - f.launched_per_step * f.replay_gap_us / 1000.0
     if f.reference_source and f.traced_ms:
+        room = max(0.0, f.reference_ms - f.busy_ms - g["graph_bubbles"]
+                   - f.launched_per_step * f.replay_gap_us / 1000.0)
         scale = min(1.0, f.reference_ms / f.traced_ms)
-        saving = min(traced * scale, max(0.0, room))
+        saving = min(traced * scale, room)
         assumed = (f"host time scaled to the unprofiled step (x{scale:.2f})",)
-    where = []
-    if hs > EPS_MS:
-        where.append(f"{hs:.3f} ms of host stalls inside the step (synchronisations, blocking copies, CPU work)")
-    if bs > EPS_MS:
-        b = f.longest_between
-        what = ""
-        if b and b.get("before"):
-            what = f" (the longest while the host was in {b['before']['kind']} {b['before']['name']!r})"
-        where.append(f"{bs:.3f} ms of host work between steps{what}")
-    detail = (f"in the traced step the GPU waits for {' and '.join(where)}; move it off the critical path (overlap "
-              "it with GPU work, make it asynchronous)")
-    if f.reference_source and saving <= EPS_MS:
-        detail += ("; the unprofiled step leaves no time besides its GPU work, graph bubbles and launches: all of it "
-                   "is the profiler's own overhead")
-    elif f.reference_source and saving < traced - EPS_MS:
-        detail += (f"; on the unprofiled step that is at most {saving:.3f} ms (it leaves {max(0.0, room):.3f} ms "
-                   "besides its GPU work): the rest is the profiler's own overhead")
-    action = {"both": "removing the host stalls and the host work between steps",
-              "host_stalls": "removing the host stalls inside the step",
-              "between_steps": "removing the host work between steps"}[which]
-    return _lever(f, saving > EPS_MS, max(f.busy_ms, f.reference_ms - saving), detail, key="host_work", name=name,
-                  action=action, basis="estimated" if f.reference_source else "upper_bound", assumed=assumed)
+    reading = HostWait(host_stalls_ms=hs, between_steps_ms=bs, which=which, longest_before=_before(f.longest_between),
+                       room_ms=room, removable_ms=saving)
+    return _lever(f, saving > EPS_MS, max(f.busy_ms, f.reference_ms - saving), reading, key="host_work", name=name,
+                  basis="estimated" if f.reference_source else "upper_bound", assumed=assumed)
 
 
 def _comm_measures(f: StepFacts) -> dict:
@@ -339,81 +259,89 @@ def _kinds(split) -> str:
 def communication_lever(f: StepFacts) -> Lever:
     """Faster collectives: what the exposed part of their *transfer* costs per step (contract: waiting for other
     ranks is excluded; without a split, the exposed communication, an upper bound that includes waiting)."""
+    from tracekit.analyses.collectives import collectives_verdict
+
     exposed = f.per_step_ms.get("communication")
     kernel = f.kernel_ms.get("communication")
     split = f.comm_split
     if exposed is None:
-        return _lever(f, False, None, "communication cannot be measured: graph work has no per-kernel rows",
+        return _lever(f, False, None, Statement("communication cannot be measured: graph work has no per-kernel rows"),
                       key="communication", **_comm_measures(f))
     if not kernel:
-        return _lever(f, False, f.reference_ms, "no communication kernels in the step: faster collectives cannot "
-                                                "help", key="communication", basis="measured", **_comm_measures(f))
+        return _lever(f, False, f.reference_ms, Statement("no communication kernels in the step: faster collectives "
+                                                          "cannot help"), key="communication", basis="measured",
+                      **_comm_measures(f))
     # only compute on another stream hides communication (same-stream overlap is serialised away)
     hidden = f.hidden_comm_ms if f.hidden_comm_ms is not None else max(0.0, kernel - exposed)
     what = _kinds(split)
     lever_name = f"faster {what}"
-    counts = ""
-    if split is not None and split.by_kind:
-        counts = " (" + ", ".join(f"{r['count_per_step']:.3g} {r['kind']}" for r in split.by_kind) + " per step)"
-    hid = f"; {hidden:.3f} ms more overlaps compute on other streams" if hidden > 0.0005 else ""
-    if split is not None and split.basis != "none" and split.exposed_transfer_ms is not None:
-        saving = min(split.exposed_transfer_ms, exposed)
-        basis = "estimated"
-        if split.ranks == 1:
-            verdict = (f"{split.kernel_ms:.3f} ms of communication kernels per step{counts}, all of it transfer "
-                       f"({split.how}); the saving is the exposed part of the transfer{hid}")
-        else:
-            where = split.how if split.how else "measured across the ranks"
-            verdict = (f"{split.kernel_ms:.3f} ms of communication kernels per step{counts}: ≈{split.transfer_ms:.3f} "
-                       f"ms transfer and ≈{split.wait_ms:.3f} ms waiting for other ranks ({where}); the saving is the "
-                       f"exposed part of the transfer{hid}")
-        if split.ranks != 1 and (split.wait_ms or 0) > 0.0005:
-            verdict += ("; the wait goes only by evening out the ranks' work and launch times, not by faster "
-                        "collectives")
-            if split.basis == "fastest-instances":
-                verdict += " (analyse every rank's file together for the measured split)"
+    counts = tuple((r["count_per_step"], r["kind"]) for r in split.by_kind) if split is not None and split.by_kind \
+        else ()
+    measured = split is not None and split.basis != "none" and split.exposed_transfer_ms is not None
+    if measured:
+        saving, basis = min(split.exposed_transfer_ms, exposed), "estimated"
     else:
-        saving = exposed
-        basis = "upper_bound"
-        why = f" ({split.how})" if split is not None and split.how else ""
-        verdict = (f"exposed communication is {exposed:.3f} ms per step{counts}{hid}: an upper bound that includes "
-                   f"waiting for other ranks{why}")
+        saving, basis = exposed, "upper_bound"
     cost = f.comm_overheads
-    if cost and (cost["staging_ms"] > 0 or cost["node_ms"] > 0):
-        parts = [f"its staging copies ({cost['staging_ms']:.3f} ms)"] if cost["staging_ms"] > 0 else []
-        if cost["node_ms"] > 0:
-            parts.append(f"{cost['nodes_per_step']:.0f} graph nodes ({cost['node_ms']:.3f} ms)")
-        verdict += (f"; counting {' and '.join(parts)}, the {what} costs "
-                    f"{saving + cost['staging_ms'] + cost['node_ms']:.3f} ms per step")
-    from tracekit.analyses.collectives import collectives_verdict
-
-    about = collectives_verdict(list(f.collectives))
-    if about:
+    total = saving + cost["staging_ms"] + cost["node_ms"] if cost else None
+    reading = CommCost(
+        kinds=what, counts=counts, split=split.basis if measured else "none", ranks=split.ranks if split else None,
+        how=split.how if split is not None else None, kernel_ms=split.kernel_ms if split is not None else None,
+        transfer_ms=split.transfer_ms if measured else None, wait_ms=split.wait_ms if measured else None,
+        exposed_ms=exposed, hidden_ms=hidden, staging_ms=cost["staging_ms"] if cost else 0.0,
+        node_ms=cost["node_ms"] if cost else 0.0, nodes_per_step=cost["nodes_per_step"] if cost else 0.0,
+        cost_ms=total,
         # the largest collective: latency-bound (one-shot / custom all-reduce, fewer calls) or its bus bandwidth
-        verdict += "; " + about
+        collectives_note=collectives_verdict(list(f.collectives)))
     extra = _comm_measures(f)
     extra["hidden_communication_ms"] = hidden
     extra["lever_name"] = lever_name
     if cost:
         # extension keys: the collectives' cost with their staging copies and graph nodes
-        total = saving + cost["staging_ms"] + cost["node_ms"]
         extra.update(staging_ms=cost["staging_ms"], graph_node_ms=cost["node_ms"], implementation_cost_ms=total,
                      free_allreduce_step_ms=max(0.0, f.reference_ms - total))
-    return _lever(f, True, max(0.0, f.reference_ms - saving), verdict, key="communication", action=lever_name,
-                  name=lever_name, basis=basis, **extra)
+    return _lever(f, True, max(0.0, f.reference_ms - saving), reading, key="communication", name=lever_name,
+                  basis=basis, **extra)
 
 
-def _drafting_keys(f: StepFacts) -> dict:
+# ───────────────────────── drafting ─────────────────────────
+
+@dataclass(frozen=True)
+class DraftingInputs:
+    """Everything the drafting lever receives (from the drafting analysis, ``tracekit.analyses.drafting``, and the
+    breakdown): the draft work's exclusive time (``draft_ms``: ``per_step_ms.drafting``; None for whole-graph
+    captures), the draft phases' wall time, how drafting was found and on what evidence, the verify forward's
+    cost, the accept length, the batch, the host time between steps, and the words of a tok/s figure."""
+
+    draft_ms: float | None
+    phase_ms: float
+    detection: str
+    evidence: tuple[str, ...]
+    verify: VerifyCost | None
+    accept_len: float | None
+    batch: float
+    between_steps_ms: float
+    tok_s_unit: str
+
+
+def drafting_keys(f: StepFacts) -> dict:
     """``advice.drafting``'s detection, its evidence and what speculation was recognised (contract, Additions to
     /3): ``speculative``, ``draft_model``, ``verify_tokens`` (null where nothing says)."""
     sp = f.speculation
     evidence = list(f.draft_evidence)
-    if sp is not None:
-        evidence += [e for e in sp.evidence if e not in evidence]
     keys = {"speculative": None, "draft_model": None, "verify_tokens": None}
     if sp is not None:
+        evidence += [e for e in sp.evidence if e not in evidence]
         keys = sp.to_fields()
     return {"detection": f.draft_detection, "evidence": evidence, **keys}
+
+
+def drafting_inputs(f: StepFacts) -> DraftingInputs:
+    """The drafting lever's inputs, gathered in one place from the measured facts."""
+    return DraftingInputs(draft_ms=f.per_step_ms.get("drafting"), phase_ms=f.draft_phase_ms,
+                          detection=f.draft_detection, evidence=tuple(f.draft_evidence), verify=f.verify,
+                          accept_len=f.accept_len, batch=f.tokens_per_step,
+                          between_steps_ms=f.gaps.get("between_steps", 0.0), tok_s_unit=f.tok_s_unit)
 
 
 def drafting_lever(f: StepFacts) -> Lever:
@@ -422,170 +350,178 @@ def drafting_lever(f: StepFacts) -> Lever:
     naming the flag that resolves it)."""
     from tracekit.analyses.drafting import NOT_DETECTED_VERDICT, OFF_EVIDENCE
 
-    draft = f.per_step_ms.get("drafting")
-    det = _drafting_keys(f)
+    d = drafting_inputs(f)
+    draft = d.draft_ms
+    det = drafting_keys(f)
     if draft is None:
-        return _lever(f, False, None, "drafting cannot be measured: graph work has no per-kernel rows",
+        return _lever(f, False, None, Statement("drafting cannot be measured: graph work has no per-kernel rows"),
                       key="drafting", **det)
-    if OFF_EVIDENCE in f.draft_evidence:
-        return _lever(f, False, None, f"drafting not detected: {OFF_EVIDENCE}", key="drafting", **det)
-    if f.draft_detection == "not_detected" or draft <= 0:
-        return _lever(f, False, None, NOT_DETECTED_VERDICT, key="drafting", **det)
+    if OFF_EVIDENCE in d.evidence:
+        return _lever(f, False, None, Statement(f"drafting not detected: {OFF_EVIDENCE}"), key="drafting", **det)
+    if d.detection == "not_detected" or draft <= 0:
+        return _lever(f, False, None, Statement(NOT_DETECTED_VERDICT), key="drafting", **det)
     # The draft phase costs its wall time on the GPU timeline, launch gaps between its kernels included.
-    phase = max(draft, min(f.draft_phase_ms, f.traced_ms))
+    phase = max(draft, min(d.phase_ms, f.traced_ms))
     how = {"ranges": "draft ranges", "engine": "the engine's own records", "structure": "the step's structure",
-           "kernels": "speculative kernels"}[
-        f.draft_detection]
-    verdict = (f"the draft phase takes {phase:.3f} ms of the traced step ({pct(phase / f.traced_ms)}; found from "
-               f"{how})")
-    if phase > draft * 1.05:
-        verdict += f", {draft:.3f} ms of it GPU work"
-    plain, basis = _plain_step(f, phase)
-    acc = f.accept_len
+           "kernels": "speculative kernels"}[d.detection]
+    plain, plain_basis = _plain_step(f, d, phase)
+    acc = d.accept_len
+    ref = _reference(f)
     if acc:
-        spec_tps = acc * f.tokens_per_step / f.reference_ms * 1000
-        plain_tps = f.tokens_per_step / plain * 1000 if plain > 0 else None
+        spec_tps = acc * d.batch / f.reference_ms * 1000
+        plain_tps = d.batch / plain * 1000 if plain > 0 else None
         saving = f.reference_ms - acc * plain
-        if plain_tps:
-            pays = "pays off" if spec_tps > plain_tps else "does not pay off"
-            verdict += (f"; with {acc:.2f} tokens accepted per step speculation gives {spec_tps:.1f} {f.tok_s_unit} "
-                        f"against ≈{plain_tps:.1f} without it (≈{plain:.3f} ms per plain step: {basis}): "
-                        f"it {pays} (break-even at {f.reference_ms / plain:.2f} accepted tokens per step)")
-        hedge = "upper_bound" if f.upper_bounds else "estimated"
-        if saving > EPS_MS:
-            verdict += f"; dropping speculation {'could' if f.upper_bounds else 'would'} save " + saving_text(
-                f, saving, hedge) + " of tokens"
+        basis = "upper_bound" if f.upper_bounds else "estimated"
+        reading = DraftCost(phase_ms=phase, draft_ms=draft, how=how, plain_ms=plain, plain_basis=plain_basis,
+                            accept_len=acc, spec_tok_s=spec_tps, plain_tok_s=plain_tps, unit=d.tok_s_unit)
         return Lever(applicable=True, predicted_step_ms=plain, max_saving_ms=saving,
-                     max_saving_fraction=saving / f.reference_ms if f.reference_ms else None, verdict=verdict,
-                     extra=det, name=LEVER_NAMES["drafting"], basis=hedge, assumed=(f"accept length {acc:g}",))
-    verdict += (f"; without speculation a step would take ≈{plain:.3f} ms ({basis}); saving unknown: pass "
-                "--accept-len X (mean tokens accepted per step, the bonus token included) to compare tokens/s with "
-                "and without speculation")
+                     max_saving_fraction=saving / f.reference_ms if f.reference_ms else None, extra=det, basis=basis,
+                     assumed=(f"accept length {acc:g}",), reading=reading, reference=ref, name=LEVER_NAMES["drafting"])
+    reading = DraftCost(phase_ms=phase, draft_ms=draft, how=how, plain_ms=plain, plain_basis=plain_basis,
+                        unit=d.tok_s_unit)
     return Lever(applicable=True, predicted_step_ms=plain, max_saving_ms=None, max_saving_fraction=None,
-                 verdict=verdict, extra={**det, "missing_flag": "--accept-len"}, name=LEVER_NAMES["drafting"],
-                 basis="unknown", needs=("--accept-len",))
+                 extra={**det, "missing_flag": "--accept-len"}, basis="unknown", needs=("--accept-len",),
+                 reading=reading, reference=ref, name=LEVER_NAMES["drafting"])
 
 
-def _plain_step(f: StepFacts, phase: float) -> tuple[float, str]:
-    """The predicted step without speculation and its basis (``tracekit.analyses.drafting.plain_step``)."""
+def _plain_step(f: StepFacts, d: DraftingInputs, phase: float) -> tuple[float, str]:
+    """The predicted step without speculation and its basis, a phrase for the verdict
+    (``tracekit.analyses.drafting.plain_step``: the verify forward re-costed at one token, kernel by kernel)."""
     from tracekit.analyses.drafting import plain_step
 
-    ms, basis, _ = plain_step(f.verify, traced_ms=f.traced_ms, reference_ms=f.reference_ms,
-                              unprofiled=bool(f.reference_source), between_ms=f.gaps.get("between_steps", 0.0),
+    ms, basis, _ = plain_step(d.verify, traced_ms=f.traced_ms, reference_ms=f.reference_ms,
+                              unprofiled=bool(f.reference_source), between_ms=d.between_steps_ms,
                               draft_phase_ms=phase)
     return ms, basis
 
 
-def memory_lever(f: StepFacts) -> Lever:
-    floor = f.floor_ms
+# ───────────────────────── the floor ─────────────────────────
+
+def floor_of(f: StepFacts) -> Floor | None:
+    """The floor the step is compared with, and whether it is bound there — decided here, once, for the memory
+    lever, the order of the verdicts and the headline: the memory floor (the bytes a step reads at peak bandwidth),
+    bound when the step is at ``MEMORY_BOUND`` of it or more (and its kernels are seen one by one). None without a
+    floor (inputs missing, or the roofline refused). (A compute floor — the FLOPs at peak FLOP/s, when the roofline
+    finds it the larger — is another :class:`~tracekit.analyses.verdicts.Floor` kind, compared here the same way.)"""
+    if f.roofline_refused or f.floor_ms is None:
+        return None
+    frac = f.floor_ms / f.reference_ms if f.reference_ms else 0
+    bound = (frac >= MEMORY_BOUND and f.per_step_ms.get("gemm") is not None and f.decode_advice
+             and f.phase not in ("prefill", "training"))
+    return Floor(kind="memory", ms=f.floor_ms, bound=bound)
+
+
+def memory_lever(f: StepFacts, floor: Floor | None = None) -> Lever:
+    floor = floor if floor is not None else floor_of(f)
     if f.roofline_refused:
-        return _lever(f, False, None, f"no memory-bandwidth verdict: the roofline inputs are wrong: "
-                      f"{f.roofline_refused}", key="memory_bandwidth",
+        return _lever(f, False, None, Statement(f"no memory-bandwidth verdict: the roofline inputs are wrong: "
+                                                f"{f.roofline_refused}"), key="memory_bandwidth",
                       needs=("--tp", "--model", "--weight-bytes", "--tokens-per-step"))
     if floor is None:
         needs = ("--model", "--weight-bytes") if f.weight_bytes_per_step is None else ("--peak-bw",)
-        return _lever(f, False, None, "weight bytes or peak bandwidth unknown: pass --model PATH (or --weight-bytes "
-                                      "N) and --peak-bw to compare the step with the memory-bandwidth floor",
-                      key="memory_bandwidth", needs=needs)
-    ref = f.reference_ms
-    frac = floor / ref if ref else 0
-    gemm = f.per_step_ms.get("gemm")
-    peak = f.peak_bw_gbps
+        return _lever(f, False, None, Statement(
+            "weight bytes or peak bandwidth unknown: pass --model PATH (or --weight-bytes N) and --peak-bw to "
+            "compare the step with the memory-bandwidth floor"), key="memory_bandwidth", needs=needs)
     kv = f.kv_bytes_per_step
-
-    def src(s: str | None) -> str:
-        return f" ({s})" if s else ""
-
-    streams = (f"{(f.weight_bytes_per_step or 0) / 1e9:.2f} GB of weights{src(f.weight_bytes_source)}"
-               + (f" and {kv / 1e9:.2f} GB of KV cache{src(f.kv_bytes_source)}" if kv else "") + " per GPU")
+    peak = f.peak_bw_gbps
     assumed = tuple(x for x in (f"weights from {f.weight_bytes_source}" if f.weight_bytes_source else "",
                                 f"KV cache from {f.kv_bytes_source}" if kv and f.kv_bytes_source else "",
                                 f"peak {peak:,.0f} GB/s" if peak else "") if x)
-    near = []
-    if f.gemm_achieved_bw_gbps and peak:
-        near.append(f"the gemm kernels read at {pct(f.gemm_achieved_bw_gbps / peak)} of peak")
-    if kv and f.attention_achieved_bw_gbps and peak:
-        near.append(f"attention reads the KV cache at {pct(f.attention_achieved_bw_gbps / peak)} of peak")
-    near_txt = f" ({'; '.join(near)})" if near else ""
-    if frac >= MEMORY_BOUND and gemm is not None:
-        main = "weights" if not kv or kv < (f.weight_bytes_per_step or 0) else "the KV cache"
-        verdict = (f"the step reads {streams}; at {_base(f)} it is at {pct(frac)} of the {floor:.3f} ms floor that "
-                   f"reading them at peak bandwidth takes{near_txt}: memory-bound (mostly {main}); CUDA graphs or NCCL "
-                   "changes cannot help much — fewer bytes can (quantization, a smaller KV cache, batching, better "
-                   "acceptance)")
-    else:
-        rest_ms = ref - floor
-        amount = f"at most {rest_ms:.3f} ms" if f.upper_bounds else f"{rest_ms:.3f} ms"
-        verdict = (f"the step takes {_base(f)} against a floor of {floor:.3f} ms for reading {streams} ({pct(frac)} "
-                   f"of it): {amount} per step are not spent reading memory")
-        rest = sorted(((k, v) for k, v in {**f.gaps, **{k: v for k, v in f.per_step_ms.items()
-                                                        if k not in ("gemm", *GAP_CATEGORIES)}}.items() if v),
-                      key=lambda kv_: -kv_[1])[:2]
-        if rest:
-            verdict += "; the largest other parts of the traced step: " + ", ".join(
-                f"{gap_name(f, k)} {v:.3f} ms" for k, v in rest)
-        verdict += near_txt
-    return _lever(f, True, floor, verdict, key="memory_bandwidth", assumed=assumed)
+    rest = sorted(((k, v) for k, v in {**f.gaps, **{k: v for k, v in f.per_step_ms.items()
+                                                    if k not in ("gemm", *GAP_CATEGORIES)}}.items() if v),
+                  key=lambda kv_: -kv_[1])[:2]
+    reading = FloorReading(
+        floor=floor, weight_bytes=f.weight_bytes_per_step or 0, weight_source=f.weight_bytes_source, kv_bytes=kv,
+        kv_source=f.kv_bytes_source, peak_gbps=peak, gemm_gbps=f.gemm_achieved_bw_gbps,
+        attention_gbps=f.attention_achieved_bw_gbps if kv else None,
+        main="weights" if not kv or kv < (f.weight_bytes_per_step or 0) else "the KV cache",
+        rest=tuple((gap_name(f, k), v) for k, v in rest))
+    return _lever(f, True, floor.ms, reading, key="memory_bandwidth", assumed=assumed)
 
+
+# ───────────────────────── the advice ─────────────────────────
 
 def not_decode(f: StepFacts) -> Advice:
     why = f.phase_note or (f"{f.phase} steps: decode advice does not apply (the split above still holds)")
-    extra = {"drafting": _drafting_keys(f),
+    extra = {"drafting": drafting_keys(f),
              "communication": _comm_measures(f)}
-    levers = {k: Lever(False, None, None, None, why, extra.get(k, {}), name=LEVER_NAMES[k]) for k in ALL_LEVERS}
-    return Advice(levers=levers, ranked=())
+    levers = {k: Lever(False, None, None, None, extra=extra.get(k, {}), reading=Statement(why),
+                       reference=_reference(f), name=LEVER_NAMES[k]) for k in ALL_LEVERS}
+    return Advice(levers=levers, ranked=(), order=_order(levers, (), None), headline=headline(f, levers, (), None))
 
 
-_GBPS = re.compile(r"(\d[\d,]*(?:\.\d+)?) GB/s")
-_OF_PEAK = re.compile(r"(\d+(?:\.\d+)?)% of peak")
-_HEDGE = ("at most", "≤")
-
-
-def check(lever: Lever, f: StepFacts) -> list[str]:
-    """What makes ``lever`` unfit to print (empty when it holds): an upper-bound saving stated without "at most"
-    or "≤"; a memory bandwidth above the GPU's peak (x ``PEAK_TOLERANCE``) or above 100% of it, in its verdict; a
-    saving larger than the reference step."""
-    problems = []
-    s = lever.max_saving_ms
-    if lever.basis == "upper_bound" and s is not None and s > EPS_MS and not any(h in lever.verdict for h in _HEDGE):
-        problems.append(f"its saving ({s:.3f} ms) is an upper bound but the verdict does not say so")
-    if s is not None and s > f.reference_ms * (1 + 1e-9) + EPS_MS:
-        problems.append(f"its saving ({s:.3f} ms) exceeds the {f.reference_ms:.3f} ms step")
-    peak = f.peak_bw_gbps
-    if peak:
-        for m in _GBPS.finditer(lever.verdict):
-            ctx = lever.verdict[max(0, m.start() - 40):m.end() + 40]
-            if float(m.group(1).replace(",", "")) > PEAK_TOLERANCE * peak and "bus bandwidth" not in ctx:
-                problems.append(f"it states {m.group(0)}, above the GPU's {peak:,.0f} GB/s peak")
-    for m in _OF_PEAK.finditer(lever.verdict):
-        if float(m.group(1)) > 100 * PEAK_TOLERANCE:
-            problems.append(f"it states {m.group(0)}")
-    return problems
-
-
-def _refuse(lever: Lever, problems: list[str]) -> Lever:
-    return replace(lever, applicable=False, max_saving_ms=None, max_saving_fraction=None, basis="unknown",
-                   verdict=f"verdict withheld ({'; '.join(problems)}): {lever.name} not assessed")
+def _order(levers: Mapping[str, Lever], ranked: tuple[str, ...], floor: Floor | None) -> tuple[str, ...]:
+    """Every lever in the order a report lists them: the ranked ones first, then the rest, memory bandwidth last —
+    or first, when the step is bound at its floor (that is the verdict)."""
+    rest = [k for k in ALL_LEVERS if k not in ranked and k != "memory_bandwidth"]
+    if floor is not None and floor.bound:
+        return ("memory_bandwidth", *ranked, *rest)
+    return (*ranked, *rest, "memory_bandwidth")
 
 
 def advise(f: StepFacts) -> Advice:
-    """Every lever for the measured facts ``f``, each checked (:func:`check`) before it is returned; ``ranked`` =
-    the applicable levers with a positive saving, largest first (memory bandwidth is context, never ranked; a
-    negative drafting saving means speculation pays)."""
+    """Every lever for the measured facts ``f``, each checked on its fields (``verdicts.check``: what it finds is
+    in ``problems``, the lever is never withheld); ``ranked`` = the applicable levers with a positive saving,
+    largest first (memory bandwidth is context, never ranked; a negative drafting saving means speculation pays);
+    ``order``, ``bound_by`` and ``headline``: what every report shows first, decided here."""
     if not f.decode_advice or f.phase in ("prefill", "training"):
         return not_decode(f)
+    floor = floor_of(f)
     levers = {
         "cuda_graphs": cuda_graphs_lever(f),
         "communication": communication_lever(f),
         "host_work": host_work_lever(f),
         "drafting": drafting_lever(f),
-        "memory_bandwidth": memory_lever(f),
+        "memory_bandwidth": memory_lever(f, floor),
     }
-    levers = {k: (_refuse(v, p) if (p := check(v, f)) else v) for k, v in levers.items()}
+    problems = tuple(f"advice.{k}: {p}" for k, v in levers.items() for p in check(v, f.peak_bw_gbps))
     ranked = tuple(sorted((k for k, v in levers.items() if v.applicable and (v.max_saving_ms or 0) > 0
                            and k != "memory_bandwidth"), key=lambda k: -(levers[k].max_saving_ms or 0)))
-    return Advice(levers=levers, ranked=ranked)
+    bound_by = floor.kind if floor is not None and floor.bound else None
+    return Advice(levers=levers, ranked=ranked, order=_order(levers, ranked, floor), bound_by=bound_by,
+                  headline=headline(f, levers, ranked, bound_by), problems=problems)
 
 
-__all__ = ["advise", "check", "Advice", "Lever", "StepFacts", "DEFAULT_REPLAY_GAP_US", "GRAPHED_SHARE", "ALL_LEVERS",
-           "BASES", "LEVER_EXTENSIONS", "pct", "saving_text", "gap_name"]
+def headline(f: StepFacts, levers: Mapping[str, Lever], ranked: tuple[str, ...], bound_by: str | None) -> Headline:
+    """The one-line summary, as data: the step and its time base, where most of the traced step goes, the top lever
+    (every saving an upper bound without an unprofiled time), the levers whose saving is unknown with the flag that
+    resolves them, and the ceiling (or why there is none)."""
+    traced = f.traced_ms
+    shares = {k: v for k, v in f.per_step_ms.items() if v and k not in GAP_CATEGORIES}
+    shares.update({k: v for k in GAP_CAUSES if (v := f.gaps[k])})
+    parts = ()
+    if traced and shares:
+        parts = tuple((gap_name(f, k), shares[k] / traced) for k in sorted(shares, key=lambda k: -shares[k])[:2])
+    unprofiled = f.reference_ms if f.reference_source else None
+    base = dict(traced_ms=traced, unprofiled_ms=unprofiled, unprofiled_source=f.reference_source,
+                host_bound=unprofiled is None and host_bound(f.per_step_ms, traced), busy_ms=f.busy_ms, parts=parts,
+                small=SMALL_SAVING)
+    if f.phase in ("prefill", "training") or not f.decode_advice:
+        return Headline(**base, no_advice=f.phase_label or f.phase)
+    top, strong = None, False
+    if ranked:
+        lever = levers[ranked[0]]
+        top = TopLever(name=lever.name, saving_ms=lever.max_saving_ms, fraction=lever.max_saving_fraction or 0,
+                       bound=lever.bound, predicted_ms=lever.predicted_step_ms)
+        strong = (lever.max_saving_fraction or 0) >= SMALL_SAVING
+    # levers whose saving an input would make known: drafting always, memory bandwidth when no lever is strong
+    unknown = []
+    for k, v in levers.items():
+        if not v.unknown or (k == "memory_bandwidth" and (strong or f.roofline_refused)):
+            continue
+        share = f.per_step_ms.get(k) if k in f.per_step_ms else None  # (levers named after a category: its share)
+        if k == "drafting" and share:  # the draft phase's wall time, its launch gaps included (as its verdict)
+            share = max(share, min(f.draft_phase_ms, traced))
+        unknown.append((k.replace("_", " "), share / traced if share and traced else None, v.needs))
+    ceiling = None
+    if f.fraction_of_ceiling is not None and f.ceiling_tokens_per_s is not None:
+        ceiling = (f.fraction_of_ceiling, f.ceiling_tokens_per_s, f.ceiling_unit)
+    return Headline(**base, top=top, strong=strong, unknown=tuple(unknown),
+                    refused=", ".join(f.roofline_check) if f.roofline_refused else None, ceiling=ceiling,
+                    bound_by=bound_by)
+
+
+__all__ = ["advise", "check", "floor_of", "drafting_inputs", "Advice", "Lever", "StepFacts", "DraftingInputs",
+           "DEFAULT_REPLAY_GAP_US", "GRAPHED_SHARE", "MEMORY_BOUND", "SMALL_SAVING", "ALL_LEVERS", "BASES",
+           "LEVER_EXTENSIONS", "PEAK_TOLERANCE", "pct", "saving_text", "gap_name", "headline", "host_bound",
+           "cuda_graphs_lever", "host_work_lever", "communication_lever", "drafting_lever", "memory_lever"]

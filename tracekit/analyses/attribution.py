@@ -509,7 +509,7 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     drafting detection off (no ranges, no structure, and the speculative kernels count as ``other``).
 
     ``consume=True`` (a caller that owns ``trace`` and reads nothing more of it than the breakdown does:
-    ``tracekit.run.file.breakdown_file``): the columns of ``trace.kernels`` that the activities copy
+    ``tracekit.run.pipeline.breakdown_file``): the columns of ``trace.kernels`` that the activities copy
     (:data:`COPIED_KERNEL_COLUMNS`) are dropped from it, in place, as they are copied, when the analysed GPU is the
     trace's only one. What is read of them later (the lost graph launches, the communication kernels:
     ``Attribution.comm_kernels``) is found first. At ten million kernels that is ~0.4 GB given back while the

@@ -208,7 +208,9 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
                   kv_dtype: str | None = None, batch: int = 1, context: int | None = None,
                   kv_bytes_per_token: float | None = None, draft_forwards: float = 0, verify_tokens: int = 1,
                   draft_bytes: float = 0, draft_sharded: bool = True, manifest: dict | None = None,
-                  from_trace: Callable[[], tuple[int | None, str | None]] | None = None) -> ResolvedBytes:
+                  discover: Callable[[], tuple[str | Path | None, str]] | None = None, draft_note: str = "",
+                  from_trace: Callable[[], tuple[int | None, str | None, tuple[str, ...]]] | None = None,
+                  ) -> ResolvedBytes:
     """The bytes per GPU per decode step from every source given (precedence: the module docstring).
 
     ``weight_bytes``: summed over all GPUs (divided by ``parallel.tp``); ``params`` x ``dtype`` likewise;
@@ -217,7 +219,12 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
     ``context``: KV tokens each sequence reads (None: KV unknown); ``draft_forwards``: draft (MTP) forwards per
     step; ``draft_bytes``: a separate draft model's bytes (read ``draft_forwards`` times, split over tp when
     ``draft_sharded``); ``manifest``: ``tracekit capture``'s (``weight_bytes_per_step``, ``kv_bytes_per_step``,
-    per GPU); ``from_trace``: called only when nothing above gives the weights, returns (bytes, source).
+    per GPU). A trace's own sources (breakdown): ``discover``, called only when no flag, model or manifest gives
+    the weights, returns the model the trace's recorded command line names (its path when it is on this machine,
+    else None) and how it was found; ``from_trace``, called only when nothing above gives the weights, returns
+    (bytes, source, warnings) from the recorded shapes or NVTX; ``draft_note`` says how the draft forwards were
+    counted (a warning when a draft is counted). The warnings a breakdown prints (what is unknown, what was
+    assumed) come back in ``warnings``.
     """
     from tracekit.analyses.roofline import bytes_per_step, weight_bytes_per_gpu
     from tracekit.model import step_bytes
@@ -228,6 +235,13 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
     assumptions: list[str] = []
     warnings: list[str] = []
     m = sb = None
+    trace_warnings: list[str] = []
+    if (discover is not None and model is None and weight_bytes is None and params is None
+            and man.get("weight_bytes_per_step") is None):
+        found, note = discover()
+        if found is not None:
+            model = str(found)
+            warnings.append(f"model bytes from {note}")
     if model is not None:
         m = load(model, dtype)
         # a separate draft model's bytes (--draft-bytes) replace the model's MTP layers as the draft
@@ -258,7 +272,8 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
     elif man.get("weight_bytes_per_step") is not None:  # (target + draft x forwards, as the contract's key)
         target, src = int(man["weight_bytes_per_step"]) - (_manifest_draft(man) or 0), "manifest"
     elif from_trace is not None:
-        target, src = from_trace()
+        target, src, seen = from_trace()
+        trace_warnings = list(seen)
 
     # the KV cache
     kv = kv_src = None
@@ -285,6 +300,19 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
     elif src == "manifest":
         draft = _manifest_draft(man)
 
+    if draft_note and draft is not None and target is not None and draft:
+        warnings.append(draft_note)
+    if from_trace is not None:  # (breakdown: what a user should know of the bytes a trace's step reads)
+        if sb is not None and kv is None:
+            warnings.append("KV-cache bytes unknown: pass --context N (tokens of KV cache each sequence reads per "
+                            "step); the floor counts the weights only")
+        warnings.extend(trace_warnings)
+        if target is None:
+            warnings.append("weight bytes per step unknown: pass --model PATH or --weight-bytes N (or capture with "
+                            "tracekit capture, whose manifest records them)")
+        elif src in ("flag", "model") and not parallel.known:
+            warnings.append(f"tensor parallelism unknown ({parallel.evidence}): the model's bytes are not divided "
+                            "(--tp 1 assumed; pass --tp N)")
     inputs = {"tp": tp, "tp_source": parallel.source, "ep": ep, "batch": batch, "context": context,
               "draft_forwards": draft_forwards, "verify_tokens": verify_tokens}
     return ResolvedBytes(target_bytes_per_step=int(round(target)) if target is not None else None,

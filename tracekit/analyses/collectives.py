@@ -26,8 +26,11 @@ ranks. Definitions (../shared/spec/CONTRACT.md):
   is latency-bound when moving its bus bytes at the link's bandwidth takes no longer than that latency:
   ``bytes x busbw factor / link_gbps <= steps x hop latency``. A batch-1 decode all-reduce of 16 KB over 8
   NVLink-4 GPUs: 0.06 us of transfer against 8.4 us of latency. Where the size is unknown, a call whose
-  whole duration is at most twice the latency term is latency-bound too (its bandwidth term cannot exceed
-  the latency). There a one-shot / custom all-reduce or fewer, fused calls help; a bandwidth verdict is wrong.
+  *transfer* is at most twice the latency term is latency-bound too (its bandwidth term cannot exceed the
+  latency). One rule for one rank and a rank set (:func:`is_latency_bound`): the call's transfer is its duration
+  on the last-arriving rank across ranks, and from one rank's file its estimate (:func:`split_one_rank`: the
+  recurring instances' fastest), never a duration that includes waiting for the other ranks. There a one-shot /
+  custom all-reduce or fewer, fused calls help; a bandwidth verdict is wrong.
 * **hidden communication** (``advice.communication.hidden_communication_ms``): communication kernel time
   overlapped by compute (gemm, attention, other, drafting) on *other* streams. Activities of one stream are
   serialised first (each starts at the later of its own start and the end of the activities before it on
@@ -687,14 +690,15 @@ def comm_summary(b, trace: Trace | None = None, *, rules=None) -> CommSummary:
         warnings=warnings)
 
 
-def collective_rows(calls: pl.DataFrame, n_steps: int, time_col: str) -> pl.DataFrame:
+def collective_rows(calls: pl.DataFrame, n_steps: int, time_col: str, call_col: str | None = None) -> pl.DataFrame:
     """Per (kind, implementation): counts, sizes and times of ``calls`` (one row per call; ``time_col`` = the
-    time the bandwidth is computed from, ns)."""
+    time the bandwidth is computed from, ns; ``call_col`` = each call's transfer, ns, whose median decides whether
+    the collective is latency-bound: :func:`is_latency_bound`; default ``time_col``)."""
     return (calls.group_by("kind", "impl").agg(
         count=pl.len(),
         total_ns=(pl.col("end") - pl.col("start")).sum(),
         time_ns=pl.col(time_col).sum(),
-        call_ns=pl.col(time_col).median(),
+        call_ns=pl.col(call_col or time_col).median(),
         bytes=pl.col("bytes").median(),
         bytes_sum=pl.col("bytes").filter(pl.col("bytes").is_not_null()).sum(),
         time_sized_ns=pl.col(time_col).filter(pl.col("bytes").is_not_null()).sum(),
@@ -736,12 +740,23 @@ def collective_table(s: CommSummary) -> list[dict]:
     return _table(s.kernels, max(1, s.steps), s.link, s.link_gbps)
 
 
+def collectives_of(kernels: pl.DataFrame, n_steps: int, gpu_name: str | None) -> list[dict]:
+    """One rank's collectives table from its communication kernels (those of :func:`split_one_rank`, whose
+    ``transfer`` is filled: latency-bound is then judged from each call's transfer, as across ranks)."""
+    link, link_gbps = link_of(gpu_name)
+    return _table(kernels, max(1, n_steps), link, link_gbps)
+
+
 def _table(kernels: pl.DataFrame, n_steps: int, link: str | None, link_gbps: float | None) -> list[dict]:
+    """Bandwidths from the kernels' own durations (waiting included: lower bounds); latency-bound from each call's
+    transfer where it is known (``transfer``: :func:`split_one_rank`), else from its duration."""
     calls = kernels.filter(pl.col("step").is_not_null()).with_columns(
         pl.col("name", "impl", "kind", "group").cast(pl.String), dur=pl.col("end") - pl.col("start"))
     if calls.height == 0:
         return []
-    return row_dicts(collective_rows(calls, n_steps, "dur"), n_steps, link, link_gbps)
+    call = pl.coalesce("transfer", "dur") if "transfer" in calls.columns else pl.col("dur")
+    calls = calls.with_columns(call=call)
+    return row_dicts(collective_rows(calls, n_steps, "dur", "call"), n_steps, link, link_gbps)
 
 
 def collectives_verdict(rows: list[dict], *, across_ranks: bool = False) -> str | None:
@@ -762,8 +777,8 @@ def collectives_verdict(rows: list[dict], *, across_ranks: bool = False) -> str 
             why = (f"the link moves its bytes in {move_us:.2f} µs against ≈{r['latency_us']:.1f} µs of latency "
                    "per call")
         else:
-            why = (f"each call takes {r['call_us']:.1f} µs, within twice the ≈{r['latency_us']:.1f} µs latency of a "
-                   f"{r['group_size']}-rank ring")
+            why = (f"each call's transfer takes {r['call_us']:.1f} µs, within twice the ≈{r['latency_us']:.1f} µs "
+                   f"latency of a {r['group_size']}-rank ring")
         return (f"the {what}{size} is latency-bound ({why}; {r['count_per_step']:.0f} calls per step): {fix}; "
                 "bus bandwidth is not the measure here")
     if r["busbw_gbps"] is not None and r["link_gbps"]:
@@ -785,6 +800,6 @@ def _bytes(n: int | None) -> str:
 
 
 __all__ = ["CommSummary", "CommSplit", "StepComm", "split_one_rank", "step_communication", "one_rank_evidence",
-           "kernel_exposure", "NCCL_KIND", "comm_summary", "comm_kernels", "collective_rows", "row_dicts", "collective_table", "collectives_verdict",
+           "kernel_exposure", "NCCL_KIND", "comm_summary", "comm_kernels", "collective_rows", "row_dicts", "collective_table", "collectives_of", "collectives_verdict",
            "hidden_communication",
            "tp_from_trace", "bus_factor", "is_latency_bound", "HOP_LATENCY_US", "DTYPE_BYTES"]

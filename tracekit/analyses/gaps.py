@@ -24,6 +24,8 @@ Only the few largest gaps are named (a search per gap over sorted starts).
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from tracekit.intervals import asof, merge, one_thread
@@ -316,9 +318,34 @@ def name_gaps(gaps: pl.DataFrame, trace: Trace, launches: pl.DataFrame, skip: pl
         # Python after a synchronisation returned: the sync covers the gap's first microseconds only, and naming
         # it would say the host was waiting while the GPU waited for the host).
         best = win.filter(2 * pl.col("cover") >= g["h1"] - g["h0"]).sort(["dur", "cover"], descending=[False, True])
-        out.append({"kind": best["kind"][0], "name": best["name"][0]} if best.height else None)
+        out.append({"kind": best["kind"][0], "name": frame_name(best["name"][0])} if best.height else None)
     return out
 
 
+_FRAME = re.compile(r"^<(?P<what>built-in method|built-in function|method|function|bound method) (?P<name>\S+)"
+                    r"(?: of (?P<owner>.+?))?(?: object)?(?: at 0x[0-9a-fA-F]+)?>$")
+
+
+def frame_name(name: str | None) -> str | None:
+    """A Python frame's name as a verdict quotes it: the repr Kineto records for a built-in (``<built-in method
+    replay of pybind11_builtins.pybind11_detail_function_record_v1_... object at 0xec6e52f70190>``) without its
+    address and brackets, and without the owner when that is pybind11's internal record type (it says nothing).
+
+    >>> frame_name("<built-in method acquire of _thread.lock object at 0xfda7d2176100>")
+    'built-in method acquire of _thread.lock'
+    >>> frame_name("<built-in method replay of pybind11_builtins.pybind11_detail_function_record_v1_x object at 0xec6e>")
+    'built-in method replay'
+    >>> frame_name("torch/cuda/graphs.py(139): replay")
+    'torch/cuda/graphs.py(139): replay'
+    """
+    m = _FRAME.match(name) if name else None
+    if m is None:
+        return name
+    owner = m.group("owner")
+    if owner and owner.startswith("pybind11_builtins."):
+        owner = None
+    return f"{m.group('what')} {m.group('name')}" + (f" of {owner}" if owner else "")
+
+
 __all__ = ["LARGEST", "host_only", "work_rows", "blocking_copies", "host_waits", "stall_segments", "covered", "stalled_part",
-           "waits_before", "after_waits", "name_gaps"]
+           "waits_before", "after_waits", "name_gaps", "frame_name"]

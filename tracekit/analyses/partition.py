@@ -576,9 +576,15 @@ def _disjoint(iv: pl.DataFrame) -> bool:
     return iv.height < 2 or bool((st.slice(1) > en.slice(0, iv.height - 1)).all() and (en >= st).all())
 
 
+# A gap shorter than this is not one of gaps.largest: below the table's precision (0.001 ms) it prints as 0.000, and
+# a hole of a few nanoseconds between back-to-back kernels is the rounding of microsecond timestamps (Kineto).
+MIN_LARGEST_NS = 1_000
+
+
 def _largest(holes: pl.DataFrame, table: pl.DataFrame, trace: Trace, launches: pl.DataFrame,
              skip: pl.DataFrame | None = None) -> list[dict]:
-    """gaps.largest: the longest single gaps, in-step or between steps, named by what the host was doing."""
+    """gaps.largest: the longest single gaps (of at least ``MIN_LARGEST_NS``), in-step or between steps, named by what
+    the host was doing."""
     idle = table.filter(pl.col("x_idle") > 0).select(
         "step", h0=pl.col("p_end") - pl.col("x_idle"), h1="p_end", launch="next_launch",
         graphed=pl.col("next_graphed").fill_null(False), bubble=pl.lit(False), stall=pl.lit(0, pl.Int64),
@@ -588,6 +594,7 @@ def _largest(holes: pl.DataFrame, table: pl.DataFrame, trace: Trace, launches: p
                            .otherwise(pl.lit("launch_overhead")))
     cols = ["step", "h0", "h1", "launch", "graphed", "ms", "cause"]
     top = (pl.concat([h.select(cols), idle.select(cols)], how="vertical_relaxed")
+           .filter(pl.col("ms") >= MIN_LARGEST_NS)
            .sort(["ms", "step"], descending=[True, False]).head(LARGEST))
     if top.height == 0:
         return []

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracekit.categories import GAP_CATEGORIES
-from tracekit.contract import Block
+from tracekit.contract import Block, extension
 
 HOST_BOUND = 0.2  # launch_gaps + idle >= this share of the traced step: host-bound
 
@@ -32,6 +32,8 @@ class TimeBase(Block):
     unprofiled_source: str | None  # "flag" | "manifest" | None
     reference_step_ms: float
     profiler_inflation: float | None  # traced / unprofiled
+    # an extension: an unprofiled step that was given but refused (longer than the traced step: impossible)
+    rejected_unprofiled_step_ms: float | None = extension(omit=lambda t: t.rejected_unprofiled_step_ms is None)
 
 
 def time_base(traced_step_ms: float, *, measured_step_ms: float | None, measured_tok_s: float | None,

@@ -73,12 +73,10 @@ def kernels(traces, device, top, rules, wide, fmt, output, color):
 @click.command()
 @trace_arguments
 @analysis_options(engine=True)
-@click.option("--all-devices", is_flag=True,
-              help="Analyse every GPU of the trace (one nsys report of several ranks) and add a cross-rank table.")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="RUNS.DB",
               help="Append the result to a SQLite run history (see `tracekit history`).")
 @output_options()
-def breakdown(traces, opts, all_devices, save, fmt, output, color):
+def breakdown(traces, opts, save, fmt, output, color):
     """Per-decode-step time split, memory-bandwidth roofline and advice.
 
     Several files (or a directory of rank files) are analysed one per rank, on --engine, and compared: one
@@ -88,23 +86,31 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
     import tracekit
 
     files = expand_traces(traces)
-    if opts.engine is not None and (len(files) == 1 or all_devices):
+    if opts.engine is not None and (len(files) == 1 or opts.all_devices):
         click.echo("warning: --engine places the per-file work of several trace files; this one trace is analysed "
                    "in this process", err=True)
-    if all_devices:
-        if len(files) != 1 or opts.device is not None:
-            raise TracekitError("--all-devices takes one trace file and no --device")
+    if opts.all_devices:
+        if len(files) != 1:
+            raise TracekitError("--all-devices takes one trace file")
         from tracekit.run.ranks import analyse_devices
 
         results, labels = analyse_devices(load(files[0], True), opts)
     elif len(files) == 1:
+        from contextlib import nullcontext
+
         from tracekit.cli import app
-        from tracekit.readers.kineto_split import head_start as kineto_head_start
         from tracekit.readers.nsys_scan import head_start
 
+        if app.OWN_PROCESS:
+            _one_thread_for_a_small_trace(files[0])
+
+        kineto = nullcontext()
+        if files[0].suffix.lower() == ".json":  # (the Kineto worker's imports, msgspec's ~0.04 s, only for one)
+            from tracekit.readers.kineto_split import head_start as kineto_head_start
+
+            kineto = kineto_head_start(files[0], kernel_dims=False)
         # (the big scans, or a big Kineto trace's second reader, begin before polars and rich are imported)
-        with (head_start(files[0], kernel_dims=False, arrow_without_numpy=app.OWN_PROCESS),
-              kineto_head_start(files[0], kernel_dims=False)):
+        with head_start(files[0], kernel_dims=False, arrow_without_numpy=app.OWN_PROCESS), kineto:
             result = beside_renderer_import(
                 lambda: tracekit.breakdown_file(files[0], opts, own_process=app.OWN_PROCESS), fmt)
         if save is not None:
@@ -126,6 +132,25 @@ def breakdown(traces, opts, all_devices, save, fmt, output, color):
         # each rank as the cross-rank analysis left it (its advice.communication from the matched transfer)
         save_runs(save, cr.rank_breakdowns)
     emit("ranks", cr, fmt, output, color)
+
+
+# A trace file smaller than this is analysed on one polars thread by the command line (its own process): on frames
+# of a few thousand rows the pool's hand-offs cost more CPU than the parallel work saves (hf-small-eager, 3.7 MB:
+# ~4% less CPU, no slower). A user's own POLARS_MAX_THREADS is kept.
+SMALL_TRACE_BYTES = 8 << 20
+
+
+def _one_thread_for_a_small_trace(path: Path) -> None:
+    """Before polars is imported: one polars thread for a small trace file (:data:`SMALL_TRACE_BYTES`)."""
+    import os
+    import sys
+
+    try:
+        small = path.stat().st_size < SMALL_TRACE_BYTES
+    except OSError:
+        return
+    if small and "polars" not in sys.modules:
+        os.environ.setdefault("POLARS_MAX_THREADS", "1")
 
 
 COMMANDS = (info, kernels, breakdown)

@@ -21,7 +21,7 @@ import click
 
 from tracekit import __version__
 from tracekit.errors import TracekitError
-from tracekit.report._fmt import one_line
+from tracekit.text import one_line
 
 DEBUG_FLAG = "--debug"
 

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from tracekit.report._fmt import size
+from tracekit.text import size
 
 
 @click.group("cache")

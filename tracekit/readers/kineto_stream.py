@@ -22,7 +22,7 @@ import msgspec
 from msgspec import Raw, Struct, field
 
 from tracekit.errors import TracekitError
-from tracekit.report._fmt import one_line
+from tracekit.text import one_line
 
 NULL = Raw(b"null")
 

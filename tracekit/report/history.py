@@ -9,8 +9,8 @@ tells them apart (every capture names its file ``trace.sqlite``); the table list
 from __future__ import annotations
 
 from tracekit.categories import STEP_CATEGORIES
-from tracekit.report._fmt import MINUS, distinct_tails, num
 from tracekit.report.safe import md, rich_text
+from tracekit.text import MINUS, distinct_tails, num
 
 SHOWN = [k for k in STEP_CATEGORIES if k not in ("memory", "unattributed")]
 SHORT = {"communication": "comm", "attention": "attn", "drafting": "draft", "launch_gaps": "gaps"}

@@ -10,8 +10,8 @@ import csv
 import io
 
 from tracekit.categories import GAP_CAUSES, KERNEL_CATEGORIES, STEP_CATEGORIES
-from tracekit.report._fmt import MISSING, num
 from tracekit.report.safe import md, plain
+from tracekit.text import MISSING, distinct_short, num
 from tracekit.tokens import tok_s_unit
 
 SPLIT_ORDER = list(STEP_CATEGORIES)
@@ -69,6 +69,10 @@ def time_base_line(d: dict) -> str:
         return (f"unprofiled step {tb['unprofiled_step_ms']:.3f} ms ({tb['unprofiled_source']}); traced "
                 f"{tb['traced_step_ms']:.3f} ms ({tb['profiler_inflation']:.2f}x): savings are against the unprofiled "
                 "step")
+    if tb.get("rejected_unprofiled_step_ms") is not None:
+        return (f"the unprofiled step given ({tb['rejected_unprofiled_step_ms']:.3f} ms) is longer than the traced "
+                f"{tb['traced_step_ms']:.3f} ms step, which is impossible (see the warning): savings are upper bounds "
+                "on the traced step")
     return (f"no unprofiled time: savings are upper bounds on the traced {tb['traced_step_ms']:.3f} ms step (pass "
             "--measured-step-ms or --measured-tok-s)")
 
@@ -118,8 +122,9 @@ def breakdown_md(b) -> str:
     if top.height:
         n = max(1, st["count"])
         out += ["", "| top kernels | category | per step | ms / step | mean µs |", "|---|---|---:|---:|---:|"]
-        for r in top.iter_rows(named=True):
-            out.append(f"| {md(r['name'], 90)} | {r['category']} | {r['count'] / n:.1f} | {num(r['per_step_ms'])} | "
+        names = distinct_short([plain(x, 4000) for x in top["name"]], 90)  # (two kernels never cut to one name)
+        for name, r in zip(names, top.iter_rows(named=True)):
+            out.append(f"| {md(name, 200)} | {r['category']} | {r['count'] / n:.1f} | {num(r['per_step_ms'])} | "
                        f"{num(r['mean_us'], 1)} |")
     if d["warnings"]:
         out += ["", "warnings:"]

@@ -23,8 +23,8 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.categories import GAP_CATEGORIES, PRIORITY, STEP_CATEGORIES
-from tracekit.report._fmt import tail
 from tracekit.report.safe import plain
+from tracekit.text import tail
 
 BAR_KEYS = list(STEP_CATEGORIES)
 LANES = list(PRIORITY)
@@ -114,6 +114,22 @@ def _mpl_text(s: str, limit: int = 120) -> str:
     return plain(s, limit).replace("$", r"\$")
 
 
+# A 10-point tick label is ~9 px per character at 110 dpi (DejaVu Sans, measured: "communication" is 117 px), and
+# the tick and its pad take ~12 px more; the bar axis' label stands ~22 px left of its tick labels.
+_CHAR_PX, _TICK_PX, _YLABEL_PX = 9.2, 12, 22
+
+
+def _left_margin(data: PlotData, lanes: list[str], fig) -> float:
+    """The figure's left margin, wide enough for the longest timeline lane name ("communication", cut before) and
+    for the bar axis' tick labels with its y-axis label: fixed margins, measured from the text, not a layout solver."""
+    top = max([float(v or 0) for v in data.bars.select(BAR_KEYS).fill_null(0).sum_horizontal().to_list()]
+              + [ms for _, ms, _ in data.step_lines()], default=0.0) * 1.15
+    lane_px = max(len(lane) for lane in lanes) * _CHAR_PX + _TICK_PX
+    bar_px = len(f"{top:.0f}") * _CHAR_PX + _TICK_PX + _YLABEL_PX
+    width_px = fig.get_figwidth() * fig.dpi
+    return max(0.08, (max(lane_px, bar_px) + 8) / width_px)
+
+
 def figure(data: PlotData):
     """The matplotlib Figure (two axes: per-step stacked bars, representative-step timeline)."""
     import matplotlib
@@ -126,7 +142,9 @@ def figure(data: PlotData):
     # the drawing (benchmarks/startup.py).
     fig = Figure(figsize=(13, 8), dpi=110)
     lines = data.title_lines()
-    fig.subplots_adjust(left=0.08, right=0.985, top=0.955 - 0.025 * len(lines), bottom=0.065, hspace=0.42)
+    lanes = [c for c in LANES if data.timeline.filter(pl.col("category") == c).height] + [GAP_LANE]
+    fig.subplots_adjust(left=_left_margin(data, lanes, fig), right=0.985, top=0.955 - 0.025 * len(lines),
+                        bottom=0.065, hspace=0.42)
     ax_bar, ax_tl = fig.subplots(2, 1, height_ratios=[1.15, 1])
     fig.suptitle("\n".join(_mpl_text(line, TITLE_CHARS + 50) for line in lines), fontsize=11, y=0.99,
                  va="top")
@@ -164,7 +182,6 @@ def figure(data: PlotData):
         ax_bar.annotate(label, xy=(1, ms), xycoords=("axes fraction", "data"), xytext=(-4, 3),
                         textcoords="offset points", ha="right", va="bottom", fontsize=8, color=STEP_LINES[kind])
 
-    lanes = [c for c in LANES if data.timeline.filter(pl.col("category") == c).height] + [GAP_LANE]
     for y, lane in enumerate(lanes):
         if lane == GAP_LANE:
             for kind in GAP_CATEGORIES:

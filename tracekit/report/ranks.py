@@ -10,8 +10,8 @@ from __future__ import annotations
 import csv
 import io
 
-from tracekit.report._fmt import num, size
 from tracekit.report.safe import md, md_code, plain, rich_text
+from tracekit.text import num, size
 
 # (header, cross_rank list key or callable over (cross_rank, i), digits)
 _RANK_COLS = (
@@ -70,10 +70,30 @@ def _labels(report: dict) -> list[str]:
     return [str(row[0]) for row in report["table"]]
 
 
+def _lever_lines(report: dict) -> tuple[str | None, list[str]]:
+    """The rank set's levers besides communication (``report["levers"]``): a title naming whose verdicts they are,
+    and one line per lever, each with every rank's saving where they differ."""
+    levers = report.get("levers") or []
+    if not levers:
+        return None, []
+    labels = _labels(report)
+    lines = []
+    for x in levers:
+        savings = x["max_saving_ms_by_rank"]
+        per_rank = ""
+        if any(v is not None for v in savings) and len({None if v is None else round(v, 3) for v in savings}) > 1:
+            per_rank = " [saving by rank: " + ", ".join(f"{label} {num(v)}" for label, v in zip(labels, savings)) + " ms]"
+        lines.append(plain(x["verdict"], 2000) + per_rank)
+    return f"Levers on rank {plain(levers[0]['rank'], 40)} (the slowest; communication: above):", lines
+
+
 def ranks_md(report: dict) -> str:
     cr = _cross(report)
     labels = _labels(report)
     out = [f"**{md(cr['verdict'], 2000)}**", ""]
+    title, lines = _lever_lines(report)
+    if title:
+        out += [md(title, 200), ""] + [f"- {md(line, 3000)}" for line in lines] + [""]
     heads = ["rank"] + [h for h, _, _ in _RANK_COLS]
     out += ["| " + " | ".join(heads) + " |", "|---" + "|---:" * (len(heads) - 1) + "|"]
     for i, label in enumerate(labels):
@@ -136,8 +156,16 @@ def render_ranks(report: dict, console) -> None:
 
     cr = _cross(report)
     labels = _labels(report)
-    console.print(Text(plain(cr["verdict"], 2000), style="bold"))
+    from tracekit.report.terminal import full_names, line, print_warnings, print_wide, sentence
+
+    sentence(console, cr["verdict"], style="bold")
     console.print()
+    title, levers = _lever_lines(report)
+    if title:
+        console.print(Text(title, style="bold"))
+        for lever in levers:
+            sentence(console, lever, "• ")
+        console.print()
     t = Table(title=f"per rank (ms per step over {cr.get('steps')} steps; transfer {num(cr.get('transfer_ms'))} ms on "
                     "every rank)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     t.add_column("rank", no_wrap=True)
@@ -154,16 +182,17 @@ def render_ranks(report: dict, console) -> None:
         c = Table(title=f"collectives (ms per step; bandwidths GB/s from the transfer{link})", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
         cols = [(h, k) for h, k in _COLL_COLS if k != "link_gbps"]
+        # never a word cut in two ("all-redu/ce"): the kind whole, the implementation cut with an ellipsis where
+        # the terminal is narrow; piped, the table at the width it needs
         for i, (head, _) in enumerate(cols):
-            c.add_column(head, justify="left" if i < 2 else "right", no_wrap=i >= 2, overflow="fold")
+            c.add_column(head, justify="left" if i < 2 else "right", no_wrap=True,
+                         overflow="ellipsis" if i == 1 else "fold", min_width=14 if i == 0 else None)
         for row in cr["collectives"]:
             cells = [cell for cell, (_, k) in zip(_coll_cells(row), _COLL_COLS) if k != "link_gbps"]
             c.add_row(rich_text(cells[0], 40), rich_text(cells[1], 40), *cells[2:])
-        console.print(c)
+        (print_wide if full_names(console) else type(console).print)(console, c)
     if cr.get("communicator_evidence"):
-        console.print(Text(f"communicator size {cr.get('communicator_size') or '—'}: ")
-                      + rich_text(cr["communicator_evidence"], 300))
+        sentence(console, cr["communicator_evidence"], f"communicator size {cr.get('communicator_size') or '—'}: ")
     for label, row in zip(labels, report["table"]):
-        console.print(Text(f"rank {plain(label, 40)}: ") + rich_text(row[1]))
-    for w in report.get("warnings") or []:
-        console.print(Text("warning: ", style="yellow") + rich_text(w, 500))
+        line(console, Text(f"rank {plain(label, 40)}: ") + rich_text(row[1]))
+    print_warnings(console, report.get("warnings") or [])

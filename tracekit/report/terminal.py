@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tracekit.report._fmt import MISSING, num, pct
 from tracekit.report.safe import plain, rich_text
+from tracekit.text import MISSING, distinct_short, num, pct
 
 CAT_STYLE = {"gemm": "cyan", "attention": "magenta", "communication": "yellow", "drafting": "green",
              "other": "blue", "memory": "bright_black", "unattributed": "red", "launch_gaps": "red",
@@ -26,6 +26,7 @@ CAT_STYLE = {"gemm": "cyan", "attention": "magenta", "communication": "yellow", 
 
 
 SENTENCE_LIMIT = 4000  # characters of one sentence shown (a safety cap for text that quotes trace names)
+TOP_OTHER_COLUMNS = 40  # what the top-kernels table's other columns, borders and padding take of its width
 
 
 def full_names(console: Console) -> bool:
@@ -61,6 +62,12 @@ def sentence(console: Console, text, prefix: str = "", style: str = "", prefix_s
     grid.add_column(ratio=1)
     grid.add_row(Text(prefix, style=prefix_style), body)
     console.print(grid)
+
+
+def line(console: Console, text) -> None:
+    """One line of text that quotes a path or a name: piped, whole on one line (never broken mid-name); on a
+    terminal, as the terminal fits it."""
+    console.print(text, soft_wrap=not console.is_terminal)
 
 
 def print_warnings(console: Console, warnings) -> None:
@@ -142,8 +149,9 @@ def render_kernels(result: dict, console: Console, title: str | None = None) -> 
         return
     full = full_names(console)
     # a whole name goes last (a row reads: the numbers, then the name as long as it is), in a light frame
+    # (whole names: no box, whose header rule would run as wide as the longest name, thousands of characters)
     t = Table(expand=not full, title=title, title_justify="left", title_style="bold",
-              box=box.SIMPLE_HEAD if full else box.HEAVY_HEAD, pad_edge=not full)
+              box=None if full else box.HEAVY_HEAD, pad_edge=not full)
     if not full:
         t.add_column("kernel", overflow="ellipsis", ratio=1, no_wrap=True)
     t.add_column("category")
@@ -182,10 +190,10 @@ def render_breakdown(b, console: Console) -> None:
     # (piped: one line however long, as the markdown heading; on a terminal: wrapped on words)
     sentence(console, headline(b), style="bold")
     sentence(console, time_base_line(d), style="italic")
-    console.print(Text.assemble("trace ", rich_text(src["path"]), f" ({src['format']}, ",
+    line(console, Text.assemble("trace ", rich_text(src["path"]), f" ({src['format']}, ",
                                 rich_text(src["producer_version"] or "unknown version"),
                                 f", graph trace mode {src['graph_trace_mode']})"))
-    console.print(Text.assemble(
+    line(console, Text.assemble(
         f"GPU {gpu['device']}: ", rich_text(gpu['name'] or 'unknown'), f"  peak {num(gpu['peak_bw_gbps'], 0)} GB/s "
         f"({gpu['peak_bw_source'] or 'unknown'})   steps {st['count']} ({st['marker']}",
         rich_text(', ' + repr(st['pattern']) if st['pattern'] else ''), f"), excluded {st['excluded']}", rich_text(
@@ -211,9 +219,9 @@ def render_breakdown(b, console: Console) -> None:
     console.print(t)
     for g in d["gaps"]["largest"][:3]:
         before = g.get("before")
-        console.print(Text(f"  gap of {g['ms']:.3f} ms at {g['at_ms']:.3f} ms into step {g['step']} "
+        line(console, Text(f"  gap of {g['ms']:.3f} ms at {g['at_ms']:.3f} ms into step {g['step']} "
                            f"({g['cause'].replace('_', ' ')}, {g['where']}); the host was in ")
-                      + (rich_text(f"{before['kind']} {before['name']}", 120) if before else Text("nothing recorded")))
+             + (rich_text(f"{before['kind']} {before['name']}", 120) if before else Text("nothing recorded")))
     top = b.top_kernels
     if top.height:
         biggest = biggest_category(b)
@@ -225,19 +233,21 @@ def render_breakdown(b, console: Console) -> None:
         t.add_column("ms / step", justify="right")
         t.add_column("mean (µs)", justify="right")
         n = max(1, st["count"])
-        for r in rows.iter_rows(named=True):
-            t.add_row(rich_text(r["name"]), f"{r['count'] / n:.1f}", num(r["per_step_ms"]), num(r["mean_us"], 1))
+        # cut to the kernel column's width here, so that two names never cut to one (rich would cut at the end)
+        names = distinct_short([plain(x, 4000) for x in rows["name"]], max(16, console.width - TOP_OTHER_COLUMNS))
+        for name, r in zip(names, rows.iter_rows(named=True)):
+            t.add_row(rich_text(name, 4000), f"{r['count'] / n:.1f}", num(r["per_step_ms"]), num(r["mean_us"], 1))
         console.print(t)
     if roof.get("floor_ms") is not None:
         kv = roof.get("kv_bytes_per_step")
         kv_txt = f" + {kv / 1e9:.3f} GB of KV cache ({roof['kv_bytes_source']})" if kv else ""
-        console.print(f"roofline per GPU: {roof['weight_bytes_per_step'] / 1e9:.3f} GB of weights/step "
+        line(console, f"roofline per GPU: {roof['weight_bytes_per_step'] / 1e9:.3f} GB of weights/step "
                       f"({roof['weight_bytes_source']}){kv_txt} → "
                       f"floor {num(roof['floor_ms'])} ms, ceiling {num(roof['ceiling_tokens_per_s'], 1)} "
                       f"{tok_s_unit(roof)}; "
                       f"at {pct(roof['fraction_of_ceiling'])} of it; gemm reads at "
                       f"{num(roof['gemm_achieved_bw_gbps'], 0)} GB/s")
     console.print(Text("verdicts", style="bold"))
-    for line in verdict_lines(b):
-        sentence(console, line, "• ")
+    for verdict in verdict_lines(b):
+        sentence(console, verdict, "• ")
     print_warnings(console, d["warnings"])

@@ -1,6 +1,7 @@
-"""Per-command results: what each analysis command returns, built from the pipeline's stages.
+"""Per-command results: the typed blocks each analysis command returns.
 
-``breakdown`` (the per-step split, roofline and advice of one trace), ``info``, ``kernels``, ``ceiling`` and
-``diff``. Each module assembles its command's result from ``tracekit.analyses`` (the pipeline stages); none opens
-a file but the trace it is given, none prints (``tracekit.report`` renders them).
+``breakdown`` (the blocks of the per-step split, roofline and advice of one trace; ``tracekit.run.pipeline`` fills
+them), ``info``, ``kernels``, ``ceiling`` and ``diff`` (these still assemble their result from
+``tracekit.analyses``). None opens a file but the trace it is given, none prints (``tracekit.report`` renders
+them).
 """

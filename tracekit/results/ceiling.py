@@ -162,9 +162,10 @@ def ceiling(
     [('memory', 4.78), ('compute', 8.28)]
     """
     # (imported here: `tracekit ceiling --help` and the capture-only GPU host need no polars)
+    from tracekit.analyses import resolve
     from tracekit.analyses.bytes import resolve_bytes, resolve_tp
-    from tracekit.analyses.roofline import tokens_per_step, with_compute
-    from tracekit.gpus import list_gpus, lookup, resolve_peak_bw
+    from tracekit.analyses.roofline import with_compute
+    from tracekit.gpus import list_gpus, lookup
     from tracekit.model.units import dtype_bytes
 
     if model is None:
@@ -247,7 +248,8 @@ def ceiling(
     breakdown = {"weights": int(round(wbytes_gpu)), "draft": int(draft_gpu), "kv": int(kv_step or 0)}
 
     spec = lookup(gpu) if gpu else None
-    bw, source = resolve_peak_bw(peak_bw, None, None, gpu)
+    found = resolve.peak_bandwidth(flag=peak_bw, name=gpu)  # (the resolvers breakdown uses)
+    bw, source = found.value, found.source
     if bw is None:
         if not gpu:
             raise TracekitError("give --gpu NAME (see docs/roofline.md for the table) or --peak-bw GBPS")
@@ -259,7 +261,7 @@ def ceiling(
         assumptions.append(f"{spec.name}: one device = one of {spec.devices_per_package} dies, "
                            f"{spec.device_bw_gbps:g} GB/s each")
 
-    tps = tokens_per_step(accept_len, batch)
+    tps = resolve.tokens_per_step(flag=batch, accept_len=accept_len).value
     step_ms = tps * 1000.0 / measured_tok_s if measured_tok_s is not None else None
     r = rb.roofline(peak_bw_gbps=bw, reference_step_ms=step_ms, tokens_per_step=tps)
     if r.draft_bytes_per_step is None:  # (ceiling states a draft of 0 bytes; breakdown leaves it unknown)

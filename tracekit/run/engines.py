@@ -28,22 +28,10 @@ import os
 from pathlib import Path
 
 from tracekit.errors import TracekitError
+from tracekit.options import ENGINES, parse_engine  # (--engine is checked where every option is)
 from tracekit.parallel import usable_cpus
 
-ENGINES = ("process", "dask")
 CONNECT_TIMEOUT = "10s"  # how long to try reaching a given Dask scheduler
-
-
-def parse_engine(spec: str | None) -> tuple[str, str | None]:
-    """``'process'``, ``'dask'`` or ``'dask=ADDRESS'`` -> (engine, address)."""
-    spec = (spec or "process").strip()
-    name, _, address = spec.partition("=")
-    name = name.strip().lower()
-    if name not in ENGINES:
-        raise TracekitError(f"--engine {spec!r}: unknown engine; use process, dask or dask=SCHEDULER_ADDRESS")
-    if name == "process" and address:
-        raise TracekitError("--engine process takes no address; use --engine dask=SCHEDULER_ADDRESS for a cluster")
-    return name, (address.strip() or None)
 
 
 def map_files(fn, files, opts: dict, *, engine: str | None = "process", address: str | None = None,

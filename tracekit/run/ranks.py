@@ -47,7 +47,8 @@ import polars as pl
 from tracekit.analyses.collectives import NCCL_KIND, CommSplit, CommSummary, collective_rows, comm_summary, row_dicts
 from tracekit.categories import STEP_CATEGORIES, UNATTRIBUTED
 from tracekit.contract import BREAKDOWN_SCHEMA, INFO_SCHEMA, KERNELS_SCHEMA, Block, internal, tagged, to_dict
-from tracekit.results.breakdown import Breakdown, re_advise
+from tracekit.results.breakdown import Breakdown
+from tracekit.run.pipeline import re_advise
 
 COLUMNS = ["rank", "path", "device", "steps", "mean_ms", "p90_ms",
            *[k for k in STEP_CATEGORIES if k != UNATTRIBUTED], "comm_kernel_ms", "comm_transfer_ms", "comm_wait_ms"]
@@ -87,7 +88,7 @@ def analyse_rank(path, opts: dict) -> RankResult:
     call it by reference."""
     from tracekit.options import AnalysisOptions
     from tracekit.readers import load
-    from tracekit.results.breakdown import breakdown
+    from tracekit.run.pipeline import breakdown
 
     trace = load(Path(path), kernel_dims=False)
     # (the trace is this stage's alone, and what rank_result reads of it after the breakdown, the kernels' names and
@@ -99,12 +100,12 @@ def analyse_rank(path, opts: dict) -> RankResult:
 def analyse_devices(trace, options) -> tuple[list[RankResult], list[str]]:
     """Every GPU of one trace (an nsys report of several ranks: ``breakdown --all-devices``), each as a rank: its
     :class:`RankResult` and its label (``gpu0``, ...). ``options``: an :class:`~tracekit.options.AnalysisOptions`."""
-    from tracekit.analyses.attribution import require_gpu_activity
-    from tracekit.results.breakdown import breakdown, devices_with_activity
+    from tracekit.analyses.attribution import devices_with_activity, require_gpu_activity
+    from tracekit.run.pipeline import breakdown
 
     require_gpu_activity(trace)  # (as for one GPU: a user error, exit 2, not an empty comparison)
     devs = devices_with_activity(trace)
-    results = [rank_result(breakdown(trace, **replace(options, device=d).analysis_kwargs()), trace,
+    results = [rank_result(breakdown(trace, **replace(options, all_devices=False, device=d).analysis_kwargs()), trace,
                            rules=options.rules) for d in devs]
     return results, [f"gpu{d}" for d in devs]
 
@@ -180,7 +181,40 @@ class CrossRank(Block):
                           b["kernel_ms_per_step"]["communication"], self.transfer_ms, wait[i]])
         return {"schema": BREAKDOWN_SCHEMA, "ranks": [to_dict(b) for b in self.rank_breakdowns], "columns": COLUMNS,
                 "table": table, "cross_rank": self.to_dict(), "cross_rank_detail": self.detail(),
-                "headline": self.verdict, "warnings": list(self.warnings)}
+                "levers": [to_dict(x) for x in self.levers()], "headline": self.verdict,
+                "warnings": list(self.warnings)}
+
+    def levers(self) -> list[RankSetLever]:
+        """The rank set's levers besides communication (which the cross-rank verdict answers): each as the slowest
+        rank's verdict, with every rank's saving (``report()["levers"]``: what the table and markdown show under
+        the cross-rank verdict)."""
+        bds = self.rank_breakdowns
+        if not bds or self.slowest_rank is None:
+            return []
+        i = self.rank_ids.index(self.slowest_rank)
+        adv = bds[i].advice
+        out = []
+        for key in adv.order:
+            if key == "communication":
+                continue
+            lever = adv[key]
+            out.append(RankSetLever(lever=key, rank=self.labels[i], verdict=lever.verdict, bound=lever.bound,
+                                    max_saving_ms_by_rank=[b.advice[key].max_saving_ms for b in bds],
+                                    applicable_by_rank=[bool(b.advice[key].applicable) for b in bds]))
+        return out
+
+
+@dataclass(frozen=True)
+class RankSetLever(Block):
+    """One lever of a rank set (an extension of the several-files result): the verdict of rank ``rank`` (the
+    slowest: its step paces the set), its bound, and every rank's saving and applicability, in rank order."""
+
+    lever: str
+    rank: str
+    verdict: str
+    bound: str
+    max_saving_ms_by_rank: list[float | None]
+    applicable_by_rank: list[bool]
 
 
 # the contract's cross_rank keys, and the extensions reported beside them (``cross_rank_detail``)
@@ -439,7 +473,7 @@ def _cross_rows(m: pl.DataFrame, n_steps: int, n_ranks: int, pace: CommSummary) 
         bytes=pl.col("bytes").sort_by("rank").first(), group_size=pl.col("group_size").drop_nulls().first(),
         transfer=pl.col("transfer").first(), mean_dur=(pl.col("end") - pl.col("start")).mean().round(0).cast(pl.Int64))
     calls = per_call.with_columns(start=pl.lit(0, pl.Int64), end=pl.col("mean_dur"))
-    rows = collective_rows(calls, n_steps, "transfer")
+    rows = collective_rows(calls, n_steps, "transfer", "transfer")
     skew = (m.group_by("kind", "impl", "ref_step", "rank").agg(w=pl.col("wait").sum())
             .group_by("kind", "impl", "ref_step").agg(pl.col("w").max())
             .group_by("kind", "impl").agg(skew_ms=pl.col("w").sum() / 1e6 / n_steps))

@@ -1,0 +1,229 @@
+"""One resolver per input quantity that can come from several places; every command calls the same one.
+
+Each resolver takes every source of its quantity, applies the contract's precedence once (command-line flag >
+manifest beside the trace > the trace itself > shipped tables) and returns a :class:`Resolved`: the value, where it
+came from (the ``*_source`` key the JSON writes) and the warnings a user should read. ``breakdown`` (the pipeline,
+``tracekit.run.pipeline``: every rank of a rank set and both sides of a ``diff`` run it), and ``ceiling`` call
+them::
+
+    quantity             resolver                       precedence
+    peak bandwidth       peak_bandwidth()               --peak-bw > manifest > the trace's device > GPU table
+    the GPU              trace_gpu()                    the trace's device properties of the analysed device
+    tokens per step      tokens_per_step()              --tokens-per-step (ceiling: --batch) > manifest
+                                                        > the engine's step annotations > 1; x the accept length
+    accept length        accept_length()                --accept-len > the manifest's spec.accept_len
+    context              context_tokens()               --context > manifest
+    the time base        time_base()                    --measured-step-ms / --measured-tok-s > manifest > traced
+    tensor parallelism   tracekit.analyses.bytes.resolve_tp       (its own precedence: that module)
+    weight, KV, draft    tracekit.analyses.bytes.resolve_bytes    --weight-bytes > --model > manifest > the model
+      bytes per step                                               the recorded command names > shapes > NVTX
+
+>>> peak_bandwidth(flag=None, manifest=None, trace=None, name="NVIDIA H200").value
+4800.0
+>>> tokens_per_step(flag=8, accept_len=2.5).value, tokens_per_step(flag=8, accept_len=2.5).batch
+(20.0, 8.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from tracekit.tokens import TokensPerStep
+
+if TYPE_CHECKING:  # pragma: no cover
+    import polars as pl
+
+    from tracekit.analyses.timebase import TimeBase
+    from tracekit.trace import Trace
+
+T = TypeVar("T")
+
+# A profiler only ever slows a step down, so an unprofiled step longer than the traced one is wrong: up to this
+# factor it is timing noise, kept with a warning (an eager step's host time varies between the timed and the
+# profiled part of one capture on a shared VM: spec-small-eager's manifest step is 1.12x its traced step,
+# docs/validation.md); beyond it, an input error (a whole-batch tok/s without its batch, another workload's step),
+# refused.
+UNPROFILED_NOISE = 1.05
+UNPROFILED_TOLERANCE = 1.25
+# A traced step this many times the unprofiled one is worth a warning (shares of it include the profiler).
+INFLATION_WARNING = 1.2
+
+
+@dataclass(frozen=True)
+class Resolved(Generic[T]):
+    """A resolved input: ``value`` (None: unknown), ``source`` (the contract's ``*_source`` word; None: unknown),
+    ``warnings`` (what the user should know, in the order they are printed) and ``detail`` (what was read)."""
+
+    value: T
+    source: str | None
+    warnings: tuple[str, ...] = ()
+    detail: str | None = None
+
+
+def peak_bandwidth(*, flag: float | None, manifest: float | None = None, trace: float | None = None,
+                   name: str | None = None) -> Resolved[float | None]:
+    """The GPU's peak memory bandwidth (GB/s): ``--peak-bw`` > manifest > the trace's device properties > the
+    shipped GPU table by ``name`` (``tracekit.gpus``)."""
+    from tracekit.gpus import resolve_peak_bw
+
+    bw, src = resolve_peak_bw(flag, manifest, trace, name)
+    if bw is None:
+        return Resolved(None, None, ("peak memory bandwidth unknown (GPU not in the trace or the table): pass "
+                                     "--peak-bw GBPS",))
+    return Resolved(bw, src)
+
+
+@dataclass(frozen=True)
+class TraceGpu:
+    """What the trace says of a GPU: its ``name`` and its own peak bandwidth (None where it does not say)."""
+
+    name: str | None
+    peak_bw_gbps: float | None
+
+
+def trace_gpu(gpus: pl.DataFrame, device: int, devices: Callable[[], list[int]] | None = None) -> Resolved[TraceGpu]:
+    """The trace's GPU ``device`` (``trace.gpus``: one row per device with its properties), named from the trace's
+    device properties even where their ids differ from the activities' device ids (a ROCm Kineto trace records its
+    kernels on device 9 and its one GPU's properties under id 0): by id; else, when ``devices()`` (the devices with
+    activity) are as many as the property rows, by their order; else, when every property row names one GPU model,
+    that one. ``detail`` says how when it was not by id."""
+    import polars as pl
+
+    g = gpus.filter(pl.col("device") == device)
+    if g.height:
+        return Resolved(TraceGpu(g["name"][0], g["peak_bw_gbps"][0]), "trace")
+    props = gpus.filter(pl.col("name").is_not_null()).sort("device")
+    if props.height == 0:
+        return Resolved(TraceGpu(None, None), None)
+    active = sorted(devices()) if devices is not None else []
+    row = None
+    if device in active and len(active) == props.height:
+        row = active.index(device)
+        how = (f"the device properties of id {props['device'][row]} (the activities' device ids "
+               f"{', '.join(map(str, active))} are the properties' {', '.join(map(str, props['device']))} in order)")
+    elif props["name"].n_unique() == 1 and props["peak_bw_gbps"].n_unique() == 1:
+        row = 0
+        how = (f"the trace's device properties (id {props['device'][0]}{' and the others' if props.height > 1 else ''}"
+               f": one GPU model)")
+    if row is None:
+        return Resolved(TraceGpu(None, None), None)
+    return Resolved(TraceGpu(props["name"][row], props["peak_bw_gbps"][row]), "trace", detail=how)
+
+
+def tokens_per_step(*, flag: float | None = None, manifest: dict | None = None, accept_len: float | None = None,
+                    annotated: Callable[[], tuple[float, str] | None] | None = None) -> StepTokens:
+    """The tokens a step produces: the batch (``--tokens-per-step``, ceiling's ``--batch`` > the manifest's
+    ``tokens_per_step`` > ``annotated()``, the engine's step annotations > 1) x the accept length where there is
+    speculation. ``annotated`` is called only when nothing above gives the batch."""
+    if flag is not None:
+        batch = TokensPerStep(float(flag), "flag")
+    elif manifest and manifest.get("tokens_per_step") is not None:
+        batch = TokensPerStep(float(manifest["tokens_per_step"]), "manifest")
+    elif annotated is not None and (found := annotated()) is not None:
+        value, seen = found
+        batch = TokensPerStep(value, "annotation", f"batch {value:g} from the step annotations ({seen})")
+    else:
+        batch = TokensPerStep(1.0, "default")
+    return StepTokens(value=(accept_len if accept_len else 1) * batch.value, source=batch.source, batch=batch.value,
+                      accept_len=accept_len, unit=batch.unit, detail=batch.detail)
+
+
+@dataclass(frozen=True)
+class StepTokens(Resolved):
+    """:func:`tokens_per_step`'s answer: ``value`` = accept length x ``batch``; ``source`` is the batch's (flag,
+    manifest, annotation, default); ``unit`` the words every tok/s figure computed with it carries."""
+
+    batch: float = 1.0
+    accept_len: float | None = None
+    unit: str = "tok/s"
+
+
+def annotated_batch(trace: Trace, windows: pl.DataFrame) -> tuple[float, str] | None:
+    """The batch the engine's step annotations name for ``windows`` (median over the steps that name one) and the
+    first such annotation, or None (SGLang ``step[DECODE bs=128]``, vLLM ``execute_context_0(0)_generation_32(32)``
+    / ``generation_32``, TensorRT-LLM ``N gen reqs``)."""
+    import polars as pl
+
+    from tracekit.analyses.phase import annotation_phases
+
+    if trace.ranges.height == 0 or windows.height == 0:
+        return None
+    ann = annotation_phases(trace, windows).filter(pl.col("bs").is_not_null() & (pl.col("bs") > 0))
+    if ann.height == 0:
+        return None
+    return float(ann["bs"].median()), str(ann.sort("step")["evidence"][0])
+
+
+def accept_length(*, flag: float | None, manifest: dict | None = None) -> Resolved[float | None]:
+    """Mean tokens accepted per speculative step per sequence: ``--accept-len`` > the manifest's
+    ``spec.accept_len`` (None: unknown, or no speculation)."""
+    if flag is not None:
+        return Resolved(float(flag), "flag")
+    value = ((manifest or {}).get("spec") or {}).get("accept_len")
+    return Resolved(value, "manifest" if value is not None else None)
+
+
+def context_tokens(*, flag: int | None, manifest: dict | None = None) -> Resolved[int | None]:
+    """Tokens of KV cache each sequence reads per step: ``--context`` > the manifest's ``context``."""
+    if flag is not None:
+        return Resolved(flag, "flag")
+    value = (manifest or {}).get("context")
+    return Resolved(value, "manifest" if value is not None else None)
+
+
+def time_base(traced_step_ms: float, *, measured_step_ms: float | None = None, measured_tok_s: float | None = None,
+              tokens: float | None = None, manifest_ms: float | None = None) -> Resolved[TimeBase]:
+    """The step every saving is stated against (``tracekit.analyses.timebase.time_base``: the unprofiled step from
+    ``--measured-step-ms`` > ``--measured-tok-s`` x ``tokens`` > the manifest, else the traced step), with the
+    warning that the traced step is inflated by the profiler.
+
+    An unprofiled step longer than the traced one is impossible — a profiler only ever slows a step down: beyond
+    ``UNPROFILED_TOLERANCE`` it is a wrong flag, a wrong tokens per step, or a step of another run; it is refused
+    with a warning that names what to check, and savings are stated against the traced step (upper bounds). Within
+    it (more than ``UNPROFILED_NOISE``) it is kept, with a warning that the two were timed at different host speeds.
+
+    >>> r = time_base(10.4, measured_tok_s=2000, tokens=32)
+    >>> r.value.reference_step_ms, r.value.unprofiled_step_ms, r.value.rejected_unprofiled_step_ms
+    (10.4, None, 16.0)
+    >>> r.warnings[0][:75]
+    'the unprofiled step (16.000 ms, from --measured-tok-s 2000 x 32 tokens per '
+    """
+    from dataclasses import replace
+
+    from tracekit.analyses.timebase import time_base as _time_base
+
+    tb = _time_base(traced_step_ms, measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s,
+                    tokens_per_step=tokens, manifest_ms=manifest_ms)
+    warnings = []
+    unprof = tb.unprofiled_step_ms
+    if unprof is not None and unprof > UNPROFILED_TOLERANCE * traced_step_ms:
+        if measured_step_ms is not None:
+            given, check = "--measured-step-ms", "--measured-step-ms (the step of this workload, in ms)"
+        elif measured_tok_s is not None:
+            given = f"from --measured-tok-s {measured_tok_s:g} x {tokens or 1:g} tokens per step"
+            check = ("--measured-tok-s (the whole batch's tokens/s) and the tokens per step (--tokens-per-step, "
+                     "--accept-len)")
+        else:
+            given, check = "the manifest's", "the manifest's unprofiled_step_ms (a step timed in another process?)"
+        warnings.append(f"the unprofiled step ({unprof:.3f} ms, {given}) is longer than the traced step "
+                        f"({traced_step_ms:.3f} ms, {unprof / traced_step_ms:.2f}x): impossible, a profiler only slows "
+                        f"a step down; check {check}. Savings are stated against the traced step instead (upper "
+                        "bounds)")
+        tb = replace(tb, unprofiled_step_ms=None, unprofiled_source=None, reference_step_ms=float(traced_step_ms),
+                     profiler_inflation=None, rejected_unprofiled_step_ms=unprof)
+    elif unprof is not None and unprof > UNPROFILED_NOISE * traced_step_ms:
+        warnings.append(f"the unprofiled step ({unprof:.3f} ms, {tb.unprofiled_source}) is longer than the traced step "
+                        f"({traced_step_ms:.3f} ms, {unprof / traced_step_ms:.2f}x), though a profiler only slows a "
+                        "step down: the two were timed at different host speeds (savings are stated against the "
+                        "unprofiled step; predictions scaled to it carry that difference)")
+    elif tb.profiler_inflation is not None and tb.profiler_inflation > INFLATION_WARNING:
+        warnings.append(f"the traced steps ({traced_step_ms:.3f} ms) are {tb.profiler_inflation:.1f}x the unprofiled "
+                        f"step ({tb.unprofiled_step_ms:.3f} ms, {tb.unprofiled_source}): every saving is stated "
+                        "against the unprofiled step; shares of the traced step include the profiler's own overhead")
+    return Resolved(tb, tb.unprofiled_source, tuple(warnings))
+
+
+__all__ = ["Resolved", "StepTokens", "TraceGpu", "trace_gpu", "peak_bandwidth", "tokens_per_step", "annotated_batch", "accept_length",
+           "context_tokens", "time_base", "UNPROFILED_NOISE", "UNPROFILED_TOLERANCE", "INFLATION_WARNING"]
