@@ -134,7 +134,7 @@ def test_no_import_cycle_anywhere_in_tracekit():
 # tracekit/run/       the pipeline (read -> ... -> result), several ranks, engines, the run history
 # tracekit/report/    renderers of the results' JSON; tracekit/__init__ the facade; tracekit/cli/ the commands
 STAGES = ("advice", "attribution", "bytes", "collectives", "communication", "drafting", "gaps", "partition", "phase",
-          "resolve", "roofline", "steady", "timebase", "verdicts")
+          "resolve", "roofline", "speculation", "steady", "timebase", "verdicts")
 RESULTS = ("breakdown", "ceiling", "common", "diff", "info", "kernels")
 RUN = ("engines", "history", "pipeline", "ranks")
 # The layers, lowest first. Imports point one way: a module imports only modules of its own layer or of a layer

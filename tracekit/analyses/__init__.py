@@ -4,7 +4,10 @@ In the order a breakdown runs them (``tracekit.run.pipeline``, the one place the
 
     attribution    which step / draft phase each GPU activity belongs to, and what it is (Attribution)
     phase, steady  each step's phase; the steady step and the warm-up/transition steps excluded
-    drafting       the draft phase by ranges, structure or speculative kernels (Drafting, VerifyCost)
+    speculation    whether the steps decode speculatively, with a draft model or not, over how many verify tokens,
+                   from the engines' spans and frames, kernels, structure, shapes and the manifest (Speculation)
+    drafting       the draft phase by ranges, the engine's records, structure or speculative kernels (Drafting);
+                   the verify forward re-costed at one token and the plain step (VerifyCost, plain_step)
     partition      each analysed step's period split exactly into categories (StepTable); gaps: their causes
     resolve        one resolver per input that can come from several places (value, source, warnings): peak
                    bandwidth, the trace's GPU, tokens per step, accept length, context, the time base (timebase:
