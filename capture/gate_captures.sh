@@ -43,7 +43,12 @@ if [ "${SMOKE:-}" = cpu ]; then   # CPU dry run of the same plan
   STEPS=(--steps 4 --timed-steps 5 --warmup 1)
   STEP_TIMEOUT=${SMOKE_TIMEOUT:-300}; BUDGET_S=100000; HARD_S=100000
 else
-  PROF=nsys; GRAPH=graph; DEV=(); PEAK=(--peak-bw "${PEAK_BW:-4800}")
+  PROF=nsys; GRAPH=graph; DEV=()
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in   # datasheet peaks, GB/s
+    *H200*) PEAK=(--peak-bw "${PEAK_BW:-4800}") ;;
+    *H100*) PEAK=(--peak-bw "${PEAK_BW:-3350}") ;;
+    *) PEAK=() ;;
+  esac
   SIZE=(); SLOW=2048; SLOW_SMALL=512
   STEPS=(--steps 16 --timed-steps 40)
 fi

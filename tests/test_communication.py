@@ -49,7 +49,7 @@ def test_bus_bandwidth_follows_nccl_convention():
     assert row["algbw_gbps"] == pytest.approx(algbw, rel=1e-9)
     assert row["busbw_gbps"] == pytest.approx(algbw * 2 * (2 - 1) / 2, rel=1e-9)
     # HTA's DDP trace is training (backward and optimizer kernels): the split and these figures, no decode advice
-    assert b.steps["phase"] == "prefill" and not comm["applicable"]
+    assert b.steps["phase"] == "training" and not comm["applicable"]
     # ... and its NCCL runs on its own stream under the backward pass: hidden by compute on another stream
     from tracekit.analyses.collectives import hidden_communication
 

@@ -63,6 +63,12 @@ def test_inferred_steps_are_the_marked_steps(path):
         # (12 for serve-prefill-*: the prefill step and 11 decode steps, its ``phases`` one per step), the first
         # starting at the thread's first work launch.
         man = json.load(open(path.parent / "manifest.json"))
+        if (man.get("draft_model") or {}).get("overlap_scheduler"):
+            # An overlap scheduler reads step i-1's tokens in the middle of step i: the inferred step is the same
+            # iteration rotated (it starts after that read), so the capture holds one complete step fewer and its
+            # first one starts after the first read (zoo-mtp-multilayer: 9 of 31 launches each, against 10 marked)
+            assert complete.height == man["steps"] - 1
+            return
         assert complete.height == man["steps"]
         if "prefill" in man:  # a serving window: its phases, one per profiled step (prefill then decode)
             assert len(man["phases"]) == man["steps"] and man["phases"][0] == "prefill"
@@ -71,6 +77,13 @@ def test_inferred_steps_are_the_marked_steps(path):
         assert (complete["end"] < complete["start"].shift(-1)).drop_nulls().all()
         return
     marked = found.windows.sort("start")
+    man = json.load(open(path.parent / "manifest.json"))
+    if (man.get("draft_model") or {}).get("overlap_scheduler"):
+        # (the read of step i-1's tokens lands mid-iteration: the inferred steps are the marked ones rotated, as
+        # long as them — the same launches each — one complete step fewer)
+        assert complete.height == marked.height - 1
+        assert s.period is not None and s.period.describe().startswith(f"{complete.height} complete steps")
+        return
     expected, read_ends_step = _expected_starts(t, marked, _thread_launches(t, s.windows))
     if read_ends_step:  # plain decode: the very steps of the ranges (the first one starts the capture)
         first_launch = (_thread_launches(t, s.windows).filter(pl.col("kind").is_in(WORK)).select("start")

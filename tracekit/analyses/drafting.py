@@ -442,7 +442,9 @@ def token_ratios(x: pl.DataFrame) -> tuple[dict[str, float], float | None]:
     if d.height == 0:
         return {}, None
     busy = d.group_by("step", "fwd").agg(b=pl.col("dur").sum())
-    ends = busy.group_by("step").agg(lo=pl.col("fwd").sort_by("b").first(), hi=pl.col("fwd").sort_by("b").last(),
+    # (ties broken by the forward's number: the same pair whatever order the rows came in)
+    ends = busy.group_by("step").agg(lo=pl.col("fwd").sort_by(["b", "fwd"]).first(),
+                                     hi=pl.col("fwd").sort_by(["b", "fwd"], descending=[False, True]).last(),
                                      n=pl.len()).filter(pl.col("n") >= 2)
     if ends.height == 0:
         return {}, None
