@@ -73,8 +73,8 @@ def analyse_pair(base: Path, new: Path, base_opts, new_opts, *, base_device: int
     can be analysed on the GPU BASE was."""
     from tracekit.cli.output import expand_traces, load
     from tracekit.errors import TracekitError
-    from tracekit.run.pipeline import breakdown
     from tracekit.results.diff import read_saved
+    from tracekit.run.pipeline import breakdown
 
     out, notes = [], []
     analysed = None  # the GPU BASE was analysed on (one trace, or a saved breakdown)
