@@ -227,3 +227,19 @@ def test_impossible_tflops_refuse_the_roofline():
     assert "cannot run in 1.000 ms of gemm kernels at the peak 989 TFLOP/s" in why and why.endswith("(512)")
     assert refused.floor_ms is None and refused.bound is None and refused.gemm_achieved_tflops is None
     assert refused.flops_per_step == 2e12  # the inputs to check stay
+
+
+def test_a_compute_floor_is_stated_as_one():
+    """Where the FLOPs at peak take longer than the bytes (the small H200 model at 512 tokens a step: 2 x its
+    parameters x 512 at 989 TFLOP/s, 0.511 ms, against 0.206 ms for its 0.99 GB), the memory-bandwidth lever and the
+    headline state the compute floor — never "X% of the bandwidth ceiling" for a step the bandwidth does not bound."""
+    counts = json.loads((DATA / "h200_checkpoints" / "bf16" / "torch_counts.json").read_text())
+    params = counts["step_read"]["target_bytes"] // 2 - 49 * 896  # (less the norm vectors, as above)
+    b = tracekit.breakdown(tracekit.load(sample_trace("hf-small-graph")), tokens_per_step=512,
+                           model=DATA / "h200_checkpoints" / "bf16" / "config.json")
+    r, verdict = b.roofline, b.advice["memory_bandwidth"]["verdict"]
+    assert r["bound"] == "compute"
+    assert r["compute_floor_ms"] == pytest.approx(2 * params * 512 / 989e12 * 1e3, rel=1e-6)
+    assert r["floor_ms"] == r["compute_floor_ms"] > r["memory_floor_ms"]
+    assert verdict.startswith(f"the step's FLOPs take {r['compute_floor_ms']:.3f} ms at 989 TFLOP/s peak")
+    assert "bandwidth ceiling" not in b.headline and "of the compute ceiling" in b.headline

@@ -122,6 +122,11 @@ class StepFacts:
     verify: VerifyCost | None = None  # speculative steps: the target (verify) forward (tracekit.analyses.drafting)
     draft_evidence: tuple = ()  # advice.drafting.evidence: what the detection rests on
     speculation: object | None = None  # tracekit.analyses.speculation.Speculation: speculative, draft_model, verify_tokens
+    # the roofline's larger floor (compute when the step's FLOPs at peak FLOP/s take longer than reading its bytes)
+    floor_kind: str = "memory"
+    memory_floor_ms: float | None = None  # the bytes at peak bandwidth (floor_ms is the larger of the two floors)
+    peak_tflops: float | None = None
+    gemm_achieved_tflops: float | None = None
     comm_split: object | None = None  # collectives.CommSplit: transfer against waiting, per kind (communication lever)
     roofline_refused: str | None = None  # why the roofline's figures are physically impossible (the inputs to check)
     roofline_check: tuple[str, ...] = ()  # the inputs a refused roofline asks to check (--tp (1, default), ...)
@@ -399,16 +404,16 @@ def _plain_step(f: StepFacts, d: DraftingInputs, phase: float) -> tuple[float, s
 
 def floor_of(f: StepFacts) -> Floor | None:
     """The floor the step is compared with, and whether it is bound there — decided here, once, for the memory
-    lever, the order of the verdicts and the headline: the memory floor (the bytes a step reads at peak bandwidth),
+    lever, the order of the verdicts and the headline: the larger of the memory floor (the bytes a step reads at
+    peak bandwidth) and the compute floor (its FLOPs at peak FLOP/s, where the roofline knows them: ``floor_kind``),
     bound when the step is at ``MEMORY_BOUND`` of it or more (and its kernels are seen one by one). None without a
-    floor (inputs missing, or the roofline refused). (A compute floor — the FLOPs at peak FLOP/s, when the roofline
-    finds it the larger — is another :class:`~tracekit.analyses.verdicts.Floor` kind, compared here the same way.)"""
+    floor (inputs missing, or the roofline refused)."""
     if f.roofline_refused or f.floor_ms is None:
         return None
     frac = f.floor_ms / f.reference_ms if f.reference_ms else 0
     bound = (frac >= MEMORY_BOUND and f.per_step_ms.get("gemm") is not None and f.decode_advice
              and f.phase not in ("prefill", "training"))
-    return Floor(kind="memory", ms=f.floor_ms, bound=bound)
+    return Floor(kind=f.floor_kind, ms=f.floor_ms, bound=bound)
 
 
 def memory_lever(f: StepFacts, floor: Floor | None = None) -> Lever:
@@ -435,6 +440,7 @@ def memory_lever(f: StepFacts, floor: Floor | None = None) -> Lever:
         kv_source=f.kv_bytes_source, peak_gbps=peak, gemm_gbps=f.gemm_achieved_bw_gbps,
         attention_gbps=f.attention_achieved_bw_gbps if kv else None,
         main="weights" if not kv or kv < (f.weight_bytes_per_step or 0) else "the KV cache",
+        memory_floor_ms=f.memory_floor_ms, peak_tflops=f.peak_tflops, gemm_tflops=f.gemm_achieved_tflops,
         rest=tuple((gap_name(f, k), v) for k, v in rest))
     return _lever(f, True, floor.ms, reading, key="memory_bandwidth", assumed=assumed)
 
@@ -518,7 +524,7 @@ def headline(f: StepFacts, levers: Mapping[str, Lever], ranked: tuple[str, ...],
         ceiling = (f.fraction_of_ceiling, f.ceiling_tokens_per_s, f.ceiling_unit)
     return Headline(**base, top=top, strong=strong, unknown=tuple(unknown),
                     refused=", ".join(f.roofline_check) if f.roofline_refused else None, ceiling=ceiling,
-                    bound_by=bound_by)
+                    bound_by=bound_by, ceiling_kind=f.floor_kind)
 
 
 __all__ = ["advise", "check", "floor_of", "drafting_inputs", "Advice", "Lever", "StepFacts", "DraftingInputs",

@@ -387,6 +387,10 @@ class FloorReading(Reading):
     attention_gbps: float | None
     main: str
     rest: tuple[tuple[str, float], ...] = ()
+    # a compute floor (floor.kind "compute"): the memory floor beside it, the peak and the GEMMs' TFLOP/s
+    memory_floor_ms: float | None = None
+    peak_tflops: float | None = None
+    gemm_tflops: float | None = None
 
     def bandwidths(self) -> dict[str, float]:
         return {k: v for k, v in (("gemm", self.gemm_gbps), ("attention", self.attention_gbps)) if v is not None}
@@ -407,6 +411,20 @@ class FloorReading(Reading):
             near.append(f"attention reads the KV cache at {pct(self.attention_gbps / peak)} of peak")
         near_txt = f" ({'; '.join(near)})" if near else ""
         saving = saving_text(ref, lever.max_saving_ms or 0.0, lever.bound)
+        if self.floor.kind == "compute":
+            flops = (f"at {self.peak_tflops:,.0f} TFLOP/s peak" if self.peak_tflops else "at peak FLOP/s")
+            reach = (f" (the gemm kernels reach {self.gemm_tflops:,.0f} TFLOP/s)" if self.gemm_tflops else "")
+            mem = (f", more than the {self.memory_floor_ms:.3f} ms that reading {streams} takes"
+                   if self.memory_floor_ms is not None else "")
+            head = (f"the step's FLOPs take {floor:.3f} ms {flops}{mem}; at {ref.named()} it is at {pct(frac)} of that "
+                    f"floor{reach}")
+            if self.floor.bound:
+                return (f"{head}: compute-bound, with {saving} not spent computing; fewer bytes cannot help much — "
+                        "fewer FLOPs per token can (a smaller model, lower precision with faster tensor cores), or "
+                        "fewer tokens per step")
+            return f"{head}: {saving} are not spent computing" + (
+                "; the largest other parts of the traced step: " + ", ".join(f"{k} {v:.3f} ms" for k, v in self.rest)
+                if self.rest else "")
         if self.floor.bound:
             return (f"the step reads {streams}; at {ref.named()} it is at {pct(frac)} of the {floor:.3f} ms floor that "
                     f"reading them at peak bandwidth takes{near_txt}: {self.floor.kind}-bound (mostly {self.main}), "
@@ -538,6 +556,7 @@ class Headline:
     refused: str | None = None
     ceiling: tuple[float, float, str] | None = None  # (fraction, tok/s, unit)
     bound_by: str | None = None
+    ceiling_kind: str = "memory"  # which floor the ceiling is: the bytes at peak bandwidth, or the FLOPs at peak
 
     @property
     def text(self) -> str:
@@ -575,7 +594,8 @@ class Headline:
         elif self.ceiling is not None:
             frac, tok_s, unit = self.ceiling
             bound = f"{self.bound_by}-bound at " if self.bound_by else ""
-            parts.append(f"{bound}{pct(frac)} of the bandwidth ceiling ({tok_s:,.0f} {unit})")
+            kind = "compute" if self.ceiling_kind == "compute" else "bandwidth"
+            parts.append(f"{bound}{pct(frac)} of the {kind} ceiling ({tok_s:,.0f} {unit})")
         return "; ".join(parts)
 
 
