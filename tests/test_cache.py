@@ -16,7 +16,7 @@ import tracekit
 from tracekit.cli import cli
 from tracekit.errors import TracekitError
 from tracekit.readers import cache
-from tracekit.readers.sqlitegz import decompress_to_cache
+from tracekit.readers.nsys.sqlitegz import decompress_to_cache
 
 from conftest import sample_trace
 

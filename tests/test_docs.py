@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from tracekit.cli import cli
-from tracekit.readers.nsys import _Db
+from tracekit.readers.nsys.reader import _Db
 
 from conftest import ROOT
 

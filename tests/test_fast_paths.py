@@ -34,7 +34,7 @@ import tracekit
 import tracekit.errors
 import tracekit.intervals as iv
 import tracekit.lookup as lookup
-import tracekit.readers.nsys as nsys
+import tracekit.readers.nsys.reader as nsys
 from tracekit.analyses.attribution import _merge_by_start, _merge_plan, _window_of
 from tracekit.intervals import cumulative_union_lengths
 from tracekit.run.pipeline import step_table
@@ -699,7 +699,7 @@ def test_usable_cpus_are_the_affinity_not_the_machine():
     code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
             "import threading; from tracekit.parallel import in_threads, started, usable_cpus\n"
             "names = in_threads(*[lambda: threading.current_thread().name] * 3, per_cpu=2)\n"
-            "from tracekit.readers.kineto_split import _cores_to_spare\n"
+            "from tracekit.readers.kineto.split import _cores_to_spare\n"
             "print(usable_cpus(), len(set(names)), started(lambda: threading.current_thread().name)() == names[0],"
             " _cores_to_spare())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -1,4 +1,4 @@
-"""The nsys reader's head start (tracekit.readers.nsys_scan): the big scans begun before polars is imported must
+"""The nsys reader's head start (tracekit.readers.nsys.scan): the big scans begun before polars is imported must
 give the very frames the reader reads itself, and a head start that guessed wrong must only go unused."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-import tracekit.readers.nsys as nsys
-import tracekit.readers.nsys_scan as nsys_scan
+import tracekit.readers.nsys.reader as nsys
+import tracekit.readers.nsys.scan as nsys_scan
 from tracekit.readers.api_names import launch_kind, strip_version
 from tracekit.readers.common import api_kind, strip_api_version
 
@@ -135,7 +135,7 @@ def test_command_line_head_start_without_numpy(tmp_path):
     path = TRACES[1]
     code = (
         "import sys\n"
-        "import tracekit.readers.nsys_scan as s, tracekit.readers.nsys as n\n"
+        "import tracekit.readers.nsys.scan as s, tracekit.readers.nsys.reader as n\n"
         "s.SMALL_FILE_BYTES = 0; n._Db.SMALL_FILE_BYTES = 0\n"
         "take = s.take\n"
         "def counting(uri, sql):\n"
@@ -166,7 +166,7 @@ def test_command_line_head_start_without_numpy(tmp_path):
 def _allocator_setting(args: list[str], env: dict, small_bytes: int = 0) -> str:
     """``_RJEM_MALLOC_CONF`` as the console script leaves it before any command runs (a fresh process)."""
     code = ("import os, sys\n"
-            "import tracekit.readers.nsys_scan as s\n"
+            "import tracekit.readers.nsys.scan as s\n"
             f"s.SMALL_FILE_BYTES = {small_bytes}\n"
             f"s.keep_freed_memory({args!r})\n"
             "print(os.environ.get('_RJEM_MALLOC_CONF', '-'), 'polars' in sys.modules)\n")
@@ -216,7 +216,7 @@ def test_big_blocks_given_back_for_big_exports(tmp_path):
     ``MALLOC_MMAP_THRESHOLD_``, in those it starts (the rank pool's workers). Not for a Kineto trace (its columns are
     polars' own), not where the user set the variable or polars' allocator configuration."""
     code = ("import os, sys\n"
-            "import tracekit.readers.nsys_scan as s\n"
+            "import tracekit.readers.nsys.scan as s\n"
             "s.keep_freed_memory(sys.argv[1:])\n"
             "print(os.environ.get('MALLOC_MMAP_THRESHOLD_', '-'))\n")
     env = {k: v for k, v in os.environ.items() if k not in ("_RJEM_MALLOC_CONF", "MALLOC_MMAP_THRESHOLD_")}
@@ -233,7 +233,7 @@ def test_big_blocks_given_back_for_big_exports(tmp_path):
     ranks.mkdir()
     big = ranks / "rank0.sqlite"
     big.write_bytes(Path(export).read_bytes() + b"\0" * max(0, nsys_scan.SMALL_FILE_BYTES + 1 - Path(export).stat().st_size))
-    from tracekit.readers.nsys_scan import BIG_BLOCK
+    from tracekit.readers.nsys.scan import BIG_BLOCK
 
     assert threshold(["breakdown", str(big)]) == str(BIG_BLOCK)
     assert threshold(["breakdown", str(ranks), "--engine", "process"]) == str(BIG_BLOCK)

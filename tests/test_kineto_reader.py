@@ -1,4 +1,4 @@
-"""tracekit.readers.kineto against real Kineto traces, with figures computed independently here.
+"""tracekit.readers.kineto.reader against real Kineto traces, with figures computed independently here.
 
 The oracle (`_oracle`) reads each small test file with plain gzip + json and counts events
 by category itself; it shares no code with the reader.
@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from tracekit.errors import TracekitError
-from tracekit.readers import kineto, kineto_columns, kineto_stream
-from tracekit.readers.kineto import read_kineto
+from tracekit.readers.kineto import columns as kineto_columns
+from tracekit.readers.kineto import reader as kineto
+from tracekit.readers.kineto import stream as kineto_stream
+from tracekit.readers.kineto.reader import read_kineto
 
 from conftest import shared
 

@@ -1,4 +1,4 @@
-"""The two-process Kineto read (``kineto_split``, ``kineto_worker``) gives exactly the one-process read's Trace.
+"""The two-process Kineto read (``tracekit.readers.kineto.split``, ``.worker``) gives exactly the one-process read's Trace.
 
 Every test forces the split on small files (``SPLIT_MIN_BYTES`` 0) and checks that the worker's batches were
 really taken (``Frames.take`` called with at least one batch), or, for the fallbacks, that they were not: a test
@@ -19,8 +19,10 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from tracekit.errors import TracekitError
-from tracekit.readers import kineto_columns, kineto_split, kineto_stream
-from tracekit.readers.kineto import read_kineto
+from tracekit.readers.kineto import columns as kineto_columns
+from tracekit.readers.kineto import split as kineto_split
+from tracekit.readers.kineto import stream as kineto_stream
+from tracekit.readers.kineto.reader import read_kineto
 from tracekit.trace import SCHEMAS
 
 from conftest import shared_dir

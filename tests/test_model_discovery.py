@@ -10,7 +10,7 @@ import pytest
 
 import tracekit
 from tracekit.model import discover_model, parse_command
-from tracekit.readers.nsys import read_nsys
+from tracekit.readers.nsys.reader import read_nsys
 
 from conftest import sample, sample_sqlite, sample_trace, shared
 

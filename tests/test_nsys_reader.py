@@ -138,7 +138,7 @@ def test_kernel_name_missing_from_stringids_is_unnamed(tmp_path):
 
     import polars as pl
 
-    from tracekit.readers.nsys import read_nsys
+    from tracekit.readers.nsys.reader import read_nsys
 
     src = DATA / "nsys/pipit_saxpy_2022.2.sqlite"
     copy = tmp_path / "damaged.sqlite"

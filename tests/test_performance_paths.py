@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-import tracekit.readers.nsys as nsys
+import tracekit.readers.nsys.reader as nsys
 from tracekit.errors import TracekitError
 
 DATA = Path(__file__).parent / "data" / "nsys"

@@ -22,9 +22,10 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import tracekit
-from tracekit.readers import kineto_columns, nsys
-from tracekit.readers.kineto import by_start
-from tracekit.readers.kineto_columns import sorted_by_start
+from tracekit.readers.kineto import columns as kineto_columns
+from tracekit.readers.kineto.columns import sorted_by_start
+from tracekit.readers.kineto.reader import by_start
+from tracekit.readers.nsys import reader as nsys
 
 DAY = 86_400 * 10**9
 

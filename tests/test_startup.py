@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import tracekit.readers.nsys as nsys
+import tracekit.readers.nsys.reader as nsys
 
 from conftest import DATA, ROOT, sample
 

@@ -73,8 +73,8 @@ def analyse_pair(base: Path, new: Path, base_opts, new_opts, *, base_device: int
     can be analysed on the GPU BASE was."""
     from tracekit.cli.output import expand_traces, load
     from tracekit.errors import TracekitError
-    from tracekit.results.breakdown import breakdown
     from tracekit.results.diff import read_saved
+    from tracekit.run.pipeline import breakdown
 
     out, notes = [], []
     analysed = None  # the GPU BASE was analysed on (one trace, or a saved breakdown)
@@ -112,7 +112,7 @@ def pair_devices(base_device: int | None, new_trace) -> tuple[int | None, list[s
     NEW analyses the GPU BASE was analysed on (``base_device``) where NEW ran work on it (issue 44: a two-GPU
     before/after pair must not compare GPU 0 with GPU 1); where it did not, NEW's busiest GPU, with a note, unless
     NEW ran work on one GPU only (a single-GPU capture on another device number: nothing to choose)."""
-    from tracekit.results.breakdown import devices_with_activity
+    from tracekit.analyses.attribution import devices_with_activity
 
     if base_device is None:
         return None, []

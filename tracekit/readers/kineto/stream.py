@@ -5,7 +5,7 @@ The file is read (or gunzipped) 1 MB at a time in a second thread (I/O and zlib 
 small typed Structs below, which name only the fields tracekit uses (msgspec skips the rest without building
 Python objects for it; ``args`` stays JSON text, decoded by :func:`decode_args` for the events whose args are read). A piece is decoded from a memoryview of its buffer, with the byte after its last
 event overwritten by ``]``, so it is copied once. Everything before ``"traceEvents": [`` and after its
-closing ``]`` is the header (:class:`Doc`), read by ``kineto_header``. Errors are one line, msgspec's own.
+closing ``]`` is the header (:class:`Doc`), read by ``header``. Errors are one line, msgspec's own.
 """
 
 from __future__ import annotations

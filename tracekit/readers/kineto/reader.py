@@ -3,13 +3,13 @@
 This module and its three parts own every Kineto quirk; what leaves them is a :class:`tracekit.trace.Trace`.
 As Perfetto splits its JSON importer into a tokenizer and a parser, the work is split in three:
 
-* ``kineto_stream``: bytes -> decoded events, chunk by chunk (streaming, gzip, cutting, msgspec Structs);
-* ``kineto_columns``: decoded events -> typed polars frames, one per event group;
-* ``kineto_header``: the top-level keys around ``traceEvents`` -> versions, ranks, GPUs;
+* ``stream``: bytes -> decoded events, chunk by chunk (streaming, gzip, cutting, msgspec Structs);
+* ``columns``: decoded events -> typed polars frames, one per event group;
+* ``header``: the top-level keys around ``traceEvents`` -> versions, ranks, GPUs;
 
 and :func:`read_kineto` here assembles the frames into a ``Trace`` (host pids, graph mode, warnings). A plain-JSON
-file of 256 MB or more is read by two processes, this one up to a cut and a worker from it (``kineto_split``,
-``kineto_worker``: the same pieces, the same code, the same frames row for row).
+file of 256 MB or more is read by two processes, this one up to a cut and a worker from it (``split``,
+``worker``: the same pieces, the same code, the same frames row for row).
 
 How it reads (and why):
 
@@ -60,10 +60,10 @@ from pathlib import Path
 import polars as pl
 
 from tracekit import trace as schema
-from tracekit.readers import kineto_split
 from tracekit.readers.common import nesting_depth, release_freed_memory
-from tracekit.readers.kineto_columns import MATMUL_OPS, Frames
-from tracekit.readers.kineto_header import (
+from tracekit.readers.kineto import split
+from tracekit.readers.kineto.columns import MATMUL_OPS, Frames
+from tracekit.readers.kineto.header import (
     distributed,
     gpus_from_header,
     header_text,
@@ -71,7 +71,7 @@ from tracekit.readers.kineto_header import (
     process_groups,
     producer_version,
 )
-from tracekit.readers.kineto_stream import (
+from tracekit.readers.kineto.stream import (
     DECODER,
     ArgsError,
     Decoded,
@@ -129,7 +129,7 @@ def read_kineto(path: Path, *, kernel_dims: bool = True) -> Trace:
     kernels' grid/block (then null), which no analysis uses.
     """
     path = Path(path)
-    worker = kineto_split.take(path, kernel_dims)  # (None: read here alone)
+    worker = split.take(path, kernel_dims)  # (None: read here alone)
     st = Decoded(path)
     frames = Frames(kernel_dims)
     try:
@@ -163,7 +163,7 @@ def _add(path: Path, chunks, header: Doc, frames: Frames, codes_of: dict) -> Non
         del events, doc
 
 
-def _read(path: Path, st: Decoded, frames: Frames, worker: kineto_split.Worker | None = None) -> Trace:
+def _read(path: Path, st: Decoded, frames: Frames, worker: split.Worker | None = None) -> Trace:
     header = Doc()
     codes_of: dict = {None: 0}
     extra_dropped: dict = {}
@@ -174,7 +174,7 @@ def _read(path: Path, st: Decoded, frames: Frames, worker: kineto_split.Worker |
         began = time.monotonic()
         _add(path, iter_chunks(path, st, worker.cut), header, frames, codes_of)
         # (a worker still running long after this part took its time is stuck: its part is read here then)
-        wait = max(kineto_split.WAIT_MIN_S, 4 * (time.monotonic() - began))
+        wait = max(split.WAIT_MIN_S, 4 * (time.monotonic() - began))
         got = worker.records(timeout=wait) if st.cut else None
         if st.cut and got is None:  # (the worker failed: the rest read here, errors and all)
             _add(path, iter_chunks_from(path, st, worker.cut), header, frames, codes_of)
@@ -244,7 +244,7 @@ def _read(path: Path, st: Decoded, frames: Frames, worker: kineto_split.Worker |
 
     # ops: the matmul-like and all-reduce ops with their shapes, then every other CPU op and Python function
     # (host work, no shapes), in one frame in start order, put in order while the trace was read
-    # (kineto_columns.OpsInOrder)
+    # (columns.OpsInOrder)
     spans = frames.pop("profiler")
     release_freed_memory()  # (what the decoding freed)
     ops = frames.pop_ops()
@@ -298,6 +298,7 @@ def _read(path: Path, st: Decoded, frames: Frames, worker: kineto_split.Worker |
         path=str(path),
         format="kineto-json",
         producer="kineto",
+        markers="annotation",
         producer_version=producer_version(header),
         schema_version=header_text(header.schemaVersion),
         graph_trace_mode=mode,

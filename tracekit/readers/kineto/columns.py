@@ -21,7 +21,7 @@ import msgspec
 import polars as pl
 
 from tracekit.readers.common import api_kind, strip_api_version
-from tracekit.readers.kineto_stream import NULL, decode_args
+from tracekit.readers.kineto.stream import NULL, decode_args
 from tracekit.trace import COMM_OPS
 
 # Framework ops whose input shapes tell the weight bytes a step reads (kept in Trace.ops).
@@ -571,7 +571,7 @@ class OpsInOrder:
             return None
         return _sorted_by_seq(frames, keep_seq)
 
-    # --- the worker's side of a read in two processes (kineto_worker) ---
+    # --- the worker's side of a read in two processes (worker) ---
 
     def take_done(self) -> list[pl.DataFrame]:
         """The rows put in their final place so far (named, with ``_seq``), handed over."""
@@ -651,7 +651,7 @@ class Frames:
 
     # Type the rows of Trace.ops' other group (op / host) whenever one of them reaches _BATCH rows: the sparse ops
     # with shapes (a few per 100 host rows) then never hold OpsInOrder's rounds back by a whole batch, so fewer rows
-    # wait for their place (the worker's memory: kineto_worker).
+    # wait for their place (the worker's memory: worker).
     ops_together = False
 
     def __init__(self, kernel_dims: bool):
@@ -698,7 +698,7 @@ class Frames:
                 self._ahead.popleft().result()
 
     def take(self, batches, in_order: bool = True) -> None:
-        """The typed batches of the events after a cut (:mod:`tracekit.readers.kineto_worker` read them in a
+        """The typed batches of the events after a cut (:mod:`tracekit.readers.kineto.worker` read them in a
         second process), as if typed here: ``(group, names, frame)`` in their reading order, which follows every
         event added so far. Group ``ops``: rows of Trace.ops, put in order and named by the worker (chunks in
         order, with the worker's ``_seq``; ``in_order``: see OpsInOrder.finish_parts), merged by

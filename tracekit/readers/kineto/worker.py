@@ -1,11 +1,11 @@
-"""Kineto JSON: the second process that reads the events after a cut (``python -m tracekit.readers.kineto_worker``).
+"""Kineto JSON: the second process that reads the events after a cut (``python -m tracekit.readers.kineto.worker``).
 
-Started by :mod:`tracekit.readers.kineto_split` (which says when and why) with the trace, the cut (the offset where
+Started by :mod:`tracekit.readers.kineto.split` (which says when and why) with the trace, the cut (the offset where
 a read alone ends one of its pieces), the file to write to (a descriptor) and the piece sizes. It reads the events
-from the cut to the end in the same pieces as a read alone would (``kineto_stream.iter_chunks_from``), groups and
-types them with the same code (``kineto_columns``), puts Trace.ops' rows in order (``OpsInOrder``, as the command
+from the cut to the end in the same pieces as a read alone would (``stream.iter_chunks_from``), groups and
+types them with the same code (``columns``), puts Trace.ops' rows in order (``OpsInOrder``, as the command
 does for its part) and writes, in reading order, one record per typed batch and per chunk of ordered ops
-(``kineto_split.write_record``: Arrow IPC), then the end record (dropped events, NaN literals, whether its ops are
+(``split.write_record``: Arrow IPC), then the end record (dropped events, NaN literals, whether its ops are
 in order, the header fields after ``traceEvents``). It exits 0 only after that; any failure exits 1 and the
 command reads this part itself.
 
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import msgspec
 
-from tracekit.readers import kineto_columns, kineto_stream
-from tracekit.readers.kineto_columns import _AHEAD, CODED, Frames, _typed, _typed_ops
-from tracekit.readers.kineto_split import write_record
-from tracekit.readers.kineto_stream import Decoded, iter_chunks_from
+from tracekit.readers.kineto import columns, stream
+from tracekit.readers.kineto.columns import _AHEAD, CODED, Frames, _typed, _typed_ops
+from tracekit.readers.kineto.split import write_record
+from tracekit.readers.kineto.stream import Decoded, iter_chunks_from
 
 
 class _Shipping(Frames):
@@ -81,11 +81,11 @@ class _Shipping(Frames):
 
 def main(argv: list[str]) -> int:
     path, start, kernel_dims, fd = Path(argv[0]), int(argv[1]), argv[2] == "1", int(argv[3])
-    kineto_stream._BLOCK, kineto_stream._CHUNK, kineto_stream._WINDOW = map(int, argv[4].split(","))
+    stream._BLOCK, stream._CHUNK, stream._WINDOW = map(int, argv[4].split(","))
     # (rounds of 64k rows: with ops_together, the rows waiting for their place stay few: ~75 MB less at 1 GB)
-    kineto_columns._SETTLE = kineto_columns._SETTLE_FIRST = 1 << 16
+    columns._SETTLE = columns._SETTLE_FIRST = 1 << 16
     if sizes := os.environ.get("TRACEKIT_KINETO_TEST_SIZES"):  # (tests: the batch and round sizes, small)
-        kineto_columns._BATCH, kineto_columns._SETTLE, kineto_columns._SETTLE_FIRST = map(int, sizes.split(","))
+        columns._BATCH, columns._SETTLE, columns._SETTLE_FIRST = map(int, sizes.split(","))
     st = Decoded(path)
     frames = _Shipping(kernel_dims, fd)
     tail = None

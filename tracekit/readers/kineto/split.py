@@ -2,15 +2,15 @@
 
 Decoding a Kineto trace holds the GIL (msgspec Structs, the C-level maps that group them and build their columns:
 ~6 s of one core for 1 GB), so threads cannot spread it. A plain-JSON trace of at least :data:`SPLIT_MIN_BYTES` is
-therefore read by two processes: :func:`tracekit.readers.kineto.read_kineto` reads the events before a cut (an
-event boundary near :data:`SPLIT_AT` of the file, :func:`tracekit.readers.kineto_stream.split_at`), and a worker
-(``python -m tracekit.readers.kineto_worker``), started beside it, reads the events after it and writes their typed
+therefore read by two processes: :func:`tracekit.readers.kineto.reader.read_kineto` reads the events before a cut (an
+event boundary near :data:`SPLIT_AT` of the file, :func:`tracekit.readers.kineto.stream.split_at`), and a worker
+(``python -m tracekit.readers.kineto.worker``), started beside it, reads the events after it and writes their typed
 batches to a file the command made and deleted at once (in the system's temporary directory, never beside the
-trace); the command puts them after its own, as if it had read them (:meth:`kineto_columns.Frames.take`).
+trace); the command puts them after its own, as if it had read them (:meth:`columns.Frames.take`).
 
 The worker is spawned, not forked: a fresh interpreter that imports only the reader (never a copy of a process
 whose polars thread pool runs). :func:`head_start` starts it before the command imports polars and the analysis
-(as :func:`tracekit.readers.nsys_scan.head_start` starts the nsys scans), so that its imports overlap the
+(as :func:`tracekit.readers.nsys.scan.head_start` starts the nsys scans), so that its imports overlap the
 command's. The command takes the worker's batches only once it has exited 0 having written its last record;
 on any other outcome it reads the events after the cut itself (errors and all); and when none of its own pieces
 ends at the cut (a candidate ``},{`` inside a string) it simply reads on to the end alone. Either way the result
@@ -24,7 +24,7 @@ fields after traceEvents, as JSON>}``.
 
 Why the pieces matter: a piece's events are grouped, so rows of Trace.ops that start at the same time keep their
 order of reading only across pieces (within a piece, the CPU ops before the Python functions). The cut is
-therefore where a read alone ends a piece (:func:`tracekit.readers.kineto_stream.split_at`), and the worker reads
+therefore where a read alone ends a piece (:func:`tracekit.readers.kineto.stream.split_at`), and the worker reads
 its blocks on the same 1 MB grid, so that it decodes the very pieces the read alone would: every frame is the
 same, row for row (``tests/test_kineto_split.py`` compares them on every real trace).
 """
@@ -87,7 +87,7 @@ class Worker:
     @classmethod
     def start(cls, path: Path, kernel_dims: bool) -> Worker | None:
         """A worker for ``path``, or None: a small or gzipped file, no cut found, or no process could start."""
-        from tracekit.readers import kineto_stream
+        from tracekit.readers.kineto import stream
 
         try:
             size = path.stat().st_size
@@ -95,20 +95,20 @@ class Worker:
             return None
         if size < SPLIT_MIN_BYTES or not _cores_to_spare():
             return None
-        cut = kineto_stream.split_at(path, int(size * SPLIT_AT))
+        cut = stream.split_at(path, int(size * SPLIT_AT))
         if cut is None:
             return None
-        root = str(Path(__file__).resolve().parent.parent.parent)  # (where this tracekit is imported from)
+        root = str(Path(__file__).resolve().parents[3])  # (where this tracekit is imported from)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         out = None
         try:
             out = tempfile.TemporaryFile(prefix="tracekit-kineto-")
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tracekit.readers.kineto_worker", str(path), str(cut),
+                [sys.executable, "-m", "tracekit.readers.kineto.worker", str(path), str(cut),
                  "1" if kernel_dims else "0", str(out.fileno()),
                  # (its pieces must be the pieces of a read alone: the same sizes)
-                 f"{kineto_stream._BLOCK},{kineto_stream._CHUNK},{kineto_stream._WINDOW}"],
+                 f"{stream._BLOCK},{stream._CHUNK},{stream._WINDOW}"],
                 pass_fds=(out.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, env=env, close_fds=True)
         except (OSError, ValueError, subprocess.SubprocessError):
@@ -172,7 +172,7 @@ def take(path: Path, kernel_dims: bool) -> Worker | None:
 @contextmanager
 def head_start(path, *, kernel_dims: bool = True):
     """Inside this block the worker for a big ``.json`` trace ``path`` is already running (started before the
-    caller imports polars and the analysis); :func:`tracekit.readers.kineto.read_kineto` called inside takes it.
+    caller imports polars and the analysis); :func:`tracekit.readers.kineto.reader.read_kineto` called inside takes it.
     One not taken is stopped on leaving. Any problem: no head start (the reader does as it always does)."""
     key = None
     try:

@@ -22,12 +22,12 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.errors import TracekitError
-from tracekit.readers import nsys_scan
 from tracekit.readers.common import api_kind, nesting_depth, release_freed_memory, strip_api_version
-from tracekit.readers.nsys_scan import KERNEL_TABLES as _KERNEL_TABLES
-from tracekit.readers.nsys_scan import PID as _PID
-from tracekit.readers.nsys_scan import TID as _TID
-from tracekit.readers.nsys_scan import Export
+from tracekit.readers.nsys import scan
+from tracekit.readers.nsys.scan import KERNEL_TABLES as _KERNEL_TABLES
+from tracekit.readers.nsys.scan import PID as _PID
+from tracekit.readers.nsys.scan import TID as _TID
+from tracekit.readers.nsys.scan import Export
 from tracekit.trace import (
     GPUS,
     GRAPH_EXECS,
@@ -60,7 +60,7 @@ _MAX_DUR_NS = 86_400 * 10**9  # one day
 
 
 class _Db(Export):
-    """A read-only view of one export (:class:`tracekit.readers.nsys_scan.Export`: tables, columns) and SQL -> polars.
+    """A read-only view of one export (:class:`tracekit.readers.nsys.scan.Export`: tables, columns) and SQL -> polars.
 
     ``frame()`` is the one place rows become frames. It reads straight into Arrow with the
     fastest engine installed (measured in docs/performance.md): connectorx, then ADBC's
@@ -68,10 +68,10 @@ class _Db(Export):
     failure of a fast engine, e.g. connectorx refusing an all-NULL column, falls through
     to the next, so errors and values are those of the ``sqlite3`` path). Every engine
     opens the same ``mode=ro&immutable=1`` URI: nothing is written to or beside the file. A table the
-    command line's head start already scanned with connectorx (``nsys_scan.head_start``) is taken, not read again.
+    command line's head start already scanned with connectorx (``scan.head_start``) is taken, not read again.
     """
 
-    ENGINES = nsys_scan.ENGINES
+    ENGINES = scan.ENGINES
     _available: dict[str, bool] = {}  # engine -> its packages import (checked once per process)
 
     @classmethod
@@ -83,7 +83,7 @@ class _Db(Export):
             cls._available[engine] = all(importlib.util.find_spec(m) is not None for m in mods)
         return cls._available[engine]
 
-    SMALL_FILE_BYTES = nsys_scan.SMALL_FILE_BYTES  # (below it: plain sqlite3 rows; the reason is there)
+    SMALL_FILE_BYTES = scan.SMALL_FILE_BYTES  # (below it: plain sqlite3 rows; the reason is there)
 
     @classmethod
     def default_engines(cls, path: Path) -> tuple[str, ...]:
@@ -148,7 +148,7 @@ class _Db(Export):
 
     def _arrow(self, engine: str, sql: str, threaded: bool = False):
         if engine == "connectorx":
-            head_start = nsys_scan.take(self.uri, sql)
+            head_start = scan.take(self.uri, sql)
             if head_start is not None:
                 return head_start
             import connectorx
@@ -160,7 +160,7 @@ class _Db(Export):
             # it fails and the capture-start lookup fell back to ADBC, whose import alone costs ~0.1 s)
             if " LIMIT " in sql:
                 sql = f"SELECT * FROM ({sql})"
-            return connectorx.read_sql(nsys_scan.connectorx_uri(self.uri), sql, return_type="arrow")
+            return connectorx.read_sql(scan.connectorx_uri(self.uri), sql, return_type="arrow")
         import adbc_driver_sqlite.dbapi as adbc
 
         if threaded:
@@ -251,7 +251,7 @@ def _command(capture: dict) -> tuple[str, ...] | None:
 
 def _kernels_query(db: _Db, dims: bool = True) -> tuple[str, dict[str, pl.DataType], str] | None:
     """(sql, schema, table) of the kernel read, or None when the export has no kernel table."""
-    q = nsys_scan.kernels_query(db, dims)
+    q = scan.kernels_query(db, dims)
     return None if q is None else (q[0], dict.fromkeys(q[1], pl.Int64), q[2])
 
 
@@ -334,7 +334,7 @@ def _api_table(strings: pl.DataFrame) -> pl.DataFrame:
 
 def _launches_query(db: _Db, apis: pl.DataFrame) -> tuple[str, dict[str, pl.DataType], str] | None:
     """(sql, schema, table) of the runtime-call read, or None when there is nothing to read."""
-    q = nsys_scan.launches_query(db, apis["name_id"].to_list())
+    q = scan.launches_query(db, apis["name_id"].to_list())
     return None if q is None else (q[0], dict.fromkeys(q[1], pl.Int64), q[2])
 
 
@@ -599,7 +599,7 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
             lambda: _checked(_launches(db, apis), "CUDA API calls", l_warn),
             small_tables,
         ]
-        if nsys_scan.pending(db.uri):
+        if scan.pending(db.uri):
             # The big tables are being scanned already (the command line's head start): the small ones first, while
             # the two scans run, instead of after the first of them is in.
             small, kernels, launches = db.parallel([tasks[2], tasks[0], tasks[1]])
@@ -630,6 +630,7 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
         path=str(path),
         format="nsys-sqlite",
         producer="nsys",
+        markers="nvtx",
         producer_version=export.get("EXPORT_PRODUCT_VERSION"),
         schema_version=export.get("EXPORT_SCHEMA_VERSION"),
         graph_trace_mode=mode,

@@ -11,7 +11,7 @@ import msgspec
 import polars as pl
 from msgspec import Raw, Struct
 
-from tracekit.readers.kineto_stream import NULL, Doc
+from tracekit.readers.kineto.stream import NULL, Doc
 from tracekit.trace import GPUS, ProcessGroup, conform, empty
 
 

@@ -1,6 +1,6 @@
 """The nsys reader's SQL, polars-free, and its head start: the two big scans begun before polars is imported.
 
-:mod:`tracekit.readers.nsys` reads an export into frames; this module holds what it needs that polars does not:
+:mod:`tracekit.readers.nsys.reader` reads an export into frames; this module holds what it needs that polars does not:
 the read-only view of the file (:class:`Export`: tables, columns, the ``mode=ro&immutable=1`` URI), the choice
 of engine by file size, and the SELECTs of the two big tables (kernels, and the runtime calls that launch work
 or synchronise). Importing it imports only the standard library.
@@ -384,7 +384,7 @@ def _import_arrow(without_numpy: bool) -> None:
 @contextmanager
 def head_start(path, *, kernel_dims: bool = True, arrow_without_numpy: bool = False):
     """Inside this block, the kernel and runtime SELECTs of the nsys export ``path`` are being scanned on threads
-    (when the reader would use connectorx for them); :func:`tracekit.readers.nsys.read_nsys` called inside takes
+    (when the reader would use connectorx for them); :func:`tracekit.readers.nsys.reader.read_nsys` called inside takes
     their tables. Anything the reader has not taken is dropped on leaving. Any problem with the file: no head
     start (the reader reports it as before). ``arrow_without_numpy``: see :func:`_import_arrow` (the command
     line's own process only). The block gets whether its scans are running (started here or by a block around it)."""
