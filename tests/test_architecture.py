@@ -263,3 +263,4 @@ def test_help_and_version_import_no_analyzer_dependency():
     out = subprocess.run([sys.executable, "-c", "import sys, tracekit; print('polars' in sys.modules)"],
                          capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
+

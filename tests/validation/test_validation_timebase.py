@@ -3,7 +3,7 @@ its saving against the manifests' unprofiled steps, the injected host stall agai
 bubbles against hand SQL, the GB300 SGLang trace against its raw JSON, and whether profiler_inflation can be
 estimated from the trace alone.
 
-The row builders here are what docs/validation.md's cog blocks print (``sys.path.insert(0, "tests")``), so the
+The row builders here are what docs/validation.md's cog blocks print (``sys.path[:0] = ["tests", "tests/validation"]``), so the
 doc's tables and these tests are one computation; every figure they compare with comes from elsewhere: the
 manifests' unprofiled times (CUDA events, same process, no profiler), SQL on the nsys exports, the Kineto JSON.
 """

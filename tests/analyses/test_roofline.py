@@ -22,7 +22,7 @@ from tracekit.analyses.roofline import (
 from tracekit.errors import TracekitError
 from tracekit.gpus import GpuSpec, list_gpus, lookup, resolve_peak_bw, table_markdown
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------- GPU table
 

@@ -314,7 +314,7 @@ def test_ceiling_from_model_config(tmp_path):
 # --------------------------------------------------------------------------- units and --model (issue 17)
 
 
-CONFIGS = Path(__file__).parent / "data" / "configs"
+CONFIGS = Path(__file__).parents[1] / "data" / "configs"
 
 
 @pytest.mark.parametrize("text,value", [

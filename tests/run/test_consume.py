@@ -20,7 +20,7 @@ from tracekit.analyses.attribution import COPIED_KERNEL_COLUMNS, _merge_by_start
 from tracekit.errors import NoSteps
 from tracekit.run.pipeline import breakdown, breakdown_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # One GPU with copies beside its kernels (the merge runs), eager, graphs, NCCL kernels, speculative, Kineto; and an
 # export of two GPUs (the analysed GPU's kernels are a copy: the trace is never touched).
 ONE_GPU = ["sample_traces/hf-small-eager/trace.sqlite", "sample_traces/hf-small-graph/trace.sqlite.gz",

@@ -1,5 +1,5 @@
 """Communication: collective sizes from Kineto NCCL kernel args, bus bandwidth (NCCL convention), and several rank
-files analysed together (the cross-rank object; its figures are pinned in tests/test_ranks.py)."""
+files analysed together (the cross-rank object; its figures are pinned in tests/run/test_ranks.py)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_bus_bandwidth_follows_nccl_convention():
 
 def test_several_files_give_the_cross_rank_object():
     # `breakdown DIR`: every rank's breakdown, the per-rank table and the contract's cross_rank object
-    # (the figures themselves are checked against the raw JSON in tests/test_ranks.py)
+    # (the figures themselves are checked against the raw JSON in tests/run/test_ranks.py)
     r = CliRunner().invoke(cli, ["breakdown", str(shared(LORA)), "--format", "json"])
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)

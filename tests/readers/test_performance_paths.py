@@ -19,7 +19,7 @@ from polars.testing import assert_frame_equal
 import tracekit.readers.nsys.reader as nsys
 from tracekit.errors import TracekitError
 
-DATA = Path(__file__).parent / "data" / "nsys"
+DATA = Path(__file__).parents[1] / "data" / "nsys"
 FILES = sorted(DATA.glob("*.sqlite"))
 FRAMES = ("kernels", "memops", "launches", "ranges", "graph_execs", "gpus")
 FAST = [e for e in ("adbc", "connectorx") if nsys._Db.engine_available(e)]
@@ -171,7 +171,7 @@ def test_small_export_reads_its_tables_on_one_thread(monkeypatch):
         return orig(*tasks, threads=threads)
 
     monkeypatch.setattr(tracekit.parallel, "in_threads", spy)
-    small = Path(__file__).parents[1] / "sample_traces" / "hf-small-eager" / "trace.sqlite"
+    small = Path(__file__).parents[2] / "sample_traces" / "hf-small-eager" / "trace.sqlite"
     assert small.stat().st_size < nsys._Db.SMALL_FILE_BYTES
     nsys.read_nsys(small)
     assert seen and not any(seen)

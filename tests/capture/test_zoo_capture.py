@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CAPTURE = ROOT / "capture"
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 HAVE_TRITON = HAVE_TORCH and importlib.util.find_spec("triton") is not None

@@ -160,7 +160,7 @@ def test_by_start_is_a_stable_sort():
 def test_kineto_ops_are_the_json_events_by_start():
     """hf-small-eager-torch: every cpu_op and python_function event of the JSON is one row of Trace.ops, named as
     in the JSON, in start order."""
-    path = Path(__file__).parents[1] / "sample_traces" / "hf-small-eager-torch" / "trace.json.gz"
+    path = Path(__file__).parents[2] / "sample_traces" / "hf-small-eager-torch" / "trace.json.gz"
     events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     host = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "python_function")]
     ops = tracekit.load(path).ops

@@ -25,7 +25,7 @@ from tracekit.manifest import manifest_matches
 
 from conftest import sample_sqlite, sample_trace
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_traces"
 CAPTURE_DIR = ROOT / "capture"
 HAVE_TORCH = importlib.util.find_spec("torch") is not None

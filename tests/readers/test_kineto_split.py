@@ -27,7 +27,7 @@ from tracekit.trace import SCHEMAS
 
 from conftest import shared_dir
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Real Kineto traces whose licence lets a test write a decompressed copy to its temporary directory (MIT, BSD,
 # Apache: PROVENANCE.md); the others are read in place (only plain JSON can be cut).
 _LICENSED = ("HolisticTraceAnalysis", "TraceLens", "kineto", "nvllm")

@@ -41,7 +41,7 @@ from tracekit.run.pipeline import step_table
 from tracekit.steps import find_steps
 from tracekit.trace import WORK_KINDS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NSYS = sorted((ROOT / "tests/data/nsys").glob("*.sqlite"))
 SAMPLES = sorted(p for p in (ROOT / "sample_traces").glob("*/trace.*") if p.suffix in (".sqlite", ".gz", ".json"))
 TRACES = NSYS + SAMPLES + sorted((ROOT / "tests/data/kineto").glob("*.json.gz"))

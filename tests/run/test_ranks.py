@@ -459,7 +459,7 @@ def test_docs_ranks_quotes_what_the_tool_prints(gb300):
     from tracekit.report import render
 
     _, cr = gb300
-    doc = (Path(__file__).parents[1] / "docs" / "ranks.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "ranks.md").read_text()
     quote = re.search(r"\n((?:> [^\n]*\n)+)\n\| rank \| step \|", doc)
     assert quote, "the quoted verdict before the per-rank table"
     assert " ".join(line[2:] for line in quote.group(1).splitlines()) == cr.verdict

@@ -21,7 +21,7 @@ from tracekit.readers.kineto.reader import read_kineto
 
 from conftest import shared
 
-DATA = Path(__file__).parent / "data" / "kineto"
+DATA = Path(__file__).parents[1] / "data" / "kineto"
 
 WORK_PREFIXES = (
     "cudaLaunch", "cuLaunch", "hipLaunch", "hipExtLaunch", "hipModuleLaunch",
