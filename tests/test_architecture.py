@@ -264,3 +264,24 @@ def test_help_and_version_import_no_analyzer_dependency():
                          capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
 
+
+# ───────────────────────── the tests mirror the package ─────────────────────────
+# tests/<group>/ for each part of tracekit (capture: tracekit/capture.py and tracekit/server/), validation/ for the
+# checks against captured truth; at the top only the project-wide checks and the helpers every folder imports
+# (pytest's pythonpath has tests/).
+TEST_GROUPS = ("readers", "analyses", "results", "run", "report", "cli", "capture", "model", "validation")
+TOP = ("conftest.py", "_robust.py", "factory.py", "test_architecture.py", "test_docs.py")
+
+
+def test_the_tests_mirror_the_package():
+    tests = ROOT / "tests"
+    assert {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))} == set(TEST_GROUPS)
+    assert {p.name for p in tests.glob("*.py")} == set(TOP)
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")}
+    assert packages - {"server"} <= set(TEST_GROUPS), packages - set(TEST_GROUPS)
+    # every stage of the pipeline has a test file of its own, named for it (steps: tracekit/steps.py)
+    missing = [s for s in (*STAGES, "steps") if not list((tests / "analyses").glob(f"test_{s}*.py"))]
+    assert missing == []
+    # one basename per test module: pytest's default import mode imports each by its basename
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert len(names) == len(set(names))
