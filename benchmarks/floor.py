@@ -1,7 +1,7 @@
 """The floor: the least work any tool must do to get breakdown's inputs off the disk.
 
 * SQLite: a bare scan of only the columns ``tracekit breakdown`` reads (the very SELECTs
-  ``tracekit/readers/nsys.py`` runs, from ``scan_plan``: kernels, the launching runtime calls,
+  ``tracekit/readers/nsys/reader.py`` runs, from ``scan_plan``: kernels, the launching runtime calls,
   memcpy/memset, NVTX ranges, StringIds, GPUs) into Arrow, by one engine: ``sqlite3`` (stdlib
   rows -> Arrow arrays), ``adbc`` (adbc-driver-sqlite, Arrow-native) or ``connectorx``; one
   query after the other, or with ``--parallel`` all at once (a thread and connection each,
@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def queries(path: Path) -> list[str]:
-    """Exactly the SELECTs ``tracekit breakdown`` runs on this file (``tracekit.readers.nsys.scan_plan``:
+    """Exactly the SELECTs ``tracekit breakdown`` runs on this file (``tracekit.readers.nsys.reader.scan_plan``:
     the reader's own query builders, so floor and tool can never drift apart)."""
-    from tracekit.readers.nsys import scan_plan
+    from tracekit.readers.nsys.reader import scan_plan
 
     return scan_plan(path, kernel_dims=False)
 

@@ -195,7 +195,7 @@ def ranks_cmd(folder: Path, workers: int, cores: int | None = None) -> list[str]
     # before polars is imported: polars sizes its thread pool by the CPUs it may use)
     pin = (f"import os; os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:{cores}]); " if cores else "")
     code = (pin + "import sys; from pathlib import Path; "
-            "from tracekit.readers.nsys_scan import keep_freed_memory; keep_freed_memory([sys.argv[1]]); "
+            "from tracekit.readers.nsys.scan import keep_freed_memory; keep_freed_memory([sys.argv[1]]); "
             "from tracekit.run.ranks import analyse_files, cross_rank; "
             "files = sorted(Path(sys.argv[1]).glob('*.sqlite')); "
             "cross_rank(analyse_files(files, engine='process', workers=int(sys.argv[2])))")

@@ -42,7 +42,7 @@ sys.path.insert(0, os.environ.get("TRACEKIT_SRC") or str(Path(__file__).resolve(
 
 if __name__ == "__main__":  # (as the console script does, before polars is imported: the allocator's setting)
     try:
-        from tracekit.readers.nsys_scan import keep_freed_memory
+        from tracekit.readers.nsys.scan import keep_freed_memory
     except ImportError:  # (a checkout from before issue 25's sixth pass)
         pass
     else:
@@ -138,9 +138,9 @@ class _Sampler:
 def kineto_parts(path: Path) -> dict:
     """CPU seconds of a Kineto read cut after each of its parts, no profiler: the JSON decoded into events
     (msgspec), + grouped by category, + their fields made into columns, + typed and assembled (the whole read)."""
-    from tracekit.readers import kineto_columns as kc
-    from tracekit.readers.kineto import read_kineto
-    from tracekit.readers.kineto_stream import Decoded, iter_chunks
+    from tracekit.readers.kineto import columns as kc
+    from tracekit.readers.kineto.reader import read_kineto
+    from tracekit.readers.kineto.stream import Decoded, iter_chunks
 
     def decoded():
         for ev, _doc in iter_chunks(path, Decoded(path)):

@@ -33,7 +33,7 @@ Written from the engines' source (the behaviour, not copied code), simplified to
 
 Every op is a function ``op(..., impl)`` with ``impl`` "triton" (CUDA tensors; the kernel above) or "torch" (any
 device; the reference the Triton kernels are tested against in Triton's CPU interpreter,
-``tests/test_zoo_capture.py``). The kernels are defined at import where triton exists (the GPU host).
+``tests/capture/test_zoo_capture.py``). The kernels are defined at import where triton exists (the GPU host).
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def make_trace(kernels: Sequence[tuple] = (), ranges: Sequence[tuple] = (), memo
             r["depth"] = sum(1 for o in rows[:i] if o["tid"] == r["tid"] and o["start"] <= r["start"] and o["end"] >= r["end"])
         rng = conform(pl.DataFrame(rows), RANGES)
     gpus = conform(pl.DataFrame([{"device": DEVICE, "name": gpu, "peak_bw_gbps": peak_bw_gbps}]), GPUS)
-    meta = TraceMeta(path="<synthetic>", format="nsys-sqlite", producer="synthetic", producer_version=None,
+    meta = TraceMeta(path="<synthetic>", format="nsys-sqlite", producer="synthetic", markers="nvtx", producer_version=None,
                      graph_trace_mode="none", warnings=(SYNTHETIC,))
     return Trace(kernels=frame(k_rows, KERNELS), memops=frame(m_rows, MEMOPS), launches=frame(l_rows, LAUNCHES),
                  ranges=rng, graph_execs=empty(GRAPH_EXECS), ops=empty(OPS), gpus=gpus, meta=meta).validate()

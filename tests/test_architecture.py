@@ -42,9 +42,10 @@ def test_no_torch_in_the_analyzer():
 def test_capture_runs_without_polars():
     code = ("import sys; sys.modules['polars'] = None; from tracekit.cli import cli; "
             "from click.testing import CliRunner; r = CliRunner().invoke(cli, ['capture', '--help']); "
-            "print(r.exit_code, 'polars' in sys.modules and sys.modules['polars'] is not None)")
+            "print(r.exit_code, 'polars' in sys.modules and sys.modules['polars'] is not None, "
+            "any(m.startswith('tracekit.readers') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert out.stdout.split() == ["0", "False"], out.stderr
+    assert out.stdout.split() == ["0", "False", "False"], out.stderr  # (nor the readers)
 
 
 # ───────────────────────── structure: no import cycle, a light command line ─────────────────────────
@@ -126,7 +127,8 @@ def test_no_import_cycle_anywhere_in_tracekit():
 
 # ───────────────────────── the layout shows the pipeline ─────────────────────────
 # tracekit/*.py, model/ the core: data, names, the Trace, options, text formatters (below every package)
-# tracekit/readers/   file formats -> one Trace
+# tracekit/readers/   file formats -> one Trace: one package per format (readers/nsys/, readers/kineto/), registered
+#                     in tracekit.readers.FORMATS; the pieces they share beside them (common, api_names, cache)
 # tracekit/analyses/  the pipeline's stages (attribution, partition, gaps, steady, phase, drafting, collectives,
 #                     communication, timebase, resolve, roofline, bytes, advice; verdicts: the levers' typed values
 #                     and their sentences): pure functions, typed values out
@@ -137,6 +139,8 @@ STAGES = ("advice", "attribution", "bytes", "collectives", "communication", "dra
           "resolve", "roofline", "speculation", "steady", "timebase", "verdicts")
 RESULTS = ("breakdown", "ceiling", "common", "diff", "info", "kernels")
 RUN = ("engines", "history", "pipeline", "ranks")
+FORMATS = ("nsys", "kineto")  # readers/<format>/, in the registry's order
+SHARED_READERS = ("api_names", "cache", "common")
 # The layers, lowest first. Imports point one way: a module imports only modules of its own layer or of a layer
 # below it (the core also holds tracekit.model and tracekit.__main__'s target is the command line).
 LAYERS = ("core", "tracekit.readers", "tracekit.analyses", "tracekit.results", "tracekit.run", "tracekit.report",
@@ -172,12 +176,28 @@ def upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     return bad
 
 
+def across_formats(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every import of a format's package by another format's or by the readers' shared modules (a format is
+    removed or added without touching another)."""
+    formats = [f"tracekit.readers.{f}" for f in FORMATS]
+    shared = [f"tracekit.readers.{s}" for s in SHARED_READERS]
+    return [(m, d) for m, deps in graph.items() for d in deps for b in formats if _under(d, b)
+            and (m in shared or any(_under(m, a) for a in formats if a != b))]
+
+
 def test_the_layout_shows_the_pipeline():
     names = {p.stem for p in (PKG / "analyses").glob("*.py")} - {"__init__"}
     assert names == set(STAGES)
     assert {p.stem for p in (PKG / "results").glob("*.py")} - {"__init__"} == set(RESULTS)
     assert {p.stem for p in (PKG / "run").glob("*.py")} - {"__init__"} == set(RUN)
-    for package in ("analyses", "results", "run"):  # each package says what it holds
+    # a format is a package of its own, registered by one line; the shared pieces of the readers lie beside them
+    from tracekit.readers import FORMATS as registered
+
+    assert registered == tuple(f"tracekit.readers.{f}" for f in FORMATS)
+    assert {p.name for p in (PKG / "readers").iterdir() if (p / "__init__.py").is_file()} == set(FORMATS)
+    assert {p.stem for p in (PKG / "readers").glob("*.py")} - {"__init__"} == set(SHARED_READERS)
+    # each package says what it holds
+    for package in ("analyses", "results", "run", "readers", *(f"readers/{f}" for f in FORMATS)):
         assert ast.get_docstring(ast.parse((PKG / package / "__init__.py").read_text())), package
 
 
@@ -188,6 +208,7 @@ def test_imports_point_one_way_down_the_layers():
     packages = {_module_name(p.parent) for p in PKG.rglob("__init__.py")} - {"tracekit"}
     assert {layer(p) for p in packages if p != "tracekit.model"} >= set(range(1, len(LAYERS))) - {LAYERS.index("tracekit")}
     assert layer("tracekit.model.units") == layer("tracekit.text") == layer("tracekit.options") == 0
+    assert across_formats(graph) == []
     # nothing but the command line (and python -m tracekit) imports the command line
     assert [m for m, deps in graph.items() if "tracekit.cli" in deps and not _under(m, "tracekit.cli")
             and m != "tracekit.__main__"] == []
@@ -196,11 +217,14 @@ def test_imports_point_one_way_down_the_layers():
 def test_the_checks_above_can_fail():
     graph = import_graph()
     for m, d in (("tracekit.analyses.advice", "tracekit.results.breakdown"),   # a stage importing a result
-                 ("tracekit.readers.kineto_stream", "tracekit.report.terminal"),  # a reader importing a renderer
+                 ("tracekit.readers.kineto.stream", "tracekit.report.terminal"),  # a reader importing a renderer
                  ("tracekit.tokens", "tracekit.analyses.phase"),                 # the core importing a stage
-                 ("tracekit.analyses.bytes", "tracekit.readers.nsys")):          # a stage reading a file
+                 ("tracekit.analyses.bytes", "tracekit.readers.nsys.reader")):          # a stage reading a file
         assert upward({**graph, m: graph[m] | {d}}) == [(m, d)], (m, d)
     assert not _under("tracekit.results", "tracekit") and _under("tracekit", "tracekit")
+    for m, d in (("tracekit.readers.nsys.reader", "tracekit.readers.kineto.stream"),  # a format using another's
+                 ("tracekit.readers.common", "tracekit.readers.nsys.scan")):         # a shared piece using a format
+        assert across_formats({**graph, m: graph[m] | {d}}) == [(m, d)], (m, d)
 
 
 def test_private_helpers_stay_private():
@@ -239,3 +263,25 @@ def test_help_and_version_import_no_analyzer_dependency():
     out = subprocess.run([sys.executable, "-c", "import sys, tracekit; print('polars' in sys.modules)"],
                          capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
+
+
+# ───────────────────────── the tests mirror the package ─────────────────────────
+# tests/<group>/ for each part of tracekit (capture: tracekit/capture.py and tracekit/server/), validation/ for the
+# checks against captured truth; at the top only the project-wide checks and the helpers every folder imports
+# (pytest's pythonpath has tests/).
+TEST_GROUPS = ("readers", "analyses", "results", "run", "report", "cli", "capture", "model", "validation")
+TOP = ("conftest.py", "_robust.py", "factory.py", "test_architecture.py", "test_docs.py")
+
+
+def test_the_tests_mirror_the_package():
+    tests = ROOT / "tests"
+    assert {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))} == set(TEST_GROUPS)
+    assert {p.name for p in tests.glob("*.py")} == set(TOP)
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")}
+    assert packages - {"server"} <= set(TEST_GROUPS), packages - set(TEST_GROUPS)
+    # every stage of the pipeline has a test file of its own, named for it (steps: tracekit/steps.py)
+    missing = [s for s in (*STAGES, "steps") if not list((tests / "analyses").glob(f"test_{s}*.py"))]
+    assert missing == []
+    # one basename per test module: pytest's default import mode imports each by its basename
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert len(names) == len(set(names))

@@ -16,7 +16,7 @@ Workloads: ``WORKLOADS`` below (``spec``/``serve``/``kv``/``lora``/``moe`` are t
 ``capture/llama_torch.py``).
 
 On the GPU host the run scripts call ``python3 -m tracekit capture ...``: neither polars nor rich is imported for it
-(``tests/test_capture.py``). (``python -m tracekit.capture`` ran the driver before the CLI moved to ``tracekit/cli``;
+(``tests/capture/test_capture.py``). (``python -m tracekit.capture`` ran the driver before the CLI moved to ``tracekit/cli``;
 it does nothing now.)
 """
 

@@ -17,7 +17,7 @@ feeds. :data:`OPTIONS` lists every one, in ``--help`` order, and says which anal
   (:func:`api_signature`: ``help()``, ``inspect.signature`` and IDEs that read ``__signature__`` show every keyword
   with its type and default); their body builds the options object and passes :meth:`analysis_kwargs` on.
 
-``tests/test_options.py`` fails when the command line, the options objects, the API signatures and the analyses'
+``tests/cli/test_options.py`` fails when the command line, the options objects, the API signatures and the analyses'
 own keyword parameters (``tracekit.run.pipeline.breakdown``, ``tracekit.results.ceiling.ceiling``: the
 *use* of each option) disagree on a name, a default or a type. So adding an option is one
 ``Option(...)`` here plus its use: the new keyword of the analysis that reads it. sqlite-utils is the model: every

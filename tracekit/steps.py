@@ -140,7 +140,7 @@ def select_ranges(ranges: pl.DataFrame, regex: str) -> pl.DataFrame:
 
 
 def _marker_kind(trace: Trace) -> str:
-    return "nvtx" if trace.meta.format == "nsys-sqlite" else "annotation"
+    return trace.meta.markers  # (the reader's word: nvtx, annotation)
 
 
 def _windows(rng: pl.DataFrame) -> pl.DataFrame:

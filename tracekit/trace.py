@@ -25,7 +25,7 @@ from typing import Literal
 import polars as pl
 
 GraphTraceMode = Literal["node", "graph", "none", "unknown"]
-SourceFormat = Literal["nsys-sqlite", "kineto-json"]
+SourceFormat = str  # the reading format's name (tracekit.readers.Format.name): "nsys-sqlite", "kineto-json"
 # Launch kinds that put work on a GPU (what `tracekit info` counts as launches).
 WORK_KINDS: tuple[str, ...] = ("kernel", "graph", "memcpy", "memset")
 
@@ -207,6 +207,8 @@ class TraceMeta:
     path: str
     format: SourceFormat
     producer: str  # "nsys" | "kineto"
+    # What the format's step markers are called (Steps.marker): "nvtx" (nsys), "annotation" (Kineto)
+    markers: str
     producer_version: str | None = None
     schema_version: str | None = None
     graph_trace_mode: GraphTraceMode = "unknown"

@@ -202,7 +202,7 @@ def activities(trace: Trace, device: int, rules=None, work: pl.DataFrame | None 
         # Nothing else may hold the kernel columns while the merge copies them: each is dropped from the merge's
         # own frame (the one object every name above refers to) and from the trace's as soon as it is copied, so
         # that what it held is given back before the next column is made (the engines' blocks go back to the system
-        # at once: readers.nsys_scan.give_back_big_blocks), and the merged frame takes the pages just freed. The
+        # at once: readers.nsys.scan.give_back_big_blocks), and the merged frame takes the pages just freed. The
         # kernels' columns made above (name, category, launch) go too: polars reuses what they held at once.
         del frames, starts, rows
         big_frame = parts[0]

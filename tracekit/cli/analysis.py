@@ -96,21 +96,14 @@ def breakdown(traces, opts, save, fmt, output, color):
 
         results, labels = analyse_devices(load(files[0], True), opts)
     elif len(files) == 1:
-        from contextlib import nullcontext
-
         from tracekit.cli import app
-        from tracekit.readers.nsys_scan import head_start
+        from tracekit.readers import head_start
 
         if app.OWN_PROCESS:
             _one_thread_for_a_small_trace(files[0])
 
-        kineto = nullcontext()
-        if files[0].suffix.lower() == ".json":  # (the Kineto worker's imports, msgspec's ~0.04 s, only for one)
-            from tracekit.readers.kineto_split import head_start as kineto_head_start
-
-            kineto = kineto_head_start(files[0], kernel_dims=False)
         # (the big scans, or a big Kineto trace's second reader, begin before polars and rich are imported)
-        with head_start(files[0], kernel_dims=False, arrow_without_numpy=app.OWN_PROCESS), kineto:
+        with head_start(files[0], kernel_dims=False, own_process=app.OWN_PROCESS):
             result = beside_renderer_import(
                 lambda: tracekit.breakdown_file(files[0], opts, own_process=app.OWN_PROCESS), fmt)
         if save is not None:

@@ -118,7 +118,7 @@ def cli(debug):
 
 
 # True in the console script's own process (main()), not when the group is called in-process (tests, library users):
-# what only a process of our own may do (tracekit.readers.nsys_scan's arrow_without_numpy) asks this.
+# what only a process of our own may do (tracekit.readers.nsys.scan's arrow_without_numpy) asks this.
 OWN_PROCESS = False
 
 
@@ -126,7 +126,7 @@ def main():
     """The ``tracekit`` console script."""
     global OWN_PROCESS
     OWN_PROCESS = True
-    from tracekit.readers.nsys_scan import keep_freed_memory
+    from tracekit.readers.nsys.scan import keep_freed_memory
 
     keep_freed_memory(sys.argv[1:])  # (before polars is imported: its allocator reads the setting once)
     try:

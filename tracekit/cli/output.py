@@ -114,12 +114,10 @@ def load(path: Path, quiet: bool):
     import tracekit
     from tracekit.cli import app
     from tracekit.progress import status
-    from tracekit.readers.kineto_split import head_start as kineto_head_start
-    from tracekit.readers.nsys_scan import head_start
+    from tracekit.readers import head_start
 
     with (status(f"reading {Path(path).name}", fmt="json" if quiet else "table"),
-          head_start(path, kernel_dims=False, arrow_without_numpy=app.OWN_PROCESS),
-          kineto_head_start(path, kernel_dims=False)):
+          head_start(path, kernel_dims=False, own_process=app.OWN_PROCESS)):
         return tracekit.load(path, kernel_dims=False)
 
 

@@ -1,115 +1,129 @@
-"""Readers: one module per file format, each returning a :class:`tracekit.trace.Trace`."""
+"""Readers: one package per file format (``readers/<format>/``), each returning a :class:`tracekit.trace.Trace`.
+
+A format is a package whose ``FORMAT`` (a :class:`Format`) says everything about it that is not the Trace: how its
+files are recognised, how one is read, and what may start before polars is imported (its head start). Its reader
+sets what the Trace says of it (``meta.format``, ``meta.markers``: what its step markers are called, the GPUs'
+names and ids in ``gpus``). The formats are registered in :data:`FORMATS`, one line each; adding a format is one
+package and one line there, nothing downstream changes (``tests/readers/test_formats.py`` registers one).
+Shared by the formats: :mod:`~tracekit.readers.common` (polars expressions), :mod:`~tracekit.readers.api_names`
+(the host API table), :mod:`~tracekit.readers.cache` (the cache directory of converted copies).
+
+This package and each format's ``__init__`` import neither polars nor the reader itself: the command line
+recognises files and starts head starts before polars is imported.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracekit.errors import TracekitError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from tracekit.trace import Trace
 
-def detect_format(path: Path) -> str:
-    """'nsys-sqlite' | 'nsys-sqlite-gz' | 'kineto-json' | 'nsys-rep', from the file's first bytes (not its
-    name; a gzip stream is looked into: an SQLite export inside is 'nsys-sqlite-gz')."""
+# The registry: the format packages, in the order their files are recognised (the first that claims a file reads it).
+FORMATS: tuple[str, ...] = ("tracekit.readers.nsys", "tracekit.readers.kineto")
+
+HEAD_BYTES = 64  # how much of a file every format's ``recognise`` is shown
+
+
+@dataclass(frozen=True)
+class Format:
+    """One file format: ``FORMAT`` in its package's ``__init__`` (which imports neither polars nor the reader)."""
+
+    name: str  # what its traces' ``meta.format`` says ("nsys-sqlite")
+    what: str  # what it reads, for the error on a file no format reads ("an nsys SQLite export")
+    # whether a file is its own, by content: (path, its first HEAD_BYTES bytes) -> bool (it may look further)
+    recognise: Callable[[Path, bytes], bool]
+    # (path, *, kernel_dims) -> Trace, the manifest not yet attached (load() attaches it beside meta.path)
+    load: Callable[..., Trace]
+    # why a file it recognised is not a trace after all, cheaply (a directory's other files): (path, head) -> words
+    not_a_trace: Callable[[Path, bytes], str | None] | None = None
+    # (path, *, kernel_dims, own_process) -> a context manager: work begun before polars is imported, taken by
+    # ``load`` inside the block; it yields whether it runs. Each format's decides alone whether the file is its own.
+    head_start: Callable[..., AbstractContextManager] | None = None
+    # files it reads by name, when no format recognises their content ((".nsys-rep",)), and what they are
+    suffixes: tuple[str, ...] = ()
+    what_by_name: str = ""
+
+
+def formats() -> tuple[Format, ...]:
+    """The registered formats (:data:`FORMATS`), in order."""
+    from importlib import import_module
+
+    return tuple(import_module(name).FORMAT for name in FORMATS)
+
+
+def _head(path: Path) -> bytes:
     try:
         with open(path, "rb") as f:
-            head = f.read(64)
+            return f.read(HEAD_BYTES)
     except IsADirectoryError:
         raise TracekitError(f"{path} is a directory; give a trace file (or use a command that takes several)")
     except OSError as e:
         raise TracekitError(f"cannot read {path}: {e.strerror or e}")
-    if head.startswith(b"SQLite format 3\x00"):
-        return "nsys-sqlite"
-    if head[:2] == b"\x1f\x8b":
-        from tracekit.readers.sqlitegz import is_gzipped_sqlite
-
-        return "nsys-sqlite-gz" if is_gzipped_sqlite(path) else "kineto-json"
-    if head.lstrip()[:1] in (b"{", b"["):
-        return "kineto-json"
-    if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
-        return "nsys-rep"
-    raise TracekitError(
-        f"{path}: not a trace tracekit can read (expected an nsys SQLite export, a Kineto .json/.json.gz, "
-        "or an .nsys-rep with nsys on PATH)"
-    )
 
 
-SNIFF_BYTES = 4 << 20  # how far into a JSON file its "traceEvents" key is looked for
+def detect_format(path: Path, head: bytes | None = None) -> Format:
+    """The format that reads ``path``: the first whose ``recognise`` claims its first bytes (not its name), else the
+    first that reads its suffix. A file none reads is a :class:`TracekitError` naming what they read."""
+    path = Path(path)
+    head = _head(path) if head is None else head
+    registered = formats()
+    for fmt in registered:
+        if fmt.recognise(path, head):
+            return fmt
+    for fmt in registered:
+        if path.suffix in fmt.suffixes:
+            return fmt
+    expected = [f.what for f in registered] + [f.what_by_name for f in registered if f.suffixes and f.what_by_name]
+    listed = expected[0] if len(expected) == 1 else f"{', '.join(expected[:-1])}, or {expected[-1]}"
+    raise TracekitError(f"{path}: not a trace tracekit can read (expected {listed})")
 
 
 def not_a_trace(path: Path) -> str | None:
     """Why the file at ``path`` is not a trace tracekit reads (a few words), or None when it looks like one.
 
-    Cheap: the first bytes (and, for JSON, the first few MiB, decompressed) or an SQLite file's table names; a
-    file it cannot tell about (``.nsys-rep``, a gzipped export) is taken as a trace. For directories: a summary
+    Cheap: the first bytes, then the format's own look (a JSON file's first few MiB, an SQLite file's table names);
+    a file it cannot tell about (``.nsys-rep``, a gzipped export) is taken as a trace. For directories: a summary
     JSON or a run database beside the rank traces is skipped, not read as a rank.
     """
-    import gzip
-    import sqlite3
-    import zlib
-
     try:
-        fmt = detect_format(path)
+        head = _head(path)
+        fmt = detect_format(path, head)
     except TracekitError as e:
         return str(e).split(": ", 1)[-1][:80]
-    if fmt == "kineto-json":
-        try:
-            opener = gzip.open if open(path, "rb").read(2) == b"\x1f\x8b" else open
-            with opener(path, "rb") as f:
-                head = f.read(SNIFF_BYTES)
-        except (OSError, EOFError, zlib.error) as e:
-            return f"unreadable ({e})"
-        text = head.lstrip()
-        if text[:1] == b"[":
-            return None if b'"ph"' in head else "a JSON array without trace events"
-        return None if b'"traceEvents"' in head else "a JSON file without traceEvents (not a Kineto/Chrome trace)"
-    if fmt == "nsys-sqlite":
-        try:
-            con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-            try:
-                names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-            finally:
-                con.close()
-        except sqlite3.Error as e:
-            return f"an unreadable SQLite file ({e})"
-        if not any(n.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "StringIds", "TARGET_INFO_")) for n in names):
-            return "an SQLite database without nsys tables"
-    return None
+    return fmt.not_a_trace(path, head) if fmt.not_a_trace is not None else None
+
+
+@contextmanager
+def head_start(path, *, kernel_dims: bool = True, own_process: bool = False):
+    """Inside this block, what each format begins for ``path`` before polars is imported is under way (the nsys
+    export's big scans, a big Kineto trace's second reader); :func:`load` inside takes it, and what it has not taken
+    is dropped on leaving. ``own_process``: the caller is the command line's own process (a format may then do what
+    only a process of our own may). The block gets whether any is running. Never an error: a file a format cannot
+    look at gets no head start, and the read reports it."""
+    with ExitStack() as stack:
+        running = [stack.enter_context(f.head_start(path, kernel_dims=kernel_dims, own_process=own_process))
+                   for f in formats() if f.head_start is not None]
+        yield any(running)
 
 
 def load(path, *, kernel_dims: bool = True):
-    """Read one trace file (nsys SQLite export or its ``.sqlite.gz``, Kineto JSON/.json.gz, or .nsys-rep via nsys).
+    """Read one trace file, with the format that recognises it (:func:`detect_format`), and attach the
+    ``manifest.json`` beside it when it matches (:func:`tracekit.manifest.attach_manifest`; beside the file the
+    trace names: the user's file, or for an ``.nsys-rep`` its export in the cache).
 
     ``kernel_dims=False`` lets a reader skip kernel grid/block dimensions (no analysis uses them).
     """
     path = Path(path)
     if not path.exists():
         raise TracekitError(f"{path}: no such file")
-    fmt = detect_format(path)
-    user_path = path
-    gzipped_export = fmt == "nsys-sqlite-gz"
-    if gzipped_export:
-        from tracekit.readers.sqlitegz import decompress_to_cache
-
-        path = decompress_to_cache(path)
-        fmt = "nsys-sqlite"
-    if fmt == "nsys-rep":
-        from tracekit.readers.nsysrep import export_to_cache
-
-        path = export_to_cache(path)
-        fmt = "nsys-sqlite"
-    if fmt == "nsys-sqlite":
-        from tracekit.readers.nsys import read_nsys
-
-        trace = read_nsys(path, kernel_dims=kernel_dims)
-        if gzipped_export:  # the user's file, not the decompressed copy in the cache
-            from dataclasses import replace
-
-            trace = replace(trace, meta=replace(trace.meta, path=str(user_path)))
-    else:
-        from tracekit.readers.kineto import read_kineto
-
-        trace = read_kineto(path, kernel_dims=kernel_dims)
+    trace = detect_format(path).load(path, kernel_dims=kernel_dims)
     from tracekit.manifest import attach_manifest
 
-    # a .sqlite.gz: the manifest beside the USER's file, matched against that file
-    return attach_manifest(trace, user_path if gzipped_export else path)
+    return attach_manifest(trace, Path(trace.meta.path))

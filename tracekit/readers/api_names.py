@@ -2,7 +2,7 @@
 
 :mod:`tracekit.readers.common` builds its polars expressions (``strip_api_version``, ``api_kind``) from these;
 :func:`strip_version` and :func:`launch_kind` are the same rules on one Python string (the nsys reader's head
-start picks the runtime calls to scan before polars is imported: :mod:`tracekit.readers.nsys_scan`).
+start picks the runtime calls to scan before polars is imported: :mod:`tracekit.readers.nsys.scan`).
 """
 
 from __future__ import annotations

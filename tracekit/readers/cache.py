@@ -1,7 +1,7 @@
 """The cache directory: where tracekit writes the SQLite it reads but cannot read in place.
 
-A gzipped export (``.sqlite.gz``, :mod:`tracekit.readers.sqlitegz`) is decompressed here and an ``.nsys-rep``
-(:mod:`tracekit.readers.nsysrep`) converted here — never beside the user's file. Each entry is one
+A gzipped export (``.sqlite.gz``, :mod:`tracekit.readers.nsys.sqlitegz`) is decompressed here and an ``.nsys-rep``
+(:mod:`tracekit.readers.nsys.rep`) converted here — never beside the user's file. Each entry is one
 ``NAME-KEY.sqlite`` (the key: the source file's resolved path, size and mtime, so an unchanged file is converted
 once); a partial write never becomes an entry (written to a temporary name, then renamed).
 

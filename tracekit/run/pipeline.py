@@ -51,10 +51,10 @@ def breakdown_file(path: str | Path, options: AnalysisOptions | None = None, *, 
     >>> breakdown_file("tests/data/nsys/pipit_saxpy_2022.2.sqlite", AnalysisOptions(step_range="^saxpy$")).steps.count
     4
     """
-    from tracekit.readers.nsys_scan import head_start
+    from tracekit.readers import head_start
 
     # A big nsys export's two big scans start first, and the ~0.3 s of imports below (polars, the analysis) run
-    # while they read (tracekit.readers.nsys_scan).
+    # while they read (the format's head start: tracekit.readers.nsys.scan).
     with head_start(path, kernel_dims=False) as scanning:
         from tracekit.readers import load
 
