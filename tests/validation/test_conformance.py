@@ -26,7 +26,7 @@ def _traces():
     for base in (DATA, SAMPLES):
         if base.is_dir():
             out += sorted(p for p in base.rglob("*") if p.is_file() and p.name.endswith(SUFFIXES)
-                          and p.name not in ("manifest.json", "index.json", "device_profile.json")
+                          and p.name not in ("manifest.json", "index.json", "device_profile.json", "results.json")
                           and DATA / "configs" not in p.parents  # model config.json files, not traces
                           and DATA / "saved" not in p.parents  # results saved by tracekit, not traces
                           and "h200_checkpoints" not in p.parts)

@@ -119,7 +119,7 @@ def engine_spans(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
         plain=pl.col("mode").is_in(SG_PLAIN).any(), gen=pl.col("gen").max(), gen_tokens=pl.col("gen_tokens").max(),
         bs=pl.col("name").str.extract(r"\bbs=(\d+)", 1).cast(pl.Int64).max(),
         example=pl.col("name").filter(pl.col("mode").is_in(SG_VERIFY + SG_DRAFT) | (pl.col("gen_tokens") > pl.col("gen")))
-        .min().fill_null(pl.col("name").min()).cast(pl.String))
+        .min().fill_null(pl.col("name").min()).cast(pl.String)).sort("step")  # (the examples cited: the first step's)
 
 
 def engine_frames(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
@@ -137,7 +137,8 @@ def engine_frames(trace: Trace, windows: pl.DataFrame) -> pl.DataFrame:
     f = _placed(f, windows).with_columns(draft=pl.col("name").str.contains(DRAFT_FRAMES),
                                              ngram=pl.col("name").str.contains(NGRAM_FRAMES))
     return f.group_by("step").agg(spec=pl.len(), draft=pl.col("draft").sum(), ngram=pl.col("ngram").sum(),
-                                  example=pl.col("name").filter("draft").min().fill_null(pl.col("name").min()))
+                                  example=pl.col("name").filter("draft").min().fill_null(pl.col("name").min())
+                                  ).sort("step")
 
 
 def engine_draft_windows(trace: Trace, windows: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
