@@ -323,6 +323,27 @@ class Engine:
         run = max(a.timed_steps, a.steps) + a.warmup + 2
         return lt.round_up(self.s.context + (run + 2) * (self.N + 1) + self.N, 64)
 
+    def _verify_buffers(self, S: int, H: int) -> None:
+        """The verify and draft-extend inputs SGLang's EAGLE workers keep per batch (EagleVerifyInput's tree and
+        retrieve indices, the accept index/length, the extend's ids, positions and hidden states) for ``S`` draft
+        steps and hidden size ``H``."""
+        torch, B, N, dev, L = self.torch, self.B, self.N, self.dev, self.torch.long
+        self.vids = torch.zeros(B, N, dtype=L, device=dev)
+        self.vpos = torch.zeros(B, N, dtype=L, device=dev)
+        self.tree = torch.zeros(B, N, N, dtype=torch.uint8, device=dev)
+        self.retrive_index = torch.zeros(B, N, dtype=L, device=dev)
+        self.retrive_next_token = torch.zeros(B, N, dtype=L, device=dev)
+        self.retrive_next_sibling = torch.zeros(B, N, dtype=L, device=dev)
+        self.predict = torch.zeros(B * N, dtype=L, device=dev)
+        self.accept_index = torch.zeros(B, S + 1, dtype=torch.int32, device=dev)
+        self.accept_length = torch.zeros(B, dtype=torch.int32, device=dev)
+        self.ext_ids = torch.zeros(B, S + 1, dtype=L, device=dev)
+        self.ext_pos = torch.zeros(B, S + 1, dtype=L, device=dev)
+        self.ext_hid = torch.zeros(B, S + 1, H, dtype=self.dtype, device=dev)
+        self.ext_start = torch.zeros(B, dtype=L, device=dev)
+        self.ext_acc = torch.zeros(B, dtype=L, device=dev)
+        self.new_verified = torch.zeros(B, dtype=L, device=dev)
+
     def _build_target(self):
         torch, s = self.torch, self.s
         self.dtype = getattr(torch, self.args.dtype)
@@ -503,21 +524,7 @@ class SGLangEagle(Engine):
         self.parent_list = torch.zeros(B, topk + 1 + (S - 2) * topk if S > 1 else 0, dtype=L, device=dev)
         self.top_scores_index = torch.zeros(B, N - 1, dtype=L, device=dev)
         self.draft_tokens = torch.zeros(B, N - 1, dtype=L, device=dev)
-        self.vids = torch.zeros(B, N, dtype=L, device=dev)
-        self.vpos = torch.zeros(B, N, dtype=L, device=dev)
-        self.tree = torch.zeros(B, N, N, dtype=torch.uint8, device=dev)
-        self.retrive_index = torch.zeros(B, N, dtype=L, device=dev)
-        self.retrive_next_token = torch.zeros(B, N, dtype=L, device=dev)
-        self.retrive_next_sibling = torch.zeros(B, N, dtype=L, device=dev)
-        self.predict = torch.zeros(B * N, dtype=L, device=dev)
-        self.accept_index = torch.zeros(B, S + 1, dtype=torch.int32, device=dev)
-        self.accept_length = torch.zeros(B, dtype=torch.int32, device=dev)
-        self.ext_ids = torch.zeros(B, S + 1, dtype=L, device=dev)
-        self.ext_pos = torch.zeros(B, S + 1, dtype=L, device=dev)
-        self.ext_hid = torch.zeros(B, S + 1, H, dtype=self.dtype, device=dev)
-        self.ext_start = torch.zeros(B, dtype=L, device=dev)
-        self.ext_acc = torch.zeros(B, dtype=L, device=dev)
-        self.new_verified = torch.zeros(B, dtype=L, device=dev)
+        self._verify_buffers(S, H)
         self.committed = None
         self.graphs = {}
         pool = torch.cuda.graph_pool_handle() if self.graph else None
@@ -1178,21 +1185,7 @@ class SGLangMultiLayer(Engine):
         self.next_tokens = torch.zeros(B, S, dtype=L, device=dev)        # the K MTP modules' tokens
         self.parent_list = torch.arange(-1, S - 1, dtype=L, device=dev).expand(B, S).contiguous()
         self.top_scores_index = torch.arange(S, dtype=L, device=dev).expand(B, S).contiguous()
-        self.vids = torch.zeros(B, N, dtype=L, device=dev)
-        self.vpos = torch.zeros(B, N, dtype=L, device=dev)
-        self.tree = torch.zeros(B, N, N, dtype=torch.uint8, device=dev)
-        self.retrive_index = torch.zeros(B, N, dtype=L, device=dev)
-        self.retrive_next_token = torch.zeros(B, N, dtype=L, device=dev)
-        self.retrive_next_sibling = torch.zeros(B, N, dtype=L, device=dev)
-        self.predict = torch.zeros(B * N, dtype=L, device=dev)
-        self.accept_index = torch.zeros(B, S + 1, dtype=torch.int32, device=dev)
-        self.accept_length = torch.zeros(B, dtype=torch.int32, device=dev)
-        self.ext_ids = torch.zeros(B, S + 1, dtype=L, device=dev)
-        self.ext_pos = torch.zeros(B, S + 1, dtype=L, device=dev)
-        self.ext_hid = torch.zeros(B, S + 1, H, dtype=self.dtype, device=dev)
-        self.ext_start = torch.zeros(B, dtype=L, device=dev)
-        self.ext_acc = torch.zeros(B, dtype=L, device=dev)
-        self.new_verified = torch.zeros(B, dtype=L, device=dev)
+        self._verify_buffers(S, H)
         pin = self.cuda     # two sets: step i's copy may land while step i-1's is read (SGLang: new tensors each step)
         self.host_pred = [torch.zeros(B * N, dtype=L, pin_memory=pin) for _ in range(2)]
         self.host_acc = [torch.zeros(B, dtype=torch.int32, pin_memory=pin) for _ in range(2)]
