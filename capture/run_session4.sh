@@ -4,6 +4,8 @@
 #   bash capture/run_session4.sh zoo      # the speculative zoo (capture/run_zoo.sh, ~6 min) + nsys stats references
 #   bash capture/run_session4.sh gate     # the diff gate's repeat / unmarked / slower captures (capture/gate_captures.sh)
 #   bash capture/run_session4.sh server   # the SGLang test server in front of a real EAGLE loop (capture/server_gpu.sh)
+#   bash capture/run_session4.sh k1       # one draft step (K=1: SGLang/vLLM DeepSeek-MTP's usual setting), shapes the
+#                                         # zoo was not tuned on: chain, hybrid, vLLM order; unmarked + marked twin
 #
 # Each writes its tarballs and logs into $OUT (at most 8 files a call). The nsys stats references
 # (benchmarks/device_nsys_stats.sh refs) run on the zoo's nsys exports, the committed sample exports (.snsys: a copy of
@@ -34,5 +36,10 @@ case "${1:-}" in
     bash capture/server_gpu.sh
     echo "== server done [$((SECONDS - T0)) s]"; ls -la "$OUT"
     ;;
-  *) echo "usage: $0 zoo|gate|server" >&2; exit 2 ;;
+  k1)
+    RES=/tmp/tk_k1 SPEC_STEPS=1 KINDS="nomark marked" ONLY_SHAPES="sglang-chain hybrid-nextn vllm-eagle" \
+      HARD_S=${HARD_S:-170} bash capture/run_zoo.sh
+    echo "== k1 done [$((SECONDS - T0)) s]"; ls -la "$OUT"
+    ;;
+  *) echo "usage: $0 zoo|gate|server|k1" >&2; exit 2 ;;
 esac

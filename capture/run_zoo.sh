@@ -34,6 +34,10 @@ T0=$SECONDS
 SHAPES=(hybrid-nextn sglang-chain vllm-eagle sglang-tree standalone ngram mtp-multilayer)
 GROUP1=(hybrid-nextn sglang-chain vllm-eagle); GROUP2=(sglang-tree standalone); GROUP3=(ngram mtp-multilayer)
 [ -n "${ONLY_SHAPES:-}" ] && read -r -a SHAPES <<< "$ONLY_SHAPES"
+# SPEC_STEPS=K: every shape with K draft steps (zoo.py --spec-steps), captures named zoo-<shape>-k<K>-<kind>;
+# KINDS: which of the three captures run (default all three)
+TAG=""; SPEC=(); [ -n "${SPEC_STEPS:-}" ] && TAG="-k$SPEC_STEPS" && SPEC=(--spec-steps "$SPEC_STEPS")
+read -r -a KINDS <<< "${KINDS:-nomark engine marked}"
 
 if [ "${SMOKE:-}" = cpu ]; then   # the same plan on a CPU: tiny sizes, eager, every capture with the torch profiler
   NSYSP=torch; COMMON=(--size tiny --device cpu --mode eager --timed-steps 3 --warmup 1)
@@ -84,17 +88,19 @@ cap() {  # cap NAME PROFILER zoo-args...
   fi
 }
 shape_spans() { python3 -c "import sys; sys.path.insert(0, 'capture'); import zoo; print(zoo.SHAPES['$1'].spans)"; }
-run_shape() {  # the three captures of a shape
+run_shape() {  # the captures of a shape (KINDS)
   local s=$1 spans; spans=$(shape_spans "$s")
-  cap "zoo-$s-nomark" "$NSYSP" --shape "$s" "${COMMON[@]}" "${NSTEPS[@]}" --no-markers
-  cap "zoo-$s-engine" torch --shape "$s" "${COMMON[@]}" "${TSTEPS[@]}" --no-markers --engine-spans "$spans" --with-stack
-  cap "zoo-$s-marked" "$NSYSP" --shape "$s" "${COMMON[@]}" "${NSTEPS[@]}"
+  in_list nomark "${KINDS[@]}" && cap "zoo-$s$TAG-nomark" "$NSYSP" --shape "$s" "${COMMON[@]}" "${SPEC[@]}" "${NSTEPS[@]}" --no-markers
+  in_list engine "${KINDS[@]}" && cap "zoo-$s$TAG-engine" torch --shape "$s" "${COMMON[@]}" "${SPEC[@]}" "${TSTEPS[@]}" \
+    --no-markers --engine-spans "$spans" --with-stack
+  in_list marked "${KINDS[@]}" && cap "zoo-$s$TAG-marked" "$NSYSP" --shape "$s" "${COMMON[@]}" "${SPEC[@]}" "${NSTEPS[@]}"
+  return 0
 }
 bundle() {  # bundle TARBALL SHAPE...: wait for their exports, then tar them into $OUT (no .nsys-rep)
   local tb=$1; shift
   local have=() n pid
   for s in "$@"; do for k in nomark engine marked; do
-    n="zoo-$s-$k"; pid=${EXPORT_PID[$n]:-}
+    n="zoo-$s$TAG-$k"; pid=${EXPORT_PID[$n]:-}
     [ -n "$pid" ] && wait "$pid"
     [ -f "$RES/$n/manifest.json" ] && have+=("$n") && cat "$RES/$n.export.log" 2>/dev/null | tail -2
   done; done

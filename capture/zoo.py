@@ -229,7 +229,10 @@ def organize_draft_results(torch, score_list, token_list, parents_list, num_draf
     tokens = torch.cat(token_list, dim=1)
     top = torch.sort(torch.topk(scores, num_draft_tokens - 1, dim=-1).indices).values
     draft_tokens = torch.gather(tokens, index=top, dim=1)
-    parent_list = torch.cat(parents_list[:-1], dim=1)
+    if len(parents_list) > 1:
+        parent_list = torch.cat(parents_list[:-1], dim=1)
+    else:   # one draft step (speculative_num_steps 1): no parents, as SGLang's own branch
+        parent_list = torch.empty(parents_list[0].shape[0], 0, dtype=torch.long, device=parents_list[0].device)
     return parent_list, top, draft_tokens
 
 
@@ -249,6 +252,9 @@ class Zoo(harness.Workload):
         p.add_argument("--size", choices=["full", "tiny"], default="full", help="tiny: the CPU smoke-run size")
         p.add_argument("--batch", type=int, default=None, help="override the shape's batch")
         p.add_argument("--context", type=int, default=None, help="override the shape's cached tokens per sequence")
+        p.add_argument("--spec-steps", type=int, default=None,
+                       help="override the shape's draft steps K (SGLang speculative_num_steps, vLLM "
+                            "num_speculative_tokens, MTP modules); a chain then verifies K+1 tokens")
         p.add_argument("--accept-p", type=float, default=None,
                        help="probability the target agrees with a draft position (the shape's default)")
         p.add_argument("--kernels", choices=["auto", "triton", "torch"], default="auto",
@@ -259,6 +265,8 @@ class Zoo(harness.Workload):
     def check_args(cls, p, args):
         if args.mode == "compile":
             p.error("--mode compile: the zoo runs eager or graph")
+        if args.spec_steps is not None and (args.spec_steps < 1 or (SHAPES[args.shape].topk > 1 and args.spec_steps < 2)):
+            p.error(f"--spec-steps {args.spec_steps}: at least 1 (2 for a tree)")
         if args.engine_spans != "none":
             fam = "vllm" if SHAPES[args.shape].engine.startswith("vllm") else "sglang"
             if DIALECT_ENGINES[args.engine_spans] != fam:
@@ -269,6 +277,8 @@ class Zoo(harness.Workload):
         args = self.args
         s = SHAPES[args.shape]
         s = tiny(s) if args.size == "tiny" else s
+        if args.spec_steps is not None:
+            s = replace(s, steps=args.spec_steps, draft_tokens=s.draft_tokens if s.topk > 1 else 0)
         s = replace(s, batch=args.batch or s.batch, context=args.context or s.context,
                     accept_p=s.accept_p if args.accept_p is None else args.accept_p)
         self.shape = s
