@@ -3,7 +3,11 @@ their source (pure torch, random bf16 weights; Triton kernels named as the engin
 triton, torch fallbacks on a CPU), on the one loop harness (``capture/harness.py``).
 
     python capture/zoo.py --shape NAME [--size full|tiny] --mode graph|eager --profiler nsys|torch|none \\
-        [--no-markers] [--engine-spans sglang-v1|sglang-v2|vllm] [--with-stack] --steps 10 --facts-out f.json
+        [--no-markers] [--engine-spans sglang-v1|sglang-v2|vllm] [--with-stack] [--spec-steps K] \\
+        --steps 10 --facts-out f.json
+
+``--spec-steps K`` overrides a shape's K (``--spec-steps 1``: the usual MTP setting, where SGLang's draft graph runs no
+forward and the draft-extend is the one draft forward; a tree keeps its draft tokens and needs K >= 2).
 
 Shapes (``SHAPES``; full sizes vary across shapes: batch 1..16, K 2..5, 8..32 target layers, hidden 1536..4096,
 vocabularies 32000..151936, contexts 128..2048):

@@ -219,8 +219,22 @@ def test_mtp_shaped_step_is_drafting_with_its_evidence():
     assert acts.with_columns(d=ids).filter(pl.col("d").is_not_null()).height == STEPS_N * 4 * len(draft)
 
 
+@pytest.mark.parametrize("order", ["draft-extend after the verify", "draft before the verify"])
+def test_one_draft_forward_a_step_is_k1_mtp(order):
+    """K = 1, the usual MTP setting: SGLang --speculative-num-steps 1 runs no forward in its draft graph (num_steps - 1
+    = 0) and one draft-extend forward after the verify; vLLM num_speculative_tokens 1 runs one proposer forward. One
+    one-layer forward a step beside a 16-layer target is a draft model, and the step proposes K = 1 token."""
+    draft = one_forward(1)
+    step = one_forward(16) + draft if order.startswith("draft-extend") else draft + one_forward(16)
+    acts, ids, info = detect(build(step))
+    assert info.detection == "structure" and info.spec_steps == STEPS_N
+    e = parse_structure(info.evidence)
+    assert (e["n"], e["before"] + e["after"]) == (1, 1)
+    assert e["before"] == (0 if order.startswith("draft-extend") else 1)
+    assert acts.with_columns(d=ids).filter(pl.col("d").is_not_null()).height == STEPS_N * len(draft)
+
+
 @pytest.mark.parametrize("case,step,second", [
-    ("one draft forward a step (a draft model runs at least twice)", one_forward(1) + one_forward(16), None),
     ("the 'drafts' are as large as the target", 3 * one_forward(8) + one_forward(8, lm_head_us=40), None),
     ("a second stream's sampling cuts the target forward twice",
      one_forward(16), {10: (ARGMAX, 1), 40: (ARGMAX, 1)}),

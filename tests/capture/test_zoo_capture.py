@@ -256,10 +256,28 @@ FRAME_OF = {"sglang-eagle": ("sglang/srt/speculative/eagle_worker.py", ("draft",
 @pytest.mark.parametrize("shape", ["sglang-chain", "sglang-tree", "standalone", "ngram", "vllm-eagle",
                                    "mtp-multilayer", "hybrid-nextn"])
 def test_each_shape_runs_the_engines_structure(tmp_path, shape):
+    _check_structure(tmp_path, shape)
+
+
+@needs_torch
+@pytest.mark.parametrize("shape", ["sglang-chain", "vllm-eagle", "mtp-multilayer", "hybrid-nextn"])
+def test_one_draft_step_runs_the_engines_structure(tmp_path, shape):
+    """--spec-steps 1 (the usual MTP setting): SGLang's draft graph runs no forward (num_steps - 1 = 0) and the
+    draft-extend over 2 tokens is the one draft forward; vLLM's proposer runs its first forward only; one MTP head."""
+    _check_structure(tmp_path, shape, spec_steps=1)
+
+
+def _check_structure(tmp_path, shape, spec_steps=None):
+    import dataclasses
+
     zoo = _load("zoo")
     s = zoo.tiny(zoo.SHAPES[shape])
+    extra = []
+    if spec_steps is not None:
+        s = dataclasses.replace(s, steps=spec_steps, draft_tokens=s.draft_tokens if s.topk > 1 else 0)
+        extra = ["--spec-steps", str(spec_steps)]
     steps = 2
-    f, ev = _run_zoo(tmp_path, shape, "--engine-spans", s.spans, "--with-stack", steps=steps)
+    f, ev = _run_zoo(tmp_path, shape, "--engine-spans", s.spans, "--with-stack", *extra, steps=steps)
     # the manifest's speculation facts
     assert f["workload"] == "zoo" and f["shape"] == shape and f["tokens_per_step"] == s.batch
     assert f["verify_tokens"] == s.verify_tokens and f["draft_model"]["exists"] is (s.draft is not None)

@@ -129,7 +129,10 @@ def test_kv_sample_is_its_own_manifests_model():
 
 def test_model_on_an_unmarked_trace_without_manifest_counts_the_draft_forwards_from_the_trace(tmp_path):
     """No manifest and no draft ranges: the draft model's reads per step come from the forwards found by structure
-    (3 before the verify + the draft-extend after it = torch's 4), so --model gives torch's exact bytes."""
+    (3 before the verify + the draft-extend after it = torch's 4), so --model gives torch's exact bytes. (This loop,
+    capture/spec_decode.py, runs K + 1 draft forwards for K = 3 draft tokens, unlike the engines, whose K draft
+    forwards include the draft-extend: the count says K = 4 here, the engines' rule; tests/validation/test_zoo.py
+    pins that rule on the engine-shaped captures.)"""
     import shutil
 
     trace = tmp_path / "trace.sqlite.gz"  # away from its manifest
@@ -140,5 +143,5 @@ def test_model_on_an_unmarked_trace_without_manifest_counts_the_draft_forwards_f
     assert b.time_base.unprofiled_step_ms is None  # (the manifest really is not applied)
     assert b.roofline["weight_bytes_per_step"] == truth["bytes_per_step"] == 2_209_243_904
     assert b.roofline["draft_bytes_per_step"] == truth["draft_bytes_per_step"]
-    assert any("draft model read 4x per step (3 draft forwards before the verify, 1 after it)" in w
+    assert any("draft model read 4x per step (3 before the verify, 1 after it: K = 4 draft tokens" in w
                for w in b.warnings)

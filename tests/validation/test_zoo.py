@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import shutil
 
 import pytest
@@ -93,3 +94,18 @@ def test_zoo_is_complete_and_independent():
         assert 1.0 < m["spec"]["accept_len"] <= m["spec"]["draft_tokens"] + 1
     marked = [manifest(f"zoo-{s}-marked") for s in SHAPES]
     assert len({m["unprofiled_step_ms"] for m in marked}) == len(SHAPES)
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s != "ngram"])
+def test_draft_forwards_a_step_are_the_engines_k(shape):
+    """Each draft-model forward proposes one token per sequence as the engines run them (SGLang: num_steps - 1 draft
+    forwards, then the draft-extend whose top-k seeds the next round; vLLM: K proposer forwards after the verify;
+    multi-layer MTP: one forward per head): the draft forwards the structure counts in an unmarked capture without
+    its manifest are the K its process ran (the manifest's speculative_num_steps), whatever their order around the
+    verify. --model without a manifest takes K from this count."""
+    b = analysed(f"zoo-{shape}-nomark", True)
+    d = b["advice"]["drafting"]
+    assert d["detection"] == "structure", d["evidence"]
+    run = re.match(r"^\d+ of \d+ steps run (\d+) draft forwards? besides the target forward", d["evidence"][0])
+    assert run, d["evidence"]
+    assert int(run.group(1)) == manifest(f"zoo-{shape}-nomark")["speculative_num_steps"]

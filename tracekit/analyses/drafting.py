@@ -55,12 +55,15 @@ LM_HEAD_RATIO = 2.0
 MIN_SPEC_SHARE = 0.5  # share of steps showing a draft model from which drafting is found by structure
 # Positive evidence of a draft model (module docstring, 3.): a draft forward has at most 1/TARGET_RATIO of the
 # target forward's attention kernels and GEMMs (an MTP/EAGLE layer: 1 of 24-61; HF's 2-layer draft: 2 of 24);
-# the draft model runs at least MIN_DRAFT_FORWARDS times a step (K >= 1 draft forwards + SGLang's draft-extend,
-# or K >= 2), its forwards' GEMM counts within DRAFT_SPREAD of each other (the (K+1)-token draft-extend may
-# split a GEMM differently: a split-K reduce more or less).
+# the draft model runs at least MIN_DRAFT_FORWARDS times a step, its forwards' GEMM counts within DRAFT_SPREAD of
+# each other (the (K+1)-token draft-extend may split a GEMM differently: a split-K reduce more or less). One draft
+# forward a step is the engines' K = 1, the usual MTP setting (SGLang --speculative-num-steps 1: its draft graph runs
+# num_steps - 1 = 0 forwards, the draft-extend after the verify is the one; vLLM num_speculative_tokens 1: one
+# proposer forward); the other conditions (a model of at most 1/TARGET_RATIO of the target's layers and GEMMs,
+# ending in sampling, in at least MIN_SPEC_SHARE of the steps) carry the evidence.
 TARGET_RATIO = 2
 HOST_READ = r"Device-to-Host|DtoH"  # a device-to-host copy: the host reads device data (nsys and Kineto names)
-MIN_DRAFT_FORWARDS = 2
+MIN_DRAFT_FORWARDS = 1
 DRAFT_SPREAD = 1.5
 
 DETECTIONS = ("ranges", "engine", "structure", "kernels", "not_detected")
@@ -318,7 +321,7 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
            f"{'none shows' if spec.height == 0 else f'only {spec.height} show'} a model distinct from the target: "
            f"besides the heaviest forward ({_n(med['t_attn'], 'layer')}, {_n(med['t_gemm'], 'GEMM')}) they run "
            f"{_n(med['n_draft'], 'forward')} of up to {_n(med['d_attn'], 'layer')} ({med['d_attn_sum']:g} in all) "
-           f"and {_n(med['d_gemm'], 'GEMM')} (a draft model runs at least {MIN_DRAFT_FORWARDS} forwards a step, "
+           f"and {_n(med['d_gemm'], 'GEMM')} (a draft model runs at least {_n(MIN_DRAFT_FORWARDS, 'forward')} a step, "
            f"each at most 1/{TARGET_RATIO} of the target's layers and GEMMs, all together no more layers than the "
            "target)")
     return none, _not_structure(acts, steps, med["n_draft"] + 1, (why,))
@@ -414,9 +417,9 @@ def step_forwards(acts: pl.DataFrame, speculative: bool = False) -> pl.DataFrame
 
 def draft_forward_counts(x: pl.DataFrame) -> tuple[int, int] | None:
     """How many times a speculative step reads the draft model: ``(draft_forwards, before_target)`` — every
-    forward that is not the target's (SGLang: K draft forwards and the draft-extend forward after the verify), and
-    those before the target's (K, the draft tokens). Medians over the steps that have a target forward; None when
-    none has. ``x``: :func:`step_forwards`.
+    forward that is not the target's (SGLang: its K - 1 draft forwards and the draft-extend forward after the verify;
+    vLLM: K proposer forwards; K draft tokens either way), and those before the target's. Medians over the steps
+    that have a target forward; None when none has. ``x``: :func:`step_forwards`.
     """
     f = x.select("step", "fwd", "target").filter(pl.col("fwd").is_not_null()).unique()
     t = f.filter(pl.col("target").fill_null(False)).select("step", t_fwd="fwd")

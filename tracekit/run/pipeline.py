@@ -334,14 +334,17 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
                      process_group=pg, ep=ep)
     spec = man.get("spec") or {}
     k = int(spec.get("draft_tokens") or 0)
-    # draft forwards per step: the manifest's count where it records one (SGLang-shaped spec decoding reads the
-    # draft K times plus once more in the draft-extend forward), else K
+    # draft forwards per step: the manifest's count where it records one, else K
     draft_forwards = int((man.get("draft_model") or {}).get("forwards_per_step") or k) if k else 0
     counted = ""
     if not k and draft_counts and draft_counts[0] > 0:  # no manifest: the draft forwards the step's structure shows
-        draft_forwards, k = draft_counts[0], max(draft_counts[1], 1)
-        counted = (f"draft model read {draft_forwards}x per step ({k} draft forwards before the verify"
-                   f"{', 1 after it' if draft_forwards > k else ''}), counted from the trace's forwards")
+        # each draft-model forward proposes one token per sequence in the engines: SGLang's num_steps - 1 draft
+        # forwards and the draft-extend whose top-k is the next round's first draft token, vLLM's K proposer forwards
+        draft_forwards, before = draft_counts
+        k = draft_forwards
+        counted = (f"draft model read {draft_forwards}x per step ({before} before the verify, "
+                   f"{draft_forwards - before} after it: K = {k} draft tokens, one a draft forward as the engines "
+                   "run them), counted from the trace's forwards")
     shapes: dict = {}
     rb = resolve_bytes(parallel=par, weight_bytes=weight_bytes, model=model, batch=max(1, int(round(tokens.batch))),
                        context=resolve.context_tokens(flag=context, manifest=man).value, draft_forwards=draft_forwards,
