@@ -1,32 +1,49 @@
 """The one loop harness of the decode workloads: warm-up, unprofiled timing, markers, engine spans, profiler
 start/stop, the per-phase truth and the facts file, around a workload that only says what one step does.
 
+Workloads on it (each file says what one step does; the loop is this file's): ``capture/spec_decode.py`` (EAGLE/NEXTN
+shaped speculative decoding), ``capture/zoo.py`` (the engine-shaped speculative loops), ``capture/kv_decode.py``,
+``capture/lora_decode.py``, ``capture/moe_decode.py``, ``capture/serve_decode.py``, ``capture/sp_decode.py`` and
+``capture/hf_decode.py`` (also under torchrun, ``--tp N``). Not on it: ``capture/sglang_decode.py`` (a real SGLang
+engine runs its own loop) and ``capture/synthetic.py`` (the calibration loop); ``capture/tp.py`` is the tensor-parallel
+helpers, no workload.
+
 A workload subclasses :class:`Workload` and supplies
 
-* ``name`` (the manifest's ``workload``), ``PHASES`` (the parts of a step, in order), ``MARKERS`` (phase -> the
-  marker range it gets with markers on: ``draft``, ``verify``, ``draft_extend``...), ``SPANS`` (engine dialect ->
-  ``{site: span name template}``: what an engine writes, e.g. ``{"verify": "step[TARGET_VERIFY bs={B}]"}``);
+* ``name`` (the manifest's ``workload``), ``PHASES`` (the parts of a step, in order; none: no per-phase truth),
+  ``MARKERS`` (phase -> the marker range it gets with markers on: ``draft``, ``verify``, ``draft_extend``...),
+  ``SPANS`` (engine dialect -> ``{site: span name template}``: what an engine writes, e.g.
+  ``{"verify": "step[TARGET_VERIFY bs={B}]"}``);
 * ``add_args(parser)``, ``build()`` (models, caches, CUDA graphs), ``reset()`` (back to the start state),
-  ``step(i)`` (one speculative -- or plain -- decode step, host reads included), ``plain_step(i)`` (the same
-  target decoding one token per sequence, same mode, with its own sampling and host read), ``contract()`` (weight
-  bytes per step, tokens per step, the ``spec`` draft tokens) and ``facts(run)`` (its own manifest keys);
-  optionally ``extra_timings()``, ``probes()``, ``drain()`` (an overlapped loop's last deferred host read).
+  ``step(i)`` (one speculative -- or plain -- decode step, host reads included), ``contract()`` (weight
+  bytes per step, tokens per step, the ``spec`` draft tokens; optionally ``tp`` and ``framework``) and
+  ``facts(run)`` (its own manifest keys, after the profiled steps);
+* optionally ``plain_step(i)`` (a speculative workload's target decoding one token per sequence, same mode, with
+  its own sampling and host read; a workload without one has no plain timing), ``extra_timings()``, ``probes()``,
+  ``drain()`` (an overlapped loop's last deferred host read), and for several processes (``--tp``):
+  ``setup(args)`` (join the process group, point ``--device`` and the output files at this rank: before the
+  device is picked), ``barrier()`` (all ranks' timed and profiled windows start and stop together) and
+  ``close()`` (after the facts are written: leave the process group).
 
 Inside ``step`` a workload wraps each part in ``self.h.phase(name)`` (per-phase CUDA events while the truth is
 measured; the phase's marker range while profiling with markers) and each place an engine writes a span in
 ``self.h.span(site)`` (a ``record_function`` range named as the chosen ``--engine-spans`` dialect names that
 site; nothing for a site the dialect leaves out). Adding an engine's spans to a workload is one ``SPANS`` entry.
+``self.h.stage`` says which run a step belongs to (``warmup``, ``timed``, ``plain``, ``phases``, ``extra:<name>``,
+``profiled``), for a workload that records something of some runs only (tokens, stall times).
 ``engine_class(path, name, methods)`` makes a class named like an engine's whose frames carry the engine's file
 path, so ``torch.profiler(with_stack=True)`` records e.g. ``sglang/srt/speculative/eagle_worker.py(5): draft``.
 
 What the harness runs, in one process (``run``):
 
-1. ``build``; warm-up: ``--warmup`` spec and plain steps (CUDA graphs captured, Triton kernels compiled);
-2. unprofiled, markers and spans off: ``--timed-steps`` spec steps (``unprofiled``: period of each step from CUDA
+1. ``build``; warm-up: ``--warmup`` steps, each followed by a plain step where the workload has one (CUDA graphs
+   captured, Triton kernels compiled);
+2. unprofiled, markers and spans off: ``--timed-steps`` steps (``unprofiled``: period of each step from CUDA
    events at step starts -- median, mean, min, max, p10, p90), the same number of plain steps
-   (``unprofiled_plain``), then again spec steps with an event at every phase start (``unprofiled_phases_ms``:
-   median per phase, a phase running to the next one's start), the workload's extra timings and probes; the
-   accepted draft tokens of the timed steps give ``spec.accept_len``;
+   (``unprofiled_plain``; only a workload with a plain step), then again steps with an event at every phase start
+   (``unprofiled_phases_ms``: median per phase, a phase running to the next one's start; only a workload with
+   ``PHASES``), the workload's extra timings (``--timed-steps`` calls each, or the count it gives) and probes;
+   the accepted draft tokens of the timed steps give ``spec.accept_len``; the workload is reset before each run;
 3. profiled: ``--steps`` steps between ``cudaProfilerStart/Stop`` (nsys ``--capture-range=cudaProfilerApi``) or
    under ``torch.profiler`` (``record_shapes``; ``--with-stack`` adds Python frames), each wrapped in
    ``decode_step <i>`` and its phases in their marker ranges unless ``--no-markers``, the engine's spans with
@@ -89,6 +106,11 @@ class Workload:
     def check_args(cls, p: argparse.ArgumentParser, args) -> None:
         pass
 
+    @classmethod
+    def setup(cls, args) -> None:
+        """Before the device is picked (after parsing): e.g. join a process group and point ``args.device`` and
+        the output files at this rank."""
+
     def build(self) -> None:
         raise NotImplementedError
 
@@ -99,24 +121,36 @@ class Workload:
         raise NotImplementedError
 
     def plain_step(self, i: int) -> None:
+        """Optional: the target decoding one token per sequence (a speculative workload's baseline)."""
         raise NotImplementedError
+
+    def has_plain(self) -> bool:
+        return type(self).plain_step is not Workload.plain_step
 
     def drain(self) -> None:
         """Finish a deferred host read (overlapped loops); called after every measured run."""
+
+    def barrier(self) -> None:
+        """Several processes: wait for every rank (before the timed steps, around the profiled ones)."""
+
+    def close(self) -> None:
+        """After the facts are written (e.g. leave the process group)."""
 
     def span_fields(self) -> dict:
         """Values the span templates use (e.g. ``B``, ``T``)."""
         return {}
 
     def extra_timings(self) -> dict:
-        """``{name: fn(i)}`` timed like the steps (unprofiled, after the phases)."""
+        """``{name: fn(i)}`` timed like the steps (unprofiled, after the phases), ``--timed-steps`` calls each;
+        ``{name: (fn, n)}``: ``n`` calls."""
         return {}
 
     def probes(self):
         return None
 
     def contract(self) -> dict:
-        """``weight_bytes`` (per step), ``tokens_per_step``, ``draft_tokens`` (None: no speculation)."""
+        """``weight_bytes`` (per step), ``tokens_per_step``, ``draft_tokens`` (None: no speculation); optionally
+        ``dtype`` (else ``--dtype``), ``tp`` (the world size, else 1) and ``framework`` (``versions.framework``)."""
         raise NotImplementedError
 
     def facts(self, run: dict) -> dict:
@@ -145,6 +179,7 @@ class Loop:
         args = p.parse_args(argv)
         cls.check_args(p, args)
         _common.apply_marker_flag(args)
+        cls.setup(args)
         self.args, self.cls = args, cls
         self.markers_requested = markers.enabled()
         self.torch, self.dev, self.cuda = _common.torch_device(args)
@@ -240,19 +275,22 @@ class Loop:
     def main(self, serve=None) -> int:
         args = self.args
         wl = self.wl = self.cls(self)
+        has_plain = wl.has_plain()
         markers.set_enabled(False)
         wl.build()
         wl.reset()
         self.stage = "warmup"
         for i in range(args.warmup):
             wl.step(-1 - i)
-            wl.plain_step(-1 - i)
+            if has_plain:
+                wl.plain_step(-1 - i)
         wl.drain()
         self._sync()
 
         n = args.timed_steps
         wl.reset()
         self.accepted = []
+        wl.barrier()
         self.stage = "timed"
         timing = self._timed(wl.step, n)
         acc_timed = [a for s in self.accepted for a in s]
@@ -263,24 +301,33 @@ class Loop:
             self.accepted = []
             self.stage = "serve"
             return serve(self)
-        wl.reset()
-        self.stage = "plain"
-        plain = self._timed(wl.plain_step, n)
-        wl.reset()
-        self.stage = "phases"
-        phases = self._phase_truth(n)
+        plain = phases = None
+        if has_plain:
+            wl.reset()
+            self.stage = "plain"
+            plain = self._timed(wl.plain_step, n)
+        if wl.PHASES:
+            wl.reset()
+            self.stage = "phases"
+            phases = self._phase_truth(n)
         extra = {}
         for name, fn in wl.extra_timings().items():
+            fn, m = fn if isinstance(fn, tuple) else (fn, n)
             wl.reset()
             self.stage = f"extra:{name}"
-            extra[name] = self._timed(fn, n)
+            extra[name] = self._timed(fn, m)
         probes = wl.probes() if self.cuda else None
         for t in (timing, plain, *extra.values()):
-            t.update(self._spread(t))
+            if t is not None:
+                t.update(self._spread(t))
         accept_len = 1 + statistics.fmean(acc_timed) if acc_timed else None
         c = wl.contract()
-        _common.log(f"{wl.name}: unprofiled spec step {timing['median_ms']:.3f} ms (p10 {timing['p10_ms']:.3f}, "
-                    f"p90 {timing['p90_ms']:.3f}), plain step {plain['median_ms']:.3f} ms, accept_len {accept_len}")
+        K = c.get("draft_tokens")
+        _common.log(f"{wl.name}: unprofiled {'spec ' if K is not None else ''}step {timing['median_ms']:.3f} ms "
+                    f"(p10 {timing['p10_ms']:.3f}, p90 {timing['p90_ms']:.3f})"
+                    + (f", plain step {plain['median_ms']:.3f} ms" if plain else "")
+                    + (f", accept_len {accept_len}" if K is not None else "")
+                    + "".join(f", {k} {v['median_ms']:.3f} ms" for k, v in extra.items()))
         if phases:
             _common.log("phases (median ms): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
 
@@ -291,28 +338,29 @@ class Loop:
         self.decorate(True)
         if args.with_stack and FRAMES_DIR not in sys.path:
             sys.path.append(FRAMES_DIR)     # the profiler strips sys.path prefixes from frame file names
-        prof = profiled_phase(wl.step, args, start_index=n, with_stack=args.with_stack, after=wl.drain)
+        prof = profiled_phase(wl.step, args, start_index=n, with_stack=args.with_stack, after=wl.drain,
+                              barrier=wl.barrier)
         self.decorate(False)
         acc_prof = [list(s) for s in self.accepted]
         flat_prof = [a for s in acc_prof for a in s]
 
-        K = c.get("draft_tokens")
         facts = _common.contract_facts(
             wl.name, args, self.dev, weight_bytes=c.get("weight_bytes"), tokens_per_step=c["tokens_per_step"],
-            timing=timing, dtype=c.get("dtype"),
+            timing=timing, dtype=c.get("dtype"), tp=c.get("tp", 1), framework=c.get("framework"),
             spec=None if K is None else {"draft_tokens": K,
                                          "accept_len": round(accept_len, 4) if accept_len is not None else None})
-        facts.update({
-            "unprofiled": timing,
-            "unprofiled_plain_step_ms": round(plain["median_ms"], 6),
-            "unprofiled_plain": plain,
-            "unprofiled_phases_ms": phases,
-            "phases": list(wl.PHASES),
-            "accept": None if K is None else {
+        facts["unprofiled"] = timing
+        if plain is not None:          # a workload with a plain step (speculative: the target alone)
+            facts.update({"unprofiled_plain_step_ms": round(plain["median_ms"], 6), "unprofiled_plain": plain})
+        if wl.PHASES:                  # a workload with phases: their names and unprofiled medians
+            facts.update({"unprofiled_phases_ms": phases, "phases": list(wl.PHASES)})
+        if K is not None:
+            facts["accept"] = {
                 "accept_len_timed": round(accept_len, 4) if accept_len is not None else None,
                 "accepted_drafts_timed_hist": {str(a): acc_timed.count(a) for a in range(K + 1)},
                 "accepted_drafts_profiled": acc_prof,
-                "accept_len_profiled": round(1 + statistics.fmean(flat_prof), 4) if flat_prof else None},
+                "accept_len_profiled": round(1 + statistics.fmean(flat_prof), 4) if flat_prof else None}
+        facts.update({
             "markers": ({"step": "decode_step <i>", **{ph: m for ph, m in wl.MARKERS.items()}}
                         if self.markers_requested else None),
             "nvtx_backend": markers.nvtx_backend_name() if self.markers_requested else None,
@@ -326,6 +374,7 @@ class Loop:
                                "probes": probes, "profiled": prof, "accept_timed": acc_timed,
                                "accept_profiled": acc_prof, "accept_len": accept_len}))
         _common.write_facts(args, facts)
+        wl.close()
         return 0
 
     @staticmethod
@@ -337,10 +386,10 @@ class Loop:
                 "stdev_ms": round(statistics.pstdev(ps), 6)}
 
 
-def profiled_phase(step_fn, args, start_index: int, with_stack: bool = False, after=None) -> dict:
-    """``_common.profiled_phase`` with ``with_stack`` (Python frames in the torch profiler's trace) and a hook run
-    after the steps, before the profiler stops (an overlapped loop's last host read)."""
-    return _common.profiled_phase(step_fn, args, start_index, with_stack=with_stack, after=after)
+def profiled_phase(step_fn, args, start_index: int, with_stack: bool = False, after=None, barrier=None) -> dict:
+    """``_common.profiled_phase`` with ``with_stack`` (Python frames in the torch profiler's trace), a hook run
+    after the steps, before the profiler stops (an overlapped loop's last host read), and the ranks' ``barrier``."""
+    return _common.profiled_phase(step_fn, args, start_index, barrier=barrier, with_stack=with_stack, after=after)
 
 
 def run(cls, argv=None, serve=None) -> int:

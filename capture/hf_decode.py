@@ -26,15 +26,20 @@ row-parallel, each followed by an all-reduce (2 per layer per forward); the inpu
 lm_head vocab-parallel + an all-gather of the logits (default) or replicated (``--lm-head replicated``).
 The ``--spec`` draft model is replicated on every rank (no communication). ``weight_bytes_per_step``
 is then the bytes ONE GPU reads (its shard).
+
+Markers (unless ``--no-markers``): ``decode_step <i>``, and with ``--spec`` ``draft`` and ``verify``. The loop
+(warm-up, unprofiled timing, markers, profiler, facts; every rank's timed and profiled windows between barriers) is
+``capture/harness.py``'s; this file says what one step does (``HFDecode``). The unprofiled times are measured with
+markers off; with ``--spec`` the harness also measures each phase (``draft``, ``verify``) unprofiled.
 """
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import sys
 
 import _common
+import harness
 import markers
 import tp as tpmod
 
@@ -164,206 +169,214 @@ class Decoder:
             t.sub_(n)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    _common.add_common_args(p)
-    p.add_argument("--size", choices=sorted(SIZES), default="small")
-    p.add_argument("--arch", choices=["llama", "qwen2"], default="llama")
-    p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    p.add_argument("--prompt-len", type=int, default=128)
-    p.add_argument("--spec", type=int, default=0, help="speculative decoding: K draft tokens per step")
-    tpmod.add_tp_args(p)
-    p.add_argument("--lm-head", choices=["vocab-parallel", "replicated"], default="vocab-parallel",
-                   help="with --tp: lm_head rows sharded + all-gather of the logits, or a full copy per GPU")
-    args = p.parse_args(argv)
-    _common.apply_marker_flag(args)
+class HFDecode(harness.Workload):
+    """HF transformers decode loop with RANDOM weights (no downloads), batch 1, static KV cache."""
 
-    import torch
-    import transformers
+    name = "hf"
 
-    dist_ = None
-    if args.tp is not None:
+    @classmethod
+    def add_args(cls, p):
+        p.add_argument("--size", choices=sorted(SIZES), default="small")
+        p.add_argument("--arch", choices=["llama", "qwen2"], default="llama")
+        p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+        p.add_argument("--prompt-len", type=int, default=128)
+        p.add_argument("--spec", type=int, default=0, help="speculative decoding: K draft tokens per step")
+        tpmod.add_tp_args(p)
+        p.add_argument("--lm-head", choices=["vocab-parallel", "replicated"], default="vocab-parallel",
+                       help="with --tp: lm_head rows sharded + all-gather of the logits, or a full copy per GPU")
+
+    @classmethod
+    def setup(cls, args):
+        """``--tp``: join the process group; this rank's device and output files."""
+        args.dist = None
+        if args.tp is None:
+            return
         tpmod.check_divisible(args.tp, **{k: v for k, v in SIZES[args.size].items()
                                          if k in ("num_attention_heads", "num_key_value_heads", "intermediate_size")})
         if args.lm_head == "vocab-parallel":
             tpmod.check_divisible(args.tp, vocab_size=SIZES[args.size]["vocab_size"])
-        dist_ = tpmod.Dist(args.tp, args.device)
+        dist_ = args.dist = tpmod.Dist(args.tp, args.device)
         args.device = str(dist_.device)
         args.trace_out = tpmod.rank_path(args.trace_out, dist_.rank, dist_.world_size)
         args.facts_out = tpmod.rank_path(args.facts_out, dist_.rank, dist_.world_size)
-    torch.manual_seed(args.seed)
-    dtype = getattr(torch, args.dtype)
-    dev = torch.device(args.device)
-    K = int(args.spec)
-    per_step_tokens = K + 1 if K else 1
-    phase_len = max(args.timed_steps, args.steps + 2) + args.warmup
-    max_cache_len = args.prompt_len + phase_len * per_step_tokens + 16
 
-    cfg = build_config(args.arch, SIZES[args.size], max_cache_len)
-    _common.log(f"building {args.arch}-{args.size} ({cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}) "
-                f"on {dev} in {args.dtype}")
-    model = build_model(cfg, dev, dtype)
-    wb = weight_bytes(model)
-    tp_facts = None
-    cache_cfg = None
-    if dist_ is not None:
-        ar = tpmod.AllReduce(args.allreduce, dist_, per_step_tokens * cfg.hidden_size, dtype)
-        shard = shard_model(model, dist_, ar, args.lm_head)
-        cache_cfg = shard_config(cfg, dist_.world_size)
-        tp_facts = dict(world_size=dist_.world_size, rank=dist_.rank, launcher=dist_.launcher,
-                        sharding="column-parallel q/k/v + gate/up; row-parallel o_proj + down_proj, "
-                                 "each followed by an all-reduce",
-                        embedding="replicated", lm_head=args.lm_head,
-                        lm_head_allgather_bytes=(per_step_tokens * cfg.vocab_size * dtype.itemsize
-                                                 if args.lm_head == "vocab-parallel" and dist_.world_size > 1 else 0),
-                        draft=("replicated" if K else None),
-                        allreduce_per_layer=2, shard_weight_bytes=shard["bytes"], full_weight_bytes=wb["bytes"],
-                        **ar.facts(per_step_tokens * cfg.hidden_size, 2 * cfg.num_hidden_layers))
-        _common.log(f"rank {dist_.rank}/{dist_.world_size}: sharded, {shard['bytes']} weight bytes on this GPU, "
-                    f"all-reduce {ar.impl} of {tp_facts['allreduce_message_bytes']} bytes x {2 * cfg.num_hidden_layers}")
-    target = Decoder(model, max_cache_len, dev, q=per_step_tokens, cache_config=cache_cfg)
-    prompt = torch.randint(3, cfg.vocab_size, (1, args.prompt_len), device=dev)
-    first = target.prefill(prompt)[:, -1].argmax(-1)
+    def __init__(self, h):
+        super().__init__(h)
+        self.K = int(self.args.spec)
+        if self.K:   # the speculative step's parts and their ranges
+            self.PHASES = ("draft", "verify")
+            self.MARKERS = {"draft": markers.DRAFT, "verify": markers.VERIFY}
 
-    facts_spec = None
-    draft_wb = None
-    if K:
-        dcfg = build_config(args.arch, dict(DRAFT, vocab_size=cfg.vocab_size, tie_word_embeddings=True),
-                            max_cache_len)
-        draft_model = build_model(dcfg, dev, dtype)
-        draft_wb = weight_bytes(draft_model)
-        draft = Decoder(draft_model, max_cache_len, dev, q=1)
-        draft.prefill(prompt)
-        draft.input_ids.copy_(first.view(1, 1))
-    else:
-        target.input_ids.copy_(first.view(1, 1))
+    def build(self):
+        import transformers
 
-    host_tok = torch.zeros(per_step_tokens + 1, dtype=torch.long, pin_memory=dev.type == "cuda")
-    accepted_total = [0, 0]  # tokens produced, steps
-    token_log: list[int] = []  # the first greedy tokens of the timed steps (TP vs no-TP checks)
+        torch, dev, args, K = self.torch, self.dev, self.args, self.K
+        dist_ = args.dist
+        self.framework = f"transformers {transformers.__version__}"
+        dtype = getattr(torch, args.dtype)
+        per_step_tokens = K + 1 if K else 1
+        phase_len = max(args.timed_steps, args.steps + 2) + args.warmup
+        max_cache_len = self.max_cache_len = args.prompt_len + phase_len * per_step_tokens + 16
 
-    # ---- the decode step, built per mode -----------------------------------------------------
-    if not K:
-        def eager_step():
-            logits = target.forward()
-            nxt = logits[:, -1].argmax(-1)
-            target.input_ids.copy_(nxt.view(1, 1))
-            return nxt
+        cfg = self.cfg = build_config(args.arch, SIZES[args.size], max_cache_len)
+        _common.log(f"building {args.arch}-{args.size} ({cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}) "
+                    f"on {dev} in {args.dtype}")
+        model = build_model(cfg, dev, dtype)
+        wb = self.wb = weight_bytes(model)
+        self.tp_facts = None
+        cache_cfg = None
+        if dist_ is not None:
+            ar = tpmod.AllReduce(args.allreduce, dist_, per_step_tokens * cfg.hidden_size, dtype)
+            shard = shard_model(model, dist_, ar, args.lm_head)
+            cache_cfg = shard_config(cfg, dist_.world_size)
+            self.tp_facts = dict(
+                world_size=dist_.world_size, rank=dist_.rank, launcher=dist_.launcher,
+                sharding="column-parallel q/k/v + gate/up; row-parallel o_proj + down_proj, each followed by an "
+                         "all-reduce",
+                embedding="replicated", lm_head=args.lm_head,
+                lm_head_allgather_bytes=(per_step_tokens * cfg.vocab_size * dtype.itemsize
+                                         if args.lm_head == "vocab-parallel" and dist_.world_size > 1 else 0),
+                draft=("replicated" if K else None),
+                allreduce_per_layer=2, shard_weight_bytes=shard["bytes"], full_weight_bytes=wb["bytes"],
+                **ar.facts(per_step_tokens * cfg.hidden_size, 2 * cfg.num_hidden_layers))
+            _common.log(f"rank {dist_.rank}/{dist_.world_size}: sharded, {shard['bytes']} weight bytes on this GPU, "
+                        f"all-reduce {ar.impl} of {self.tp_facts['allreduce_message_bytes']} bytes x "
+                        f"{2 * cfg.num_hidden_layers}")
+        target = self.target = Decoder(model, max_cache_len, dev, q=per_step_tokens, cache_config=cache_cfg)
+        prompt = torch.randint(3, cfg.vocab_size, (1, args.prompt_len), device=dev)
+        first = target.prefill(prompt)[:, -1].argmax(-1)
 
-        core = eager_step
-        if args.mode == "compile":
-            core = torch.compile(eager_step, dynamic=False)
-        elif args.mode == "graph":
-            if dev.type != "cuda":
-                raise SystemExit("--mode graph needs a CUDA device")
-            core = _graphed(eager_step, target, dev, warm=3)
-
-        def step(i):
-            nxt = core()
-            host_tok[:1].copy_(nxt, non_blocking=True)
-            if dev.type == "cuda":
-                torch.cuda.current_stream().synchronize()
-            if len(token_log) < 16:
-                token_log.append(int(host_tok[0]))
-            accepted_total[0] += 1
-            accepted_total[1] += 1
-    else:
-        def draft_one():
-            logits = draft.forward()
-            nxt = logits[:, -1].argmax(-1)
-            draft.input_ids.copy_(nxt.view(1, 1))
-            return nxt
-
-        def verify_fwd():
-            logits = target.forward()
-            return logits[0].argmax(-1)  # [K+1]: the target's token after each prefix
-
-        d_core, v_core = draft_one, verify_fwd
-        if args.mode == "compile":
-            d_core = torch.compile(draft_one, dynamic=False)
-            v_core = torch.compile(verify_fwd, dynamic=False)
-        elif args.mode == "graph":
-            if dev.type != "cuda":
-                raise SystemExit("--mode graph needs a CUDA device")
-            d_core = _graphed(draft_one, draft, dev, warm=3)
-            v_core = _graphed(verify_fwd, target, dev, warm=3)
-        drafted = torch.zeros(K, dtype=torch.long, device=dev)
-
-        def step(i):
-            with markers.draft():
-                last = draft.input_ids[0, 0].clone()
-                for j in range(K):
-                    drafted[j:j + 1].copy_(d_core().view(1))
-            with markers.verify():
-                target.input_ids[0, 0].copy_(last)
-                target.input_ids[0, 1:].copy_(drafted)
-                tgt = v_core()
-                # greedy acceptance: the longest prefix where draft == target
-                match = (drafted == tgt[:K]).to(torch.long).cumprod(0).sum()
-                host_tok[:1].copy_(match.view(1), non_blocking=True)
-                if dev.type == "cuda":
-                    torch.cuda.current_stream().synchronize()
-                a = int(host_tok[0])
-                bonus = tgt[a]
-                target.rollback(K - a)          # keep last + a accepted drafts
-                draft.rollback(max(K - 1 - a, 0) if a < K else 0)
-                draft.input_ids.copy_(bonus.view(1, 1))
-            accepted_total[0] += a + 1
-            accepted_total[1] += 1
-
-    # ---- unprofiled timing, then the profiled steps -----------------------------------------------
-    def reset():
-        target.set_length(args.prompt_len)
+        self.draft_wb = None
         if K:
-            draft.set_length(args.prompt_len)
+            dcfg = build_config(args.arch, dict(DRAFT, vocab_size=cfg.vocab_size, tie_word_embeddings=True),
+                                max_cache_len)
+            draft_model = build_model(dcfg, dev, dtype)
+            self.draft_wb = weight_bytes(draft_model)
+            draft = self.draft = Decoder(draft_model, max_cache_len, dev, q=1)
+            draft.prefill(prompt)
+            draft.input_ids.copy_(first.view(1, 1))
+        else:
+            target.input_ids.copy_(first.view(1, 1))
 
-    barrier = dist_.barrier if dist_ is not None else None
-    for i in range(args.warmup):
-        step(-1 - i)
-    _common.sync(dev)
-    reset()
-    accepted_total[:] = [0, 0]
-    token_log.clear()
-    if barrier:
-        barrier()
-    timing = _common.time_steps(step, args.timed_steps, dev, start_index=0)
-    accept_len = accepted_total[0] / max(accepted_total[1], 1)
-    _common.log(f"unprofiled step: median {timing['median_ms']:.3f} ms over {timing['n']} steps "
-                f"({timing['method']}); weight bytes/step (this GPU) "
-                f"{(tp_facts['shard_weight_bytes'] if tp_facts else wb['bytes']) + (draft_wb['bytes'] * K if K else 0)}")
-    reset()
-    prof = _common.profiled_phase(step, args, start_index=args.timed_steps, barrier=barrier)
+        self.host_tok = torch.zeros(per_step_tokens + 1, dtype=torch.long, pin_memory=dev.type == "cuda")
+        self.token_log: list[int] = []  # the first greedy tokens of the timed (then profiled) steps: TP checks
 
-    target_bytes = tp_facts["shard_weight_bytes"] if tp_facts else wb["bytes"]
-    weight_bytes_per_step = target_bytes + (draft_wb["bytes"] * K if K else 0)
-    if K:
-        facts_spec = {"draft_tokens": K, "accept_len": round(accept_len, 4)}
-    facts = {
-        "workload": "hf",
-        "mode": args.mode,
-        "steps": args.steps,
-        "gpu_name": _common.gpu_name(dev),
-        "weight_bytes_per_step": int(weight_bytes_per_step),
-        "dtype": args.dtype,
-        "tp": dist_.world_size if dist_ is not None else 1,
-        "spec": facts_spec,
-        "tokens_per_step": 1,
-        "unprofiled_step_ms": round(timing["median_ms"], 6),
-        "versions": _common.versions(f"transformers {transformers.__version__}"),
-        "model": {
-            "arch": args.arch, "size": args.size, "params": wb["params"], "weight_bytes": wb["bytes"],
-            "embedding_bytes": wb["embedding_bytes"], "tied_embeddings": wb["tied"],
-            "layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size, "vocab": cfg.vocab_size,
-            "prompt_len": args.prompt_len, "max_cache_len": max_cache_len,
-        },
-        "draft_model": (None if not K else {"params": draft_wb["params"], "weight_bytes": draft_wb["bytes"],
-                                             "forwards_per_step": K}),
-        "unprofiled": timing,
-        "profiled": prof,
-        "nvtx_backend": markers.nvtx_backend_name(),
-        "tokens_head": list(token_log) if not K else None,
-    }
-    return _common.finish(args, facts, tp_facts, dist_)
+        # ---- the decode step's compute, built per mode ----
+        if not K:
+            def eager_step():
+                logits = target.forward()
+                nxt = logits[:, -1].argmax(-1)
+                target.input_ids.copy_(nxt.view(1, 1))
+                return nxt
+
+            self.core = eager_step
+            if args.mode == "compile":
+                self.core = torch.compile(eager_step, dynamic=False)
+            elif args.mode == "graph":
+                self.core = _graphed(eager_step, target, dev, warm=3)
+        else:
+            def draft_one():
+                logits = draft.forward()
+                nxt = logits[:, -1].argmax(-1)
+                draft.input_ids.copy_(nxt.view(1, 1))
+                return nxt
+
+            def verify_fwd():
+                logits = target.forward()
+                return logits[0].argmax(-1)  # [K+1]: the target's token after each prefix
+
+            self.d_core, self.v_core = draft_one, verify_fwd
+            if args.mode == "compile":
+                self.d_core = torch.compile(draft_one, dynamic=False)
+                self.v_core = torch.compile(verify_fwd, dynamic=False)
+            elif args.mode == "graph":
+                self.d_core = _graphed(draft_one, draft, dev, warm=3)
+                self.v_core = _graphed(verify_fwd, target, dev, warm=3)
+            self.drafted = torch.zeros(K, dtype=torch.long, device=dev)
+
+    def reset(self):
+        self.target.set_length(self.args.prompt_len)
+        if self.K:
+            self.draft.set_length(self.args.prompt_len)
+
+    def _host_sync(self):
+        if self.cuda:
+            self.torch.cuda.current_stream().synchronize()
+
+    def step(self, i):
+        if self.K:
+            return self.spec_step(i)
+        nxt = self.core()
+        self.host_tok[:1].copy_(nxt, non_blocking=True)
+        self._host_sync()
+        if self.h.stage in ("timed", "profiled") and len(self.token_log) < 16:
+            self.token_log.append(int(self.host_tok[0]))
+
+    def spec_step(self, i):
+        torch, K, target, draft, drafted, h = self.torch, self.K, self.target, self.draft, self.drafted, self.h
+        with h.phase("draft"):
+            last = draft.input_ids[0, 0].clone()
+            for j in range(K):
+                drafted[j:j + 1].copy_(self.d_core().view(1))
+        with h.phase("verify"):
+            target.input_ids[0, 0].copy_(last)
+            target.input_ids[0, 1:].copy_(drafted)
+            tgt = self.v_core()
+            # greedy acceptance: the longest prefix where draft == target
+            match = (drafted == tgt[:K]).to(torch.long).cumprod(0).sum()
+            self.host_tok[:1].copy_(match.view(1), non_blocking=True)
+            self._host_sync()
+            a = int(self.host_tok[0])
+            bonus = tgt[a]
+            target.rollback(K - a)          # keep last + a accepted drafts
+            draft.rollback(max(K - 1 - a, 0) if a < K else 0)
+            draft.input_ids.copy_(bonus.view(1, 1))
+        h.record_accept([a])
+
+    def barrier(self):
+        if self.args.dist is not None:
+            self.args.dist.barrier()
+
+    def close(self):
+        if self.args.dist is not None:      # every rank has written its facts: leave the process group
+            self.args.dist.barrier()
+            self.args.dist.close()
+
+    def target_bytes(self) -> int:
+        return self.tp_facts["shard_weight_bytes"] if self.tp_facts else self.wb["bytes"]
+
+    def contract(self):
+        K = self.K
+        wbytes = self.target_bytes() + (self.draft_wb["bytes"] * K if K else 0)
+        return {"weight_bytes": int(wbytes), "tokens_per_step": 1, "draft_tokens": K or None,
+                "dtype": self.args.dtype, "tp": self.args.dist.world_size if self.args.dist is not None else 1,
+                "framework": self.framework}
+
+    def facts(self, run):
+        args, cfg, wb, K = self.args, self.cfg, self.wb, self.K
+        _common.log(f"weight bytes/step (this GPU) {self.contract()['weight_bytes']}")
+        facts = {
+            "model": {
+                "arch": args.arch, "size": args.size, "params": wb["params"], "weight_bytes": wb["bytes"],
+                "embedding_bytes": wb["embedding_bytes"], "tied_embeddings": wb["tied"],
+                "layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size, "vocab": cfg.vocab_size,
+                "prompt_len": args.prompt_len, "max_cache_len": self.max_cache_len,
+            },
+            "draft_model": (None if not K else {"params": self.draft_wb["params"],
+                                                 "weight_bytes": self.draft_wb["bytes"], "forwards_per_step": K}),
+            # hf's facts always named the NVTX backend, markers on or off (the harness: only with markers)
+            "nvtx_backend": markers.nvtx_backend_name(),
+            "tokens_head": list(self.token_log) if not K else None,
+        }
+        if self.tp_facts:
+            facts["tensor_parallel"] = self.tp_facts
+            facts["allreduce"] = self.tp_facts["allreduce"]
+            facts["allreduce_message_bytes"] = self.tp_facts["allreduce_message_bytes"]
+        return facts
+
+
+def main(argv=None) -> int:
+    return harness.run(HFDecode, argv)
 
 
 def shard_config(cfg, tp: int):

@@ -12,32 +12,19 @@ sampled tokens read back (``.tolist()``).
 
 Before capturing, the SDPA backends (flash, cuDNN, memory-efficient) are timed on this cache
 (``attention_probe``) and the fastest one is used for the workload; the manifest records all.
+
+Markers (unless ``--no-markers``): ``decode_step <i>`` only. The loop (warm-up, unprofiled timing, profiler, facts)
+is ``capture/harness.py``'s; this file says what one step does (``KVDecode``).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 
 import _common
+import harness
 import llama_torch as lt
-import markers
-
-
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    _common.add_common_args(p)
-    p.add_argument("--size", choices=sorted(lt.SIZES), default="large")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--context", type=int, default=16384, help="cached tokens each sequence's attention reads")
-    p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
-    p.add_argument("--no-probes", action="store_true")
-    args = p.parse_args(argv)
-    if args.mode == "compile":
-        p.error("--mode compile: the kv workload runs eager or graph")
-    _common.apply_marker_flag(args)
-    return args
 
 
 def sdpa_backends(torch):
@@ -52,93 +39,112 @@ def sdpa_backends(torch):
     return sdpa_kernel, out
 
 
+class KVDecode(harness.Workload):
+    """KV-cache-heavy plain decode: a batch of long sequences, the attention reading a fixed context."""
+
+    name = "kv"
+
+    @classmethod
+    def add_args(cls, p):
+        p.add_argument("--size", choices=sorted(lt.SIZES), default="large")
+        p.add_argument("--batch", type=int, default=8)
+        p.add_argument("--context", type=int, default=16384, help="cached tokens each sequence's attention reads")
+        p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
+        p.add_argument("--no-probes", action="store_true")
+
+    @classmethod
+    def check_args(cls, p, args):
+        if args.mode == "compile":
+            p.error("--mode compile: the kv workload runs eager or graph")
+
+    def build(self):
+        torch, dev, args = self.torch, self.dev, self.args
+        dtype = getattr(torch, args.dtype)
+        cfg = self.cfg = lt.config(args.size)
+        B, C = self.B, self.C = args.batch, args.context
+        kvpt = self.kvpt = cfg.kv_bytes_per_token(dtype.itemsize)
+        _common.log(f"kv: {args.size} model, batch {B}, context {C}: {kvpt * C * B / 1e9:.2f} GB of KV read per step")
+        target = self.target = lt.Target(cfg, dev, dtype, seed=args.seed)
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(args.seed + 2)
+        cache = self.cache = lt.KVCache(cfg, cfg.layers, B, C, dev, dtype, gen)
+
+        # which SDPA backend reads this cache fastest (q = 1 token, GQA folded into rows, no mask)
+        probes = self.attention_probe = {}
+        self.chosen = None
+        self.ctx_factory = contextlib.nullcontext
+        if self.cuda and not args.no_probes:
+            sdpa_kernel, backends = sdpa_backends(torch)
+            for name, be in backends.items():
+                try:
+                    with sdpa_kernel(be):
+                        probes[name] = lt.attention_probe(target, cache, C, B)
+                except Exception as e:  # a backend that cannot run this shape
+                    probes[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+            ok = {k: v for k, v in probes.items() if "median_ms" in v}
+            if ok:
+                chosen = self.chosen = min(ok, key=lambda k: ok[k]["median_ms"])
+                self.ctx_factory = lambda: sdpa_kernel(backends[chosen])
+            _common.log("attention probe: " + ", ".join(
+                f"{k} {v.get('achieved_gbps', v.get('error'))} GB/s" for k, v in probes.items())
+                + f"; using {self.chosen}")
+
+        tok = self.tok = torch.randint(3, cfg.vocab, (B, 1), device=dev, generator=gen)
+        pos = torch.full((B, 1), C - 1, dtype=torch.long, device=dev)
+
+        def forward():
+            _, _, logits = target.forward(tok, pos, cache, pos, C, lengths=None, logits_at="last")
+            tok.copy_(logits.argmax(dim=-1).view(B, 1))
+
+        self.core = forward
+        with self.ctx_factory():
+            if args.mode == "graph":
+                self.core = lt.graphed(forward)
+            else:
+                forward()
+
+    def reset(self):
+        pass                    # every step reads the same fixed context: no state to go back to
+
+    def step(self, i):
+        with self.ctx_factory():
+            self.core()
+        self.tok.view(-1).tolist()
+
+    def probes(self):
+        return None if self.args.no_probes else lt.gemm_probe(self.target, self.B)
+
+    def contract(self):
+        return {"weight_bytes": self.target.step_bytes()["bytes"], "tokens_per_step": self.B}
+
+    def facts(self, run):
+        args, cfg, B, C, kvpt = self.args, self.cfg, self.B, self.C, self.kvpt
+        tb = self.target.step_bytes()
+        kv_step = kvpt * C * B
+        _common.log(f"kv: weights {tb['bytes'] / 1e9:.2f} GB + KV {kv_step / 1e9:.2f} GB per step -> "
+                    f"{(tb['bytes'] + kv_step) / run['timing']['median_ms'] / 1e6:.0f} GB/s at the unprofiled median")
+        return {
+            "batch": B,
+            "context": C,
+            "kv_bytes_per_token": kvpt,
+            "kv_bytes_per_step": int(kv_step),
+            "bytes_per_step": int(tb["bytes"] + kv_step),
+            "model": {"arch": "llama (plain torch, fused qkv/gate_up)", "size": args.size, "params": tb["params"],
+                      "weight_bytes": tb["bytes"], "embedding_bytes": tb["embedding_bytes"],
+                      "tied_embeddings": tb["tied"], "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads,
+                      "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "ffn": cfg.ffn, "vocab": cfg.vocab},
+            "kv": {"kv_bytes_per_token": kvpt, "context": C, "batch": B, "kv_bytes_per_step": int(kv_step),
+                   "cache_bytes_allocated": self.cache.nbytes(),
+                   "formula": "layers x 2 (K,V) x kv_heads x head_dim x 2 bytes x context x batch",
+                   "attention": "F.scaled_dot_product_attention, q = 1 token, GQA folded into rows, no mask, "
+                                "over cache slots 0..context-1"},
+            "attention_backend": self.chosen,
+            "attention_probe": self.attention_probe or None,
+        }
+
+
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    torch, dev, cuda = _common.torch_device(args)
-    dtype = getattr(torch, args.dtype)
-    cfg = lt.config(args.size)
-    B, C = args.batch, args.context
-    kvpt = cfg.kv_bytes_per_token(dtype.itemsize)
-    _common.log(f"kv: {args.size} model, batch {B}, context {C}: {kvpt * C * B / 1e9:.2f} GB of KV read per step")
-    target = lt.Target(cfg, dev, dtype, seed=args.seed)
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(args.seed + 2)
-    cache = lt.KVCache(cfg, cfg.layers, B, C, dev, dtype, gen)
-    tb = target.step_bytes()
-
-    # which SDPA backend reads this cache fastest (q = 1 token, GQA folded into rows, no mask)
-    probes = {}
-    chosen = None
-    ctx_factory = contextlib.nullcontext
-    if cuda and not args.no_probes:
-        sdpa_kernel, backends = sdpa_backends(torch)
-        for name, be in backends.items():
-            try:
-                with sdpa_kernel(be):
-                    probes[name] = lt.attention_probe(target, cache, C, B)
-            except Exception as e:  # a backend that cannot run this shape
-                probes[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-        ok = {k: v for k, v in probes.items() if "median_ms" in v}
-        if ok:
-            chosen = min(ok, key=lambda k: ok[k]["median_ms"])
-            ctx_factory = lambda: sdpa_kernel(backends[chosen])  # noqa: E731
-        _common.log("attention probe: " + ", ".join(
-            f"{k} {v.get('achieved_gbps', v.get('error'))} GB/s" for k, v in probes.items()) + f"; using {chosen}")
-
-    tok = torch.randint(3, cfg.vocab, (B, 1), device=dev, generator=gen)
-    pos = torch.full((B, 1), C - 1, dtype=torch.long, device=dev)
-
-    def forward():
-        _, _, logits = target.forward(tok, pos, cache, pos, C, lengths=None, logits_at="last")
-        tok.copy_(logits.argmax(dim=-1).view(B, 1))
-
-    core = forward
-    with ctx_factory():
-        if args.mode == "graph":
-            core = lt.graphed(forward)
-        else:
-            forward()
-
-    def step(i):
-        with ctx_factory():
-            core()
-        tok.view(-1).tolist()
-
-    for i in range(args.warmup):
-        step(-1 - i)
-    _common.sync(dev)
-    timing = _common.time_steps(step, args.timed_steps, dev, start_index=0)
-    gemm = lt.gemm_probe(target, B) if cuda and not args.no_probes else None
-    kv_step = kvpt * C * B
-    _common.log(f"unprofiled step: median {timing['median_ms']:.3f} ms; weights {tb['bytes'] / 1e9:.2f} GB + KV "
-                f"{kv_step / 1e9:.2f} GB -> {(tb['bytes'] + kv_step) / timing['median_ms'] / 1e6:.0f} GB/s")
-    prof = _common.profiled_phase(step, args, start_index=args.timed_steps)
-    facts = {
-        **_common.contract_facts("kv", args, dev, weight_bytes=tb["bytes"], tokens_per_step=B, timing=timing),
-        "batch": B,
-        "context": C,
-        "kv_bytes_per_token": kvpt,
-        "kv_bytes_per_step": int(kv_step),
-        "bytes_per_step": int(tb["bytes"] + kv_step),
-        "model": {"arch": "llama (plain torch, fused qkv/gate_up)", "size": args.size, "params": tb["params"],
-                  "weight_bytes": tb["bytes"], "embedding_bytes": tb["embedding_bytes"], "tied_embeddings": tb["tied"],
-                  "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv_heads,
-                  "head_dim": cfg.head_dim, "ffn": cfg.ffn, "vocab": cfg.vocab},
-        "kv": {"kv_bytes_per_token": kvpt, "context": C, "batch": B, "kv_bytes_per_step": int(kv_step),
-               "cache_bytes_allocated": cache.nbytes(),
-               "formula": "layers x 2 (K,V) x kv_heads x head_dim x 2 bytes x context x batch",
-               "attention": "F.scaled_dot_product_attention, q = 1 token, GQA folded into rows, no mask, "
-                            "over cache slots 0..context-1"},
-        "attention_backend": chosen,
-        "attention_probe": probes or None,
-        "gemm_probe": gemm,
-        "unprofiled": timing,
-        "profiled": prof,
-        "markers": {"step": "decode_step <i>"} if markers.enabled() else None,
-        "nvtx_backend": markers.nvtx_backend_name() if markers.enabled() else None,
-    }
-    _common.write_facts(args, facts)
-    return 0
+    return harness.run(KVDecode, argv)
 
 
 if __name__ == "__main__":

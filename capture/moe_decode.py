@@ -23,35 +23,20 @@ norms, routers, lm_head) + the routed experts x E(distinct experts) / E, with E(
 for B tokens (uniform routing; ``tracekit/model/step.py`` ``expected_experts``, the same definition);
 ``moe.measured_distinct_experts`` is the mean over layers and steps of the experts the random router really
 picked (measured after profiling, eagerly, over ``--timed-steps`` steps).
+
+The loop (warm-up, unprofiled timing, profiler, facts) is ``capture/harness.py``'s; this file says what one step
+does (``MoEDecode``).
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 
 import _common
+import harness
 import llama_torch as lt
-import markers
 import moe_ops
-
-
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    _common.add_common_args(p)
-    p.add_argument("--size", choices=sorted(lt.MOE_SIZES), default="small")
-    p.add_argument("--batch", type=int, default=8, help="sequences decoded together (tokens routed per layer)")
-    p.add_argument("--experts", choices=["auto", *moe_ops.IMPLS], default="auto", help="routed-experts implementation")
-    p.add_argument("--prompt-len", type=int, default=128, help="cached tokens each sequence starts from")
-    p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
-    args = p.parse_args(argv)
-    if args.mode == "compile":
-        p.error("--mode compile: the moe workload runs eager or graph")
-    if args.mode == "graph" and args.experts == "loop":
-        p.error("--experts loop syncs with the host in every layer: eager only")
-    _common.apply_marker_flag(args)
-    return args
 
 
 def candidates(torch, requested: str, cuda: bool, graph: bool) -> list[str]:
@@ -86,122 +71,144 @@ def pick(torch, order, layer, h2, top_k) -> tuple[str, dict]:
     raise SystemExit(f"no routed-experts implementation works here: {tried}")
 
 
+class MoEDecode(harness.Workload):
+    """A mixture-of-experts decode loop (pure torch, random weights; Triton for ``--experts triton``)."""
+
+    name = "moe"
+
+    @classmethod
+    def add_args(cls, p):
+        p.add_argument("--size", choices=sorted(lt.MOE_SIZES), default="small")
+        p.add_argument("--batch", type=int, default=8, help="sequences decoded together (tokens routed per layer)")
+        p.add_argument("--experts", choices=["auto", *moe_ops.IMPLS], default="auto",
+                       help="routed-experts implementation")
+        p.add_argument("--prompt-len", type=int, default=128, help="cached tokens each sequence starts from")
+        p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
+
+    @classmethod
+    def check_args(cls, p, args):
+        if args.mode == "compile":
+            p.error("--mode compile: the moe workload runs eager or graph")
+        if args.mode == "graph" and args.experts == "loop":
+            p.error("--experts loop syncs with the host in every layer: eager only")
+
+    def build(self):
+        torch, dev, args = self.torch, self.dev, self.args
+        dtype = self.dtype = getattr(torch, args.dtype)
+        cfg = self.cfg = lt.moe_config(args.size)
+        B, E, K = self.B, self.E, self.K = args.batch, cfg.experts, cfg.top_k
+        phase_len = max(args.timed_steps, args.steps) + args.warmup + 8
+        window = self.window = lt.round_up(args.prompt_len + 2 * phase_len + 8, 64)
+        target = self.target = lt.Target(cfg, dev, dtype, seed=args.seed)
+        gen = self.gen = torch.Generator(device=dev)
+        gen.manual_seed(args.seed + 2)
+        cache = lt.KVCache(cfg, cfg.layers, B, window, dev, dtype, gen)
+        tb = target.step_bytes()
+        self.experts_all = experts_all = sum(l.expert_nbytes() for l in target.layers)
+        self.e_expected = e_expected = moe_ops.expected_experts(E, K, B)
+        self.weight_bytes = weight_bytes = tb["bytes"] - experts_all + experts_all * e_expected / E
+
+        probe_in = torch.randn(B, cfg.hidden, device=dev, dtype=dtype, generator=gen)
+        impl, self.tried = pick(torch, candidates(torch, args.experts, self.cuda, args.mode == "graph"),
+                                target.layers[0], probe_in, K)
+        self.impl = impl
+        experts_fn = moe_ops.EXPERTS[impl]
+        _common.log(f"moe: {args.size} ({cfg.layers} layers, {E} experts top-{K}, hidden {cfg.hidden}, expert ffn "
+                    f"{cfg.ffn}), batch {B}, experts via {impl}, mode {args.mode}; expected distinct experts "
+                    f"{e_expected:.2f}/{E} -> {weight_bytes / 1e9:.3f} GB read per step of {tb['bytes'] / 1e9:.3f} GB")
+
+        self.record = None              # a list while the routing is measured (facts), else None
+
+        def moe_mlp(i, h):
+            layer = target.layers[i]
+            Bq, Q, H = h.shape
+            h2 = h.reshape(-1, H)
+            w, ids = moe_ops.route(torch, h2, layer.router, K)
+            if self.record is not None:
+                self.record.append(len(set(ids.view(-1).tolist())))
+            return experts_fn(torch, h2, layer.w13, layer.w2, w, ids).view(Bq, Q, H)
+
+        tok = self.tok = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        lens = self.lens = torch.zeros(B, dtype=torch.long, device=dev)
+
+        def forward():
+            pos = lens.view(B, 1)
+            _, _, logits = target.forward(tok, pos, cache, pos, window, lengths=lens, logits_at="last", mlp=moe_mlp)
+            tok.copy_(logits.argmax(dim=-1).view(B, 1))
+            lens.add_(1)
+
+        self.reset()
+        self.forward = self.core = forward
+        self.graphs = None
+        if args.mode == "graph":
+            self.core = lt.graphed(forward, warm=3)
+            self.graphs = {"forward": 1, "per_step": 1}
+        else:
+            forward()
+
+    def reset(self):
+        self.lens.fill_(self.args.prompt_len)
+        self.tok.copy_(self.torch.randint(3, self.cfg.vocab, (self.B, 1), device=self.dev, generator=self.gen))
+
+    def step(self, i):
+        self.core()
+        self.tok.view(-1).tolist()
+
+    def contract(self):
+        return {"weight_bytes": int(round(self.weight_bytes)), "tokens_per_step": self.B}
+
+    def measure_routing(self) -> float | None:
+        """The routing the random router really does: eagerly, after profiling (not in any timed or traced step)."""
+        self.record = []
+        self.reset()
+        for _ in range(max(self.args.timed_steps, 1)):
+            self.forward()
+        measured = statistics.fmean(self.record) if self.record else None
+        self.record = None
+        return measured
+
+    def facts(self, run):
+        args, cfg, B, E, K = self.args, self.cfg, self.B, self.E, self.K
+        tb, experts_all, e_expected, impl = self.target.step_bytes(), self.experts_all, self.e_expected, self.impl
+        measured = self.measure_routing()
+        per_expert = experts_all / (E * cfg.layers)
+        return {
+            "speculative": False,
+            "model": {"arch": "llama attention + routed experts (plain torch, vLLM FusedMoE layout)",
+                      "size": args.size, "params": tb["params"], "weight_bytes_stored": tb["bytes"],
+                      "embedding_bytes": tb["embedding_bytes"], "tied_embeddings": tb["tied"], "layers": cfg.layers,
+                      "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv_heads, "vocab": cfg.vocab,
+                      "prompt_len": args.prompt_len, "batch": B},
+            "moe": {
+                "experts": E, "top_k": K, "moe_ffn": cfg.ffn, "shared_experts": 0,
+                "router": "softmax, top-k, renormalised",
+                "impl": impl, "impl_requested": args.experts, "impl_checks": self.tried,
+                "kernels": {"grouped_mm": "torch._grouped_mm (x2 per layer)",
+                            "triton": moe_ops.FUSED_MOE_KERNEL + " (x2 per layer)",
+                            "loop": "F.linear per hit expert"}[impl],
+                "tokens_routed_per_layer": B,
+                "expected_distinct_experts": round(e_expected, 6),
+                "expected_rule": "E * (1 - (1 - k/E)^tokens), uniform routing (tracekit.model.step.expected_experts)",
+                "measured_distinct_experts": round(measured, 6) if measured is not None else None,
+                "measured_over": f"{len(self.target.layers)} layers x {max(args.timed_steps, 1)} eager steps after "
+                                 "profiling",
+                "expert_bytes_stored": int(experts_all), "bytes_per_expert_per_layer": int(per_expert),
+                "expert_bytes_per_step": int(round(experts_all * e_expected / E)),
+                "non_expert_bytes_per_step": int(tb["bytes"] - experts_all),
+                "weight_bytes_per_step_measured_routing": (
+                    int(round(tb["bytes"] - experts_all + experts_all * measured / E)) if measured is not None
+                    else None),
+                "source": "transformers integrations/moe.py grouped_mm_experts_forward; vllm fused_moe/fused_moe.py "
+                          "fused_experts, moe_align_block_size, fused_moe_kernel",
+            },
+            "kv": {"kv_bytes_per_token": cfg.kv_bytes_per_token(self.dtype.itemsize),
+                   "attention_window_tokens": self.window},
+            "graphs": self.graphs,
+        }
+
+
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    torch, dev, cuda = _common.torch_device(args)
-    dtype = getattr(torch, args.dtype)
-    cfg = lt.moe_config(args.size)
-    B, E, K = args.batch, cfg.experts, cfg.top_k
-    phase_len = max(args.timed_steps, args.steps) + args.warmup + 8
-    window = lt.round_up(args.prompt_len + 2 * phase_len + 8, 64)
-    target = lt.Target(cfg, dev, dtype, seed=args.seed)
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(args.seed + 2)
-    cache = lt.KVCache(cfg, cfg.layers, B, window, dev, dtype, gen)
-    tb = target.step_bytes()
-    experts_all = sum(l.expert_nbytes() for l in target.layers)
-    e_expected = moe_ops.expected_experts(E, K, B)
-    weight_bytes = tb["bytes"] - experts_all + experts_all * e_expected / E
-
-    probe_in = torch.randn(B, cfg.hidden, device=dev, dtype=dtype, generator=gen)
-    impl, tried = pick(torch, candidates(torch, args.experts, cuda, args.mode == "graph"), target.layers[0],
-                       probe_in, K)
-    experts_fn = moe_ops.EXPERTS[impl]
-    _common.log(f"moe: {args.size} ({cfg.layers} layers, {E} experts top-{K}, hidden {cfg.hidden}, expert ffn "
-                f"{cfg.ffn}), batch {B}, experts via {impl}, mode {args.mode}; expected distinct experts "
-                f"{e_expected:.2f}/{E} -> {weight_bytes / 1e9:.3f} GB read per step of {tb['bytes'] / 1e9:.3f} GB")
-
-    record: list | None = None
-
-    def moe_mlp(i, h):
-        layer = target.layers[i]
-        Bq, Q, H = h.shape
-        h2 = h.reshape(-1, H)
-        w, ids = moe_ops.route(torch, h2, layer.router, K)
-        if record is not None:
-            record.append(len(set(ids.view(-1).tolist())))
-        return experts_fn(torch, h2, layer.w13, layer.w2, w, ids).view(Bq, Q, H)
-
-    tok = torch.zeros(B, 1, dtype=torch.long, device=dev)
-    lens = torch.zeros(B, dtype=torch.long, device=dev)
-
-    def forward():
-        pos = lens.view(B, 1)
-        _, _, logits = target.forward(tok, pos, cache, pos, window, lengths=lens, logits_at="last", mlp=moe_mlp)
-        tok.copy_(logits.argmax(dim=-1).view(B, 1))
-        lens.add_(1)
-
-    def reset():
-        lens.fill_(args.prompt_len)
-        tok.copy_(torch.randint(3, cfg.vocab, (B, 1), device=dev, generator=gen))
-
-    reset()
-    core = forward
-    graphs = None
-    if args.mode == "graph":
-        core = lt.graphed(forward, warm=3)
-        graphs = {"forward": 1, "per_step": 1}
-    else:
-        forward()
-    reset()
-
-    def step(i):
-        core()
-        tok.view(-1).tolist()
-
-    for i in range(args.warmup):
-        step(-1 - i)
-    _common.sync(dev)
-    reset()
-    timing = _common.time_steps(step, args.timed_steps, dev, start_index=0)
-    _common.log(f"unprofiled step: median {timing['median_ms']:.3f} ms")
-    reset()
-    prof = _common.profiled_phase(step, args, start_index=args.timed_steps)
-
-    # the routing the random router really does: eagerly, after profiling (not in any timed or traced step)
-    record = []
-    reset()
-    for _ in range(max(args.timed_steps, 1)):
-        forward()
-    measured = statistics.fmean(record) if record else None
-    record = None
-
-    per_expert = experts_all / (E * cfg.layers)
-    facts = {
-        **_common.contract_facts("moe", args, dev, weight_bytes=int(round(weight_bytes)), tokens_per_step=B,
-                                 timing=timing),
-        "speculative": False,
-        "model": {"arch": "llama attention + routed experts (plain torch, vLLM FusedMoE layout)", "size": args.size,
-                  "params": tb["params"], "weight_bytes_stored": tb["bytes"], "embedding_bytes": tb["embedding_bytes"],
-                  "tied_embeddings": tb["tied"], "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads,
-                  "kv_heads": cfg.kv_heads, "vocab": cfg.vocab, "prompt_len": args.prompt_len, "batch": B},
-        "moe": {
-            "experts": E, "top_k": K, "moe_ffn": cfg.ffn, "shared_experts": 0, "router": "softmax, top-k, renormalised",
-            "impl": impl, "impl_requested": args.experts, "impl_checks": tried,
-            "kernels": {"grouped_mm": "torch._grouped_mm (x2 per layer)", "triton": moe_ops.FUSED_MOE_KERNEL + " (x2 per layer)",
-                        "loop": "F.linear per hit expert"}[impl],
-            "tokens_routed_per_layer": B,
-            "expected_distinct_experts": round(e_expected, 6),
-            "expected_rule": "E * (1 - (1 - k/E)^tokens), uniform routing (tracekit.model.step.expected_experts)",
-            "measured_distinct_experts": round(measured, 6) if measured is not None else None,
-            "measured_over": f"{len(target.layers)} layers x {max(args.timed_steps, 1)} eager steps after profiling",
-            "expert_bytes_stored": int(experts_all), "bytes_per_expert_per_layer": int(per_expert),
-            "expert_bytes_per_step": int(round(experts_all * e_expected / E)),
-            "non_expert_bytes_per_step": int(tb["bytes"] - experts_all),
-            "weight_bytes_per_step_measured_routing": (int(round(tb["bytes"] - experts_all + experts_all * measured / E))
-                                                       if measured is not None else None),
-            "source": "transformers integrations/moe.py grouped_mm_experts_forward; vllm fused_moe/fused_moe.py "
-                      "fused_experts, moe_align_block_size, fused_moe_kernel",
-        },
-        "kv": {"kv_bytes_per_token": cfg.kv_bytes_per_token(dtype.itemsize), "attention_window_tokens": window},
-        "graphs": graphs,
-        "markers": {"step": "decode_step <i>"} if markers.enabled() else None,
-        "unprofiled": timing,
-        "profiled": prof,
-        "nvtx_backend": markers.nvtx_backend_name() if markers.enabled() else None,
-    }
-    _common.write_facts(args, facts)
-    return 0
+    return harness.run(MoEDecode, argv)
 
 
 if __name__ == "__main__":

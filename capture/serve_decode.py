@@ -19,7 +19,7 @@ Shaped like SGLang's scheduler in its normal (non-overlap) loop, ``Scheduler.eve
 5. the token read, ``.tolist()`` (``process_batch_result``).
 
 With ``--no-markers`` there are no ranges at all; the stall stays. The manifest records the stall's
-range name, its target and measured durations, and the unprofiled step time.
+range name, its target and measured durations, and the unprofiled step time (measured with markers off).
 
 ``--prefill-in-window`` (issue 24: a serving window that starts with a prefill): the requests arrive fresh
 when profiling starts, so the FIRST profiled step is a prefill and the rest are decode steps. The prefill step
@@ -34,41 +34,26 @@ CUDA graphs for decode batches only; extend runs eagerly unless piecewise graphs
 after it replay their graphs. The manifest's ``phases`` lists each profiled step's phase in order
 (``["prefill", "decode", ...]``), ``prefill`` has P, B and the unprofiled prefill step time, and
 ``unprofiled_step_ms`` stays the DECODE step (timed before profiling, from a random cache of P tokens).
+
+The loop (warm-up, unprofiled timing, markers, profiler, facts) is ``capture/harness.py``'s; this file says what
+one step does (``ServeDecode``: the decode step, and the prefill step the profiled window starts with); the
+unprofiled prefill step is its extra timing ``prefill`` (``--prefill-timed-steps`` steps).
 """
 
 from __future__ import annotations
 
-import argparse
+import random
 import statistics
 import sys
 import time
+from collections import defaultdict
 
 import _common
+import harness
 import llama_torch as lt
-import markers
 
 SCHEDULER_RANGE = "scheduler"
 PREFILL_RANGE = "prefill"     # around the prefill forward (with markers only)
-
-
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    _common.add_common_args(p)
-    p.add_argument("--size", choices=sorted(lt.SIZES), default="small")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--prompt-len", type=int, default=128)
-    p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
-    p.add_argument("--stall-ms", type=float, default=0.5, help="CPU work of the injected host stall, per step")
-    p.add_argument("--stall-range", default="grammar_mask", help="range name around the injected stall")
-    p.add_argument("--scheduler-ms", type=float, default=0.1, help="Python scheduler work per step")
-    p.add_argument("--prefill-in-window", action="store_true",
-                   help="the first profiled step is a prefill of --prompt-len tokens per sequence, then decode")
-    p.add_argument("--prefill-timed-steps", type=int, default=5, help="unprofiled prefill steps timed (median)")
-    args = p.parse_args(argv)
-    if args.mode == "compile":
-        p.error("--mode compile: the serve workload runs eager or graph")
-    _common.apply_marker_flag(args)
-    return args
 
 
 def busy_python(ms: float, state: list) -> int:
@@ -88,198 +73,214 @@ def busy_python(ms: float, state: list) -> int:
     return it
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    torch, dev, cuda = _common.torch_device(args)
-    dtype = getattr(torch, args.dtype)
-    cfg = lt.config(args.size)
-    B, V = args.batch, cfg.vocab
-    phase_len = max(args.timed_steps, args.steps, args.prefill_timed_steps) + args.warmup + 2
-    window = lt.round_up(args.prompt_len + phase_len + 2, 64)
-    _common.log(f"serve: {args.size} model ({cfg.layers} layers), batch {B}, mode {args.mode}, stall "
-                f"{args.stall_ms} ms in '{args.stall_range}', markers {'on' if markers.enabled() else 'off'}")
-    target = lt.Target(cfg, dev, dtype, seed=args.seed)
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(args.seed + 2)
-    cache = lt.KVCache(cfg, cfg.layers, B, window, dev, dtype, gen)
-    tb = target.step_bytes()
+class ServeDecode(harness.Workload):
+    """A serving-loop-shaped decode with the host stalls a real server has (pure torch, random weights)."""
 
-    tok = torch.zeros(B, 1, dtype=torch.long, device=dev)
-    lens = torch.zeros(B, dtype=torch.long, device=dev)
-    logits_buf = torch.zeros(B, V, dtype=dtype, device=dev)
-    words = (V + 31) // 32
-    host_mask = torch.full((B, words), -1, dtype=torch.int32, pin_memory=cuda)   # all tokens allowed
-    dev_mask = torch.full((B, words), -1, dtype=torch.int32, device=dev)
-    word_idx = torch.arange(V, device=dev) // 32
-    bit_idx = (torch.arange(V, device=dev) % 32).to(torch.int32)
+    name = "serve"
 
-    def forward():
-        pos = lens.view(B, 1)
-        _, _, logits = target.forward(tok, pos, cache, pos, window, lengths=lens, logits_at="last")
-        logits_buf.copy_(logits)
+    @classmethod
+    def add_args(cls, p):
+        p.add_argument("--size", choices=sorted(lt.SIZES), default="small")
+        p.add_argument("--batch", type=int, default=1)
+        p.add_argument("--prompt-len", type=int, default=128)
+        p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
+        p.add_argument("--stall-ms", type=float, default=0.5, help="CPU work of the injected host stall, per step")
+        p.add_argument("--stall-range", default="grammar_mask", help="range name around the injected stall")
+        p.add_argument("--scheduler-ms", type=float, default=0.1, help="Python scheduler work per step")
+        p.add_argument("--prefill-in-window", action="store_true",
+                       help="the first profiled step is a prefill of --prompt-len tokens per sequence, then decode")
+        p.add_argument("--prefill-timed-steps", type=int, default=5, help="unprofiled prefill steps timed (median)")
 
-    def sample():
-        allowed = (dev_mask[:, word_idx] >> bit_idx) & 1
-        masked = logits_buf.masked_fill(allowed == 0, float("-inf"))
-        probs = torch.softmax(masked.float(), dim=-1)
-        tok.copy_(probs.argmax(dim=-1).view(B, 1))
-        lens.add_(1)
+    @classmethod
+    def check_args(cls, p, args):
+        if args.mode == "compile":
+            p.error("--mode compile: the serve workload runs eager or graph")
 
-    f_core, s_core = forward, sample
-    graphs = None
-    lens.fill_(args.prompt_len)
-    if args.mode == "graph":
-        pool = torch.cuda.graph_pool_handle()
-        f_core = lt.graphed(forward, pool=pool)
-        s_core = lt.graphed(sample, pool=pool)
-        graphs = {"forward": 1, "sampling": 1, "per_step": 2}
+    def __init__(self, h):
+        super().__init__(h)
+        a = self.args
+        # the ranges of a step (with markers on, profiled steps only): phase -> range name
+        self.MARKERS = {"scheduler": SCHEDULER_RANGE, "stall": a.stall_range,
+                        **({"prefill": PREFILL_RANGE} if a.prefill_in_window else {})}
+        self.stall_ms: dict[str, list[float]] = defaultdict(list)     # per harness stage (timed, profiled, ...)
+        self.sched_ms: dict[str, list[float]] = defaultdict(list)
+        self.out_tokens: dict[str, list] = defaultdict(list)
 
-    positions = [args.prompt_len] * B          # the scheduler's host-side view of each request
-    state = [12345]
-    stall_ms: list[float] = []
-    sched_ms: list[float] = []
-    out_tokens: list = []
+    def build(self):
+        torch, dev, args, cuda = self.torch, self.dev, self.args, self.cuda
+        dtype = self.dtype = getattr(torch, args.dtype)
+        cfg = self.cfg = lt.config(args.size)
+        B, V = self.B, self.V = args.batch, cfg.vocab
+        phase_len = max(args.timed_steps, args.steps, args.prefill_timed_steps) + args.warmup + 2
+        window = self.window = lt.round_up(args.prompt_len + phase_len + 2, 64)
+        _common.log(f"serve: {args.size} model ({cfg.layers} layers), batch {B}, mode {args.mode}, stall "
+                    f"{args.stall_ms} ms in '{args.stall_range}', markers {'on' if self.h.markers_requested else 'off'}")
+        target = self.target = lt.Target(cfg, dev, dtype, seed=args.seed)
+        gen = self.gen = torch.Generator(device=dev)
+        gen.manual_seed(args.seed + 2)
+        cache = lt.KVCache(cfg, cfg.layers, B, window, dev, dtype, gen)
 
-    def step(i):
-        t0 = time.perf_counter()
-        with markers.range_(SCHEDULER_RANGE):
-            busy_python(args.scheduler_ms, state)
-            pos_t = torch.tensor(positions, device=dev)       # pageable host-to-device copy
-        sched_ms.append((time.perf_counter() - t0) * 1e3)
-        lens.copy_(pos_t)
-        f_core()
-        if cuda:
-            torch.cuda.synchronize()                          # the GPU drained before the CPU work
+        tok = self.tok = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        lens = self.lens = torch.zeros(B, dtype=torch.long, device=dev)
+        logits_buf = torch.zeros(B, V, dtype=dtype, device=dev)
+        words = (V + 31) // 32
+        self.host_mask = torch.full((B, words), -1, dtype=torch.int32, pin_memory=cuda)   # all tokens allowed
+        dev_mask = self.dev_mask = torch.full((B, words), -1, dtype=torch.int32, device=dev)
+        word_idx = torch.arange(V, device=dev) // 32
+        bit_idx = (torch.arange(V, device=dev) % 32).to(torch.int32)
+
+        def forward():
+            pos = lens.view(B, 1)
+            _, _, logits = target.forward(tok, pos, cache, pos, window, lengths=lens, logits_at="last")
+            logits_buf.copy_(logits)
+
+        def sample():
+            allowed = (dev_mask[:, word_idx] >> bit_idx) & 1
+            masked = logits_buf.masked_fill(allowed == 0, float("-inf"))
+            probs = torch.softmax(masked.float(), dim=-1)
+            tok.copy_(probs.argmax(dim=-1).view(B, 1))
+            lens.add_(1)
+
+        self.f_core, self.s_core = forward, sample
+        self.graphs = None
+        lens.fill_(args.prompt_len)
+        if args.mode == "graph":
+            pool = torch.cuda.graph_pool_handle()
+            self.f_core = lt.graphed(forward, pool=pool)
+            self.s_core = lt.graphed(sample, pool=pool)
+            self.graphs = {"forward": 1, "sampling": 1, "per_step": 2}
+
+        self.positions = [args.prompt_len] * B     # the scheduler's host-side view of each request
+        self.state = [12345]
+        P = args.prompt_len
+        prompt_rng = random.Random(args.seed + 3)
+        self.prompt_ids = [[prompt_rng.randrange(3, V) for _ in range(P)] for _ in range(B)]   # the requests' prompts
+        prefill_pos = torch.arange(P, device=dev).view(1, P).expand(B, P)
+
+        def prefill_forward(ids):
+            _, _, logits = target.forward(ids, prefill_pos, cache, prefill_pos, None, logits_at="last")
+            logits_buf.copy_(logits)
+
+        self.prefill_forward = prefill_forward
+
+    def reset(self):
+        self.positions[:] = [self.args.prompt_len] * self.B
+        self.lens.fill_(self.args.prompt_len)
+        self.tok.copy_(self.torch.randint(3, self.V, (self.B, 1), device=self.dev, generator=self.gen))
+
+    def _stall_and_sample(self, stage):
+        """The injected stall (GPU drained, then CPU work in its range), the bitmask upload, the sampling launches
+        and the token read (``process_batch_result``)."""
+        h, args = self.h, self.args
+        if self.cuda:
+            self.torch.cuda.synchronize()                    # the GPU drained before the CPU work
         t1 = time.perf_counter()
-        with markers.range_(args.stall_range):
-            busy_python(args.stall_ms, state)
-            host_mask[:, 0] = -1 ^ (1 << (state[0] % 3))     # ban one of tokens 0..2 (never sampled anyway)
-        stall_ms.append((time.perf_counter() - t1) * 1e3)
-        dev_mask.copy_(host_mask, non_blocking=True)
-        s_core()
-        toks = tok.view(-1).tolist()                          # process_batch_result: tokens to the host
-        for b in range(B):
-            positions[b] += 1
-        out_tokens.append(toks)
+        with h.phase("stall"):
+            busy_python(args.stall_ms, self.state)
+            self.host_mask[:, 0] = -1 ^ (1 << (self.state[0] % 3))   # ban one of tokens 0..2 (never sampled anyway)
+        self.stall_ms[stage].append((time.perf_counter() - t1) * 1e3)
+        self.dev_mask.copy_(self.host_mask, non_blocking=True)
+        self.s_core()
+        return self.tok.view(-1).tolist()                   # tokens to the host
 
-    P = args.prompt_len
-    prompt_rng = __import__("random").Random(args.seed + 3)
-    prompt_ids = [[prompt_rng.randrange(3, V) for _ in range(P)] for _ in range(B)]   # the requests' prompts
-    prefill_pos = torch.arange(P, device=dev).view(1, P).expand(B, P)
-
-    def prefill_forward(ids):
-        _, _, logits = target.forward(ids, prefill_pos, cache, prefill_pos, None, logits_at="last")
-        logits_buf.copy_(logits)
-
-    def prefill_step(i):
-        """One extend batch of the B fresh requests (see the module docstring), then sampling as in decode."""
+    def step(self, i):
+        stage, args = self.h.stage, self.args
+        if args.prefill_in_window and stage == "profiled" and i == args.timed_steps:
+            return self.prefill_step(i)                      # the profiled window starts with the prefill
         t0 = time.perf_counter()
-        with markers.range_(SCHEDULER_RANGE):
-            busy_python(args.scheduler_ms, state)
-            flat = [t for ids in prompt_ids for t in ids]                        # prepare_for_extend
+        with self.h.phase("scheduler"):
+            busy_python(args.scheduler_ms, self.state)
+            pos_t = self.torch.tensor(self.positions, device=self.dev)   # pageable host-to-device copy
+        self.sched_ms[stage].append((time.perf_counter() - t0) * 1e3)
+        self.lens.copy_(pos_t)
+        self.f_core()
+        toks = self._stall_and_sample(stage)
+        for b in range(self.B):
+            self.positions[b] += 1
+        self.out_tokens[stage].append(toks)
+
+    def prefill_step(self, i):
+        """One extend batch of the B fresh requests (see the module docstring), then sampling as in decode."""
+        torch, dev, stage, B, P = self.torch, self.dev, self.h.stage, self.B, self.args.prompt_len
+        if stage == "profiled":
+            self.positions[:] = [0] * B      # fresh requests: nothing cached yet; this step prefills them
+        t0 = time.perf_counter()
+        with self.h.phase("scheduler"):
+            busy_python(self.args.scheduler_ms, self.state)
+            flat = [t for ids in self.prompt_ids for t in ids]                       # prepare_for_extend
             input_ids = torch.tensor(flat, dtype=torch.int64).to(dev, non_blocking=True)
             seq_lens = torch.tensor([P] * B, dtype=torch.int64).to(dev, non_blocking=True)
-        sched_ms.append((time.perf_counter() - t0) * 1e3)
-        lens.copy_(seq_lens)
-        with markers.range_(PREFILL_RANGE):
-            prefill_forward(input_ids.view(B, P))
-        if cuda:
-            torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        with markers.range_(args.stall_range):
-            busy_python(args.stall_ms, state)
-            host_mask[:, 0] = -1 ^ (1 << (state[0] % 3))
-        stall_ms.append((time.perf_counter() - t1) * 1e3)
-        dev_mask.copy_(host_mask, non_blocking=True)
-        s_core()
-        toks = tok.view(-1).tolist()                                             # process_batch_result_prefill
+        self.sched_ms[stage].append((time.perf_counter() - t0) * 1e3)
+        self.lens.copy_(seq_lens)
+        with self.h.phase("prefill"):
+            self.prefill_forward(input_ids.view(B, P))
+        toks = self._stall_and_sample(stage)                                         # process_batch_result_prefill
         for b in range(B):
-            positions[b] = P
-        out_tokens.append(toks)
+            self.positions[b] = P
+        self.out_tokens[stage].append(toks)
 
-    def reset():
-        positions[:] = [args.prompt_len] * B
-        lens.fill_(args.prompt_len)
-        tok.copy_(torch.randint(3, V, (B, 1), device=dev, generator=gen))
-        stall_ms.clear()
-        sched_ms.clear()
-        out_tokens.clear()
+    def extra_timings(self):
+        a = self.args
+        return {"prefill": (self.prefill_step, a.prefill_timed_steps)} if a.prefill_in_window else {}
 
-    reset()
-    for i in range(args.warmup):
-        step(-1 - i)
-    _common.sync(dev)
-    reset()
-    timing = _common.time_steps(step, args.timed_steps, dev, start_index=0)
-    stall_timed, sched_timed = list(stall_ms), list(sched_ms)
-    head = list(out_tokens[:8])
-    _common.log(f"unprofiled step: median {timing['median_ms']:.3f} ms; stall median "
-                f"{statistics.median(stall_timed):.3f} ms, scheduler {statistics.median(sched_timed):.3f} ms")
-    prefill_timing = None
-    if args.prefill_in_window:
-        prefill_timing = _common.time_steps(prefill_step, args.prefill_timed_steps, dev, start_index=0)
-        _common.log(f"unprofiled prefill step ({B} x {P} tokens): median {prefill_timing['median_ms']:.3f} ms")
-    reset()
-    first = args.timed_steps
-    phases = ["decode"] * args.steps
-    window_step = step
-    if args.prefill_in_window:
-        positions[:] = [0] * B        # fresh requests: nothing cached yet; the first profiled step prefills them
-        phases[0] = "prefill"
+    def contract(self):
+        return {"weight_bytes": self.target.step_bytes()["bytes"], "tokens_per_step": self.B}
 
-        def window_step(i):
-            (prefill_step if i == first else step)(i)
-    prof = _common.profiled_phase(window_step, args, start_index=first)
-    stall_prof = list(stall_ms)
+    def facts(self, run):
+        args, cfg, B, P = self.args, self.cfg, self.B, self.args.prompt_len
+        tb = self.target.step_bytes()
+        on = self.h.markers_requested
+        stall_timed, sched_timed, stall_prof = self.stall_ms["timed"], self.sched_ms["timed"], self.stall_ms["profiled"]
+        _common.log(f"serve: stall median {statistics.median(stall_timed):.3f} ms, scheduler "
+                    f"{statistics.median(sched_timed):.3f} ms (timed steps)")
 
-    def stats(v):
-        return {"median_ms": round(statistics.median(v), 6), "min_ms": round(min(v), 6),
-                "max_ms": round(max(v), 6), "n": len(v)} if v else None
+        def stats(v):
+            return {"median_ms": round(statistics.median(v), 6), "min_ms": round(min(v), 6),
+                    "max_ms": round(max(v), 6), "n": len(v)} if v else None
 
-    facts = {
-        **_common.contract_facts("serve", args, dev, weight_bytes=tb["bytes"], tokens_per_step=B, timing=timing),
-        "model": {"arch": "llama (plain torch, fused qkv/gate_up)", "size": args.size, "params": tb["params"],
-                  "weight_bytes": tb["bytes"], "embedding_bytes": tb["embedding_bytes"],
-                  "tied_embeddings": tb["tied"], "layers": cfg.layers, "hidden": cfg.hidden, "vocab": V,
-                  "prompt_len": args.prompt_len, "batch": B},
-        "kv": {"kv_bytes_per_token": cfg.kv_bytes_per_token(dtype.itemsize), "attention_window_tokens": window},
-        "serve": {
-            "injected_stall": {"range": args.stall_range if markers.enabled() else None,
-                               "range_name": args.stall_range, "target_ms": args.stall_ms,
-                               "measured_timed": stats(stall_timed), "measured_profiled": stats(stall_prof),
-                               "where": "after the forward: torch.cuda.synchronize() (GPU drained), then "
-                                        "the CPU work, then the bitmask copy and the sampling launches"},
-            "scheduler": {"range": SCHEDULER_RANGE if markers.enabled() else None, "target_ms": args.scheduler_ms,
-                          "measured_timed": stats(sched_timed),
-                          "includes": "Python work + a pageable torch.tensor(..., device='cuda') copy"},
-            "order": ["scheduler (python + pageable H2D)", "forward", "synchronize", "stall (python)",
-                      "bitmask H2D (pinned)", "sampling", "token read (.tolist())"],
-            "host_syncs_per_step": 3,
-            "pageable_h2d_per_step": 1,
-        },
-        "graphs": graphs,
-        "markers": ({"step": "decode_step <i>", "scheduler": SCHEDULER_RANGE, "stall": args.stall_range,
-                     **({"prefill": PREFILL_RANGE} if args.prefill_in_window else {})}
-                    if markers.enabled() else None),
-        "unprofiled": timing,
-        "profiled": prof,
-        "nvtx_backend": markers.nvtx_backend_name() if markers.enabled() else None,
-        "tokens_head": head,
-    }
-    if args.prefill_in_window:
-        facts["phases"] = phases
-        facts["speculative"] = False
-        facts["prefill"] = {
-            "step_index": first, "profiled_step": 0, "prompt_len": P, "batch": B, "tokens": B * P,
-            "unprofiled_prefill_step_ms": round(prefill_timing["median_ms"], 6), "unprofiled_prefill": prefill_timing,
-            "mode": "eager (also in graph mode: SGLang graphs decode batches only)",
-            "attention": "causal SDPA over the P new tokens (enable_gqa), K/V written to cache slots 0..P-1",
-            "logits": "last token of each sequence", "range": PREFILL_RANGE if markers.enabled() else None,
-            "host_to_device": "flat prompt ids and seq_lens: torch.tensor(...).to(device, non_blocking=True)",
+        facts = {
+            "model": {"arch": "llama (plain torch, fused qkv/gate_up)", "size": args.size, "params": tb["params"],
+                      "weight_bytes": tb["bytes"], "embedding_bytes": tb["embedding_bytes"],
+                      "tied_embeddings": tb["tied"], "layers": cfg.layers, "hidden": cfg.hidden, "vocab": self.V,
+                      "prompt_len": P, "batch": B},
+            "kv": {"kv_bytes_per_token": cfg.kv_bytes_per_token(self.dtype.itemsize),
+                   "attention_window_tokens": self.window},
+            "serve": {
+                "injected_stall": {"range": args.stall_range if on else None,
+                                   "range_name": args.stall_range, "target_ms": args.stall_ms,
+                                   "measured_timed": stats(stall_timed), "measured_profiled": stats(stall_prof),
+                                   "where": "after the forward: torch.cuda.synchronize() (GPU drained), then "
+                                            "the CPU work, then the bitmask copy and the sampling launches"},
+                "scheduler": {"range": SCHEDULER_RANGE if on else None, "target_ms": args.scheduler_ms,
+                              "measured_timed": stats(sched_timed),
+                              "includes": "Python work + a pageable torch.tensor(..., device='cuda') copy"},
+                "order": ["scheduler (python + pageable H2D)", "forward", "synchronize", "stall (python)",
+                          "bitmask H2D (pinned)", "sampling", "token read (.tolist())"],
+                "host_syncs_per_step": 3,
+                "pageable_h2d_per_step": 1,
+            },
+            "graphs": self.graphs,
+            "tokens_head": list(self.out_tokens["timed"][:8]),
         }
-        facts["decode_steps_profiled"] = args.steps - 1
-    _common.write_facts(args, facts)
-    return 0
+        if args.prefill_in_window:
+            prefill_timing = run["extra"]["prefill"]
+            facts["phases"] = ["prefill"] + ["decode"] * (args.steps - 1)    # each profiled step's phase
+            facts["speculative"] = False
+            facts["prefill"] = {
+                "step_index": args.timed_steps, "profiled_step": 0, "prompt_len": P, "batch": B, "tokens": B * P,
+                "unprofiled_prefill_step_ms": round(prefill_timing["median_ms"], 6),
+                "unprofiled_prefill": prefill_timing,
+                "mode": "eager (also in graph mode: SGLang graphs decode batches only)",
+                "attention": "causal SDPA over the P new tokens (enable_gqa), K/V written to cache slots 0..P-1",
+                "logits": "last token of each sequence", "range": PREFILL_RANGE if on else None,
+                "host_to_device": "flat prompt ids and seq_lens: torch.tensor(...).to(device, non_blocking=True)",
+            }
+            facts["decode_steps_profiled"] = args.steps - 1
+        return facts
+
+
+def main(argv=None) -> int:
+    return harness.run(ServeDecode, argv)
 
 
 if __name__ == "__main__":

@@ -791,10 +791,15 @@ def test_engine_workloads_tiny_torch_capture_on_cpu(tmp_path, workload, extra, m
     if workload == "spec":
         assert ann.count("draft") == ann.count("verify") == ann.count("draft_extend") == 2
         assert m["tokens_per_step"] == 2 and len(m["accept"]["accepted_drafts_profiled"]) == 2
-    elif workload == "serve":
+        assert m["unprofiled_plain"]["n"] == 3 and m["unprofiled_plain_step_ms"] > 0
+        assert set(m["unprofiled_phases_ms"]) == set(m["phases"])
+    else:   # on the harness without a plain step or phases: no plain timing, no per-phase truth, no acceptance
+        assert not {"unprofiled_plain", "unprofiled_plain_step_ms", "unprofiled_phases_ms", "accept"} & set(m)
+        assert m["spec"] is None and m["unprofiled"]["n"] == 3 and m["profiled"]["first_step_index"] == 3
+    if workload == "serve":
         assert ann.count("scheduler") == ann.count("grammar_mask") == 2
         assert m["serve"]["injected_stall"]["measured_profiled"]["min_ms"] >= 0.3
-    else:
+    elif workload == "kv":
         assert m["kv_bytes_per_step"] == m["kv_bytes_per_token"] * 128 * 2
     # --no-markers: no range of ours at all
     m2 = cap.capture(workload=workload, profiler="torch", out=tmp_path / "nm", steps=2, mode="eager",
@@ -820,6 +825,26 @@ def test_new_workloads_are_wired(tmp_path):
         assert "--tp" not in c
     r = runner().invoke(capture_command, ["--help"])
     assert r.exit_code == 0 and "lora" in r.output and "moe" in r.output
+
+
+def test_single_process_workloads_say_one_step_and_run_on_the_harness():
+    """Every decode workload script but sglang (a real engine) and synthetic (calibration) is a harness.Workload
+    subclass whose main() is harness.run: no loop of its own (no time_steps / profiled_phase / write_facts)."""
+    import ast
+
+    for script in ("spec_decode.py", "zoo.py", "kv_decode.py", "lora_decode.py", "moe_decode.py",
+                   "serve_decode.py", "sp_decode.py", "hf_decode.py"):
+        src = (CAPTURE_DIR / script).read_text()
+        tree = ast.parse(src)
+        workloads = [c for c in tree.body if isinstance(c, ast.ClassDef)
+                     and any(ast.unparse(b) == "harness.Workload" for b in c.bases)]
+        assert len(workloads) == 1, script
+        methods = {f.name for f in workloads[0].body if isinstance(f, ast.FunctionDef)}
+        assert {"build", "reset", "step", "contract"} <= methods or script == "zoo.py", (script, methods)
+        main = next(f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "main")
+        assert "harness.run(" in ast.unparse(main) and len(main.body) <= 2, script
+        for loop_part in ("time_steps(", "profiled_phase(", "write_facts(", "_common.finish("):
+            assert loop_part not in src, (script, loop_part)
 
 
 def test_python_m_tracekit_capture_needs_no_analyzer_dependency():
