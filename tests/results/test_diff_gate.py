@@ -53,6 +53,7 @@ PAIRS = ([(f"{w}-graph", f"{w}-eager", 3) for w in EAGER_VS_GRAPH] + [(f"{w}-eag
 
 
 @pytest.mark.parametrize("base,new,exit_code", PAIRS, ids=[f"{a}->{b}" for a, b, _ in PAIRS])
+@pytest.mark.slow
 def test_the_validation_pairs(base, new, exit_code):
     g = diff(bd(base), bd(new), fail_on_regression=3.0).gate
     # what is compared: the two manifests' unprofiled steps (both sides have one)
