@@ -29,7 +29,7 @@ try:  # Python >= 3.11
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadGpuTable, BadOptionValue
 
 PeakBwSource = Literal["flag", "manifest", "trace", "table"]
 PeakTflopsSource = Literal["flag", "table"]
@@ -124,7 +124,7 @@ def load_table(path: str | Path | None = None) -> tuple[tuple[re.Pattern, GpuSpe
             raw = Path(path).read_bytes()
         data = tomllib.loads(raw.decode("utf-8"))
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise TracekitError(f"cannot read GPU table {path or 'gpus.toml'}: {e}") from e
+        raise BadGpuTable(f"cannot read GPU table {path or 'gpus.toml'}: {e}") from e
     rows = []
     for i, entry in enumerate(data.get("gpu", [])):
         try:
@@ -145,7 +145,7 @@ def load_table(path: str | Path | None = None) -> tuple[tuple[re.Pattern, GpuSpe
                 raise ValueError("peak_tflops must be positive numbers, with a tflops_source")
             rx = re.compile(spec.pattern, re.IGNORECASE)
         except (KeyError, TypeError, ValueError, re.error) as e:
-            raise TracekitError(f"GPU table {path or 'gpus.toml'}: entry {i + 1} is invalid ({e!r})") from e
+            raise BadGpuTable(f"GPU table {path or 'gpus.toml'}: entry {i + 1} is invalid ({e!r})") from e
         rows.append((rx, spec))
     return tuple(rows)
 
@@ -208,7 +208,7 @@ def resolve_peak_bw(
     """
     if flag is not None:
         if not _usable(flag):
-            raise TracekitError(f"--peak-bw must be a positive number of GB/s, got {flag!r}")
+            raise BadOptionValue(f"--peak-bw must be a positive number of GB/s, got {flag!r}")
         return float(flag), "flag"
     if _usable(manifest):
         return float(manifest), "manifest"
@@ -231,7 +231,7 @@ def resolve_peak_tflops(flag: float | None, name: str | None, dtype: str | None,
     """
     if flag is not None:
         if not _usable(flag):
-            raise TracekitError(f"--peak-tflops must be a positive number of TFLOP/s, got {flag!r}")
+            raise BadOptionValue(f"--peak-tflops must be a positive number of TFLOP/s, got {flag!r}")
         return float(flag), "flag", None
     spec = lookup(name, table=table)
     if spec is None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadOptionValue
 
 if TYPE_CHECKING:
     from tracekit.analyses.roofline import RooflineBlock
@@ -116,7 +116,7 @@ def resolve_tp(*, flag: int | None = None, manifest: int | None = None, command:
     only when given (the caller gives it when the step has all-reduces whose communicator is unknown)."""
     if flag is not None:
         if flag < 1:
-            raise TracekitError(f"--tp must be >= 1, got {flag}")
+            raise BadOptionValue(f"--tp must be >= 1, got {flag}")
         found = (int(flag), "flag", None)
     elif manifest:
         found = (int(manifest), "manifest", None)
@@ -130,7 +130,7 @@ def resolve_tp(*, flag: int | None = None, manifest: int | None = None, command:
         why = communicator[1] + (f"; {process_group[1]}" if process_group is not None else "")
         found = (1, "default", why)
     if ep is not None and ep < 1:
-        raise TracekitError(f"--ep must be >= 1, got {ep}")
+        raise BadOptionValue(f"--ep must be >= 1, got {ep}")
     return Parallelism(tp=found[0], source=found[1], evidence=found[2], ep=int(ep or 1))
 
 
@@ -255,13 +255,13 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
     target = src = None
     if weight_bytes is not None:
         if not (math.isfinite(weight_bytes) and weight_bytes > 0):
-            raise TracekitError(f"--weight-bytes must be > 0, got {weight_bytes}")
+            raise BadOptionValue(f"--weight-bytes must be > 0, got {weight_bytes}")
         target, src = weight_bytes_per_gpu(weight_bytes, tp), "flag"
         assumptions.append(f"weights: --weight-bytes {int(weight_bytes):,} summed over GPUs / tp {tp}"
                            + (" (replaces the model's weights term)" if sb is not None else ""))
     elif params is not None:
         if not (math.isfinite(params) and params > 0):
-            raise TracekitError(f"--params must be > 0, got {params}")
+            raise BadOptionValue(f"--params must be > 0, got {params}")
         d = dtype or "bf16"
         target, src = weight_bytes_per_gpu(float(params) * dtype_bytes(d), tp), "params"
         if d in ("fp8", "int8", "int4"):

@@ -1,8 +1,9 @@
 """The click group ``tracekit`` and the one place errors become exit codes.
 
-Exit codes (the contract): 0 success; 2 unusable input or arguments (a ``TracekitError`` or a click usage
-error) with exactly one line on stderr, ``tracekit: error: ...``; 1 an internal error (one line too, unless
-``--debug``, which shows the traceback). ``--debug`` is accepted anywhere on the command line (``tracekit
+Exit codes (the contract): 0 success; 2 unusable input or arguments (a click usage error, or one of the named
+errors of :mod:`tracekit.errors`, all ``TracekitError``: the class's ``exit_code``, 2 for each) with exactly one
+line on stderr, ``tracekit: error: ...``; 1 an internal error (one line too, unless ``--debug``, which shows the
+traceback). ``--debug`` is accepted anywhere on the command line (``tracekit
 breakdown T --debug``), and ``TRACEKIT_DEBUG=1`` does the same; it never changes an exit code: an input error
 under ``--debug`` prints its traceback, then its one line, and exits 2; a usage error (click's own parsing) stays
 one line, as its traceback would only show click's internals. Output cut short by a closed pipe
@@ -82,7 +83,7 @@ class TracekitGroup(click.Group):
 
                 traceback.print_exc()
             click.echo(f"tracekit: error: {one_line(e)}", err=True)
-            sys.exit(2)
+            sys.exit(e.exit_code)
         except (_PipeClosed, BrokenPipeError):  # `tracekit kernels x | head`: the reader has all it wanted
             _quiet_stdout()
             sys.exit(0)

@@ -16,7 +16,6 @@ from pathlib import Path
 import click
 
 from tracekit.capture import ALLREDUCE_CHOICES, WORKLOADS
-from tracekit.errors import TracekitError
 
 
 @click.command("capture", context_settings=dict(ignore_unknown_options=True, allow_extra_args=True,
@@ -92,13 +91,9 @@ def capture_command(ctx, workload, profiler, out, steps, mode, spec, nsys, nsys_
     steps = 16 if steps is None else steps
     from tracekit.capture import capture
 
-    try:
-        m = capture(workload=workload, profiler=profiler, out=Path(out), steps=steps, mode=mode, spec=spec,
-                    nsys=nsys, nsys_graph_trace=nsys_graph_trace, peak_bw=peak_bw,
-                    extra=tuple(workload_args) + tuple(ctx.args), argv=argv, tp=tp, allreduce=allreduce)
-    except TracekitError as e:
-        click.echo(f"tracekit: error: {e}", err=True)
-        ctx.exit(2)
+    m = capture(workload=workload, profiler=profiler, out=Path(out), steps=steps, mode=mode, spec=spec,
+                nsys=nsys, nsys_graph_trace=nsys_graph_trace, peak_bw=peak_bw,
+                extra=tuple(workload_args) + tuple(ctx.args), argv=argv, tp=tp, allreduce=allreduce)
     click.echo(f"tracekit capture: wrote {Path(out) / 'manifest.json'} "
                f"(unprofiled step {m['unprofiled_step_ms']:.3f} ms, weight bytes/step {m['weight_bytes_per_step']})")
 
@@ -112,16 +107,10 @@ def _server_capture(ctx, *, argv, url, out, workload, profiler, steps, engine, c
         raise click.UsageError("--server uses the server's own torch profiler; for nsys see docs/server.md", ctx=ctx)
     from tracekit.server import DEFAULT_STEPS, capture_server
 
-    try:
-        m = capture_server(url=url, out=out, engine=engine, steps=steps or DEFAULT_STEPS, concurrency=concurrency,
-                           decode_tokens=decode_tokens, prompt_tokens=prompt_tokens, server_dir=server_dir,
-                           repeats=repeats, trace_timeout=trace_timeout, settle=settle,
-                           request_timeout=request_timeout, argv=argv)
-    except TracekitError as e:
-        from tracekit.report._fmt import one_line
-
-        click.echo(f"tracekit: error: {one_line(e)}", err=True)
-        ctx.exit(2)
+    m = capture_server(url=url, out=out, engine=engine, steps=steps or DEFAULT_STEPS, concurrency=concurrency,
+                       decode_tokens=decode_tokens, prompt_tokens=prompt_tokens, server_dir=server_dir,
+                       repeats=repeats, trace_timeout=trace_timeout, settle=settle,
+                       request_timeout=request_timeout, argv=argv)
     spec = m.get("spec") or {}
     acc = f", accept length {spec['accept_len']:.3f}" if spec.get("accept_len") else ""
     wb = m.get("weight_bytes_per_step")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadOptionValue, CannotWrite, UnsupportedFormat
 
 TRACE_SUFFIXES = (".sqlite", ".sqlite.gz", ".json", ".json.gz", ".nsys-rep")
 NOT_TRACES = {"manifest.json", "device_profile.json", "index.json", "workload_facts.json"}
@@ -51,7 +51,7 @@ def write_text(text: str, output: Path | None) -> None:
     try:
         Path(output).write_text(text, encoding="utf-8")
     except OSError as e:
-        raise TracekitError(f"cannot write {output}: {e.strerror or e}") from None
+        raise CannotWrite(f"cannot write {output}: {e.strerror or e}") from None
 
 
 def emit(kind: str, result, fmt: str, output: Path | None = None, color: bool | None = None,
@@ -90,7 +90,7 @@ def expand_traces(paths) -> list[Path]:
             files = [f for f, w in why.items() if not w]
             if not files:
                 also = f"; skipped: {', '.join(skipped)}" if skipped else ""
-                raise TracekitError(f"{p}: directory holds no trace files ({', '.join(TRACE_SUFFIXES)}){also}")
+                raise UnsupportedFormat(f"{p}: directory holds no trace files ({', '.join(TRACE_SUFFIXES)}){also}")
             if skipped:
                 click.echo(f"warning: {p}: skipped {len(skipped)} file(s) that are not traces: {', '.join(skipped)}",
                            err=True)
@@ -145,13 +145,13 @@ def beside_renderer_import(fn, fmt: str):
 def check_output(out: Path, trace: Path, suffixes=()) -> None:
     """Refuse an output file with the wrong suffix, or one that is the input trace itself."""
     if suffixes and not out.name.lower().endswith(tuple(suffixes)):
-        raise TracekitError(f"{out}: the output must end with {', '.join(suffixes)}")
+        raise BadOptionValue(f"{out}: the output must end with {', '.join(suffixes)}")
     try:
         same = out.resolve() == Path(trace).resolve()
     except OSError:
         same = False
     if same:
-        raise TracekitError(f"{out}: refusing to overwrite the input trace; pick another output file")
+        raise CannotWrite(f"{out}: refusing to overwrite the input trace; pick another output file")
 
 
 __all__ = ["console", "write_text", "emit", "expand_traces", "load", "beside_renderer_import", "check_output"]

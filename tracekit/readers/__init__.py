@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracekit.errors import TracekitError
+from tracekit.errors import TracekitError, UnreadableTrace, UnsupportedFormat
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracekit.trace import Trace
@@ -63,9 +63,9 @@ def _head(path: Path) -> bytes:
         with open(path, "rb") as f:
             return f.read(HEAD_BYTES)
     except IsADirectoryError:
-        raise TracekitError(f"{path} is a directory; give a trace file (or use a command that takes several)")
+        raise UnreadableTrace(f"{path} is a directory; give a trace file (or use a command that takes several)")
     except OSError as e:
-        raise TracekitError(f"cannot read {path}: {e.strerror or e}")
+        raise UnreadableTrace(f"cannot read {path}: {e.strerror or e}")
 
 
 def detect_format(path: Path, head: bytes | None = None) -> Format:
@@ -82,7 +82,7 @@ def detect_format(path: Path, head: bytes | None = None) -> Format:
             return fmt
     expected = [f.what for f in registered] + [f.what_by_name for f in registered if f.suffixes and f.what_by_name]
     listed = expected[0] if len(expected) == 1 else f"{', '.join(expected[:-1])}, or {expected[-1]}"
-    raise TracekitError(f"{path}: not a trace tracekit can read (expected {listed})")
+    raise UnsupportedFormat(f"{path}: not a trace tracekit can read (expected {listed})")
 
 
 def not_a_trace(path: Path) -> str | None:
@@ -122,7 +122,7 @@ def load(path, *, kernel_dims: bool = True):
     """
     path = Path(path)
     if not path.exists():
-        raise TracekitError(f"{path}: no such file")
+        raise UnreadableTrace(f"{path}: no such file")
     trace = detect_format(path).load(path, kernel_dims=kernel_dims)
     from tracekit.manifest import attach_manifest
 
