@@ -9,7 +9,8 @@
 ``record`` runs ``python -m tracekit breakdown|info|kernels TRACE --format json`` on every trace of
 sample_traces/, tests/data/ and the external traces (``$TRACEKIT_EXTERNAL_TRACES`` or ../shared/external_traces),
 ``tracekit ceiling --format json`` on a list of models, GPUs and flags, and a list of bad inputs (their one-line
-error and exit code), and stores stdout, stderr and the exit code of each. The code that runs is this checkout, a
+error and exit code), and stores stdout, stderr and the exit code of each (run in-process by ``--jobs`` workers, through click's test
+runner; ``--subprocesses``: one ``python -m tracekit`` each, slower). The code that runs is this checkout, a
 checkout elsewhere (``--code DIR``) or a commit (``--commit REV``: ``git archive`` of it into a temporary folder).
 Trace paths are absolute, so every side reads the very same files. ``--traces samples`` keeps to the bundled
 samples and tests/data (the slow test's subset). ``compare`` exits 1 and names every output that differs.
@@ -115,25 +116,54 @@ def checkout(rev: str, into: Path) -> Path:
     return into
 
 
+def _worker(out: Path) -> None:
+    """Run the command lines read from stdin (a JSON list) in this process, with the tracekit on ``sys.path`` (the
+    side's code: PYTHONPATH), through click's test runner: imports once, not once per output."""
+    from click.testing import CliRunner
+
+    import tracekit
+    from tracekit.cli import cli
+
+    runner = CliRunner()
+    for args in json.loads(sys.stdin.read()):
+        r = runner.invoke(cli, args, env={"COLUMNS": "120", "TRACEKIT_PROGRESS": "0"})
+        rec = {"args": args, "rc": r.exit_code, "stdout": r.stdout, "stderr": r.stderr}
+        (out / f"{_key(args)}.json").write_text(json.dumps(rec))
+    print(tracekit.__file__)
+
+
 def record(out: Path, code: Path, jobs: int, traces: str = "all",
-           commands: tuple[str, ...] = (*TRACE_COMMANDS, "ceiling", "bad")) -> list[dict]:
+           commands: tuple[str, ...] = (*TRACE_COMMANDS, "ceiling", "bad"), subprocesses: bool = False) -> None:
+    """The outputs of :func:`runs` with the tracekit in ``code``, one JSON file each in ``out``: by ``jobs`` worker
+    processes that each run their share in-process (``subprocesses``: one ``python -m tracekit`` per output, as a
+    user runs it; slower)."""
     out.mkdir(parents=True, exist_ok=True)
+    todo = runs(traces, commands)
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "PYTHONPATH": str(code), "TRACEKIT_PROGRESS": "0", "COLUMNS": "120",
                "TRACEKIT_CACHE": os.environ.get("TRACEKIT_CACHE", cache)}
         env.pop("TRACEKIT_DEBUG", None)
 
-        def one(args: list[str]) -> dict:
+        def one(args: list[str]) -> None:
             p = subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True, text=True,
                                cwd=code, env=env, timeout=600)
             rec = {"args": args, "rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr}
             (out / f"{_key(args)}.json").write_text(json.dumps(rec))
-            return rec
+
+        def share(part: list[list[str]]) -> None:
+            p = subprocess.run([sys.executable, __file__, "_worker", str(out)], input=json.dumps(part),
+                               capture_output=True, text=True, cwd=code, env=env)
+            where = p.stdout.strip().splitlines()[-1:] or ["?"]
+            if p.returncode != 0 or not where[0].startswith(str(code)):
+                raise SystemExit(f"worker failed (rc {p.returncode}, tracekit from {where[0]}): {p.stderr[-2000:]}")
 
         with ThreadPoolExecutor(jobs) as pool:
-            recs = list(pool.map(one, runs(traces, commands)))
-    print(f"{len(recs)} outputs in {out} (code: {code}); exit codes: {sorted({r['rc'] for r in recs})}")
-    return recs
+            if subprocesses:
+                list(pool.map(one, todo))
+            else:
+                list(pool.map(share, [todo[i::jobs] for i in range(jobs)]))
+    rcs = sorted({json.loads((out / f"{_key(a)}.json").read_text())["rc"] for a in todo})
+    print(f"{len(todo)} outputs in {out} (code: {code}); exit codes: {rcs}")
 
 
 def compare(a: Path, b: Path) -> int:
@@ -156,11 +186,11 @@ def compare(a: Path, b: Path) -> int:
     return 1 if bad else 0
 
 
-def check(base: str, jobs: int, traces: str, commands: tuple[str, ...]) -> int:
+def check(base: str, jobs: int, traces: str, commands: tuple[str, ...], subprocesses: bool = False) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        record(tmp / "base", checkout(base, tmp / "code"), jobs, traces, commands)
-        record(tmp / "head", ROOT, jobs, traces, commands)
+        record(tmp / "base", checkout(base, tmp / "code"), jobs, traces, commands, subprocesses)
+        record(tmp / "head", ROOT, jobs, traces, commands, subprocesses)
         return compare(tmp / "base", tmp / "head")
 
 
@@ -179,20 +209,25 @@ def main() -> int:
         p.add_argument("--traces", choices=("all", "samples"), default="all")
         p.add_argument("--commands", default=",".join((*TRACE_COMMANDS, "ceiling", "bad")),
                        help="comma-separated (default: breakdown,info,kernels,ceiling,bad)")
+        p.add_argument("--subprocesses", action="store_true",
+                       help="one `python -m tracekit` per output (as a user runs it) instead of in-process workers")
     c = sub.add_parser("compare")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
+    if sys.argv[1:2] == ["_worker"]:
+        _worker(Path(sys.argv[2]))
+        return 0
     args = ap.parse_args()
     if args.cmd == "compare":
         return compare(args.a, args.b)
     commands = tuple(args.commands.split(","))
     if args.cmd == "check":
-        return check(args.base, args.jobs, args.traces, commands)
+        return check(args.base, args.jobs, args.traces, commands, args.subprocesses)
     if args.commit:
         with tempfile.TemporaryDirectory() as tmp:
-            record(args.out, checkout(args.commit, Path(tmp)), args.jobs, args.traces, commands)
+            record(args.out, checkout(args.commit, Path(tmp)), args.jobs, args.traces, commands, args.subprocesses)
     else:
-        record(args.out, args.code.resolve(), args.jobs, args.traces, commands)
+        record(args.out, args.code.resolve(), args.jobs, args.traces, commands, args.subprocesses)
     return 0
 
 
