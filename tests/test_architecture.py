@@ -143,8 +143,11 @@ FORMATS = ("nsys", "kineto")  # readers/<format>/, in the registry's order
 SHARED_READERS = ("api_names", "cache", "common")
 # The layers, lowest first. Imports point one way: a module imports only modules of its own layer or of a layer
 # below it (the core also holds tracekit.model and tracekit.__main__'s target is the command line).
-LAYERS = ("core", "tracekit.readers", "tracekit.analyses", "tracekit.results", "tracekit.run", "tracekit.report",
-          "tracekit", "tracekit.cli")
+LAYERS = ("core", "tracekit.readers", "tracekit.server", "tracekit.analyses", "tracekit.results", "tracekit.run",
+          "tracekit.report", "tracekit", "tracekit.cli")
+# the capture side (tracekit.capture: our decode loops; tracekit.server: a running server) lies above the readers:
+# it names the files it writes as their format does (tracekit.readers.of_profiler), and imports no analysis
+CAPTURE = ("tracekit.capture", "tracekit.server")
 # ... and besides the order, what a layer never imports although it lies below: the stages and the result blocks
 # never read files (readers), the renderers render the results' JSON and compute nothing (only the core)
 NEVER = {
@@ -162,6 +165,8 @@ def layer(module: str) -> int:
     """The index in :data:`LAYERS` of ``module``'s layer (the core: top-level modules and ``tracekit.model``)."""
     if module == "tracekit.__main__":
         return LAYERS.index("tracekit.cli")
+    if any(_under(module, c) for c in CAPTURE):
+        return LAYERS.index("tracekit.server")
     for i in range(len(LAYERS) - 1, 0, -1):
         if _under(module, LAYERS[i]):
             return i

@@ -127,10 +127,24 @@ def nsys_profile_cmd(nsys: str, out_dir: Path, workload_cmd: list[str], graph_tr
             "-o", str(Path(out_dir) / "trace"), *workload_cmd]
 
 
+TRACE = "trace"  # the stem of a capture's trace files; their suffixes are their format's (tracekit.readers)
+
+
+def trace_name(profiler: str, form: str = "extension") -> str:
+    """The name of a capture's trace file for ``profiler`` (``nsys``, ``torch``): ``form`` ``"extension"``
+    (trace.sqlite), ``"compressed"`` (trace.sqlite.gz, trace.json.gz) or ``"report"`` (trace.nsys-rep), as the
+    format that reads it names them (:func:`tracekit.readers.of_profiler`; imported here, not at the top: ``tracekit
+    capture --help`` loads no reader)."""
+    from tracekit.readers import of_profiler
+
+    fmt = of_profiler(profiler)
+    return TRACE + (fmt.suffixes[0] if form == "report" else getattr(fmt, form))
+
+
 def nsys_export_cmd(nsys: str, out_dir: Path) -> list[str]:
     out_dir = Path(out_dir)
-    return [nsys, "export", "--type", "sqlite", "-o", str(out_dir / "trace.sqlite"),
-            str(out_dir / "trace.nsys-rep")]
+    return [nsys, "export", "--type", "sqlite", "-o", str(out_dir / trace_name("nsys")),
+            str(out_dir / trace_name("nsys", "report"))]
 
 
 def workload_script(name: str) -> Path:
@@ -198,7 +212,10 @@ def rank_file(path: Path, rank: int, world_size: int) -> Path:
     path = Path(path)
     if world_size <= 1:
         return path
-    for ext in (".json.gz", ".json", ".gz"):
+    from tracekit.readers import of_profiler
+
+    kineto = of_profiler("torch")  # (the facts file is JSON too)
+    for ext in (kineto.compressed, kineto.extension, ".gz"):
         if path.name.endswith(ext):
             return path.with_name(f"{path.name[:-len(ext)]}.rank{rank}{ext}")
     return path.with_name(f"{path.name}.rank{rank}")
@@ -217,7 +234,7 @@ def workload_cmd(script: Path, *, profiler: str, steps: int, mode: str | None, s
     if spec:
         cmd += ["--spec", str(spec)]
     if profiler == "torch":
-        cmd += ["--trace-out", str(out_dir / "trace.json.gz")]
+        cmd += ["--trace-out", str(out_dir / trace_name("torch", "compressed"))]
     return cmd + tp_args(workload or "", tp, allreduce) + list(extra)
 
 
@@ -255,7 +272,7 @@ def trace_files_of(out: Path, names) -> list[dict]:
     for n in names:
         p = Path(out) / n
         if p.is_file():
-            entries += trace_file_entries(p)
+            entries += trace_file_entries(p, gunzipped=p.name.endswith(trace_name("nsys", "compressed")))
     return entries
 
 
@@ -268,9 +285,9 @@ def gzip_capture_export(out: Path, keep_plain: bool = False) -> dict:
     out = Path(out)
     mp = out / "manifest.json"
     m = json.loads(mp.read_text())
-    if (out / "trace.sqlite").is_file():
-        gzip_export(out / "trace.sqlite", keep=keep_plain)
-    names = ["trace.sqlite.gz", *(["trace.sqlite"] if keep_plain else []), "trace.nsys-rep"]
+    if (out / trace_name("nsys")).is_file():
+        gzip_export(out / trace_name("nsys"), keep=keep_plain)
+    names = [trace_name("nsys", "compressed"), *([trace_name("nsys")] if keep_plain else []), trace_name("nsys", "report")]
     entries = trace_files_of(out, names)
     seen, uniq = set(), []
     for e in entries:           # trace.sqlite appears twice when kept: once from the .gz, once itself
@@ -377,25 +394,25 @@ def _capture_into(out: Path, *, script: Path, workload: str, profiler: str, step
                         extra=list(extra), python=python, tp=tp, allreduce=allreduce)
     world = tp if (tp is not None and workload in TP_WORKLOADS) else 1
     facts_paths = [rank_file(out / FACTS_FILE, r, world) for r in range(world)]
-    traces = [rank_file(out / "trace.json.gz", r, world) for r in range(world)]
+    traces = [rank_file(out / trace_name("torch", "compressed"), r, world) for r in range(world)]
     for f in (*facts_paths, *(traces if profiler == "torch" else ())):
         if f.exists():
             f.unlink()
     env = worker_env()
     nsys_ver = None
     if profiler == "nsys":
-        for f in ("trace.nsys-rep", "trace.sqlite"):
+        for f in (trace_name("nsys", "report"), trace_name("nsys")):
             if (out / f).exists():
                 (out / f).unlink()
         nsys_ver = nsys_version(nsys_bin)
         _run(nsys_profile_cmd(nsys_bin, out, wcmd, graph_trace=nsys_graph_trace), "nsys profile", env)
-        if not (out / "trace.nsys-rep").exists():
+        if not (out / trace_name("nsys", "report")).exists():
             raise CaptureFailed(
-                f"nsys wrote no {out / 'trace.nsys-rep'}: the workload never called cudaProfilerStart "
+                f"nsys wrote no {out / trace_name('nsys', 'report')}: the workload never called cudaProfilerStart "
                 "(did it reach the profiled steps?)")
         _run(nsys_export_cmd(nsys_bin, out), "nsys export", env)
-        if not (out / "trace.sqlite").exists():
-            raise CaptureFailed(f"nsys export wrote no {out / 'trace.sqlite'}")
+        if not (out / trace_name("nsys")).exists():
+            raise CaptureFailed(f"nsys export wrote no {out / trace_name('nsys')}")
     elif profiler == "torch":
         _run(wcmd, f"workload {script.name}", env)
         for t in traces:
@@ -421,7 +438,7 @@ def _capture_into(out: Path, *, script: Path, workload: str, profiler: str, step
         manifest["nsys_graph_trace"] = nsys_graph_trace
     if world > 1 and profiler == "torch":
         manifest["rank_traces"] = [t.name for t in traces]
-    names = ["trace.sqlite", "trace.nsys-rep"] if profiler == "nsys" else [t.name for t in traces]
+    names = [trace_name("nsys"), trace_name("nsys", "report")] if profiler == "nsys" else [t.name for t in traces]
     manifest["trace_files"] = trace_files_of(out, names)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     for fp in facts_paths:

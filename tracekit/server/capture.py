@@ -50,7 +50,6 @@ from tracekit.server.load import Load, LoadFailed, measure
 from tracekit.server.traces import Progress, TracesMissing, new_files, wait_for_ranks
 
 DEFAULT_STEPS = 20
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 
 
 def _gone(url: str, why: str, what: str) -> TracekitError:
@@ -130,8 +129,10 @@ def _prepare_out(out: Path) -> bool:
     created = not out.exists()
     if out.exists() and not out.is_dir():
         raise BadOptionValue(f"--out {out}: a file, not a folder")
+    from tracekit.readers import trace_suffixes
+
     out.mkdir(parents=True, exist_ok=True)
-    old = [p.name for p in out.iterdir() if p.is_file() and (p.name.endswith(TRACE_SUFFIXES) or p.name ==
+    old = [p.name for p in out.iterdir() if p.is_file() and (p.name.endswith(trace_suffixes()) or p.name ==
                                                              "manifest.json")]
     if old:
         raise CannotWrite(f"--out {out} already holds a capture ({', '.join(sorted(old)[:3])}): give a new folder "
