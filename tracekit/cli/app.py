@@ -47,6 +47,17 @@ class _PipeClosed(Exception):
     """stdout's reader went away (``| head``). Not an OSError, so click's own EPIPE handler (exit 1) skips it."""
 
 
+def fail(e: TracekitError, debug: bool = False):
+    """The one mapping of a named error (:mod:`tracekit.errors`) to the command line: its traceback under
+    ``--debug``, then its one line ``tracekit: error: ...``, and exit with the class's ``exit_code``."""
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+    click.echo(f"tracekit: error: {one_line(e)}", err=True)
+    sys.exit(e.exit_code)
+
+
 class TracekitGroup(click.Group):
     """A click group whose errors are one line and whose exit codes follow the contract."""
 
@@ -78,12 +89,7 @@ class TracekitGroup(click.Group):
             click.echo(f"tracekit: error: {one_line(e.format_message())}", err=True)
             sys.exit(2)
         except TracekitError as e:
-            if debug:
-                import traceback
-
-                traceback.print_exc()
-            click.echo(f"tracekit: error: {one_line(e)}", err=True)
-            sys.exit(e.exit_code)
+            fail(e, debug)
         except (_PipeClosed, BrokenPipeError):  # `tracekit kernels x | head`: the reader has all it wanted
             _quiet_stdout()
             sys.exit(0)

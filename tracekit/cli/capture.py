@@ -16,6 +16,8 @@ from pathlib import Path
 import click
 
 from tracekit.capture import ALLREDUCE_CHOICES, WORKLOADS
+from tracekit.cli.app import fail
+from tracekit.errors import TracekitError
 
 
 @click.command("capture", context_settings=dict(ignore_unknown_options=True, allow_extra_args=True,
@@ -91,9 +93,12 @@ def capture_command(ctx, workload, profiler, out, steps, mode, spec, nsys, nsys_
     steps = 16 if steps is None else steps
     from tracekit.capture import capture
 
-    m = capture(workload=workload, profiler=profiler, out=Path(out), steps=steps, mode=mode, spec=spec,
-                nsys=nsys, nsys_graph_trace=nsys_graph_trace, peak_bw=peak_bw,
-                extra=tuple(workload_args) + tuple(ctx.args), argv=argv, tp=tp, allreduce=allreduce)
+    try:  # (the command also runs on its own, outside the group: tests, a GPU host's scripts)
+        m = capture(workload=workload, profiler=profiler, out=Path(out), steps=steps, mode=mode, spec=spec,
+                    nsys=nsys, nsys_graph_trace=nsys_graph_trace, peak_bw=peak_bw,
+                    extra=tuple(workload_args) + tuple(ctx.args), argv=argv, tp=tp, allreduce=allreduce)
+    except TracekitError as e:
+        fail(e)
     click.echo(f"tracekit capture: wrote {Path(out) / 'manifest.json'} "
                f"(unprofiled step {m['unprofiled_step_ms']:.3f} ms, weight bytes/step {m['weight_bytes_per_step']})")
 
@@ -107,10 +112,13 @@ def _server_capture(ctx, *, argv, url, out, workload, profiler, steps, engine, c
         raise click.UsageError("--server uses the server's own torch profiler; for nsys see docs/server.md", ctx=ctx)
     from tracekit.server import DEFAULT_STEPS, capture_server
 
-    m = capture_server(url=url, out=out, engine=engine, steps=steps or DEFAULT_STEPS, concurrency=concurrency,
-                       decode_tokens=decode_tokens, prompt_tokens=prompt_tokens, server_dir=server_dir,
-                       repeats=repeats, trace_timeout=trace_timeout, settle=settle,
-                       request_timeout=request_timeout, argv=argv)
+    try:
+        m = capture_server(url=url, out=out, engine=engine, steps=steps or DEFAULT_STEPS, concurrency=concurrency,
+                           decode_tokens=decode_tokens, prompt_tokens=prompt_tokens, server_dir=server_dir,
+                           repeats=repeats, trace_timeout=trace_timeout, settle=settle,
+                           request_timeout=request_timeout, argv=argv)
+    except TracekitError as e:
+        fail(e)
     spec = m.get("spec") or {}
     acc = f", accept length {spec['accept_len']:.3f}" if spec.get("accept_len") else ""
     wb = m.get("weight_bytes_per_step")
