@@ -96,7 +96,7 @@ def breakdown(traces, opts, save, fmt, output, color):
 
         results, labels = analyse_devices(load(files[0], True), opts)
     elif len(files) == 1:
-        from tracekit.cli import app
+        import tracekit.cli.app as app
         from tracekit.readers import head_start
 
         if app.OWN_PROCESS:

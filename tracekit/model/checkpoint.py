@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tracekit.errors import BadModelFiles, ModelFilesMissing, TracekitError
 from tracekit.model.arch import Arch, arch_from_config, load_config
+from tracekit.model.params import param_counts
 from tracekit.model.roles import Role, classify
 from tracekit.model.safetensors import TensorInfo, read_header
 from tracekit.model.synth import synthesize
@@ -57,8 +58,6 @@ class Model:
         """A small JSON-able description (for ``ceiling``'s ``model`` block and reports)."""
         a = self.arch
         try:
-            from tracekit.model.step import param_counts
-
             pc = param_counts(a)
             params = {"total": pc.total, "with_mtp": pc.with_mtp, "active_per_token": pc.active_per_token}
         except TracekitError:

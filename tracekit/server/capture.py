@@ -34,6 +34,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import tracekit.server.engines as eng
 from tracekit.contract import MANIFEST_V2_SCHEMA
 from tracekit.errors import (
     BadOptionValue,
@@ -44,7 +45,6 @@ from tracekit.errors import (
     ServerUnreachable,
     TracekitError,
 )
-from tracekit.server import engines as eng
 from tracekit.server.client import Server, Unreachable
 from tracekit.server.load import Load, LoadFailed, measure
 from tracekit.server.traces import Progress, TracesMissing, new_files, wait_for_ranks

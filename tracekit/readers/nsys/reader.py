@@ -21,9 +21,9 @@ from pathlib import Path
 
 import polars as pl
 
+import tracekit.readers.nsys.scan as scan
 from tracekit.errors import UnreadableTrace, UnsupportedFormat
 from tracekit.readers.common import api_kind, nesting_depth, release_freed_memory, strip_api_version
-from tracekit.readers.nsys import scan
 from tracekit.readers.nsys.scan import KERNEL_TABLES as _KERNEL_TABLES
 from tracekit.readers.nsys.scan import PID as _PID
 from tracekit.readers.nsys.scan import TID as _TID
