@@ -163,7 +163,8 @@ def ceiling(
     """
     # (imported here: `tracekit ceiling --help` and the capture-only GPU host need no polars)
     from tracekit.analyses import resolve
-    from tracekit.analyses.bytes import resolve_bytes, resolve_tp
+    from tracekit.analyses.bytes import resolve_bytes
+    from tracekit.analyses.resolve import resolve_tp
     from tracekit.analyses.roofline import with_compute
     from tracekit.gpus import list_gpus, lookup
     from tracekit.model.units import dtype_bytes
@@ -310,8 +311,9 @@ def _compute_inputs(rb, *, params, dtype, model_given: bool, tokens: float, tp: 
     """``((gemm FLOPs, attention FLOPs), (peak TFLOP/s, its source, the dtype, the table's key))`` per GPU per step, from
     ``--params`` (x tokens, dense) or the model (``tracekit.analyses.roofline.model_flops``); what was assumed goes
     to ``assumptions``."""
+    from tracekit.analyses.resolve import peak_tflops as resolve_peak_tflops
     from tracekit.analyses.roofline import model_compute_dtype, model_flops
-    from tracekit.gpus import WEIGHT_ONLY, resolve_peak_tflops
+    from tracekit.gpus import WEIGHT_ONLY
 
     gemm = attention = None
     kind = None
