@@ -72,7 +72,7 @@ def analyse_pair(base: Path, new: Path, base_opts, new_opts, *, base_device: int
     paired (:func:`pair_devices`). BASE is analysed first (its trace given back before NEW's is read), so that NEW
     can be analysed on the GPU BASE was."""
     from tracekit.cli.output import expand_traces, load
-    from tracekit.errors import TracekitError
+    from tracekit.errors import ConflictingOptions
     from tracekit.results.diff import read_saved
     from tracekit.run.pipeline import breakdown
 
@@ -82,7 +82,7 @@ def analyse_pair(base: Path, new: Path, base_opts, new_opts, *, base_device: int
         s = read_saved(path)
         if s is not None:
             if opts.measured_step_ms is not None:
-                raise TracekitError(f"--{name}-measured-step-ms: {path} is a saved breakdown, whose time base is "
+                raise ConflictingOptions(f"--{name}-measured-step-ms: {path} is a saved breakdown, whose time base is "
                                     "fixed; give the trace file instead")
             out.append(s)
             analysed = s.data["gpu"].get("device") if name == "base" else analysed

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, make_dataclass
 import polars as pl
 
 from tracekit.analyses.advice import StepFacts
-from tracekit.analyses.bytes import TP_EVIDENCE_SOURCES
+from tracekit.analyses.resolve import TP_EVIDENCE_SOURCES
 from tracekit.analyses.roofline import RooflineBlock
 from tracekit.analyses.timebase import TimeBase
 from tracekit.analyses.verdicts import Advice
@@ -104,7 +104,7 @@ Gaps = _per_category(
 class TraceRoofline(RooflineBlock):
     """``roofline``: the :class:`~tracekit.analyses.roofline.RooflineBlock` figures, then where ``tp`` came from
     (``tp_source``; ``tp_evidence``, the trace's evidence, written for a ``tp`` read from the trace or defaulted:
-    ``tracekit.analyses.bytes.TP_EVIDENCE_SOURCES``), the recorded shapes' share of the steps' GEMM time
+    ``tracekit.analyses.resolve.TP_EVIDENCE_SOURCES``), the recorded shapes' share of the steps' GEMM time
     (``shape_coverage``, written when shapes were weighed), why the figures were refused (``refused``: null when
     they hold, ``tracekit.analyses.roofline.physical_check``), where ``tokens_per_step`` came from
     (``tracekit.analyses.resolve``) and what a tok/s figure counts (``tokens_per_s_unit``: the batch's words, "tok/s

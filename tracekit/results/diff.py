@@ -63,7 +63,7 @@ from pathlib import Path
 
 from tracekit.categories import GAP_CAUSES, LEVERS
 from tracekit.contract import BREAKDOWN_SCHEMA, DIFF_SCHEMA, Block, extension, to_dict
-from tracekit.errors import TracekitError
+from tracekit.errors import BadOptionValue, UnreadableInput, UnsupportedSchema
 
 SCHEMA = DIFF_SCHEMA  # "tracekit.diff/3" (tracekit.contract names it once)
 
@@ -301,15 +301,15 @@ def read_saved(path) -> SavedBreakdown | None:
         return None
     version = m.group(1).decode()
     if f"tracekit.breakdown/{version}" != BREAKDOWN_SCHEMA:
-        raise TracekitError(f"{path}: a saved tracekit.breakdown/{version} result; diff compares "
+        raise UnsupportedSchema(f"{path}: a saved tracekit.breakdown/{version} result; diff compares "
                             f"{BREAKDOWN_SCHEMA} breakdowns (reference steps, this version's definitions), "
                             "which it cannot be converted to: run tracekit diff on the trace files again")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise TracekitError(f"{path}: unreadable saved breakdown ({e})") from None
+        raise UnreadableInput(f"{path}: unreadable saved breakdown ({e})") from None
     if not isinstance(data, dict) or "ranks" in data or not isinstance(data.get("steps"), dict):
-        raise TracekitError(f"{path}: not a single-trace {BREAKDOWN_SCHEMA} result (a saved multi-rank result? diff "
+        raise UnsupportedSchema(f"{path}: not a single-trace {BREAKDOWN_SCHEMA} result (a saved multi-rank result? diff "
                             "the rank directory itself, or one rank's trace file)")
     return SavedBreakdown(data)
 
@@ -403,7 +403,7 @@ def as_side(x, label: str | None = None) -> Side:
     if hasattr(x, "rank_breakdowns") and hasattr(x, "report"):
         bds = list(x.rank_breakdowns)
         if not bds:
-            raise TracekitError("a rank set without ranks cannot be compared")
+            raise BadOptionValue("a rank set without ranks cannot be compared")
         dicts = [to_dict(b) for b in bds]
         slow = max(range(len(dicts)), key=lambda i: dicts[i]["steps"]["mean_ms"])
         view = dict(dicts[slow])
@@ -502,7 +502,7 @@ def parse_threshold(text) -> float:
     except ValueError:
         v = float("nan")
     if not v >= 0 or v == float("inf"):
-        raise TracekitError(f"--fail-on-regression {text}: a percentage >= 0, e.g. 3%")
+        raise BadOptionValue(f"--fail-on-regression {text}: a percentage >= 0, e.g. 3%")
     return v
 
 

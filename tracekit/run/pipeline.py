@@ -318,7 +318,7 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
     from dataclasses import fields
 
     from tracekit.analyses import resolve
-    from tracekit.analyses.bytes import resolve_bytes, resolve_tp, tp_from_process_groups
+    from tracekit.analyses.bytes import resolve_bytes, tp_from_process_groups
     from tracekit.analyses.roofline import RooflineBlock, physical_check, trace_compute, with_compute
     from tracekit.model import parse_command
     from tracekit.results.breakdown import TraceRoofline
@@ -330,7 +330,7 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
     pg = None
     if not trace_tp[0] and any(str(r.get("kind", "")).replace("_", "-") == "all-reduce" for r in comm_rows):
         pg = tp_from_process_groups(trace.meta.process_groups, _all_reduce_groups(trace))
-    par = resolve_tp(flag=tp, manifest=man.get("tp"), command=args.tp if args else None, communicator=trace_tp,
+    par = resolve.resolve_tp(flag=tp, manifest=man.get("tp"), command=args.tp if args else None, communicator=trace_tp,
                      process_group=pg, ep=ep)
     spec = man.get("spec") or {}
     k = int(spec.get("draft_tokens") or 0)
