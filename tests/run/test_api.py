@@ -23,7 +23,8 @@ def test_breakdown_all_devices_is_the_command_s_rank_set():
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
     assert cr.ranks == 2 and cr.labels == ["gpu0", "gpu1"]
-    assert cr.to_dict() == d["cross_rank"]
+    assert cr.to_dict() == d  # (the typed result's JSON is the command's, issue 51 item 3)
+    assert cr.cross_rank.to_dict() == d["cross_rank"]
     assert [b.gpu.device for b in cr.rank_breakdowns] == [0, 1]
     assert json.loads(json.dumps(cr.report()["levers"])) == d["levers"]
     with pytest.raises(tracekit.TracekitError, match="--all-devices"):

@@ -409,6 +409,7 @@ class SideTokens:
     source: str
     speculative: bool | None
     ignored: float | None = None
+    batch_source: str | None = None
 
 
 def side_tokens(view: dict) -> SideTokens:
@@ -434,13 +435,28 @@ def side_tokens(view: dict) -> SideTokens:
     tps = roof.get("tokens_per_step")
     acc = roof.get("accept_len")
     batch = (tps / acc if acc else tps) if tps is not None else None
+    bsrc = roof.get("tokens_per_step_source")
     if spec is False and acc is not None:
-        return SideTokens(batch, 1.0, batch, "plain", False, ignored=acc)
+        return SideTokens(batch, 1.0, batch, "plain", False, ignored=acc, batch_source=bsrc)
     if acc is not None:
-        return SideTokens(tps, acc, batch, roof.get("accept_len_source") or "flag", spec)
+        return SideTokens(tps, acc, batch, roof.get("accept_len_source") or "flag", spec, batch_source=bsrc)
     if spec:
-        return SideTokens(None, None, batch, "missing", True)
-    return SideTokens(tps, 1.0, batch, "plain", spec)
+        return SideTokens(None, None, batch, "missing", True, batch_source=bsrc)
+    return SideTokens(tps, 1.0, batch, "plain", spec, batch_source=bsrc)
+
+
+def _unknown_batch(bt: SideTokens, nt: SideTokens) -> str | None:
+    """The side whose batch is unknown (``default``: 1 assumed) while the other's is known and differs — then the
+    tokens per step of the two are not known to differ, and steps compare as they are — else None."""
+    import math
+
+    if bt.batch is None or nt.batch is None or math.isclose(bt.batch, nt.batch, rel_tol=1e-9):
+        return None
+    if bt.batch_source == "default" and nt.batch_source != "default":
+        return "base"
+    if nt.batch_source == "default" and bt.batch_source != "default":
+        return "new"
+    return None
 
 
 def per_token(b: dict, n: dict, ref: ReferenceChange | None = None) -> PerToken | None:
@@ -453,6 +469,8 @@ def per_token(b: dict, n: dict, ref: ReferenceChange | None = None) -> PerToken 
     bt, nt = side_tokens(b), side_tokens(n)
     if bt.tokens is not None and nt.tokens is not None and math.isclose(bt.tokens, nt.tokens, rel_tol=1e-9):
         return None
+    if _unknown_batch(bt, nt) is not None and not (bt.source == "missing" or nt.source == "missing"):
+        return None  # (a batch unknown on one side only: not known to differ; a warning says so)
     if ref.basis == "unprofiled":
         basis, steps = "unprofiled", (ref.base, ref.new)
     else:
@@ -469,12 +487,20 @@ def per_token(b: dict, n: dict, ref: ReferenceChange | None = None) -> PerToken 
                     tokens_per_step=BaseNew(bt.tokens, nt.tokens), accept_len=BaseNew(bt.accept_len, nt.accept_len),
                     batch=BaseNew(bt.batch, nt.batch),
                     missing=tuple(side for side, t in (("base", bt), ("new", nt)) if t.source == "missing"),
-                    tok_s_unit=units.pop() if len(units) == 1 else "tok/s (the two sides' batches differ)")
+                    tok_s_unit=units.pop() if len(units) == 1 else
+                    f"tok/s for each side's whole batch ({bt.batch or 1:g} and {nt.batch or 1:g})")
 
 
 def _token_warnings(b: dict, n: dict) -> list[str]:
     """An accept length given for a side whose steps are plain decode (not applied there)."""
     out = []
+    unknown = _unknown_batch(side_tokens(b), side_tokens(n))
+    if unknown is not None:
+        other = "new" if unknown == "base" else "base"
+        t = side_tokens(b if other == "base" else n)
+        out.append(f"{other.upper()}'s steps decode a batch of {t.batch:g} ({t.batch_source}), {unknown.upper()}'s "
+                   "batch is unknown: the tokens per step are not known to differ, so the steps are compared as they "
+                   "are")
     for side, v in (("BASE", b), ("NEW", n)):
         t = side_tokens(v)
         if t.ignored is not None:
@@ -872,7 +898,7 @@ def _gate_reason(ref_basis: str, basis: str, statistic: str, shown, change_pct, 
     band = f"{conf} interval {_signed_pct(ci[0])} to {_signed_pct(ci[1])}" if ci is not None else None
     if verdict == "fail":
         return pre + (f"NEW's {what} is {change_pct:,.1f}% slower than BASE's ({ms}): above the {thr} threshold, "
-                      f"beyond the noise ({band})")
+                      f"beyond the step noise ({band})")
     if change_pct <= 0:
         return pre + f"NEW's {what} is not slower than BASE's ({ms}, {_signed_pct(change_pct)})"
     if change_pct <= threshold:
@@ -884,7 +910,7 @@ def _gate_reason(ref_basis: str, basis: str, statistic: str, shown, change_pct, 
     if basis == "unprofiled" and traced_pct is not None:
         traced = f"; the traced steps' {statistic} changed {_signed_pct(traced_pct)}"
     return pre + (f"NEW's {what} is {change_pct:,.1f}% slower than BASE's ({ms}): above the {thr} threshold but "
-                  f"not beyond the noise ({band} includes no change{traced})")
+                  f"not beyond the step noise ({band} includes no change{traced})")
 
 
 # ───────────────────────── the diff ─────────────────────────
