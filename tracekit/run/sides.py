@@ -128,8 +128,8 @@ def _device_of(x) -> int | None:
 
 
 def expand_trace_paths(paths) -> list[Path]:
-    """Files as given; a directory contributes its trace files, one per rank (``tracekit.cli.output``)."""
-    from tracekit.cli.output import expand_traces
+    """Files as given; a directory contributes its trace files, one per rank (``tracekit.readers.paths``)."""
+    from tracekit.readers.paths import expand_traces
 
     return expand_traces(paths)
 
