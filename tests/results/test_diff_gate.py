@@ -368,6 +368,7 @@ def test_noisy_traced_steps_no_longer_pass_a_measured_regression():
     assert r.exit_code == 3 and r.stdout.startswith("perf gate failed: unprofiled step +24.0% (threshold 3%")
 
 
+@pytest.mark.slow
 def test_a_quarter_of_the_gemv_fails_from_every_repeat_and_the_twin():
     slow = gate_capture("gate-graph-slow512")
     for r in [*repeats(), gate_capture("gate-graph-nomark")]:

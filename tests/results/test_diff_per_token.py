@@ -72,6 +72,7 @@ ZOO_PAIRS = [("zoo-sglang-chain-marked", "zoo-vllm-eagle-marked"), ("zoo-sglang-
              ("zoo-standalone-marked", "zoo-mtp-multilayer-marked")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("base,new", ZOO_PAIRS, ids=[f"{a}->{b}" for a, b in ZOO_PAIRS])
 def test_zoo_shapes_of_different_batches_and_accept_lengths(base, new):
     """Two speculative captures whose steps emit different tokens (accept length x batch from each manifest)."""
@@ -86,6 +87,7 @@ def test_zoo_shapes_of_different_batches_and_accept_lengths(base, new):
     assert d["gate"]["change_pct"] == pytest.approx(pt["change_pct"], rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["sglang-chain", "vllm-eagle", "standalone"])
 def test_does_speculation_pay_against_the_manifest_s_plain_step(shape):
     """A zoo capture against its own plain step (the manifest's ``unprofiled_plain_step_ms``: the same target
