@@ -68,9 +68,6 @@ def load(path: str | Path, *, kernel_dims: bool = True) -> Trace:
     return _load(path, kernel_dims=kernel_dims)
 
 
-TraceLike = "str | os.PathLike | Trace"  # what the analysis functions take (the annotation's words)
-
-
 def _files(trace) -> list | None:
     """The trace files a path names (a directory: its rank files), or None for a loaded trace."""
     import os
