@@ -110,7 +110,7 @@ def test_a_registered_format_reads_its_files_through_the_facade(array_trace, reg
 
     trace = tracekit.load(path)
     assert trace.meta.format == "chrome-array" and trace.meta.markers == "annotation"
-    info = tracekit.info(trace)
+    info = tracekit.info(trace).to_dict()  # (the typed result: its JSON, as `tracekit info --format json`)
     assert info["source"]["format"] == "chrome-array"
     # (this minimal reader keeps no copies: memops 0; their launching calls count as launches)
     assert info["counts"] == {"kernels": 3600, "memops": 0, "launches": 3632, "ranges": 16}

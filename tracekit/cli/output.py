@@ -16,7 +16,6 @@ import click
 
 from tracekit.errors import BadOptionValue, CannotWrite, UnsupportedFormat
 
-NOT_TRACES = {"manifest.json", "device_profile.json", "index.json", "workload_facts.json"}
 FILE_WIDTH = 160
 
 
@@ -69,35 +68,11 @@ def emit(kind: str, result, fmt: str, output: Path | None = None, color: bool | 
 
 
 def expand_traces(paths) -> list[Path]:
-    """Files as given; a directory contributes its trace files (one per rank), sorted.
+    """Files as given; a directory contributes its trace files (one per rank), sorted
+    (``tracekit.readers.paths.expand_traces``; a skipped file's warning goes to stderr through click)."""
+    from tracekit.readers.paths import expand_traces as _expand
 
-    In a directory, files that are not traces (a summary JSON, a run database beside the rank traces: see
-    ``tracekit.readers.not_a_trace``) are skipped with one warning on stderr naming them; only a directory left
-    with no trace is an error.
-    """
-    from tracekit.readers import is_duplicate, not_a_trace, trace_suffixes
-
-    suffixes = trace_suffixes()
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            # capture side files are not traces; an .nsys-rep whose SQLite export is there (plain or gzipped), or a
-            # gzipped export beside the plain one, is the same trace
-            files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(suffixes)
-                           and f.name not in NOT_TRACES and not is_duplicate(f))
-            why = {f: not_a_trace(f) for f in files}  # (a handful of files)
-            skipped = [f"{f.name} ({w})" for f, w in why.items() if w]
-            files = [f for f, w in why.items() if not w]
-            if not files:
-                also = f"; skipped: {', '.join(skipped)}" if skipped else ""
-                raise UnsupportedFormat(f"{p}: directory holds no trace files ({', '.join(suffixes)}){also}")
-            if skipped:
-                click.echo(f"warning: {p}: skipped {len(skipped)} file(s) that are not traces: {', '.join(skipped)}",
-                           err=True)
-            out.extend(files)
-        else:
-            out.append(p)
-    return out
+    return _expand(paths, warn=lambda line: click.echo(line, err=True))
 
 
 def load(path: Path, quiet: bool):
