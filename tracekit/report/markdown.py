@@ -70,7 +70,7 @@ _DETECTION = {"ranges": "found from draft ranges", "engine": "found from the eng
 
 def speculation_line(d: dict) -> str | None:
     """The speculation evidence in one line (``advice.drafting``: ``detection`` and ``evidence``), or None when the
-    lever records neither: 'speculation: found from draft ranges: <evidence>; <evidence>'."""
+    lever records neither: 'speculation: found from draft ranges — <evidence>; <evidence>'."""
     a = (d.get("advice") or {}).get("drafting") or {}
     detection, evidence = a.get("detection"), a.get("evidence") or []
     if not detection and not evidence:
@@ -78,7 +78,7 @@ def speculation_line(d: dict) -> str | None:
     how = _DETECTION.get(detection, str(detection).replace("_", " ")) if detection else "evidence"
     if a.get("speculative") and detection == "not_detected":
         how = "speculative, draft phase not found"  # (speculative: true never reads "not detected")
-    return f"speculation: {how}" + (": " + "; ".join(evidence) if evidence else "")
+    return f"speculation: {how}" + (" — " + "; ".join(evidence) if evidence else "")
 
 
 def time_base_line(d: dict) -> str:
