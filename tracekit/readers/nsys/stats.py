@@ -31,10 +31,25 @@ _BACKTRACE_COPY = 67  # nsys 2022.2's duplicate of a backtraced runtime call
 _PROCESS_BITS = 0x0000FFFFFF000000  # globalTid's process id bits (nvtx_sum joins domains on them)
 
 
+def export_file(path: str | Path) -> Path:
+    """The SQLite file of a trace path: the export itself, or a gzipped export's decompressed copy in the cache
+    (made once by the read: :func:`tracekit.readers.nsys.sqlitegz.decompress_to_cache`)."""
+    from tracekit.readers.nsys import GZIP_MAGIC
+
+    path = Path(path)
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if head == GZIP_MAGIC:
+        from tracekit.readers.nsys.sqlitegz import decompress_to_cache
+
+        return decompress_to_cache(path)
+    return path
+
+
 def api_calls(path: str | Path) -> pl.DataFrame:
     """Every CUDA runtime / driver API call of the export: ``name`` (as ``cuda_api_sum`` shows it: see the module
     docstring), ``name_id`` (what nsys groups by) and ``dur`` (ns)."""
-    db = _Db(Path(path))
+    db = _Db(export_file(path))
     try:
         if not db.has(RUNTIME_TABLE):
             return pl.DataFrame(schema={"name_id": pl.Int64, "dur": pl.Int64, "name": pl.String})
@@ -55,7 +70,7 @@ def nvtx_ranges(path: str | Path) -> pl.DataFrame:
     """The NVTX ranges of the export as ``nvtx_sum`` counts them: ``name`` (``domain:text`` or ``text``), ``style``
     (``PushPop`` | ``StartEnd``) and ``dur`` (ns)."""
     schema = {"name": pl.String, "style": pl.String, "dur": pl.Int64}
-    db = _Db(Path(path))
+    db = _Db(export_file(path))
     try:
         if not db.has("NVTX_EVENTS"):
             return pl.DataFrame(schema=schema)
