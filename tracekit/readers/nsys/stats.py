@@ -98,3 +98,25 @@ def nvtx_ranges(path: str | Path) -> pl.DataFrame:
         style=pl.when(pl.col("type").is_in([_PUSHPOP, _NVTXT_PUSHPOP])).then(pl.lit("PushPop"))
         .otherwise(pl.lit("StartEnd")),
         dur=pl.col("end").fill_null(last) - pl.col("start"))
+
+
+def runtime_calls(path: str | Path) -> pl.DataFrame:
+    """Every CUDA runtime / driver API call of the export with its thread and correlation (what ``export
+    --perfetto`` draws on the host threads): ``start``, ``end``, ``pid``, ``tid``, ``correlation``, ``name`` (the
+    versioned name, as the export stores it). nsys 2022.2's backtrace copies are left out (as in :func:`api_calls`)."""
+    from tracekit.readers.nsys.scan import PID, TID
+
+    schema = {"start": pl.Int64, "end": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "correlation": pl.Int64,
+              "name_id": pl.Int64}
+    db = _Db(export_file(path))
+    try:
+        if not db.has(RUNTIME_TABLE):
+            return pl.DataFrame(schema=schema).drop("name_id").with_columns(name=pl.lit(None, pl.String))
+        cols = set(db.columns(RUNTIME_TABLE))
+        where = f" WHERE eventClass != {_BACKTRACE_COPY}" if "eventClass" in cols else ""
+        calls = db.frame(f"SELECT start, end, {PID.format(c='globalTid')}, {TID.format(c='globalTid')}, correlationId, "
+                         f"nameId FROM {RUNTIME_TABLE}{where}", schema, RUNTIME_TABLE)
+        strings = _strings(db)
+    finally:
+        db.close()
+    return _resolve(calls, strings, "name_id", "name").with_columns(pl.col("name").fill_null("<unknown api>"))
