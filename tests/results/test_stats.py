@@ -23,7 +23,8 @@ from results.test_kernel_stats import INDEX, close, nsys_rows, trace_path
 
 import tracekit
 from tracekit.readers.nsys.stats import api_calls, nvtx_ranges
-from tracekit.results.stats import NO_LAUNCH, api_table, memop_table, range_table, stats
+from tracekit.results.stats import NO_LAUNCH, api_table, memop_table, range_table
+from tracekit.run.stats import stats
 
 from conftest import DATA, ROOT, sample, sample_sqlite, shared, sql_rows
 

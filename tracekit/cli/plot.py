@@ -73,12 +73,13 @@ def export(trace, opts, perfetto):
     from tracekit.cli.output import load
     from tracekit.report.perfetto import write_perfetto
     from tracekit.run.pipeline import breakdown
+    from tracekit.run.stats import host_calls
 
     check_output(perfetto, trace, (".json",))
     t = load(trace, True)
     b = breakdown(t, **opts.analysis_kwargs())
     try:
-        counts = write_perfetto(perfetto, b, t)
+        counts = write_perfetto(perfetto, b, t, host_calls(t))
     except OSError as e:
         raise TracekitError(f"cannot write {perfetto}: {e.strerror or e}") from None
     kept = ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in counts.items() if k != "tracekit" and n)

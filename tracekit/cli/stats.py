@@ -29,7 +29,7 @@ def stats(trace, device, step_range, draft_range, rules, top, fmt, output, color
     """
     from dataclasses import replace
 
-    from tracekit.results.stats import stats as stats_of
+    from tracekit.run.stats import stats as stats_of
 
     result = stats_of(load(trace, fmt == "json"), device=device, rules=rules, step_range=step_range,
                       draft_range=draft_range)

@@ -96,9 +96,11 @@ def perfetto_json(b, acts: pl.DataFrame | None = None) -> str:
             + json.dumps(other_data, ensure_ascii=False) + "}\n")
 
 
-def write_perfetto(out, b, trace=None, acts: pl.DataFrame | None = None) -> dict[str, int]:
+def write_perfetto(out, b, trace=None, calls: pl.DataFrame | None = None, acts: pl.DataFrame | None = None
+                   ) -> dict[str, int]:
     """Write the Chrome-trace JSON of breakdown ``b`` to the file ``out``: tracekit's tracks and, with ``trace``
-    (the :class:`~tracekit.trace.Trace` ``b`` was computed from), every original event of it. Streamed: each frame
+    (the :class:`~tracekit.trace.Trace` ``b`` was computed from) and its host API ``calls``
+    (``tracekit.run.stats.host_calls``), every original event of it. Streamed: each frame
     is serialised by polars in slices of :data:`CHUNK_ROWS` rows, written as it is made. Returns the number of
     events written by kind (``tracekit`` for the added tracks' slices; the original kinds of
     :func:`tracekit.report.perfetto_events.original_events`)."""
@@ -108,7 +110,7 @@ def write_perfetto(out, b, trace=None, acts: pl.DataFrame | None = None) -> dict
     if trace is not None:
         from tracekit.report.perfetto_events import original_events
 
-        ometa, oframes, ocounts = original_events(trace)
+        ometa, oframes, ocounts = original_events(trace, calls)
         # tracekit's process first in the UI, then the GPUs, then the host
         meta = [*meta, {"ph": "M", "pid": PID, "tid": 0, "name": "process_sort_index", "args": {"sort_index": 0}},
                 *ometa]

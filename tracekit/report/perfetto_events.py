@@ -6,8 +6,8 @@ frames (polars; no loop over events), laid out as the profilers draw them:
 * one process per GPU (``pid`` :data:`GPU_PID_BASE` + device, named ``GPU <device>: <name>``), one thread per
   stream: every kernel (``cat`` ``kernel``), memcpy / memset (``memcpy`` / ``memset``) and whole-graph execution
   (``graph``), ``args`` with its correlation id (and bytes, copy kind, graph id);
-* the host threads under their own process and thread ids: every CUDA runtime / driver call (``cuda_api``; for an
-  nsys export read from the export itself, every call of the runtime table: ``tracekit.readers.nsys.stats``), the
+* the host threads under their own process and thread ids: every CUDA runtime / driver call given (``cuda_api``; for
+  an nsys export the command reads every call of the runtime table: ``tracekit.run.stats.host_calls``), the
   NVTX ranges or annotations (``nvtx`` / ``annotation``; a range with no end is left out) and, in a Kineto trace, the
   framework ops and Python frames (``cpu_op``, ``python_function``);
 * one flow (``ph`` ``s`` at the call, ``f`` at the activity, ``cat`` ``ac2g`` as Kineto names them) from each launch to
@@ -18,8 +18,6 @@ Timestamps are µs on the trace's clock, as tracekit's own tracks (``tracekit.re
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import polars as pl
 
@@ -43,16 +41,6 @@ def _x(df: pl.DataFrame, *, name: pl.Expr, cat: pl.Expr | str, pid: pl.Expr, tid
 
 def _gpu_pid() -> pl.Expr:
     return pl.lit(GPU_PID_BASE, pl.Int64) + pl.col("device").cast(pl.Int64)
-
-
-def host_calls(trace: Trace) -> pl.DataFrame:
-    """Every host API call the trace records: ``start, end, pid, tid, correlation, name``."""
-    path = Path(trace.meta.path)
-    if trace.meta.format == "nsys-sqlite" and path.is_file():
-        from tracekit.readers.nsys.stats import runtime_calls
-
-        return runtime_calls(path)
-    return trace.launches.select("start", "end", "pid", "tid", "correlation", name=pl.col("name").cast(pl.String))
 
 
 def gpu_activities(trace: Trace) -> list[pl.DataFrame]:
@@ -88,10 +76,10 @@ def host_events(trace: Trace, calls: pl.DataFrame) -> list[pl.DataFrame]:
     return out
 
 
-def original_events(trace: Trace) -> tuple[list[dict], list[pl.DataFrame], dict[str, int]]:
-    """``(metadata events, event frames, counts)`` of every original event of ``trace``: counts by kind
-    (``kernels``, ``memops``, ``graph_execs``, ``api_calls``, ``ranges``, ``ops``, ``flows``)."""
-    calls = host_calls(trace)
+def original_events(trace: Trace, calls: pl.DataFrame) -> tuple[list[dict], list[pl.DataFrame], dict[str, int]]:
+    """``(metadata events, event frames, counts)`` of every original event of ``trace`` and its host API ``calls``
+    (``start, end, pid, tid, correlation, name``: ``tracekit.run.stats.host_calls``): counts by kind (``kernels``,
+    ``memops``, ``graph_execs``, ``api_calls``, ``ranges``, ``ops``, ``flows``)."""
     gpu = gpu_activities(trace)
     host = host_events(trace, calls)
     fl = _flows(trace, calls)

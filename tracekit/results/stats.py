@@ -4,7 +4,8 @@
 * ``memops``: memcpy by direction and memset (``cuda_gpu_mem_time_sum``, plus the bytes of
   ``cuda_gpu_mem_size_sum``): count, bytes, total, mean, median, min, max, standard deviation of the durations.
 * ``api``: CUDA runtime / driver API calls by name (``cuda_api_sum``). nsys: every row of the runtime table
-  (:func:`tracekit.readers.nsys.stats.api_calls`); Kineto: every ``cuda_runtime`` / ``cuda_driver`` event.
+  (:func:`tracekit.readers.nsys.stats.api_calls`, read by ``tracekit.run.stats``); Kineto: every ``cuda_runtime``
+  / ``cuda_driver`` event.
 * ``ranges``: NVTX push/pop and start/end ranges by name and style (``nvtx_sum``:
   :func:`tracekit.readers.nsys.stats.nvtx_ranges`); Kineto: the ``user_annotation`` ranges (style
   ``annotation``).
@@ -13,7 +14,8 @@
   of the window.
 * ``coverage``: the kernel (and memcpy/memset) time of the analysed GPU inside and outside the steps the breakdown
   pipeline finds (``tracekit.run.pipeline.step_table``), outside split by reason (before the first step, after the
-  last, between step windows, excluded steps by their reason): ``kernel_ms_in_steps + kernel_ms_outside_steps =
+  last, between step windows, excluded steps by their reason; ``tracekit.run.stats`` runs the pipeline's steps
+  stage): ``kernel_ms_in_steps + kernel_ms_outside_steps =
   kernel_ms_total`` exactly (the same rows, summed two ways). Null, with a warning, when no steps can be found.
 * ``launched_by``: kernel time grouped by what launched it, each grouping a partition of all kernel time (its rows
   add up to the kernels' total, the kernels whose launch or launcher the trace does not record in a row of their
@@ -32,7 +34,6 @@ computes them (median of an even count: the mean of the middle two; sample stand
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import polars as pl
 
@@ -215,24 +216,6 @@ def range_table(ranges: pl.DataFrame) -> tuple[RangeRow, ...]:
     return tuple(RangeRow(name=r["name"], style=r["style"], **_stat_fields(r)) for r in agg.iter_rows(named=True))
 
 
-def _host_tables(trace: Trace, warnings: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(API calls, ranges) frames: from the export itself for nsys (every call; nsys' range names), else the
-    trace's launches and annotations."""
-    path = Path(trace.meta.path)
-    if trace.meta.format == "nsys-sqlite" and path.is_file():
-        from tracekit.readers.nsys.stats import api_calls, nvtx_ranges
-
-        return api_calls(path), nvtx_ranges(path)
-    if trace.meta.format == "nsys-sqlite":
-        warnings.append(f"{path} is no longer readable: the API table lists only the calls that launch work or "
-                        "synchronise, and the ranges carry no style")
-    calls = trace.launches.select(name=pl.col("name").cast(pl.String), dur=pl.col("end") - pl.col("start"))
-    style = "annotation" if trace.meta.producer == "kineto" else "range"
-    rng = trace.ranges.filter(pl.col("end").is_not_null()).select(
-        "name", style=pl.lit(style), dur=pl.col("end") - pl.col("start"))
-    return calls, rng
-
-
 # ───────────────────────── utilisation ─────────────────────────
 
 def _gpu_activity(trace: Trace, device: int | None) -> pl.DataFrame:
@@ -356,31 +339,16 @@ def launched_by(trace: Trace, kernels: pl.DataFrame) -> dict[str, tuple[LaunchRo
 
 # ───────────────────────── the result ─────────────────────────
 
-def stats(trace: Trace, *, device: int | None = None, rules=None, step_range: str | None = None,
-          draft_range: str | None = None) -> Stats:
-    """The ``tracekit stats`` tables of ``trace`` (see the module docstring). ``device``: restrict the GPU tables
-    (kernels, memops, utilisation rows, launched_by) to that GPU and analyse its steps (default: every GPU; the
-    steps of the busiest); ``step_range`` / ``draft_range``: as ``breakdown``'s, for the coverage."""
-    from tracekit.categories import DEFAULT_DRAFT_RANGE
-    from tracekit.errors import TracekitError
-
-    warnings: list[str] = []
+def summarise(trace: Trace, *, calls: pl.DataFrame, ranges: pl.DataFrame, steps=None, device: int | None = None,
+              rules=None, warnings: tuple[str, ...] = ()) -> Stats:
+    """The ``tracekit stats`` tables of ``trace`` (see the module docstring) from the host tables the run layer read
+    (``calls``: API calls, ``name`` and ``dur``; ``ranges``: ``name``, ``style``, ``dur``) and the
+    :class:`~tracekit.analyses.partition.StepTable` of its steps (None: none found). ``device``: restrict the GPU
+    tables (kernels, memops, utilisation rows, launched_by) to that GPU (default: every GPU)."""
     ks = kernel_summary(trace, device=device, rules=rules)
-    warnings.extend(ks.warnings)
     memops = trace.memops if device is None else trace.memops.filter(pl.col("device") == device)
     kernels = trace.kernels if device is None else trace.kernels.filter(pl.col("device") == device)
-    calls, rng = _host_tables(trace, warnings)
-    cov = None
-    if trace.has_gpu_activity:
-        from tracekit.run.pipeline import step_table
-
-        try:
-            st = step_table(trace, step_range=step_range, device=device, rules=rules,
-                            draft_range=DEFAULT_DRAFT_RANGE if draft_range is None else draft_range)
-            cov = coverage_of(st)
-        except TracekitError as e:
-            warnings.append(f"no steps found, so no kernel time in or outside steps: {e}")
     return Stats(source=Source.of(trace.meta), device=device, kernels=ks.kernels, memops=memop_table(memops),
-                 api=api_table(calls), ranges=range_table(rng), utilisation=utilisation(trace, device),
-                 coverage=cov, launched_by=launched_by(trace, kernels),
-                 warnings=tuple(dict.fromkeys(warnings)))
+                 api=api_table(calls), ranges=range_table(ranges), utilisation=utilisation(trace, device),
+                 coverage=None if steps is None else coverage_of(steps), launched_by=launched_by(trace, kernels),
+                 warnings=tuple(dict.fromkeys([*ks.warnings, *warnings])))
