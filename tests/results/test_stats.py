@@ -307,3 +307,17 @@ def test_no_steps_is_a_warning_not_an_error():
     s = stats(tracekit.load(DATA / "nsys" / "nsysai_mock_2026.1.sqlite"))
     assert s.coverage is None or s.coverage.kernel_ms_total >= 0
     assert s.to_dict()["schema"] == "tracekit.stats/1"
+
+
+def test_the_one_group_sweep_equals_the_merge_of_intervals():
+    """mfu_2gpu_before, GPU 0: its streams overlap; the device's busy time by the one-group sweep equals the union
+    the interval merge (tracekit.intervals) gives, and lies between the busiest stream's and the streams' sum."""
+    from tracekit.intervals import union_length
+    from tracekit.results.stats import _gpu_activity, _union
+
+    trace = tracekit.load(DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite")
+    acts = _gpu_activity(trace, 0)
+    swept = _union(acts, ["device"])["union_ns"][0]
+    assert swept == union_length(acts, ["device"]).collect()["union_ns"][0]
+    streams = _union(acts, ["device", "stream"])
+    assert streams.height > 1 and streams["union_ns"].max() < swept < streams["union_ns"].sum()

@@ -227,22 +227,32 @@ def _gpu_activity(trace: Trace, device: int | None) -> pl.DataFrame:
     return acts.filter(pl.col("device") == device) if device is not None else acts
 
 
+def _union(acts: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """``by`` + ``union_ns`` (the length the group's intervals cover) + ``n`` + ``kernel_ns``; one group (one GPU, one
+    stream: the usual trace) is swept without a window over the groups."""
+    from tracekit.intervals import union_length
+
+    dur = pl.col("end") - pl.col("start")
+    kern = acts.group_by(by).agg(n=pl.len(), kernel_ns=dur.filter(pl.col("is_kernel")).sum())
+    if kern.height == 1:
+        reach = pl.col("end").cum_max().shift(1)
+        u = acts.lazy().select("start", "end").sort("start").select(union_ns=(pl.col("end") - pl.max_horizontal(
+            "start", reach.fill_null(pl.col("start")))).clip(lower_bound=0).sum()).collect()
+        return kern.with_columns(union_ns=pl.lit(u["union_ns"][0], pl.Int64))
+    return union_length(acts, by).collect().join(kern, on=by)
+
+
 def utilisation(trace: Trace, device: int | None = None) -> Utilisation:
     """GPU and stream utilisation over the trace's GPU window (every GPU's activities: the same window whatever
     ``device`` restricts the rows to)."""
-    from tracekit.intervals import union_length
-
     every = _gpu_activity(trace, None)
     if every.height == 0:
         return Utilisation(start_ns=None, end_ns=None, window_ms=0.0, devices=(), streams=())
     t0, t1 = int(every["start"].min()), int(every["end"].max())
     window = max(t1 - t0, 1)
     acts = _gpu_activity(trace, device)
-    dur = pl.col("end") - pl.col("start")
-    kern = lambda by: acts.group_by(by).agg(n=pl.len(), kernel_ns=dur.filter(pl.col("is_kernel")).sum())  # noqa: E731
-    dev = (union_length(acts, ["device"]).collect().join(kern(["device"]), on="device").sort("device"))
-    st = (union_length(acts, ["device", "stream"]).collect().join(kern(["device", "stream"]), on=["device", "stream"])
-          .sort(["union_ns", "device", "stream"], descending=[True, False, False]))
+    dev = _union(acts, ["device"]).sort("device")
+    st = _union(acts, ["device", "stream"]).sort(["union_ns", "device", "stream"], descending=[True, False, False])
     return Utilisation(
         start_ns=t0, end_ns=t1, window_ms=(t1 - t0) / 1e6,
         devices=tuple(DeviceUse(device=int(r["device"]), busy_ms=r["union_ns"] / 1e6, kernel_ms=r["kernel_ns"] / 1e6,
@@ -312,28 +322,34 @@ def launched_by(trace: Trace, kernels: pl.DataFrame) -> dict[str, tuple[LaunchRo
     if kernels.height == 0:
         return {}
     k = kernels.select("pid", "correlation", dur=pl.col("end") - pl.col("start"))
-    calls = (trace.launches.select("pid", "correlation", "tid", "start", api=pl.col("name").cast(pl.String))
-             .unique(["pid", "correlation"], keep="first", maintain_order=True))
-    k = k.join(calls, on=["pid", "correlation"], how="left")
-    used = k.filter(pl.col("tid").is_not_null()).select("pid", "correlation", "tid", "start").unique(
-        ["pid", "correlation"], maintain_order=True)
+    calls = trace.launches.select("pid", "correlation", "tid", "start", api="name")  # (api: categorical)
+    joined = k.join(calls, on=["pid", "correlation"], how="left")
+    if joined.height != k.height:  # a correlation id on two calls of one process (a damaged table): the first call
+        calls = calls.unique(["pid", "correlation"], keep="first", maintain_order=True)
+        joined = k.join(calls, on=["pid", "correlation"], how="left")
+    k = joined
     grand = int(k["dur"].sum() or 0)
     out: dict[str, tuple[LaunchRow, ...]] = {}
 
     def rows(names: pl.Expr, frame: pl.DataFrame) -> tuple[LaunchRow, ...]:
         agg = (frame.select(name=names, dur="dur").group_by("name").agg(kernels=pl.len(), ns=pl.col("dur").sum())
-               .sort(["ns", "name"], descending=[True, False]))
+               .with_columns(pl.col("name").cast(pl.String)).sort(["ns", "name"], descending=[True, False]))
         return tuple(LaunchRow(name=r["name"], kernels=int(r["kernels"]), total_ms=r["ns"] / 1e6,
                                share=r["ns"] / grand if grand else 0.0) for r in agg.iter_rows(named=True))
 
-    out["api"] = rows(pl.col("api").fill_null(NO_LAUNCH), k)
+    out["api"] = rows(pl.col("api").cast(pl.String).fill_null(NO_LAUNCH), k.select("api", "dur")) if \
+        k["api"].null_count() else rows(pl.col("api"), k.select("api", "dur"))
+    launched = k.filter(pl.col("tid").is_not_null())
     for key, frames in _frames(trace).items():
-        named = used.with_columns(launcher=launching_ops(frames, used))
-        if named["launcher"].null_count() == named.height:
+        found = launched.select("dur", launcher=launching_ops(frames, launched))
+        if found["launcher"].null_count() == found.height:
             continue  # none of the launches is inside one: no such grouping in this trace
-        j = k.join(named.select("pid", "correlation", "launcher"), on=["pid", "correlation"], how="left")
-        out[key] = rows(pl.when(pl.col("tid").is_null()).then(pl.lit(NO_LAUNCH))
-                        .otherwise(pl.col("launcher").fill_null(NONE_OPEN)), j)
+        # (the kernels with no recorded launch: one row of their own)
+        unlaunched = k.height - launched.height
+        both = found.select(name=pl.col("launcher").fill_null(NONE_OPEN), dur="dur")
+        if unlaunched:
+            both = pl.concat([both, k.filter(pl.col("tid").is_null()).select(name=pl.lit(NO_LAUNCH), dur="dur")])
+        out[key] = rows(pl.col("name"), both)
     return {g: out[g] for g in GROUPINGS if g in out}
 
 
