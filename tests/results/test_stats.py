@@ -310,14 +310,17 @@ def test_no_steps_is_a_warning_not_an_error():
 
 
 def test_the_one_group_sweep_equals_the_merge_of_intervals():
-    """mfu_2gpu_before, GPU 0: its streams overlap; the device's busy time by the one-group sweep equals the union
-    the interval merge (tracekit.intervals) gives, and lies between the busiest stream's and the streams' sum."""
+    """mfu_2gpu_before: the two GPUs' activities taken as one group overlap in time; their covered time by the
+    one-group sweep equals the union the interval merge (tracekit.intervals) gives, and lies between the busier
+    GPU's and the two GPUs' sum."""
+    import polars as pl
+
     from tracekit.intervals import union_length
     from tracekit.results.stats import _gpu_activity, _union
 
-    trace = tracekit.load(DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite")
-    acts = _gpu_activity(trace, 0)
-    swept = _union(acts, ["device"])["union_ns"][0]
-    assert swept == union_length(acts, ["device"]).collect()["union_ns"][0]
-    streams = _union(acts, ["device", "stream"])
-    assert streams.height > 1 and streams["union_ns"].max() < swept < streams["union_ns"].sum()
+    acts = _gpu_activity(tracekit.load(DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite"), None)
+    per_gpu = _union(acts, ["device"])  # (two groups: the merge)
+    one = acts.with_columns(device=pl.lit(0, acts.schema["device"]))
+    swept = _union(one, ["device"])["union_ns"][0]  # (one group: the sweep)
+    assert swept == union_length(one, ["device"]).collect()["union_ns"][0]
+    assert per_gpu.height == 2 and per_gpu["union_ns"].max() < swept < per_gpu["union_ns"].sum()
