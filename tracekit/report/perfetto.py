@@ -105,22 +105,26 @@ def write_perfetto(out, b, trace=None, calls: pl.DataFrame | None = None, acts: 
     events written by kind (``tracekit`` for the added tracks' slices; the original kinds of
     :func:`tracekit.report.perfetto_events.original_events`)."""
     meta, step_ev, other, other_data = _parts(b, b.activities if acts is None else acts)
-    frames = [step_ev, other]
-    counts = {"tracekit": step_ev.height + other.height}
+    producers = [("tracekit", lambda: [step_ev, other])]
+    counts: dict[str, int] = {}
     if trace is not None:
         from tracekit.report.perfetto_events import original_events
 
-        ometa, oframes, ocounts = original_events(trace, calls)
+        ometa, oproducers = original_events(trace, calls)
         # tracekit's process first in the UI, then the GPUs, then the host
         meta = [*meta, {"ph": "M", "pid": PID, "tid": 0, "name": "process_sort_index", "args": {"sort_index": 0}},
                 *ometa]
-        frames += oframes
-        counts.update(ocounts)
-        other_data = {**other_data, "original_events": ocounts}
+        producers += oproducers
     with open(out, "w", encoding="utf-8") as fh:
         fh.write('{"traceEvents":[' + json.dumps(meta, ensure_ascii=False)[1:-1])
-        for f in frames:
-            for off in range(0, f.height, CHUNK_ROWS):
-                fh.write("," + f.slice(off, CHUNK_ROWS).write_json()[1:-1])
+        for kind, make in producers:  # (one kind's frames at a time: the others are not made yet, or gone)
+            frames = make()
+            counts[kind] = sum(f.height for f in frames) // (2 if kind == "flows" else 1)
+            for f in frames:
+                for off in range(0, f.height, CHUNK_ROWS):
+                    fh.write("," + f.slice(off, CHUNK_ROWS).write_json()[1:-1])
+            del frames
+        if trace is not None:
+            other_data = {**other_data, "original_events": {k: n for k, n in counts.items() if k != "tracekit"}}
         fh.write('],"displayTimeUnit":"ns","otherData":' + json.dumps(other_data, ensure_ascii=False) + "}\n")
     return counts

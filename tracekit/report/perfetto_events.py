@@ -19,6 +19,8 @@ Timestamps are µs on the trace's clock, as tracekit's own tracks (``tracekit.re
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from tracekit.trace import Trace
@@ -43,61 +45,70 @@ def _gpu_pid() -> pl.Expr:
     return pl.lit(GPU_PID_BASE, pl.Int64) + pl.col("device").cast(pl.Int64)
 
 
-def gpu_activities(trace: Trace) -> list[pl.DataFrame]:
-    """Kernels, memory operations and graph executions as X events (column ``correlation`` kept for the flows)."""
-    k = _x(trace.kernels, name=pl.col("name").cast(pl.String).fill_null("?"), cat="kernel", pid=_gpu_pid(),
-           tid=pl.col("stream"), args={"correlation": pl.col("correlation"), "device": pl.col("device")})
-    m = _x(trace.memops, name=pl.col("name"), cat=pl.col("kind"), pid=_gpu_pid(), tid=pl.col("stream"),
-           args={"correlation": pl.col("correlation"), "bytes": pl.col("bytes"), "copy_kind": pl.col("copy_kind")})
-    g = _x(trace.graph_execs, name=pl.format("graph {}", pl.col("graph_id").fill_null(-1)), cat="graph",
-           pid=_gpu_pid(), tid=pl.col("stream"), args={"correlation": pl.col("correlation"),
-                                                        "graph_id": pl.col("graph_id")})
-    return [k, m, g]
+def _kernels(trace: Trace) -> list[pl.DataFrame]:
+    return [_x(trace.kernels, name=pl.col("name").cast(pl.String).fill_null("?"), cat="kernel", pid=_gpu_pid(),
+               tid=pl.col("stream"), args={"correlation": pl.col("correlation"), "device": pl.col("device")})]
 
 
-def host_events(trace: Trace, calls: pl.DataFrame) -> list[pl.DataFrame]:
-    """Host calls, ranges and (Kineto) ops / Python frames as X events on their own threads."""
-    api = _x(calls, name=pl.col("name"), cat="cuda_api", pid=pl.col("pid"), tid=pl.col("tid"),
-             args={"correlation": pl.col("correlation")})
+def _memops(trace: Trace) -> list[pl.DataFrame]:
+    return [_x(trace.memops, name=pl.col("name"), cat=pl.col("kind"), pid=_gpu_pid(), tid=pl.col("stream"),
+               args={"correlation": pl.col("correlation"), "bytes": pl.col("bytes"),
+                     "copy_kind": pl.col("copy_kind")})]
+
+
+def _graph_execs(trace: Trace) -> list[pl.DataFrame]:
+    return [_x(trace.graph_execs, name=pl.format("graph {}", pl.col("graph_id").fill_null(-1)), cat="graph",
+               pid=_gpu_pid(), tid=pl.col("stream"), args={"correlation": pl.col("correlation"),
+                                                            "graph_id": pl.col("graph_id")})]
+
+
+def _api(calls: pl.DataFrame) -> list[pl.DataFrame]:
+    return [_x(calls, name=pl.col("name"), cat="cuda_api", pid=pl.col("pid"), tid=pl.col("tid"),
+               args={"correlation": pl.col("correlation")})]
+
+
+def _ranges(trace: Trace) -> list[pl.DataFrame]:
     rng = trace.ranges.filter(pl.col("end").is_not_null())
-    ranges = _x(rng, name=pl.col("name"), cat="annotation" if trace.meta.producer == "kineto" else "nvtx",
-                pid=pl.col("pid"), tid=pl.col("tid"), args={"domain": pl.col("domain"), "depth": pl.col("depth")})
-    out = [api, ranges]
+    return [_x(rng, name=pl.col("name"), cat="annotation" if trace.meta.producer == "kineto" else "nvtx",
+               pid=pl.col("pid"), tid=pl.col("tid"), args={"domain": pl.col("domain"), "depth": pl.col("depth")})]
+
+
+def _ops(trace: Trace) -> list[pl.DataFrame]:
     ops = trace.ops.filter(pl.col("end").is_not_null())
-    if ops.height:
-        names = ops["name"].unique()
-        text = names.cast(pl.String)
-        kind = pl.DataFrame({"name": names, "py": text.str.contains(r"\.py\(\d+\): ") | text.str.starts_with(
-            "nn.Module: ")})
-        ops = ops.join(kind, on="name", how="left", maintain_order="left")
-        out.append(_x(ops, name=pl.col("name").cast(pl.String), cat=pl.when(pl.col("py")).then(
-            pl.lit("python_function")).otherwise(pl.lit("cpu_op")), pid=pl.col("pid"), tid=pl.col("tid"),
-            args={"input_dims": pl.col("input_dims").cast(pl.String)}))
-    return out
+    if ops.height == 0:
+        return []
+    names = ops["name"].unique()
+    text = names.cast(pl.String)
+    kind = pl.DataFrame({"name": names, "py": text.str.contains(r"\.py\(\d+\): ") | text.str.starts_with("nn.Module: ")})
+    ops = ops.join(kind, on="name", how="left", maintain_order="left")
+    return [_x(ops, name=pl.col("name").cast(pl.String), cat=pl.when(pl.col("py")).then(
+        pl.lit("python_function")).otherwise(pl.lit("cpu_op")), pid=pl.col("pid"), tid=pl.col("tid"),
+        args={"input_dims": pl.col("input_dims").cast(pl.String)})]
 
 
-def original_events(trace: Trace, calls: pl.DataFrame) -> tuple[list[dict], list[pl.DataFrame], dict[str, int]]:
-    """``(metadata events, event frames, counts)`` of every original event of ``trace`` and its host API ``calls``
-    (``start, end, pid, tid, correlation, name``: ``tracekit.run.stats.host_calls``): counts by kind (``kernels``,
-    ``memops``, ``graph_execs``, ``api_calls``, ``ranges``, ``ops``, ``flows``)."""
-    gpu = gpu_activities(trace)
-    host = host_events(trace, calls)
-    fl = _flows(trace, calls)
+def original_events(trace: Trace, calls: pl.DataFrame
+                    ) -> tuple[list[dict], list[tuple[str, Callable[[], list[pl.DataFrame]]]]]:
+    """``(metadata events, producers)`` of every original event of ``trace`` and its host API ``calls``
+    (``start, end, pid, tid, correlation, name``: ``tracekit.run.stats.host_calls``). A producer is ``(kind, make)``:
+    ``make()`` builds that kind's event frames (``kernels``, ``memops``, ``graph_execs``, ``api_calls``, ``ranges``,
+    ``ops``, ``flows``: the start and the finish events), one kind at a time, so that a writer holds one kind's
+    events at once, never all of them."""
     names = dict(zip(trace.gpus["device"].to_list(), trace.gpus["name"].to_list()))
-    devices = sorted(set(pl.concat([f.select("pid") for f in gpu])["pid"].unique().to_list()))
+    streams = pl.concat([f.select("device", "stream") for f in (trace.kernels, trace.memops, trace.graph_execs)],
+                        how="vertical_relaxed").unique().drop_nulls().sort("device", "stream")
     meta: list[dict] = []
-    for pid in devices:
-        d = pid - GPU_PID_BASE
+    for d in streams["device"].unique().sort().to_list():
+        pid = GPU_PID_BASE + d
         label = f"GPU {d}: {names[d]}" if names.get(d) else f"GPU {d}"
         meta += [{"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": label}},
                  {"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": 1 + d}}]
-    streams = pl.concat([f.select("pid", "tid") for f in gpu]).unique().sort("pid", "tid")
-    meta += [{"ph": "M", "pid": p, "tid": t, "name": "thread_name", "args": {"name": f"stream {t}"}}
-             for p, t in streams.iter_rows()]  # (one per stream: a few dozen)
-    counts = {"kernels": gpu[0].height, "memops": gpu[1].height, "graph_execs": gpu[2].height,
-              "api_calls": host[0].height, "ranges": host[1].height, "ops": host[2].height if len(host) > 2 else 0,
-              "flows": fl[0].height}
-    return meta, [*gpu, *host, *fl], counts
+    meta += [{"ph": "M", "pid": GPU_PID_BASE + d, "tid": s, "name": "thread_name", "args": {"name": f"stream {s}"}}
+             for d, s in streams.iter_rows()]  # (one per stream: a few dozen)
+    producers = [("kernels", lambda: _kernels(trace)), ("memops", lambda: _memops(trace)),
+                 ("graph_execs", lambda: _graph_execs(trace)), ("api_calls", lambda: _api(calls)),
+                 ("ranges", lambda: _ranges(trace)), ("ops", lambda: _ops(trace)),
+                 ("flows", lambda: _flows(trace, calls))]
+    return meta, producers
 
 
 def _flows(trace: Trace, calls: pl.DataFrame) -> list[pl.DataFrame]:
