@@ -29,7 +29,7 @@ from tracekit.run.stats import stats
 from conftest import DATA, ROOT, sample, sample_sqlite, shared, sql_rows
 
 EXPORTS = sorted((DATA / "nsys").glob("*.sqlite"))
-SAMPLE_EXPORTS = ["hf-small-eager", "hf-small-graph", "spec-small-graph"]
+SAMPLE_EXPORTS = ["hf-small-eager", "hf-small-graph", "spec-small-graph", "moe-small-graph-nomark"]  # (moe: an empty NVTX table)
 # the external exports not copied into tests/data (read in place; skipped where absent): nsys 2023.1, 2023.3 (no
 # CUDA tables), 2024.5 (4 GPUs listed), 2025.1 (13.5k NVTX ranges), 2026.2 (16.8k NVTX ranges, two GPUs)
 SHARED_EXPORTS = ["memfusion_artifact/report1.sqlite", "qcu/report1.sqlite",

@@ -97,7 +97,7 @@ def nvtx_ranges(path: str | Path) -> pl.DataFrame:
         name=pl.when(pl.col("domain").is_not_null()).then(pl.col("domain") + ":" + text).otherwise(text).fill_null(""),
         style=pl.when(pl.col("type").is_in([_PUSHPOP, _NVTXT_PUSHPOP])).then(pl.lit("PushPop"))
         .otherwise(pl.lit("StartEnd")),
-        dur=pl.col("end").fill_null(last) - pl.col("start"))
+        dur=pl.col("end").fill_null(pl.lit(last, pl.Int64)) - pl.col("start"))
 
 
 def runtime_calls(path: str | Path) -> pl.DataFrame:
