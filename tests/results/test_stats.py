@@ -201,7 +201,8 @@ REFS = list({r["trace"]: r for r in INDEX if r["trace"] in (
     or r["trace"].endswith("mfu_2gpu_before.sqlite")}.values())
 
 
-@pytest.mark.parametrize("ref", REFS, ids=[r["trace"] for r in REFS])
+@pytest.mark.parametrize("ref", [pytest.param(r, marks=pytest.mark.slow) if r["trace"].startswith("shared:") else r
+                                 for r in REFS], ids=[r["trace"] for r in REFS])
 def test_the_kernel_table_equals_nsys_stats_kern_sum(ref):
     path = trace_path(ref["trace"])
     rows = nsys_rows(ROOT / ref["csv"])
@@ -213,6 +214,7 @@ def test_the_kernel_table_equals_nsys_stats_kern_sum(ref):
         assert close(k.median_ms * 1e6, r["median"]) and close(k.stddev_ms * 1e6, r["stddev"])
 
 
+@pytest.mark.slow
 def test_one_trace_end_to_end_by_sql():
     """hf-small-eager (nsys 2025.3, one GPU, one stream, 15 NVTX steps): every table of the result against SQL."""
     path = sample("hf-small-eager/trace.sqlite")
@@ -248,6 +250,7 @@ def test_one_trace_end_to_end_by_sql():
         assert sum(r.kernels for r in rows) == sql_rows(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
 
 
+@pytest.mark.slow
 def test_kernel_time_by_launching_api_by_sql():
     """mfu_2gpu_before (two processes): the kernel -> runtime call join on (process, correlationId) as nsys'
     docs give it, by SQL; 24 kernels have no runtime row (the capture window cut their launches)."""
