@@ -5,11 +5,15 @@ sampling kernel). A speculative step runs more token-producing forwards: K draft
 model, eager or replayed from a CUDA graph: SGLang's draft graph holds all K of them and their top-k), the target's
 verify forward over K+1 tokens, and, in SGLang, a draft-extend forward. So:
 
-1. The step's GPU activity, in start order, is cut after every sampling kernel (:data:`SAMPLING_KERNELS`) into
-   pieces; a piece with GEMM and attention kernels is a *forward*; a piece of sampling kernels alone (the rest of
-   a multi-kernel top-k, split by its memsets) is the tail of the forward before it; other pieces (copies, tree
-   building, acceptance glue) join the forward after them, and what follows the step's last forward is no
-   forward's.
+1. A forward is a run of layers, whether or not it samples (contract, "Forwards and re-costs by structure"). The
+   step's GPU activity, in start order, is cut after every sampling kernel (:data:`SAMPLING_KERNELS`), and where
+   one forward's layers run into the next without sampling between them (SGLang's draft-extend fills the draft's
+   KV cache and samples nothing): the run of kernels between two attention kernels recurs layer after layer inside
+   a forward, so one that occurs once in its step, without sampling, holds the end of one forward and the start of
+   the next (:func:`_layer_cuts`). A piece with GEMM and attention kernels ended by either cut is a *forward*; a
+   piece of sampling kernels alone (the rest of a multi-kernel top-k, split by its memsets) is the tail of the
+   forward before it; other pieces (copies, tree building, acceptance glue) join the forward after them, and what
+   follows the step's last forward is no forward's.
 2. The *target* forward of a step is the one with the most GEMM time (an MTP layer has the target's own shapes,
    but one layer against the target's N: shapes alone cannot tell them apart, GEMM time per forward can).
 3. A step is speculative only on *positive evidence of a draft model distinct from the target* (contract,
@@ -353,7 +357,8 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
             f"{med['before']:g} before it" + (f" and {after:g} after it" if after else ""),
             f"the draft forwards are a smaller model: {_n(med['d_attn'], 'layer')} and {_n(med['d_gemm'], 'GEMM')} "
             f"a forward against the target forward's {_n(med['t_attn'], 'layer')} and {_n(med['t_gemm'], 'GEMM')} "
-            "(layers counted by attention kernels; each forward ends in a sampling or top-k kernel)",
+            "(layers counted by attention kernels; a forward is a run of layers, ended by a sampling or top-k kernel "
+            "or by the next forward's layers)",
         )
         n_fwd = k + 1
         warning = (f"no draft ranges: drafting found by structure: {spec.height} of {steps} steps run {n_fwd:g} "
@@ -658,7 +663,6 @@ def verify_costs(x: pl.DataFrame, gpu_name: str | None = None) -> VerifyCost | N
             (pl.col("start") - pl.col("end").cum_max().shift(1)).clip(0)),
         node=(pl.col("graphed").fill_null(False) & (pl.col("launch") == pl.col("launch").shift(1))
               & ~first).fill_null(False))
-    n_steps = tgt["step"].n_unique()
     per = tgt.group_by("step").agg(span=pl.col("end").max() - pl.col("start").min(), busy=pl.col("dur").sum(),
                                    t_fwd=pl.col("fwd").first(), nodes=pl.col("node").sum(),
                                    node_gap=pl.col("gap").filter(pl.col("node")).sum(),
@@ -705,8 +709,8 @@ def plain_step(v: VerifyCost | None, *, traced_ms: float, reference_ms: float, u
     if v is None:
         return ((traced_ms - draft_phase_ms) * scale,
                 "the step without its draft phase, the verify forward kept at K+1 tokens: an upper bound", True)
-    how = (f"re-costed at one token kernel by kernel by the draft model's own forwards over few and many tokens "
-           f"({v.recost_ms:.3f} ms of it, {v.recost_kernels} kernel names)" if v.recost_kernels else
+    how = (f"re-costed at one token by role, from the draft model's own forwards over one and over many tokens "
+           f"({v.recost_ms:.3f} ms of it: {'; '.join(v.recost_how)})" if v.recost_kernels else
            "kept at K+1 tokens (no two draft forwards over different tokens to re-cost it by)")
     # the host: one read of the tokens and the next launch (the steps' fastest read-to-work turnaround), not the
     # speculative bookkeeping the spec step's host time between steps also holds
