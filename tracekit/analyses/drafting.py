@@ -192,8 +192,10 @@ def _layer_cuts(d: pl.DataFrame) -> pl.Series:
     attention kernel and at each step's start), ``attn``, ``samp``, ``kernel``, ``code`` (:func:`_name_codes`),
     ``start``, ``end``. A layer is the run of kernels from one attention kernel to the next; within one forward the
     same run recurs layer after layer (a hybrid model's several layer kinds each recur), so a run between two
-    attention kernels whose kernel sequence occurs once in its step, with no sampling in it, is no layer: it holds
-    the end of one forward and the start of the next. The cut is placed before the activity after the run's longest
+    attention kernels whose kernel sequence occurs once in its step, with no sampling in it, and whose two attention
+    kernels differ (forwards over different tokens: SGLang's draft-extend over K+1 then a one-token draft forward)
+    is no layer: it holds the end of one forward and the start of the next. A layer kind that occurs once in a
+    forward with the same attention kernel (the dense layers before a MoE model's expert layers) is no cut. The cut is placed before the activity after the run's longest
     GPU idle gap (the launch of the next forward, eager or a new graph); activities around it are glue either
     way."""
     x = d.with_row_index("i").with_columns(
@@ -204,12 +206,18 @@ def _layer_cuts(d: pl.DataFrame) -> pl.Series:
     rank = pl.col("kernel").cast(pl.Int64).cum_sum().over("g")
     x = x.with_columns(w=pl.when(k).then(pl.col("code") * ((rank * 2654435761) % 1_000_003 + 1)).otherwise(0))
     seg = x.group_by("g", maintain_order=True).agg(
-        step=pl.col("step").first(), opens=pl.col("attn").first(), samp=pl.col("samp").any(),
+        step=pl.col("step").first(), opens=pl.col("attn").first(), samp=pl.col("samp").any(), a=pl.col("code").first(),
         n=k.sum(), sig=pl.col("w").sum(), sig2=pl.col("code").filter(k).sum(),
         cut_i=pl.col("i").filter(pl.col("pos") > 0).sort_by(pl.col("gap").filter(pl.col("pos") > 0)).last())
+    # ... and the attention kernels on its two sides differ: the two forwards run over different tokens (a kernel's
+    # name changes with the tokens it runs over), where a layer kind that occurs once in a forward (the dense layers
+    # before a MoE model's first expert layer) keeps its attention kernel
     seg = seg.with_columns(closed=pl.col("opens").shift(-1).fill_null(False)
-                           & (pl.col("step").shift(-1) == pl.col("step")).fill_null(False))
-    seg = seg.with_columns(seen=pl.len().over("step", "n", "sig", "sig2"))
+                           & (pl.col("step").shift(-1) == pl.col("step")).fill_null(False)
+                           & (pl.col("a").shift(-1) != pl.col("a")).fill_null(False))
+    # (the run's signature holds its two attention kernels: a hybrid's linear-to-full transition recurs as one)
+    seg = seg.with_columns(a_next=pl.col("a").shift(-1).fill_null(-1))
+    seg = seg.with_columns(seen=pl.len().over("step", "n", "sig", "sig2", "a", "a_next"))
     hit = seg.filter(pl.col("opens") & pl.col("closed") & ~pl.col("samp") & (pl.col("n") > 0)
                      & (pl.col("seen") == 1))["cut_i"]
     out = pl.repeat(False, d.height, dtype=pl.Boolean, eager=True).alias("layer_cut")
