@@ -412,8 +412,48 @@ def verify_tiled_steps(trace: Trace) -> Steps | None:
                   "period: one step per verify span (the draft forwards before it, the draft-extend after it)"])
 
 
+def iteration_windows(windows: pl.DataFrame) -> pl.DataFrame:
+    """Step windows that run from one iteration's start to the next's (contract, "Every kernel is counted").
+
+    An engine's span can cover part of a scheduler iteration only: vLLM V1's ``execute_context_N(Tc)_generation_M(Tg)``
+    (``Worker.annotate_profile`` around ``execute_model``) closes after the target's forward, and sampling, rejection
+    and the proposer's draft forwards (``GPUModelRunner.sample_tokens``, ``propose_draft_token_ids``) are launched
+    after it, before the next span. The step is the whole iteration: each window's end becomes the next window's
+    start on the same thread (minus 1 ns: windows never overlap); the last window of a thread keeps its end (nothing
+    says where its iteration ends: what runs after it is "after the last step"), and a window with no end (cut by
+    the capture) keeps none. Windows that already tile their thread (inferred steps, ``ProfilerStep#``) are
+    unchanged but for the nanosecond between a window's end and the next start.
+
+    >>> w = pl.DataFrame({"step": [0, 1, 2], "pid": [1, 1, 1], "tid": [7, 7, 7], "start": [0, 100, 200],
+    ...                   "end": [40, 150, 260], "name": ["s", "s", "s"]})
+    >>> iteration_windows(w)["end"].to_list()
+    [99, 199, 260]
+    """
+    if windows.height < 2:
+        return windows
+    nxt = pl.col("start").shift(-1).over("pid", "tid", order_by="start")
+    return windows.with_columns(
+        end=pl.when(pl.col("end").is_not_null() & nxt.is_not_null()).then(nxt - 1).otherwise(pl.col("end")))
+
+
+def _whole_iterations(found: Steps | None) -> Steps | None:
+    """``found`` with its windows made whole iterations (:func:`iteration_windows`)."""
+    if found is None or found.windows.height < 2:
+        return found
+    found.windows = iteration_windows(found.windows)
+    return found
+
+
 def find_steps(trace: Trace, *, step_range: str | None = None, device: int | None = None,
                every_phase: bool = False) -> Steps | None:
+    """Step windows of ``trace`` (None when none can be found), each a whole scheduler iteration: from its start
+    to the next iteration's start (:func:`iteration_windows`), whatever span the engine draws around part of it.
+    See :func:`find_step_spans` for how the iterations' starts are found."""
+    return _whole_iterations(find_step_spans(trace, step_range=step_range, device=device, every_phase=every_phase))
+
+
+def find_step_spans(trace: Trace, *, step_range: str | None = None, device: int | None = None,
+                    every_phase: bool = False) -> Steps | None:
     """Step windows of ``trace`` (None when none can be found).
 
     ``every_phase``: take the known step ranges of every forward mode (SGLang ``step[EXTEND ...]`` beside

@@ -81,6 +81,8 @@ class StepTable:
     phases_found: dict[str, int] | None = None
     # why decode advice does not apply, once, right for the window (None where it applies)
     phase_note: str | None = None
+    # every kernel counted: the device's kernel time in the analysed steps and outside them, by reason (:func:`coverage`)
+    coverage: dict | None = None
 
     @property
     def device(self) -> int:
@@ -230,6 +232,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     # (what the gaps look up on the host side needs no activity: found beside the exclusions below)
     gap_inputs_wait = gap_inputs if gap_inputs is not None and attr.launches is trace.launches else started(
         lambda: _gap_inputs(trace, attr.launches), threads=big)
+    acts, n_claimed = claim_by_gpu_start(acts, attr.steps.windows, attr.lost_steps)
     in_steps = in_steps_of(acts)
     good, reasons, warnings = periods(attr, in_steps, trace.meta.path)
 
@@ -353,9 +356,104 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     largest = _largest(largest_holes, table.join(nxt, on="step", how="left"), trace, attr.launches, skip)
     periods_frame = good.select("step", "p_start", "p_end", period=pl.col("p_end") - pl.col("p_start"),
                                 phase="phase", reason="reason")
+    cov = coverage(acts, good, attr.steps.windows, attr.lost_steps, n_claimed)
     return StepTable(attribution=attr, table=table, periods=periods_frame, activities=a.drop("_ps", strict=False), largest=tuple(largest),
                      excluded_reasons=_ordered(reasons), phase=step_phase, decode_advice=decode_advice,
-                     warnings=attr.warnings + tuple(warnings), phases_found=phases_found, phase_note=phase_note)
+                     warnings=attr.warnings + tuple(warnings), phases_found=phases_found, phase_note=phase_note,
+                     coverage=cov)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Every kernel is counted (contract, Additions to /3 (2)): an activity belongs to the step whose window its launch is
+# in; one launched in no window (another thread, or no launch recorded) to the step whose period its GPU start is in;
+# the rest is outside the steps, each part with its reason.
+
+BEFORE_FIRST = "before the first step"
+AFTER_LAST = "after the last step"
+
+
+def _bounded_periods(in_steps: pl.DataFrame, windows: pl.DataFrame, lost: tuple[int, ...]) -> pl.DataFrame:
+    """The step windows with GPU work and an end (not cut by the capture, no lost graph work) in time order, with
+    ``first`` (their first activity's start) and ``upper`` (where the last one's period ends: the later of its last
+    activity's end and its window's end), as :func:`periods` makes them."""
+    per = in_steps.group_by("step").agg(first=pl.col("start").min(), last=pl.col("end").max())
+    w = (windows.select("step", "end").join(per, on="step", how="inner")
+         .filter(pl.col("end").is_not_null() & ~pl.col("step").is_in(pl.Series(list(lost), dtype=pl.Int64).implode()))
+         .sort("first"))
+    return w.with_columns(upper=pl.max_horizontal("last", "end").last())
+
+
+def claim_by_gpu_start(acts: pl.DataFrame, windows: pl.DataFrame, lost: tuple[int, ...]) -> tuple[pl.DataFrame, int]:
+    """``acts`` with every activity in no step window (launched by a thread that holds no window, or with no launch
+    recorded) given the step whose period holds its GPU start: from one step's first activity to the next's, the
+    last to its end (:func:`periods`). Returns (activities, how many were claimed so). Those before the first
+    step's period or after the last one's stay in no step (``coverage``: before the first step, after the last).
+    Two binary searches for the free rows alone; none when every activity is in a step (the usual trace).
+
+    >>> a = pl.DataFrame({"start": [0, 5, 12, 20, 31, 45], "end": [4, 9, 15, 25, 33, 50],
+    ...                   "step": [None, 0, None, 1, None, None]}, schema_overrides={"step": pl.Int64})
+    >>> w = pl.DataFrame({"step": [0, 1], "end": [18, 40]})
+    >>> out, n = claim_by_gpu_start(a, w, ())
+    >>> out["step"].to_list(), n
+    ([None, 0, 0, 1, 1, None], 2)
+    """
+    step = acts["step"]
+    free = step.is_null()
+    if not bool(free.any()) or step.null_count() == step.len():
+        return acts, 0
+    w = _bounded_periods(in_steps_of(acts), windows, lost)
+    if w.height == 0:
+        return acts, 0
+    rows = free.arg_true()
+    at = acts["start"].gather(rows)
+    i = w["first"].search_sorted(at, side="right").cast(pl.Int64) - 1
+    ok = (i >= 0) & (at < w["upper"][0])
+    if not bool(ok.any()):
+        return acts, 0
+    ids = w["step"].gather(i.filter(ok))
+    return acts.with_columns(step=step.scatter(rows.filter(ok), ids)), int(ok.sum())
+
+
+def coverage(acts: pl.DataFrame, good: pl.DataFrame, windows: pl.DataFrame, lost: tuple[int, ...],
+             claimed: int = 0) -> dict:
+    """``coverage`` (contract): the kernel, memcpy and memset time of the device (ms, whole trace) in the analysed
+    steps and outside them, by reason: before the first step, the excluded steps by their reason (``steps.
+    excluded_reasons``' keys), after the last step. ``good``: :func:`periods`' frame with ``reason`` (null =
+    analysed); ``claimed``: activities given a step by their GPU start (:func:`claim_by_gpu_start`)."""
+    work = acts.lazy().filter(pl.col("kind") != "graph_exec")
+    per = work.filter(pl.col("step").is_not_null()).group_by("step").agg(ns=pl.col("dur").sum()).collect()
+    first = good["p_start"].min() if good.height else None
+    free = work.filter(pl.col("step").is_null()).select(
+        before=pl.col("dur").filter(pl.col("start") < first).sum() if first is not None else pl.lit(0, pl.Int64),
+        after=pl.col("dur").filter(pl.col("start") >= first).sum() if first is not None else pl.col("dur").sum(),
+    ).collect()
+    why = pl.concat([
+        good.select("step", reason=pl.col("reason").cast(pl.String)),
+        windows.filter(pl.col("end").is_null()).select("step", reason=pl.lit(CUT)),
+        pl.DataFrame({"step": list(lost), "reason": [NO_WORK] * len(lost)}, schema={"step": pl.Int64,
+                                                                                     "reason": pl.String}),
+    ], how="vertical_relaxed").unique("step", keep="first", maintain_order=True)
+    per = per.join(why, on="step", how="left").with_columns(
+        # (a window with work that periods() did not keep: no GPU work on this device by its rule)
+        reason=pl.when(pl.col("step").is_in(good["step"].implode()) | pl.col("reason").is_not_null())
+        .then(pl.col("reason")).otherwise(pl.lit(NO_WORK)))
+    in_ns = int(per.filter(pl.col("reason").is_null())["ns"].sum())
+    out: dict[str, float] = {}
+    before, after = int(free["before"][0] or 0), int(free["after"][0] or 0)
+    if before:
+        out[BEFORE_FIRST] = before / 1e6
+    from tracekit.analyses.steady import REASONS
+
+    by = dict(per.filter(pl.col("reason").is_not_null()).group_by("reason").agg(pl.col("ns").sum()).iter_rows())
+    for r in (*REASONS, *sorted(set(by) - set(REASONS))):  # (the contract's order of the reasons)
+        if by.get(r):
+            out[r] = by[r] / 1e6
+    if after:
+        out[AFTER_LAST] = after / 1e6
+    total = int(work.select(pl.col("dur").sum()).collect().item() or 0)
+    outside = sum(out.values())
+    return {"kernel_ms_total": total / 1e6, "kernel_ms_in_steps": in_ns / 1e6, "kernel_ms_outside_steps": outside,
+            "outside_by_reason": out, "claimed_by_gpu_start": claimed}
 
 
 def _kernel_sums(a: pl.DataFrame) -> pl.DataFrame:
