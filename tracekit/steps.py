@@ -412,7 +412,7 @@ def verify_tiled_steps(trace: Trace) -> Steps | None:
                   "period: one step per verify span (the draft forwards before it, the draft-extend after it)"])
 
 
-def iteration_windows(windows: pl.DataFrame) -> pl.DataFrame:
+def iteration_windows(windows: pl.DataFrame, launches: pl.DataFrame | None = None) -> pl.DataFrame:
     """Step windows that run from one iteration's start to the next's (contract, "Every kernel is counted").
 
     An engine's span can cover part of a scheduler iteration only: vLLM V1's ``execute_context_N(Tc)_generation_M(Tg)``
@@ -424,6 +424,12 @@ def iteration_windows(windows: pl.DataFrame) -> pl.DataFrame:
     the capture) keeps none. Windows that already tile their thread (inferred steps, ``ProfilerStep#``) are
     unchanged but for the nanosecond between a window's end and the next start.
 
+    With ``launches`` (the trace's): a range that launches no GPU work on its own thread is no iteration's start (a
+    marker inside an iteration, an ``MPI_Send`` a ``--step-range`` also matched): it keeps its own span (a step
+    with no GPU work) and does not end the iteration before it, whose window runs on to the next range that
+    launches work. Where no range launches work on its own thread (the ranges are on another thread than the
+    launches), every range starts an iteration.
+
     >>> w = pl.DataFrame({"step": [0, 1, 2], "pid": [1, 1, 1], "tid": [7, 7, 7], "start": [0, 100, 200],
     ...                   "end": [40, 150, 260], "name": ["s", "s", "s"]})
     >>> iteration_windows(w)["end"].to_list()
@@ -431,16 +437,26 @@ def iteration_windows(windows: pl.DataFrame) -> pl.DataFrame:
     """
     if windows.height < 2:
         return windows
-    nxt = pl.col("start").shift(-1).over("pid", "tid", order_by="start")
+    starts = pl.lit(True)
+    if launches is not None:
+        held = _launching(windows.select("step", "pid", "tid", "start", "end"), launches).select(
+            "step", starts=pl.col("n_launches") > 0)
+        if bool(held["starts"].any()):
+            windows = windows.join(held, on="step", how="left", maintain_order="left")
+            starts = pl.col("starts").fill_null(False)
+    # the next iteration's start on the same thread: the next window that starts one
+    nxt = (pl.when(starts).then(pl.col("start")).shift(-1).backward_fill()
+           .over("pid", "tid", order_by="start"))
     return windows.with_columns(
-        end=pl.when(pl.col("end").is_not_null() & nxt.is_not_null()).then(nxt - 1).otherwise(pl.col("end")))
+        end=pl.when(starts & pl.col("end").is_not_null() & nxt.is_not_null()).then(nxt - 1).otherwise(pl.col("end"))
+    ).drop("starts", strict=False)
 
 
-def _whole_iterations(found: Steps | None) -> Steps | None:
+def _whole_iterations(found: Steps | None, trace: Trace) -> Steps | None:
     """``found`` with its windows made whole iterations (:func:`iteration_windows`)."""
     if found is None or found.windows.height < 2:
         return found
-    found.windows = iteration_windows(found.windows)
+    found.windows = iteration_windows(found.windows, trace.launches)
     return found
 
 
@@ -449,7 +465,8 @@ def find_steps(trace: Trace, *, step_range: str | None = None, device: int | Non
     """Step windows of ``trace`` (None when none can be found), each a whole scheduler iteration: from its start
     to the next iteration's start (:func:`iteration_windows`), whatever span the engine draws around part of it.
     See :func:`find_step_spans` for how the iterations' starts are found."""
-    return _whole_iterations(find_step_spans(trace, step_range=step_range, device=device, every_phase=every_phase))
+    return _whole_iterations(find_step_spans(trace, step_range=step_range, device=device, every_phase=every_phase),
+                             trace)
 
 
 def find_step_spans(trace: Trace, *, step_range: str | None = None, device: int | None = None,
