@@ -456,7 +456,8 @@ def _whole_iterations(found: Steps | None, trace: Trace) -> Steps | None:
     """``found`` with its windows made whole iterations (:func:`iteration_windows`)."""
     if found is None or found.windows.height < 2:
         return found
-    found.windows = iteration_windows(found.windows, trace.launches)
+    # (inferred windows each begin with a work launch: every one starts an iteration, nothing to look up)
+    found.windows = iteration_windows(found.windows, trace.launches if found.marker != "inferred" else None)
     return found
 
 
