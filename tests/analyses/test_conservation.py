@@ -97,6 +97,37 @@ def _union_in(iv: pl.DataFrame, lo: pl.Series, hi: pl.Series) -> list[int]:
     return out
 
 
+def _window_ns(trace, b, per: pl.DataFrame) -> list[int]:
+    """Per analysed step (``per``: its rows of ``per_step``), the device's kernel + memcpy + memset time of its
+    window, joined here by hand: activity -> its launch call (same process and correlation id) -> the step window
+    open on the call's thread (by process where the breakdown says it attributed so); an activity whose launch is in
+    no window -> the analysed period that holds its GPU start."""
+    from tracekit.steps import find_steps
+
+    dev = b.gpu.device
+    by = ["pid"] if any("attributed to the step open in the same process" in w for w in b.warnings) else ["pid", "tid"]
+    act = pl.concat([f.filter(pl.col("device") == dev).select("pid", "correlation", "start", "end")
+                     for f in (trace.kernels, trace.memops) if f.height]).filter(pl.col("end") >= pl.col("start"))
+    calls = (trace.launches.filter(pl.col("kind").is_in(["kernel", "graph", "memcpy", "memset"]))
+             .select("pid", "tid", "correlation", at="start").unique(["pid", "correlation"], keep="first"))
+    act = act.join(calls, on=["pid", "correlation"], how="left")
+    wins = find_steps(trace, device=dev, every_phase=True).windows.select(*by, "step", ws="start", we="end").sort("ws")
+    launched = act.filter(pl.col("at").is_not_null()).sort("at").join_asof(
+        wins, left_on="at", right_on="ws", by=by, strategy="backward").filter(
+        pl.col("we").is_null() | (pl.col("at") <= pl.col("we")))
+    launched = launched.filter(pl.col("step").is_not_null())
+    keys = ["pid", "correlation", "start"]
+    free = act.join(launched.select(keys), on=keys, how="anti")
+    own = launched.group_by("step").agg(ns=(pl.col("end") - pl.col("start")).sum())
+    free = free.sort("start")
+    cum = pl.concat([pl.Series([0], dtype=pl.Int64), (free["end"] - free["start"]).cast(pl.Int64).cum_sum()])
+    lo = free["start"].search_sorted(per["start_ns"], side="left")
+    hi = free["start"].search_sorted(per["end_ns"], side="left")
+    claimed = pl.DataFrame({"step": per["step"], "free": cum.gather(hi) - cum.gather(lo)})
+    out = claimed.join(own, on="step", how="left").select(pl.col("free") + pl.col("ns").fill_null(0))
+    return out.to_series().to_list()
+
+
 def check_conservation(path: Path, tmp: Path) -> dict:
     """The conservation checks on ``path`` (see the module docstring); returns the coverage (for the caller's own
     checks). Skips a trace tracekit finds no steps in (nothing to conserve: the error says why)."""
@@ -120,18 +151,14 @@ def check_conservation(path: Path, tmp: Path) -> dict:
     acts = b.activities.filter(pl.col("kind") != "graph_exec")
     assert acts["dur"].sum() / 1e6 == pytest.approx(cov.kernel_ms_in_steps, rel=TOL, abs=1e-6)
 
-    # per step: kernel time by category = kernel time starting in the step's period (the trace's own tables)
+    # per step: kernel time by category = the kernel time of the step's window, from the trace's tables: every
+    # kernel, memcpy and memset whose launch call starts in the window on its thread (a graph's kernels: the graph
+    # launch's), and one launched in no window whose GPU start is in the step's period
     per = b.per_step.sort("step")
     n = per.height
     by_cat = acts.group_by("step", pl.col("category").cast(pl.String)).agg(ns=pl.col("dur").sum())
     attributed = by_cat.group_by("step").agg(ns=pl.col("ns").sum())
-    raw = pl.concat([f.filter(pl.col("device") == dev).select("start", "end")
-                     for f in (trace.kernels, trace.memops) if f.height]).filter(pl.col("end") >= pl.col("start"))
-    raw = raw.sort("start")
-    lo = raw["start"].search_sorted(per["start_ns"], side="left")
-    hi = raw["start"].search_sorted(per["end_ns"], side="left")
-    cum = pl.concat([pl.Series([0], dtype=pl.Int64), (raw["end"] - raw["start"]).cast(pl.Int64).cum_sum()])
-    window = pl.DataFrame({"step": per["step"], "window": cum.gather(hi) - cum.gather(lo)})
+    window = pl.DataFrame({"step": per["step"], "window": _window_ns(trace, b, per)})
     cmp = window.join(attributed, on="step", how="left").with_columns(pl.col("ns").fill_null(0))
     bad = cmp.filter((pl.col("ns") - pl.col("window")).abs() > TOL * pl.col("window") + 1)
     assert bad.height == 0, f"{path.name}: steps whose attributed kernel time is not their window's: {bad.head(5)}"

@@ -298,6 +298,14 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         a = a.with_columns(start=pl.col("start").clip(p_start, p_end), end=pl.col("end").clip(p_start, p_end),
                            _ps=p_start)
         del p_start, p_end
+    # GPU work of other steps (or of none) that runs in an analysed step's period (several streams, a GPU running
+    # behind the host): pieces of it, clipped to the period, join the step's union and gaps (never its kernel sums),
+    # so that the step's gaps are only time the GPU ran nothing (contract, "Every kernel is counted").
+    spill = _spill(acts, good, analysed["step"], a.columns)
+    if spill is not None:
+        if "_ps" not in a.columns:
+            a = a.with_columns(_ps=per_row("p_start"))
+        a = pl.concat([a.with_columns(_spill=pl.lit(False)), spill.select(*a.columns, "_spill")], how="vertical_relaxed")
     # Rows grouped by step, each in start order: true already in the usual case (one launching thread);
     # serialisation over several streams or a late activity of a step (clipped to its period's end) needs a sort.
     if not (a["step"].is_sorted() and a["start"].is_sorted()):
@@ -312,6 +320,10 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         level = pl.col("category").to_physical()
         u = cumulative_union_lengths(p.select("step", "start", "end", prio=level), "step", "prio", len(PRIORITY),
                                      presorted=True, tiled=True)
+        if "_spill" in p.columns:  # (the kernel sums are the step's own work; its last activity may be another's)
+            own = _kernel_sums(p.filter(~pl.col("_spill")))
+            ends = p.group_by("step").agg(a_last=pl.col("end").max())
+            return u, own.drop("a_last").join(ends, on="step", how="left"), _holes_piece(p, gap_inputs)
         return u, _kernel_sums(p), _holes_piece(p, gap_inputs)
 
     # Whole steps, piece by piece (intervals.by_pieces), two pieces per CPU at a time on big traces: each piece's
@@ -338,6 +350,8 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         g_between_steps=pl.col("x_idle"))
     # Wall time of the draft phases on the GPU timeline: first to last activity of each draft range
     # (gaps between its kernels included), summed per step.
+    if spill is not None:
+        a = a.filter(~pl.col("_spill")).drop("_spill")
     drafts = a.filter(pl.col("draft").is_not_null())
     if drafts.height:
         dspan = (drafts.group_by("step", "draft").agg(span=pl.col("end").max() - pl.col("start").min())
@@ -454,6 +468,45 @@ def coverage(acts: pl.DataFrame, good: pl.DataFrame, windows: pl.DataFrame, lost
     outside = sum(out.values())
     return {"kernel_ms_total": total / 1e6, "kernel_ms_in_steps": in_ns / 1e6, "kernel_ms_outside_steps": outside,
             "outside_by_reason": out, "claimed_by_gpu_start": claimed}
+
+
+def _spill(acts: pl.DataFrame, good: pl.DataFrame, analysed: pl.Series, columns: list[str]) -> pl.DataFrame | None:
+    """Pieces of GPU work that runs in an analysed step's period but is not that step's: work of an earlier step
+    still running (several streams, a GPU behind the host) or of no step. One row per (activity, period) it
+    overlaps, clipped to the period, with the step's id, ``dur`` 0 and ``_spill`` true; ``columns``: the analysed
+    rows' columns. None when there is none: a step's work that ends by its period's end runs in no other period
+    (the usual trace, checked per step from ``good``'s last activity end, without a look at the rows)."""
+    spilling = good.filter(pl.col("last") > pl.col("p_end"))["step"]
+    lo_all, hi_all = good["p_start"].min(), good["p_end"].max()
+    free = acts["step"].is_null()
+    late = acts["step"].is_in(spilling.implode()) if spilling.len() else None
+    if late is None and not bool(free.any()):
+        return None
+    pick = free & (acts["end"] > lo_all) & (acts["start"] < hi_all)
+    if late is not None:
+        pick = pick | late.fill_null(False)
+    rows = keep_rows(acts, pick)
+    if rows.height == 0:
+        return None
+    per = good.sort("p_start").select("step", "p_start", "p_end")
+    starts = per["p_start"]
+    j0 = (starts.search_sorted(rows["start"], side="right").cast(pl.Int64) - 1).clip(lower_bound=0)
+    j1 = starts.search_sorted(rows["end"], side="left").cast(pl.Int64) - 1
+    ok = per.with_row_index("_j").filter(pl.col("step").is_in(analysed.implode()))
+    pieces = (rows.with_columns(_j=pl.int_ranges(pl.lit(j0), pl.lit(j1) + 1, dtype=pl.Int64), _own=pl.col("step"))
+              .explode("_j").drop_nulls("_j")
+              .join(ok.select(pl.col("_j").cast(pl.Int64), _step="step", _p0="p_start", _p1="p_end"), on="_j",
+                    how="inner")
+              .filter(pl.col("_own").is_null() | (pl.col("_own") != pl.col("_step")))
+              .with_columns(start=pl.max_horizontal("start", "_p0"), end=pl.min_horizontal("end", "_p1"))
+              .filter(pl.col("end") > pl.col("start"))
+              .with_columns(step=pl.col("_step"), start0=pl.col("start"), dur=pl.lit(0, pl.Int64),
+                            _ps=pl.col("_p0"), _spill=pl.lit(True)))
+    if pieces.height == 0:
+        return None
+    keep = [c for c in columns if c in pieces.columns]
+    return pieces.select(*keep, *(["_ps"] if "_ps" not in keep else []), "_spill").with_columns(
+        pl.col("step").cast(acts["step"].dtype), pl.col("dur").cast(acts["dur"].dtype))
 
 
 def _kernel_sums(a: pl.DataFrame) -> pl.DataFrame:
