@@ -439,8 +439,7 @@ def iteration_windows(windows: pl.DataFrame, launches: pl.DataFrame | None = Non
         return windows
     starts = pl.lit(True)
     if launches is not None:
-        held = _launching(windows.select("step", "pid", "tid", "start", "end"), launches).select(
-            "step", starts=pl.col("n_launches") > 0)
+        held = _holds_work(windows, launches)
         if bool(held["starts"].any()):
             windows = windows.join(held, on="step", how="left", maintain_order="left")
             starts = pl.col("starts").fill_null(False)
@@ -450,6 +449,26 @@ def iteration_windows(windows: pl.DataFrame, launches: pl.DataFrame | None = Non
     return windows.with_columns(
         end=pl.when(starts & pl.col("end").is_not_null() & nxt.is_not_null()).then(nxt - 1).otherwise(pl.col("end"))
     ).drop("starts", strict=False)
+
+
+def _holds_work(windows: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """``step``, ``starts``: whether each window holds a work launch (kernel, graph, memcpy, memset) on its thread.
+    Where one thread made every call and holds every window, its calls in time order (the usual trace): two binary
+    searches per window over the calls and a running count of the work calls among them; else one as-of join
+    (:func:`_launching`)."""
+    from tracekit.intervals import one_thread
+
+    one = one_thread(launches) if launches.height else None
+    w = windows.select("step", "pid", "tid", "start", "end")
+    if (one is not None and w["pid"].n_unique() == 1 and w["tid"].n_unique() == 1
+            and (w["pid"][0], w["tid"][0]) == tuple(one) and launches["start"].is_sorted()):
+        work = launches["kind"].is_in(["kernel", "graph", "memcpy", "memset"]).cast(pl.Int64)
+        cum = pl.concat([pl.Series([0], dtype=pl.Int64), work.cum_sum()])
+        lo = launches["start"].search_sorted(w["start"], side="left")
+        end = w["end"].fill_null(launches["start"].max() if launches.height else 0)
+        hi = launches["start"].search_sorted(end, side="right")
+        return pl.DataFrame({"step": w["step"], "starts": (cum.gather(hi) - cum.gather(lo)) > 0})
+    return _launching(w, launches).select("step", starts=pl.col("n_launches") > 0)
 
 
 def _whole_iterations(found: Steps | None, trace: Trace) -> Steps | None:
