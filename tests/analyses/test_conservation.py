@@ -113,7 +113,7 @@ def _window_ns(trace, b, per: pl.DataFrame) -> list[int]:
     act = act.join(calls, on=["pid", "correlation"], how="left")
     wins = find_steps(trace, device=dev, every_phase=True).windows.select(*by, "step", ws="start", we="end").sort("ws")
     launched = act.filter(pl.col("at").is_not_null()).sort("at").join_asof(
-        wins, left_on="at", right_on="ws", by=by, strategy="backward").filter(
+        wins, left_on="at", right_on="ws", by=by, strategy="backward", check_sortedness=False).filter(
         pl.col("we").is_null() | (pl.col("at") <= pl.col("we")))
     launched = launched.filter(pl.col("step").is_not_null())
     keys = ["pid", "correlation", "start"]
