@@ -187,7 +187,7 @@ def check_conservation(path: Path, tmp: Path) -> dict:
 
 # ───────────────────────── fast tier ─────────────────────────
 
-FAST = ["hf-small-eager", "hf-small-eager-torch", "spec-small-graph-torch-nomark", "hf-small-graph-wholegraph"]
+FAST = ["hf-small-eager", "spec-small-graph-torch-nomark", "hf-small-graph-wholegraph"]  # (nsys, Kineto, whole-graph)
 
 
 def _sample_file(name: str) -> Path:
