@@ -185,6 +185,7 @@ def render_breakdown(b, console: Console) -> None:
         coverage_line,
         gap_rows,
         headline,
+        speculation_line,
         split_rows,
         time_base_line,
         verdict_lines,
@@ -261,4 +262,7 @@ def render_breakdown(b, console: Console) -> None:
     console.print(Text("verdicts", style="bold"))
     for verdict in verdict_lines(b):
         sentence(console, verdict, "• ")
+    spec = speculation_line(d)
+    if spec:
+        sentence(console, spec, style="italic")
     print_warnings(console, d["warnings"])
