@@ -412,8 +412,85 @@ def verify_tiled_steps(trace: Trace) -> Steps | None:
                   "period: one step per verify span (the draft forwards before it, the draft-extend after it)"])
 
 
+def iteration_windows(windows: pl.DataFrame, launches: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Step windows that run from one iteration's start to the next's (contract, "Every kernel is counted").
+
+    An engine's span can cover part of a scheduler iteration only: vLLM V1's ``execute_context_N(Tc)_generation_M(Tg)``
+    (``Worker.annotate_profile`` around ``execute_model``) closes after the target's forward, and sampling, rejection
+    and the proposer's draft forwards (``GPUModelRunner.sample_tokens``, ``propose_draft_token_ids``) are launched
+    after it, before the next span. The step is the whole iteration: each window's end becomes the next window's
+    start on the same thread (minus 1 ns: windows never overlap); the last window of a thread keeps its end (nothing
+    says where its iteration ends: what runs after it is "after the last step"), and a window with no end (cut by
+    the capture) keeps none. Windows that already tile their thread (inferred steps, ``ProfilerStep#``) are
+    unchanged but for the nanosecond between a window's end and the next start.
+
+    With ``launches`` (the trace's): a range that launches no GPU work on its own thread is no iteration's start (a
+    marker inside an iteration, an ``MPI_Send`` a ``--step-range`` also matched): it keeps its own span (a step
+    with no GPU work) and does not end the iteration before it, whose window runs on to the next range that
+    launches work. Where no range launches work on its own thread (the ranges are on another thread than the
+    launches), every range starts an iteration.
+
+    >>> w = pl.DataFrame({"step": [0, 1, 2], "pid": [1, 1, 1], "tid": [7, 7, 7], "start": [0, 100, 200],
+    ...                   "end": [40, 150, 260], "name": ["s", "s", "s"]})
+    >>> iteration_windows(w)["end"].to_list()
+    [99, 199, 260]
+    """
+    if windows.height < 2:
+        return windows
+    starts = pl.lit(True)
+    if launches is not None:
+        held = _holds_work(windows, launches)
+        if bool(held["starts"].any()):
+            windows = windows.join(held, on="step", how="left", maintain_order="left")
+            starts = pl.col("starts").fill_null(False)
+    # the next iteration's start on the same thread: the next window that starts one
+    nxt = (pl.when(starts).then(pl.col("start")).shift(-1).backward_fill()
+           .over("pid", "tid", order_by="start"))
+    return windows.with_columns(
+        end=pl.when(starts & pl.col("end").is_not_null() & nxt.is_not_null()).then(nxt - 1).otherwise(pl.col("end"))
+    ).drop("starts", strict=False)
+
+
+def _holds_work(windows: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """``step``, ``starts``: whether each window holds a work launch (kernel, graph, memcpy, memset) on its thread.
+    Where one thread made every call and holds every window, its calls in time order (the usual trace): two binary
+    searches per window over the calls and a running count of the work calls among them; else one as-of join
+    (:func:`_launching`)."""
+    from tracekit.intervals import one_thread
+
+    one = one_thread(launches) if launches.height else None
+    w = windows.select("step", "pid", "tid", "start", "end")
+    if (one is not None and w["pid"].n_unique() == 1 and w["tid"].n_unique() == 1
+            and (w["pid"][0], w["tid"][0]) == tuple(one) and launches["start"].is_sorted()):
+        work = launches["kind"].is_in(["kernel", "graph", "memcpy", "memset"]).cast(pl.Int64)
+        cum = pl.concat([pl.Series([0], dtype=pl.Int64), work.cum_sum()])
+        lo = launches["start"].search_sorted(w["start"], side="left")
+        end = w["end"].fill_null(launches["start"].max() if launches.height else 0)
+        hi = launches["start"].search_sorted(end, side="right")
+        return pl.DataFrame({"step": w["step"], "starts": (cum.gather(hi) - cum.gather(lo)) > 0})
+    return _launching(w, launches).select("step", starts=pl.col("n_launches") > 0)
+
+
+def _whole_iterations(found: Steps | None, trace: Trace) -> Steps | None:
+    """``found`` with its windows made whole iterations (:func:`iteration_windows`)."""
+    if found is None or found.windows.height < 2:
+        return found
+    # (inferred windows each begin with a work launch: every one starts an iteration, nothing to look up)
+    found.windows = iteration_windows(found.windows, trace.launches if found.marker != "inferred" else None)
+    return found
+
+
 def find_steps(trace: Trace, *, step_range: str | None = None, device: int | None = None,
                every_phase: bool = False) -> Steps | None:
+    """Step windows of ``trace`` (None when none can be found), each a whole scheduler iteration: from its start
+    to the next iteration's start (:func:`iteration_windows`), whatever span the engine draws around part of it.
+    See :func:`find_step_spans` for how the iterations' starts are found."""
+    return _whole_iterations(find_step_spans(trace, step_range=step_range, device=device, every_phase=every_phase),
+                             trace)
+
+
+def find_step_spans(trace: Trace, *, step_range: str | None = None, device: int | None = None,
+                    every_phase: bool = False) -> Steps | None:
     """Step windows of ``trace`` (None when none can be found).
 
     ``every_phase``: take the known step ranges of every forward mode (SGLang ``step[EXTEND ...]`` beside
