@@ -501,20 +501,22 @@ class Period:
 def _main_thread(trace: Trace, device: int | None, first: pl.Series | None = None) -> tuple[int, int] | None:
     """The (pid, tid) that launches the most kernels and graphs (on ``device``). ``first``: :func:`_first_kernels`
     of the trace, when the caller has it."""
-    work = trace.launches.filter(pl.col("kind").is_in(["kernel", "graph"]))
+    launches = trace.launches
+    mask = launches["kind"].is_in(["kernel", "graph"])
     if device is not None:
         # The launches with a kernel on ``device``: a keyed lookup of each launch's first kernel (every kernel of one
         # launch runs on one device), not a semi-join against the unique keys of every kernel (a hash of ten million
         # keys: 0.6 s of CPU at 1M kernels, most of the inferred steps' cost; issue 49).
         kernels = trace.kernels
         first = _first_kernels(trace) if first is None else first
-        hit = first.filter(trace.launches["kind"].is_in(["kernel", "graph"]))
         dev = kernels["device"]
         if dev.null_count() == 0 and dev.min() == device == dev.max():  # (one device: the sorted flag answers at once)
-            hit = hit.is_not_null()
+            mask = mask & first.is_not_null()
+        elif kernels.height:
+            mask = mask & (dev.gather(first) == device).fill_null(False)
         else:
-            hit = (dev.gather(hit) == device).fill_null(False) if kernels.height else hit.is_not_null()
-        work = work.filter(hit)
+            mask = mask & first.is_not_null()
+    work = launches.select("pid", "tid").filter(mask)
     if work.height == 0:
         return None
     top = work.group_by("pid", "tid").agg(n=pl.len()).sort(["n", "pid", "tid"], descending=[True, False, False]).row(0)
