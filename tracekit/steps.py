@@ -547,27 +547,32 @@ def launch_sequence(trace: Trace, pid: int, tid: int, first: pl.Series | None = 
     last kernel, copy kind) are joined to those few rows alone, and a kernel launch's token (it depends on its first
     kernel's name alone) is gathered from a table of one token per kernel name.
     """
-    keep = (pl.col("pid") == pid) & pl.col("kind").is_in(list(_SEQ_KINDS))
-    kernels = trace.kernels
+    launches, kernels = trace.launches, trace.kernels
     first = _first_kernels(trace) if first is None else first
-    base = (trace.launches.select("start", "end", "tid", "pid", "correlation", "kind", api=pl.col("name"), first=first)
-            .filter(keep).drop("pid").rechunk())
-    codes = kernels["name"].to_physical()
-    base = base.with_columns(first_k=codes.gather(base["first"]).cast(pl.Int64) if kernels.height
-                             else pl.lit(None, pl.Int64)).drop("first")
-    is_graph, is_copy, is_sync = (pl.col("kind") == "graph"), (pl.col("kind") == "memcpy"), (pl.col("kind") == "sync")
-    copies = base.filter(is_copy).select("correlation")
-    m = (trace.memops.filter(pl.col("pid") == pid).join(copies, on="correlation", how="semi")
+    kind = launches["kind"]
+    in_pid = (launches["pid"] == pid) & kind.is_in(list(_SEQ_KINDS))
+    is_copy = in_pid & (kind == "memcpy")
+    m = (trace.memops.filter(pl.col("pid") == pid).join(launches.filter(is_copy).select("correlation"),
+                                                          on="correlation", how="semi")
          .group_by("correlation").agg(n_m=pl.len(), copy_kind=pl.col("copy_kind").first()))
-    dtoh_ids = m.filter(pl.col("copy_kind") == "DtoH")["correlation"].implode()
-    seq = base.with_columns(dtoh=is_copy & pl.col("correlation").is_in(dtoh_ids)).with_columns(
-        read=(is_sync & ~pl.col("api").is_in(list(_NOT_READS))) | pl.col("dtoh"))
-    own = seq.filter(pl.col("tid") == tid)
-    if own["read"].sum() < 2:  # reads on another thread of the process (a scheduler thread, say)
+    dtoh = is_copy & launches["correlation"].is_in(m.filter(pl.col("copy_kind") == "DtoH")["correlation"].implode())
+    read = ((in_pid & (kind == "sync") & ~launches["name"].is_in(list(_NOT_READS))) | dtoh).alias("read")
+    mine = in_pid & (launches["tid"] == tid)
+    cols = launches.select("start", "end", "tid", "correlation", "kind", api=pl.col("name"), first=first,
+                           dtoh=dtoh, read=read)
+    if int((mine & read).sum()) >= 2:
+        own = cols.filter(mine)  # (one pass, one copy of the thread's rows)
+    else:  # reads on another thread of the process (a scheduler thread, say)
+        seq = cols.filter(in_pid)
+        own = seq.filter(pl.col("tid") == tid)
         own = pl.concat([own.filter(~pl.col("read")), seq.filter(pl.col("read"))])
-    own = own.filter((pl.col("tid") == tid) | pl.col("read"))
+        own = own.filter((pl.col("tid") == tid) | pl.col("read"))
     if not own["start"].is_sorted():
         own = own.sort("start", maintain_order=True)
+    codes = kernels["name"].to_physical()
+    own = own.with_columns(first_k=codes.gather(own["first"]).cast(pl.Int64) if kernels.height
+                           else pl.lit(None, pl.Int64)).drop("first")
+    is_graph, is_copy, is_sync = (pl.col("kind") == "graph"), (pl.col("kind") == "memcpy"), (pl.col("kind") == "sync")
     kind_code = pl.lit(0, pl.Int8)
     for k, c in _KIND_CODE.items():
         kind_code = pl.when(pl.col("kind") == k).then(pl.lit(c, pl.Int8)).otherwise(kind_code)
@@ -576,22 +581,21 @@ def launch_sequence(trace: Trace, pid: int, tid: int, first: pl.Series | None = 
         return pl.struct(kind=kind_code, a=a, b=b, n=n, m=m, c=c).hash(7)
 
     none = (pl.lit(None, pl.Int64), pl.lit(None, pl.UInt32), pl.lit(None, pl.UInt32), pl.lit(None, pl.String))
-    # A kernel launch's token, by its first kernel's name code: one struct hash per name, gathered.
-    names = own["first_k"].drop_nulls().unique()
-    plain = (pl.col("kind") == "kernel") & pl.col("first_k").is_not_null()
-    if names.len() and int(names.max()) < 4 * own.height + (1 << 20):
-        table = pl.DataFrame({"i": names}).select("i", tok=pl.struct(
+    # A kernel launch's token, by its first kernel's name code: one struct hash per code, gathered.
+    top = own["first_k"].max()
+    plain = (own["kind"] == "kernel") & own["first_k"].is_not_null()
+    if top is not None and int(top) < 4 * own.height + (1 << 20):
+        table = pl.select(i=pl.int_range(0, int(top) + 1, dtype=pl.Int64)).select(tok=pl.struct(
             kind=pl.lit(_KIND_CODE["kernel"], pl.Int8), a="i", b=none[0], n=none[1], m=none[2], c=none[3]).hash(7))
-        slots = pl.Series("tok", [None], dtype=pl.UInt64).extend_constant(None, int(names.max()))
-        slots = slots.scatter(table["i"], table["tok"])
-        tok = slots.gather(own["first_k"].fill_null(0))
-        rest = own.with_row_index("i").filter(~plain)
+        tok = table["tok"].gather(own["first_k"].fill_null(0))
+        at = (~plain).arg_true()
     else:
         tok = own.select(token(pl.when(is_sync).then(pl.col("api").to_physical().cast(pl.Int64))
                                .otherwise(pl.col("first_k")), *none))["kind"]
-        rest = own.with_row_index("i").filter(is_graph | is_copy)
-    if rest.height:
+        at = own.select(is_graph | is_copy).to_series().arg_true()
+    if at.len():
         # the graph launches' kernel count, first and last kernel, and the copies' count and kind: on those rows alone
+        rest = own[at].with_columns(i=at)
         graphs = rest.filter(is_graph).select("correlation")
         gk = (kernels.filter(pl.col("pid") == pid).join(graphs, on="correlation", how="semi")
               .select("correlation", "start", code=pl.col("name").to_physical().cast(pl.Int64))
