@@ -125,9 +125,9 @@ def _regex_match(names: pl.Series, regex: str) -> pl.Series:
     try:
         rx = re.compile(regex)
     except re.error as e:
-        from tracekit.errors import TracekitError
+        from tracekit.errors import BadOptionValue
 
-        raise TracekitError(f"invalid regular expression {regex!r}: {e}")
+        raise BadOptionValue(f"invalid regular expression {regex!r}: {e}")
     uniq = names.unique()
     hits = pl.DataFrame({"name": uniq, "hit": [bool(rx.search(n)) if n is not None else False for n in uniq]})
     return pl.DataFrame({"name": names}).join(hits, on="name", how="left", maintain_order="left")["hit"]
@@ -339,12 +339,12 @@ def _refuse_poor_step_range(trace: Trace, rng: pl.DataFrame, regex: str, device:
     share, inside, span = range_coverage(trace, rng, device)
     if span == 0 or share >= MIN_STEP_RANGE_SHARE:
         return
-    from tracekit.errors import TracekitError
+    from tracekit.errors import BadOptionValue
 
     cands = step_candidates(trace, top=3, device=device)
     better = ", ".join(f"{r!r} ({c} ranges, {100 * g:.0f}% of the GPU time)"
                        for r, c, g in zip(cands["regex"], cands["count"], cands["gpu_share"])) or "none"
-    raise TracekitError(
+    raise BadOptionValue(
         f"--step-range {regex!r}: its {rng.height} range(s) enclose the launches of only {100 * share:.1f}% of the "
         f"kernel time in their span ({inside / 1e6:.3f} of {span / 1e6:.3f} ms); a step range must hold its step's "
         f"launches. Step candidates: {better}")

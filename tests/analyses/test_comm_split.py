@@ -344,12 +344,12 @@ def test_a_pacing_rank_needs_a_10_point_lead():
 
 
 def test_a_tp_of_1_from_the_recorded_command_line_is_a_stated_one():
-    """tp_source values are named once (tracekit.analyses.bytes.TP_SOURCES): the run's own command line
+    """tp_source values are named once (tracekit.analyses.resolve.TP_SOURCES): the run's own command line
     (``command``) states tp as a flag or a manifest does. (A spelling of its own, "command line", never matched.)"""
     from types import SimpleNamespace
 
-    from tracekit.analyses.bytes import STATED_TP_SOURCES, TP_SOURCES
     from tracekit.analyses.collectives import one_rank_evidence
+    from tracekit.analyses.resolve import STATED_TP_SOURCES, TP_SOURCES
 
     trace = SimpleNamespace(meta=SimpleNamespace(world_size=None))
     kernels = pl.DataFrame({"group_size": [None, None], "kind": ["all_reduce", "all_reduce"]},

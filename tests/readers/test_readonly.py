@@ -56,6 +56,7 @@ def _commands(trace, out):
 
 
 @pytest.mark.parametrize("kind", sorted(TRACES))
+@pytest.mark.slow
 def test_no_command_modifies_or_writes_beside_the_input(tmp_path, kind):
     d = tmp_path / "input"
     d.mkdir()

@@ -161,6 +161,7 @@ def test_perfetto_gap_events_sum_to_the_json(mfu, tmp_path):
     assert sum(1 for e in x if e["tid"] not in (tid["steps"], tid["launch_gaps"], tid["idle"])) == acts.height
 
 
+@pytest.mark.slow
 def test_perfetto_sample_counts():
     """Our H200 eager capture: one step event per decode_step range and one activity event per kernel/memop
     launched inside one (counted in SQL with LIKE, independently of tracekit's step detection)."""

@@ -79,6 +79,7 @@ def _decode_comm_by_hand(path) -> pl.DataFrame:
         seq=pl.int_range(pl.len()).over("name"))
 
 
+@pytest.mark.slow
 def test_gb300_waits_are_the_arrival_spread_by_hand(gb300, gb300_files):
     _, cr = gb300
     frames = [_decode_comm_by_hand(f).with_columns(rank=pl.lit(r)) for r, f in enumerate(gb300_files)]
@@ -165,6 +166,7 @@ def test_hidden_communication_on_other_streams():
 
 # ───────────────────────────── the collectives table ─────────────────────────────
 
+@pytest.mark.slow
 def test_collective_totals_equal_kernels_totals(gb300_files):
     t = tracekit.load(gb300_files[0])
     b = tracekit.breakdown(t)
@@ -240,6 +242,7 @@ def test_latency_bound_threshold():
     ("profile-data/train.json", None, "no all-reduce"),
     ("nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite", None, "no all-reduce"),
 ])
+@pytest.mark.slow
 def test_tp_from_trace(rel, want, evidence):
     t = tracekit.load(shared(rel))
     n, why = tp_from_trace(t)
@@ -295,6 +298,7 @@ def test_files_of_different_captures_are_not_matched():
 
 # ───────────────────────────── engines ─────────────────────────────
 
+@pytest.mark.slow
 def test_dask_engine_at_a_scheduler_address():
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
@@ -383,6 +387,7 @@ def gb300_cli(gb300_files):
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_cli_cross_rank_is_the_contract_object_and_the_waits_by_hand(gb300_cli, gb300, gb300_files):
     d = gb300_cli
     cr = d["cross_rank"]
@@ -405,6 +410,7 @@ def test_cli_cross_rank_is_the_contract_object_and_the_waits_by_hand(gb300_cli, 
     assert cr == json.loads(json.dumps(gb300[1].to_dict()))
 
 
+@pytest.mark.slow
 def test_cli_dask_local_cluster_gives_the_process_pool_cross_rank(gb300_cli, gb300_files, monkeypatch):
     pytest.importorskip("distributed")
     monkeypatch.setattr("tracekit.run.engines.usable_cpus", lambda: 2)  # a LocalCluster of 2 workers anywhere

@@ -18,6 +18,9 @@ import pytest
 from _robust import assert_clean, run_cli
 from conftest import DATA, ROOT, SAMPLES
 
+# The validation sweeps are the slow tier (`python -m pytest -m slow`; .ci/run runs them after the fast tier).
+pytestmark = pytest.mark.slow
+
 SUFFIXES = (".sqlite", ".sqlite.gz", ".json", ".json.gz")
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.categories import COMPUTE_CATEGORIES, DEFAULT_DRAFT_RANGE, PRIORITY, UNATTRIBUTED
-from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
+from tracekit.errors import NoGpuActivity, NoSteps
 from tracekit.intervals import keep_rows, one_thread
 from tracekit.parallel import in_threads, started
 from tracekit.steps import Steps, find_steps, select_ranges, step_candidates
@@ -99,7 +99,7 @@ def pick_device(trace: Trace, device: int | None) -> int:
         return int(devices[0])
     if device not in devices:
         have = ", ".join(str(d) for d in sorted(devices))
-        raise TracekitError(f"--device {device}: no GPU activity on that device; devices with activity: {have}")
+        raise NoGpuActivity(f"--device {device}: no GPU activity on that device; devices with activity: {have}")
     return device
 
 

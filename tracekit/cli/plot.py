@@ -12,7 +12,7 @@ import click
 
 from tracekit.cli.options import analysis_options
 from tracekit.cli.output import check_output, write_text
-from tracekit.errors import TracekitError
+from tracekit.errors import CannotWrite
 
 PLOT_SUFFIXES = (".png", ".svg", ".html")
 
@@ -55,7 +55,7 @@ def plot(trace, opts, output):
         try:
             render_matplotlib(data, output)
         except OSError as e:
-            raise TracekitError(f"cannot write {output}: {e.strerror or e}") from None
+            raise CannotWrite(f"cannot write {output}: {e.strerror or e}") from None
     click.echo(f"wrote {output} ({b.steps['count']} steps; timeline of step {data.step})", err=True)
 
 
