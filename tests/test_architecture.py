@@ -148,13 +148,13 @@ def test_no_import_cycle_anywhere_in_tracekit():
 # tracekit/analyses/  the pipeline's stages (attribution, partition, gaps, steady, phase, drafting, collectives,
 #                     communication, timebase, resolve, roofline, bytes, advice; verdicts: the levers' typed values
 #                     and their sentences): pure functions, typed values out
-# tracekit/results/   the typed result blocks per command (breakdown, info, kernels, ceiling, diff; several ranks: rankset)
+# tracekit/results/   the typed result blocks per command (breakdown, info, kernels, ceiling, diff, stats; several ranks: rankset)
 # tracekit/run/       the pipeline (read -> ... -> result), several ranks, engines, the run history, diff's two sides
 # tracekit/report/    renderers of the results' JSON; tracekit/__init__ the facade; tracekit/cli/ the commands
 STAGES = ("advice", "attribution", "bytes", "collectives", "communication", "drafting", "gaps", "partition", "phase",
           "resolve", "roofline", "speculation", "steady", "timebase", "verdicts")
-RESULTS = ("breakdown", "ceiling", "common", "diff", "info", "kernels", "rankset")
-RUN = ("engines", "history", "pipeline", "ranks", "sides")
+RESULTS = ("breakdown", "ceiling", "common", "diff", "info", "kernels", "rankset", "stats")
+RUN = ("engines", "history", "pipeline", "ranks", "sides", "stats")
 FORMATS = ("nsys", "kineto")  # readers/<format>/, in the registry's order
 SHARED_READERS = ("api_names", "cache", "common", "paths")
 # The layers, lowest first. Imports point one way: a module imports only modules of its own layer or of a layer

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tracekit.results.info import Info
     from tracekit.results.kernels import KernelSummary
     from tracekit.results.rankset import RankReport, RankSet
+    from tracekit.results.stats import Stats
     from tracekit.trace import Trace
 
 
@@ -171,6 +172,25 @@ def kernels(trace: str | Path | Trace, *, device: int | None = None, top: int | 
     return RankReport(multi)
 
 
+def stats(trace: Trace | str | Path, *, device: int | None = None, rules: str | Path | None = None,
+          step_range: str | None = None, draft_range: str | None = None) -> Stats:
+    """The tables an ``nsys stats`` user looks for (schema ``tracekit.stats/1``): kernels, memcpy/memset, CUDA API
+    calls, NVTX ranges / annotations, GPU and stream utilisation, the kernel time outside the steps, and kernel time
+    by what launched it (``launched_by``). ``trace``: a loaded trace or a path. ``device`` restricts the GPU tables
+    (default: every GPU); ``step_range`` / ``draft_range`` as ``breakdown``'s (for the coverage). The result's
+    ``to_dict()`` is ``tracekit stats --format json``.
+
+    >>> s = stats("tests/data/nsys/pipit_saxpy_2022.2.sqlite", step_range="^saxpy$")
+    >>> [(r["name"], r["count"]) for r in s["api"][:2]], [(r.name, r.kernels) for r in s.launched_by["range"]]
+    ([('cudaMemcpy', 15), ('cudaHostRegister', 9)], [('saxpy', 5)])
+    """
+    from tracekit.run.stats import stats as _stats
+
+    if not hasattr(trace, "kernels"):
+        trace = load(trace)
+    return _stats(trace, device=device, rules=rules, step_range=step_range, draft_range=draft_range)
+
+
 def info(trace: str | Path | Trace, *, device: int | None = None, top: int = 10) -> Info | RankReport:
     """What is in ``trace`` (schema ``tracekit.info/1``): source, GPUs and their peak bandwidth, counts,
     graph trace mode, the ``top`` most frequent range names that launch GPU work (step candidates; also ranked by
@@ -281,5 +301,5 @@ def history(db: str | Path, *, path_contains: str | None = None, last: int | Non
     return _history(db, path_contains=path_contains, last=last)
 
 
-__all__ = ["load", "breakdown", "breakdown_file", "kernels", "info", "diff", "ceiling", "history",
+__all__ = ["load", "breakdown", "breakdown_file", "kernels", "stats", "info", "diff", "ceiling", "history",
            "AnalysisOptions", "CeilingOptions", "DEFAULT_DRAFT_RANGE", "TracekitError", "__version__"]

@@ -13,7 +13,7 @@ import tracekit
 from tracekit.categories import STEP_CATEGORIES as PER_STEP_KEYS
 from tracekit.cli import cli
 from tracekit.options import AnalysisOptions
-from tracekit.report.perfetto import TRACKS, perfetto_trace
+from tracekit.report.perfetto import PID, TRACKS, perfetto_trace
 from tracekit.report.plot import BAR_KEYS, figure, plot_data, render_html
 
 from conftest import DATA, sample
@@ -97,9 +97,11 @@ def test_html_escapes_names(mfu):
 
 
 def _events(path):
+    """tracekit's own tracks (process ``tracekit``, pid 1) of an export: the file, track names, X events, counts."""
     d = json.loads(path.read_text())
-    names = {e["tid"]: e["args"]["name"] for e in d["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
-    x = [e for e in d["traceEvents"] if e["ph"] == "X"]
+    names = {e["tid"]: e["args"]["name"] for e in d["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"
+             and e["pid"] == PID}
+    x = [e for e in d["traceEvents"] if e["ph"] == "X" and e["pid"] == PID]
     counts = {}
     for e in x:
         counts[names[e["tid"]]] = counts.get(names[e["tid"]], 0) + 1
@@ -134,7 +136,7 @@ def test_perfetto_tracks_and_counts_match_the_trace(tmp_path):
     assert r.exit_code == 0, r.output
     d, names, x, counts = _events(out)
     assert sorted(names.values()) == sorted(TRACKS)
-    assert [e["args"]["name"] for e in d["traceEvents"] if e["name"] == "process_name"] == ["tracekit"]
+    assert [e["args"]["name"] for e in d["traceEvents"] if e["name"] == "process_name"][0] == "tracekit"
     steps, work = _sql_counts(SAXPY, "saxpy")
     assert (steps, work) == (4, 4)
     assert counts["steps"] == steps

@@ -507,8 +507,15 @@ def headline(f: StepFacts, levers: Mapping[str, Lever], ranked: tuple[str, ...],
     top, strong = None, False
     if ranked:
         lever = levers[ranked[0]]
+        # (the step with the lever pulled, in the unit of the step it is stated against: drafting's
+        # predicted_step_ms is one plain step of one token a sequence, its saving is per step's worth of tokens)
+        predicted, per = lever.predicted_step_ms, None
+        if ranked[0] == "drafting" and lever.max_saving_ms is not None:
+            predicted = f.reference_ms - lever.max_saving_ms
+            acc = getattr(lever.reading, "accept_len", None)
+            per = f"for the same {acc:.2f} tokens a sequence" if acc else "for the same tokens"
         top = TopLever(name=lever.name, saving_ms=lever.max_saving_ms, fraction=lever.max_saving_fraction or 0,
-                       bound=lever.bound, predicted_ms=lever.predicted_step_ms)
+                       bound=lever.bound, predicted_ms=predicted, per=per)
         strong = (lever.max_saving_fraction or 0) >= SMALL_SAVING
     # levers whose saving an input would make known: drafting always, memory bandwidth when no lever is strong
     unknown = []

@@ -525,13 +525,17 @@ class Advice(Block):
 
 @dataclass(frozen=True)
 class TopLever:
-    """The headline's lever: its name, saving (ms and share of the reference step), bound and predicted step."""
+    """The headline's lever: its name, saving (ms and share of the reference step), bound and what the step would
+    take with it pulled (``predicted_ms`` = the reference step − the saving, so that the two numbers the headline
+    states subtract; ``per``: what that time is for when it is not one step, e.g. the same tokens without
+    speculation)."""
 
     name: str
     saving_ms: float
     fraction: float
     bound: str
     predicted_ms: float | None
+    per: str | None = None
 
 
 @dataclass(frozen=True)
@@ -579,7 +583,8 @@ class Headline:
             if t.bound == "upper_bound":
                 top = f"{t.name} → at most −{t.saving_ms:.3f} ms ({pct(t.fraction)} of the traced step)"
             else:
-                top = f"{t.name} → ≈{t.predicted_ms:.3f} ms (−{t.saving_ms:.3f} ms)"
+                per = f" {t.per}" if t.per else ""
+                top = f"{t.name} → ≈{t.predicted_ms:.3f} ms{per} (−{t.saving_ms:.3f} ms)"
             if not self.strong:  # never "no lever" while a lever is unknown
                 top = (f"the largest known lever saves less than {pct(self.small)} of the step ({top})" if self.unknown
                        else f"no lever saves {pct(self.small)} of the step (the most: {top})")

@@ -117,8 +117,10 @@ def cli(debug):
     tracekit info TRACE        what is in a trace (nsys .sqlite, Kineto .json[.gz])
     tracekit breakdown TRACE   per-step time split, roofline and advice
     tracekit kernels TRACE     every kernel with its category
+    tracekit stats TRACE       the nsys stats tables, utilisation, what launched the kernels
     tracekit diff BASE NEW     two breakdowns side by side
     tracekit ceiling ...       the tok/s ceiling without a trace
+    tracekit export TRACE      the trace and tracekit's tracks for ui.perfetto.dev
     tracekit capture ...       (GPU host) capture a decode loop under nsys / torch profiler
     tracekit cache info|clear  the cache of decompressed / converted exports
     """

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.errors import BadOptionValue, CannotWrite, UnsupportedFormat
+from tracekit.errors import BadOptionValue, CannotWrite
 
 FILE_WIDTH = 160
 

@@ -22,6 +22,7 @@ _RENDERERS = {
     "diff": ("diff", "diff_md", None, "diff.render_diff"),
     "history": ("history", "history_md", None, "history.render_history"),
     "ceiling": ("ceiling", "render_markdown", None, "ceiling.render_table"),
+    "stats": ("stats", "stats_md", "stats_csv", "stats.render_stats"),
 }
 KINDS = (*_RENDERERS, "perfetto")
 

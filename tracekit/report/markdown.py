@@ -62,6 +62,25 @@ def verdict_lines(b) -> list[str]:
     return list(dict.fromkeys(adv[k]["verdict"] for k in b.display_levers if k in adv))  # each said once
 
 
+# how each advice.drafting.detection reads in the speculation line
+_DETECTION = {"ranges": "found from draft ranges", "engine": "found from the engine's annotations",
+              "structure": "found by structure (a draft model's forwards)",
+              "kernels": "found from speculative kernels", "not_detected": "not detected"}
+
+
+def speculation_line(d: dict) -> str | None:
+    """The speculation evidence in one line (``advice.drafting``: ``detection`` and ``evidence``), or None when the
+    lever records neither: 'speculation: found from draft ranges — <evidence>; <evidence>'."""
+    a = (d.get("advice") or {}).get("drafting") or {}
+    detection, evidence = a.get("detection"), a.get("evidence") or []
+    if not detection and not evidence:
+        return None
+    how = _DETECTION.get(detection, str(detection).replace("_", " ")) if detection else "evidence"
+    if a.get("speculative") and detection == "not_detected":
+        how = "speculative, draft phase not found"  # (speculative: true never reads "not detected")
+    return f"speculation: {how}" + (" — " + "; ".join(evidence) if evidence else "")
+
+
 def time_base_line(d: dict) -> str:
     """What every saving is stated against, for a PR reader."""
     tb = d["time_base"]
@@ -89,6 +108,9 @@ def breakdown_md(b) -> str:
     out = [f"### tracekit: {md(headline(b), 1000)}", "", f"*{md(time_base_line(d), 500)}*", ""]
     for line in verdict_lines(b):
         out.append(f"- {md(line, 1000)}")
+    spec = speculation_line(d)
+    if spec:
+        out += ["", f"*{md(spec, 2000)}*"]
     out += ["", "| category | ms / step | % of traced step | kernel ms / step |", "|---|---:|---:|---:|"]
     for name, ms, share, kms in split_rows(b):
         out.append(f"| {name} | {num(ms)} | {MISSING if share is None else f'{share:.1f}%'} | {num(kms)} |")

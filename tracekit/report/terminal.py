@@ -180,7 +180,15 @@ def render_kernels(result: dict, console: Console, title: str | None = None) -> 
 
 
 def render_breakdown(b, console: Console) -> None:
-    from tracekit.report.markdown import biggest_category, gap_rows, headline, split_rows, time_base_line, verdict_lines
+    from tracekit.report.markdown import (
+        biggest_category,
+        gap_rows,
+        headline,
+        speculation_line,
+        split_rows,
+        time_base_line,
+        verdict_lines,
+    )
     from tracekit.tokens import tok_s_unit
 
     d = b.to_dict()
@@ -250,4 +258,7 @@ def render_breakdown(b, console: Console) -> None:
     console.print(Text("verdicts", style="bold"))
     for verdict in verdict_lines(b):
         sentence(console, verdict, "• ")
+    spec = speculation_line(d)
+    if spec:
+        sentence(console, spec, style="italic")
     print_warnings(console, d["warnings"])
