@@ -299,7 +299,7 @@ def test_unmarked_speculative_loops_are_decode_by_drafting(name):
     assert st.attribution.draft_detection == "structure"
     ph = st.attribution.phases
     assert st.phase == "decode" and set(ph["phase"]) == {"decode"}
-    assert set(ph["source"]) == {"speculation"} and "draft forward" in ph["evidence"][0]
+    assert set(ph["source"]) == {"speculation"} and any("draft forward" in e for e in ph["evidence"])
 
 
 def test_moe_microbenchmark_is_not_decode():

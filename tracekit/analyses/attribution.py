@@ -698,10 +698,14 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         drafted_steps = (in_spec.filter(pl.col("draft").is_not_null() | (pl.col("category") == "drafting"))["step"]
                          .unique() if detection != "not_detected" else pl.Series("step", [], pl.Int64))
         if speculation.speculative:
+            import tracekit.analyses.speculation as speculation_mod
             from tracekit.analyses.phase import with_speculation
 
             marked = pl.concat([drafted_steps.cast(pl.Int64), pl.Series("step", list(speculation.steps), pl.Int64)])
-            why = (speculation.evidence[0] if speculation.evidence else
+            # (what makes the steps speculative: not a line saying which quantity the trace cannot show)
+            said = [e for e in speculation.evidence if e not in (speculation_mod.NO_SPEC_EVIDENCE,
+                                                                  speculation_mod.NO_VERIFY_TOKENS)]
+            why = (said[0] if said else
                    f"{info.draft_forwards_per_step:g} draft forwards of a distinct draft model per step"
                    if info is not None and info.draft_forwards_per_step else "draft work in the step")
             phases = with_speculation(phases, marked.unique(), why)
