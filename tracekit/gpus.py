@@ -66,6 +66,8 @@ class GpuSpec:
     devices_per_package: int = 1
     peak_tflops: tuple[tuple[str, float], ...] = ()  # (dtype key, dense TFLOP/s of one device), as the table lists
     tflops_source: str | None = None
+    graph_node_us: float | None = None  # a CUDA-graph node's cost besides its GPU time, unprofiled (measured)
+    graph_node_source: str | None = None
 
     @property
     def device_bw_gbps(self) -> float:
@@ -100,6 +102,8 @@ class GpuSpec:
             "note": self.note,
             "peak_tflops": dict(self.peak_tflops),
             "tflops_source": self.tflops_source,
+            "graph_node_us": self.graph_node_us,
+            "graph_node_source": self.graph_node_source,
         }
 
 
@@ -140,7 +144,11 @@ def load_table(path: str | Path | None = None) -> tuple[tuple[re.Pattern, GpuSpe
                 devices_per_package=int(entry.get("devices_per_package", 1)),
                 peak_tflops=tuple((str(k), float(v)) for k, v in dict(entry.get("peak_tflops", {})).items()),
                 tflops_source=entry.get("tflops_source"),
+                graph_node_us=float(entry["graph_node_us"]) if "graph_node_us" in entry else None,
+                graph_node_source=entry.get("graph_node_source"),
             )
+            if spec.graph_node_us is not None and (not _usable(spec.graph_node_us) or not spec.graph_node_source):
+                raise ValueError("graph_node_us must be a positive number, with a graph_node_source")
             if any(not _usable(v) for _, v in spec.peak_tflops) or (spec.peak_tflops and not spec.tflops_source):
                 raise ValueError("peak_tflops must be positive numbers, with a tflops_source")
             rx = re.compile(spec.pattern, re.IGNORECASE)
@@ -174,6 +182,18 @@ def lookup(name: str | None, *, table: str | Path | None = None) -> GpuSpec | No
         if rx.search(key):
             return spec
     return None
+
+
+def graph_node_us(name: str | None, *, table: str | Path | None = None) -> float | None:
+    """The GPU table's measured cost of one CUDA-graph node on ``name`` besides its GPU time (µs, unprofiled), the
+    one figure every graph what-if uses (the CUDA-graph lever, the plain step's re-cost); None where the table has
+    none for that GPU.
+
+    >>> graph_node_us("NVIDIA H100 80GB HBM3"), graph_node_us("NVIDIA H200"), graph_node_us("NVIDIA A100-SXM4-40GB")
+    (0.356, 0.411, None)
+    """
+    spec = lookup(name, table=table)
+    return spec.graph_node_us if spec else None
 
 
 def list_gpus(*, table: str | Path | None = None) -> list[GpuSpec]:
