@@ -346,21 +346,20 @@ def _not_structure(acts: pl.DataFrame, steps: int, forwards_per_step: float | No
 # (CUDA events around the draft, verify and draft-extend graphs, against the traced kernels of the same graphs)
 # give 0.32-0.41 us (median 0.37): the plain step without an unprofiled time re-costs the verify graph's gaps at it.
 UNPROFILED_NODE_GAP_US = 0.37
-# Per GPU the figure is the GPU table's graph_node_us (tracekit/data/gpus.toml, measured on eager/graph pairs: one
-# figure for every graph what-if); this one is the fallback for a GPU the table has none for. (The zoo's six
-# graph-replayed verify forwards on the H100 gave 0.21-0.37 us, median 0.29; the table's H100 figure is 0.356.)
+# Per GPU the figure is the GPU table's graph_node_gap_us (tracekit/data/gpus.toml: the H200's is this one; the
+# H100's, 0.29 us, the median of the zoo's six graph-replayed verify forwards, 0.21-0.37 us); this is the fallback.
 
 
 def node_gap_us(gpu_name: str | None) -> float:
-    """The unprofiled cost of a graph node on ``gpu_name``: the GPU table's ``graph_node_us`` (``tracekit.gpus``, the
-    one figure the CUDA-graph what-if uses too), else ``UNPROFILED_NODE_GAP_US``.
+    """The unprofiled gap between two nodes of one graph replay on ``gpu_name``: the GPU table's ``graph_node_gap_us``
+    (``tracekit.gpus``, beside the CUDA-graph what-if's ``graph_node_us``), else ``UNPROFILED_NODE_GAP_US``.
 
     >>> node_gap_us("NVIDIA H100 80GB HBM3"), node_gap_us("NVIDIA H200"), node_gap_us(None)
-    (0.356, 0.411, 0.37)
+    (0.29, 0.37, 0.37)
     """
-    from tracekit.gpus import graph_node_us
+    from tracekit.gpus import graph_node_gap_us
 
-    return graph_node_us(gpu_name) or UNPROFILED_NODE_GAP_US
+    return graph_node_gap_us(gpu_name) or UNPROFILED_NODE_GAP_US
 
 
 @dataclass(frozen=True)
