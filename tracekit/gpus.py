@@ -198,7 +198,7 @@ def graph_node_us(name: str | None, *, table: str | Path | None = None) -> float
     none for that GPU.
 
     >>> graph_node_us("NVIDIA H100 80GB HBM3"), graph_node_us("NVIDIA H200"), graph_node_us("NVIDIA A100-SXM4-40GB")
-    (0.356, 0.411, None)
+    (0.356, None, None)
     """
     spec = lookup(name, table=table)
     return spec.graph_node_us if spec else None

@@ -143,7 +143,9 @@ def test_gpu_table_node_cost_is_the_pairs_fit_and_holds_the_h100_pairs():
     rows = [gp.row(*p) for p in gp.pairs()]
     res = gp.fit(rows, 48)
     assert graph_node_us("NVIDIA H100 80GB HBM3") == pytest.approx(res["H100"]["node_us"], abs=5e-4)
-    assert graph_node_us("NVIDIA H200") == pytest.approx(res["H200"]["node_us"], abs=5e-4)
+    # the H200's pairs are not held within 5% by one figure (its speculative loops replay three graphs a step with
+    # host reads between them): no table figure, the what-if keeps its calibration there
+    assert graph_node_us("NVIDIA H200") is None and res["H200"]["worst_held_out"] > 0.05
     h100 = res["H100"]["pairs"]
     assert len(h100) >= 9 and sum(r["pair"].startswith("pair-") for r in h100) == 7
     for r in h100:
@@ -161,6 +163,8 @@ def test_both_graph_figures_live_in_the_gpu_table():
     for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
         spec = lookup(name)
         assert node_gap_us(name) == graph_node_gap_us(name) == spec.graph_node_gap_us
-        assert graph_node_us(name) == spec.graph_node_us > spec.graph_node_gap_us    # a whole step's fixed cost spread
-        assert "measured" in spec.graph_node_source and "measured" in spec.graph_node_gap_source
+        assert "measured" in spec.graph_node_gap_source
+    h100 = lookup("NVIDIA H100 80GB HBM3")
+    assert graph_node_us(h100.name) == h100.graph_node_us > h100.graph_node_gap_us     # a whole step's fixed cost spread
+    assert "measured" in h100.graph_node_source
     assert graph_node_gap_us("NVIDIA H200") == UNPROFILED_NODE_GAP_US
