@@ -14,6 +14,10 @@
 #    tests/data/ as nsys_stats/<KIND>-<path with / as __>.csv plus nsys_stats/index-<time>.toml (one [[ref]] per
 #    CSV: csv, trace = "KIND:<path under DIR>", nsys version); $OUT/nsys_stats.log says what ran and what failed.
 #    Every export is read from a throwaway copy under /tmp: nsys stats may add indexes to an export it reads.
+#    EXTRA_REPORTS="cuda_gpu_mem_time_sum cuda_api_sum nvtx_sum" (the `tracekit stats` tables,
+#    tests/results/test_stats.py) runs those reports in the same nsys stats call: each report's CSVs go to
+#    nsys_stats/<report>/<KIND>-<path>.csv with an index-<time>.toml of their own there (the kernel CSVs and their
+#    index stay where they were).
 set -u
 MODE=${1:-10M}; OUT=${2:-/tmp/nsys_stats_out}; mkdir -p "$OUT"
 NSYS=${NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}
@@ -53,10 +57,23 @@ for spec in "$@"; do
     slug=$kind-$(printf '%s' "$rel" | sed -e 's/\.sqlite\(\.gz\)\{0,1\}$//' -e 's#/#__#g' -e 's/[^A-Za-z0-9._-]/_/g')
     db=$WORK/$slug.sqlite
     case "$f" in *.gz) gzip -dc "$f" > "$db" ;; *) cp "$f" "$db" ;; esac
-    timeout "${STATS_TIMEOUT:-120}" "$NSYS" stats --report cuda_gpu_kern_sum --format csv --force-export=false \
-      --output "$WORK/$slug" "$db" > "$WORK/$slug.out" 2>&1
+    extra=(); for r in ${EXTRA_REPORTS:-}; do extra+=(--report "$r"); done
+    timeout "${STATS_TIMEOUT:-120}" "$NSYS" stats --report cuda_gpu_kern_sum "${extra[@]}" --format csv \
+      --force-export=false --output "$WORK/$slug" "$db" > "$WORK/$slug.out" 2>&1
     rc=$?
-    csv=$(ls "$WORK/$slug"*.csv 2>/dev/null | head -1)  # (nsys names it <prefix>_cuda_gpu_kern_sum.csv)
+    for r in ${EXTRA_REPORTS:-}; do  # (nsys names each <prefix>_<report>.csv)
+      rcsv=$(ls "$WORK/$slug"*"_$r".csv 2>/dev/null | head -1)
+      if [ -n "$rcsv" ] && [ -s "$rcsv" ]; then
+        mkdir -p "$STAGE/$r"
+        rindex=$STAGE/$r/$(basename "$INDEX")
+        [ -f "$rindex" ] || echo "# nsys stats --report $r --format csv (nsys ${VERSION:-unknown}); trace = KIND:path" > "$rindex"
+        mv "$rcsv" "$STAGE/$r/$slug.csv"
+        { echo; echo "[[ref]]"; echo "csv = \"tests/data/nsys_stats/$r/$slug.csv\""; echo "trace = \"$kind:$rel\""
+          echo "nsys = \"${VERSION:-unknown}\""; } >> "$rindex"
+        echo "ok   $kind:$rel -> $r/$slug.csv" >> "$LOG"
+      fi
+    done
+    csv=$(ls "$WORK/$slug"*_cuda_gpu_kern_sum.csv 2>/dev/null | head -1)
     if [ -n "$csv" ] && [ -s "$csv" ]; then
       mv "$csv" "$STAGE/$slug.csv"
       { echo; echo "[[ref]]"; echo "csv = \"tests/data/nsys_stats/$slug.csv\""; echo "trace = \"$kind:$rel\""

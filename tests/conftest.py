@@ -30,6 +30,15 @@ EXTERNAL_ENV = "TRACEKIT_EXTERNAL_TRACES"
 SHARED = Path(os.environ.get(EXTERNAL_ENV) or os.environ.get("TRACEKIT_SHARED_TRACES")
               or ROOT.parent / "shared" / "external_traces")
 _SKIP_TAG = "external trace not present"
+# The fuzz/property tests' budget: a twentieth in the fast tier, all of it in CI's slow tier (TRACEKIT_FULL_BUDGET=1).
+FULL_BUDGET = os.environ.get("TRACEKIT_FULL_BUDGET") == "1"
+
+
+def budget(n: int) -> int:
+    """A property test's example count: ``n`` with ``TRACEKIT_FULL_BUDGET=1`` (.ci/run's slow tier), else a twentieth."""
+    return n if FULL_BUDGET else max(5, n // 20)
+
+
 _SESSION_CACHE: dict[str, str | None] = {}  # the session's cache dir (and the $TRACEKIT_CACHE it replaced)
 
 
@@ -95,7 +104,35 @@ def sample_sqlite(name: str) -> Path:
     return out
 
 
+TIER_ENV = "TRACEKIT_TEST_TIER"   # "fast": the slow tier is left out (set once by the controlling process)
+
+
+def _runs_the_fast_tier(config) -> bool:
+    """``python -m pytest`` with no path and no ``-m``: the README's command, the fast tier. A path, a node id or a
+    ``-m`` expression runs what it names, slow tests included (so ``pytest tests/validation/test_zoo.py`` runs)."""
+    given_m = any(a == "-m" or (a.startswith("-m") and not a.startswith("--")) for a in config.invocation_params.args)
+    return config.args_source == pytest.Config.ArgsSource.TESTPATHS and not given_m
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fast tier leaves the tests marked ``slow`` out (reported as deselected); xdist's workers read the choice
+    their controller made from the environment they inherit."""
+    if os.environ.get(TIER_ENV) != "fast":
+        return
+    slow = [it for it in items if it.get_closest_marker("slow")]
+    if slow:
+        keep = [it for it in items if not it.get_closest_marker("slow")]
+        config.hook.pytest_deselected(items=slow)
+        items[:] = keep
+
+
 def pytest_configure(config):
+    if not hasattr(config, "workerinput"):   # the controlling process (or a run without xdist) decides the tier
+        os.environ[TIER_ENV] = "fast" if _runs_the_fast_tier(config) else "chosen"
+    _session_cache(config)
+
+
+def _session_cache(config):
     """The session's own cache dir (the readers decompress .sqlite.gz samples into it), for this process and the
     subprocesses tests start; removed at the end (pytest_unconfigure)."""
     _SESSION_CACHE["previous"] = os.environ.get("TRACEKIT_CACHE")

@@ -55,37 +55,43 @@ def _module_name(path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """tracekit module -> the tracekit modules it imports, anywhere in it (top level, inside functions, and
-    ``importlib.import_module("...")`` with a literal name); an import of a package's name edges to the package."""
-    mods = {_module_name(p): p for p in PKG.rglob("*.py")}
-    graph = {}
-    for name, path in mods.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        out = set()
-        tree = ast.parse(path.read_text())
-        # imports for type checkers only (`if TYPE_CHECKING:`) never run: no edge
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                       and getattr(block.test, "id", getattr(block.test, "attr", "")) == "TYPE_CHECKING"
-                       for stmt in block.body for n in ast.walk(stmt)}
-        for node in ast.walk(tree):
-            targets = []
-            if id(node) in typing_only:
-                continue
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(up + ([node.module] if node.module else []))
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
-            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
-                  and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-                targets = [node.args[0].value]
-            out |= {t for t in targets if t in mods and t != name}
-        graph[name] = out
-    return graph
+def modules() -> dict[str, object]:
+    """tracekit's module names -> their files."""
+    return {_module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def imports_in(name: str, source: str, mods, through_packages: bool = False) -> set[str]:
+    """The tracekit modules that module ``name`` (its ``source``) imports: see :func:`import_graph`."""
+    path = mods.get(name)
+    package = name if path is not None and path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([node.module] if node.module else []))
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods]
+            targets = subs + ([base] if through_packages or len(subs) < len(node.names) else [])
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            targets = [node.args[0].value]
+        out |= {t for t in targets if t in mods and t != name}
+    return out
+
+
+def import_graph(through_packages: bool = False) -> dict[str, set[str]]:
+    """tracekit module -> the tracekit modules it imports, anywhere in it (top level, inside functions, for type
+    checkers, and ``importlib.import_module("...")`` with a literal name). ``from P import x`` edges to ``P.x`` when
+    that is a module, else to P; ``through_packages`` (for the cycles): to P as well, since P's ``__init__`` runs
+    and ``x`` is looked up there, so that a submodule naming its own package that way (``from tracekit.server
+    import engines`` in ``tracekit.server.capture``, which ``tracekit.server`` imports) closes a cycle
+    (``import P.x as x`` names the module alone)."""
+    mods = modules()
+    return {name: imports_in(name, path.read_text(), mods, through_packages) for name, path in mods.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -117,9 +123,19 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_cycle_anywhere_in_tracekit():
-    graph = import_graph()
+    """No cycle among the modules, imports inside functions and for type checkers included, nor between a package
+    and its modules (issues 49, 50: tracekit.server <-> server.capture, readers.kineto <-> kineto.split,
+    model.checkpoint <-> model.step)."""
+    graph = import_graph(through_packages=True)
     assert "tracekit.cli.analysis" in graph["tracekit.cli"]  # the graph sees the registrations
+    assert "tracekit.model.checkpoint" in graph["tracekit.model.step"]  # ... and imports for type checkers
     assert cycles(graph) == []
+    # ... and a submodule naming its package (a function's import too) closes a cycle with the package's __init__
+    for source, line in (("tracekit/server/capture.py", "from tracekit.server import engines as eng"),
+                         ("tracekit/readers/kineto/split.py", "def f():\n    from tracekit.readers.kineto import stream")):
+        module = _module_name(ROOT / source)
+        extra = imports_in(module, line, modules(), through_packages=True)
+        assert cycles({**graph, module: graph[module] | extra}) != [], source
     # the detector does find one: the old cli.py <-> diffcmd.py pair (importlib by name one way)
     assert cycles({**graph, "tracekit.report.diff": graph["tracekit.report.diff"] | {"tracekit.cli"},
                    "tracekit.cli": graph["tracekit.cli"] | {"tracekit.report.diff"}}) != []
@@ -132,19 +148,22 @@ def test_no_import_cycle_anywhere_in_tracekit():
 # tracekit/analyses/  the pipeline's stages (attribution, partition, gaps, steady, phase, drafting, collectives,
 #                     communication, timebase, resolve, roofline, bytes, advice; verdicts: the levers' typed values
 #                     and their sentences): pure functions, typed values out
-# tracekit/results/   the typed result blocks per command (breakdown, info, kernels, ceiling, diff)
-# tracekit/run/       the pipeline (read -> ... -> result), several ranks, engines, the run history
+# tracekit/results/   the typed result blocks per command (breakdown, info, kernels, ceiling, diff, stats; several ranks: rankset)
+# tracekit/run/       the pipeline (read -> ... -> result), several ranks, engines, the run history, diff's two sides
 # tracekit/report/    renderers of the results' JSON; tracekit/__init__ the facade; tracekit/cli/ the commands
 STAGES = ("advice", "attribution", "bytes", "collectives", "communication", "drafting", "gaps", "partition", "phase",
           "resolve", "roofline", "speculation", "steady", "timebase", "verdicts")
-RESULTS = ("breakdown", "ceiling", "common", "diff", "info", "kernels")
-RUN = ("engines", "history", "pipeline", "ranks")
+RESULTS = ("breakdown", "ceiling", "common", "diff", "info", "kernels", "rankset", "stats")
+RUN = ("engines", "history", "pipeline", "ranks", "sides", "stats")
 FORMATS = ("nsys", "kineto")  # readers/<format>/, in the registry's order
-SHARED_READERS = ("api_names", "cache", "common")
+SHARED_READERS = ("api_names", "cache", "common", "paths")
 # The layers, lowest first. Imports point one way: a module imports only modules of its own layer or of a layer
 # below it (the core also holds tracekit.model and tracekit.__main__'s target is the command line).
-LAYERS = ("core", "tracekit.readers", "tracekit.analyses", "tracekit.results", "tracekit.run", "tracekit.report",
-          "tracekit", "tracekit.cli")
+LAYERS = ("core", "tracekit.readers", "tracekit.server", "tracekit.analyses", "tracekit.results", "tracekit.run",
+          "tracekit.report", "tracekit", "tracekit.cli")
+# the capture side (tracekit.capture: our decode loops; tracekit.server: a running server) lies above the readers:
+# it names the files it writes as their format does (tracekit.readers.of_profiler), and imports no analysis
+CAPTURE = ("tracekit.capture", "tracekit.server")
 # ... and besides the order, what a layer never imports although it lies below: the stages and the result blocks
 # never read files (readers), the renderers render the results' JSON and compute nothing (only the core)
 NEVER = {
@@ -162,6 +181,8 @@ def layer(module: str) -> int:
     """The index in :data:`LAYERS` of ``module``'s layer (the core: top-level modules and ``tracekit.model``)."""
     if module == "tracekit.__main__":
         return LAYERS.index("tracekit.cli")
+    if any(_under(module, c) for c in CAPTURE):
+        return LAYERS.index("tracekit.server")
     for i in range(len(LAYERS) - 1, 0, -1):
         if _under(module, LAYERS[i]):
             return i

@@ -4,18 +4,23 @@ Every command of the ``tracekit`` CLI is a thin wrapper over one function here (
 commands are over its library); each takes the trace first and its options by keyword:
 
 >>> import tracekit
->>> trace = tracekit.load("tests/data/nsys/pipit_saxpy_2022.2.sqlite")   # nsys SQLite or Kineto JSON
->>> b = tracekit.breakdown(trace, step_range="^saxpy$")                   # per-step split, roofline, advice
+>>> b = tracekit.breakdown("tests/data/nsys/pipit_saxpy_2022.2.sqlite", step_range="^saxpy$")   # a path...
 >>> b.steps["count"], round(b.steps["mean_ms"], 3)   # 5 ranges: the last has no following step
 (4, 255.715)
->>> tracekit.diff(b, b).to_dict()["delta"]["steps"]["mean_ms"]["abs"]   # two breakdowns side by side
+>>> trace = tracekit.load("tests/data/nsys/pipit_saxpy_2022.2.sqlite")   # ... or a loaded trace
+>>> tracekit.diff(trace, "tests/data/nsys/pipit_saxpy_2022.2.sqlite", step_range="^saxpy$").to_dict()[
+...     "delta"]["steps"]["mean_ms"]["abs"]   # two breakdowns side by side
 0.0
 
-``info``, ``kernels`` and ``history`` return the dicts their commands print with ``--format json`` (built from
-typed results: ``tracekit.results``); ``breakdown``, ``diff`` and ``ceiling`` return the typed results themselves,
-frozen dataclasses whose ``to_dict()`` is that JSON (``tracekit.contract``: written in one place). Their blocks
-read by attribute (``b.steps.count``) or, as the JSON's dicts do, by key (``b.steps["count"]``); a misspelt key
-raises ``KeyError``. Importing ``tracekit`` imports neither polars nor pyarrow: each function imports what it needs.
+Each analysis function (``info``, ``kernels``, ``breakdown``, ``diff``) takes a trace as a path (``str`` or
+``Path``), a directory of rank files, or a loaded :class:`~tracekit.trace.Trace`, and the command's options by their
+names (``step_range``, ``accept_len``, ``fail_on_regression``, ...). It returns a typed result whose ``to_dict()``
+is the command's ``--format json`` (``tracekit.contract``: written in one place): frozen dataclasses (``Breakdown``,
+``Diff``, ``Ceiling``, ``Info``, ``KernelSummary``) read by attribute (``b.steps.count``) or, as the JSON's dicts
+are, by key (``b.steps["count"]``; a misspelt key raises ``KeyError``); several rank files give a ``RankSet``
+(``breakdown``) or a ``RankReport`` (``info``, ``kernels``). ``history`` returns the dict its command prints.
+Errors the user can cause raise :class:`TracekitError` subclasses (the command's exit 2). Importing ``tracekit``
+imports neither polars nor pyarrow: each function imports what it needs.
 """
 
 from __future__ import annotations
@@ -39,7 +44,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from tracekit.results.breakdown import Breakdown
     from tracekit.results.ceiling import Ceiling
     from tracekit.results.diff import Diff
-    from tracekit.run.ranks import CrossRank
+    from tracekit.results.info import Info
+    from tracekit.results.kernels import KernelSummary
+    from tracekit.results.rankset import RankReport, RankSet
+    from tracekit.results.stats import Stats
     from tracekit.trace import Trace
 
 
@@ -61,8 +69,30 @@ def load(path: str | Path, *, kernel_dims: bool = True) -> Trace:
     return _load(path, kernel_dims=kernel_dims)
 
 
-def breakdown(trace: Trace, **options) -> Breakdown | CrossRank:
+def _files(trace) -> list | None:
+    """The trace files a path names (a directory: its rank files), or None for a loaded trace."""
+    import os
+
+    if isinstance(trace, (str, os.PathLike)):
+        from tracekit.run.sides import expand_trace_paths
+
+        return expand_trace_paths([trace])
+    if not (hasattr(trace, "kernels") and hasattr(trace, "meta")):
+        raise TracekitError(f"a trace path (str or Path), a directory of rank files or a loaded Trace, not "
+                            f"{type(trace).__name__}")
+    return None
+
+
+def _load_file(path) -> Trace:
+    """A trace file as the commands read it (no kernel grid dimensions: no analysis uses them)."""
+    return load(path, kernel_dims=False)
+
+
+def breakdown(trace: str | Path | Trace, **options) -> Breakdown | RankSet:
     """Per-decode-step breakdown of ``trace``: the split of each step's period, roofline and advice.
+
+    ``trace``: a trace file's path, a directory of rank files (every file a rank: the result is a
+    :class:`~tracekit.results.rankset.RankSet`, ``tracekit breakdown DIR``) or a loaded Trace.
 
     ``step_range`` / ``draft_range``: regexes (``re.search``) over range names marking a step / drafting
     (default: auto-detected steps, ``(?i)\\bdraft``); ``draft_range="none"`` turns drafting detection off (no
@@ -78,21 +108,33 @@ def breakdown(trace: Trace, **options) -> Breakdown | CrossRank:
     same names). The result's ``to_dict()`` is ``tracekit breakdown --format json``.
 
     ``all_devices=True``: every GPU of the trace is analysed as a rank (one nsys report of several ranks) and the
-    result is the rank set's :class:`~tracekit.run.ranks.CrossRank` (its ``report()`` is ``tracekit breakdown
-    --all-devices --format json``).
+    result is the rank set's :class:`~tracekit.results.rankset.RankSet` (its ``to_dict()`` is ``tracekit breakdown
+    --all-devices --format json``; ``.cross_rank`` the cross-rank object).
 
-    >>> b = breakdown(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), step_range="^saxpy$")
+    >>> b = breakdown("tests/data/nsys/pipit_saxpy_2022.2.sqlite", step_range="^saxpy$")
     >>> b.steps["marker"], round(b.per_step_ms["other"], 3), round(b.per_step_ms["idle"], 3)
     ('nvtx', 17.715, 238.0)
     """
+    from tracekit.results.rankset import RankSet
     from tracekit.run.pipeline import breakdown as _breakdown
 
     opts = bind_options(breakdown, AnalysisOptions, trace, **options)
+    files = _files(trace)
     if opts.all_devices:
         from tracekit.run.ranks import analyse_devices, cross_rank
 
-        return cross_rank(*analyse_devices(trace, opts))
-    return _breakdown(trace, **opts.analysis_kwargs())
+        if files is not None:
+            if len(files) != 1:
+                raise TracekitError("--all-devices takes one trace file")
+            trace = _load_file(files[0])
+        return RankSet(cross_rank(*analyse_devices(trace, opts)))
+    if files is None:
+        return _breakdown(trace, **opts.analysis_kwargs())
+    if len(files) == 1:
+        return breakdown_file(files[0], opts)
+    from tracekit.run.ranks import analyse_files, cross_rank
+
+    return RankSet(cross_rank(analyse_files(files, opts), None))
 
 
 breakdown.__signature__ = api_signature(breakdown, "breakdown")
@@ -101,54 +143,123 @@ breakdown.__signature__ = api_signature(breakdown, "breakdown")
 from tracekit.run.pipeline import breakdown_file  # noqa: E402  (one file in, one Breakdown out: tracekit.run.pipeline)
 
 
-def kernels(trace: Trace, *, device: int | None = None, top: int | None = None,
-            rules: str | Path | None = None) -> dict:
+def kernels(trace: str | Path | Trace, *, device: int | None = None, top: int | None = None,
+            rules: str | Path | None = None) -> KernelSummary | RankReport:
     """Every kernel name with its category, count, total and mean time and share (schema ``tracekit.kernels/1``).
 
-    Over all GPUs unless ``device`` is given (so totals equal ``nsys stats --report cuda_gpu_kern_sum``);
-    ``top``: only the N largest; ``rules``: a TOML file of extra kernel rules.
+    ``trace``: a path, a directory of rank files (a :class:`~tracekit.results.rankset.RankReport`: each rank's table
+    and kernel time per category per rank) or a loaded Trace. Over all GPUs unless ``device`` is given (so totals
+    equal ``nsys stats --report cuda_gpu_kern_sum``); ``top``: only the N largest; ``rules``: a TOML file of extra
+    kernel rules. ``to_dict()`` is ``tracekit kernels --format json``.
 
-    >>> k = kernels(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"))
+    >>> k = kernels("tests/data/nsys/pipit_saxpy_2022.2.sqlite")
     >>> [(r["name"], r["category"], r["count"], round(r["total_ms"], 3)) for r in k["kernels"]]
     [('saxpy(double *, double *, double *, double, int)', 'other', 5, 88.573)]
     """
     from tracekit.results.kernels import kernel_summary
 
-    return kernel_summary(trace, device=device, top=top, rules=rules).to_dict()
+    files = _files(trace)
+    if files is None or len(files) == 1:
+        t = trace if files is None else _load_file(files[0])
+        return kernel_summary(t, device=device, top=top, rules=rules)
+    from tracekit.results.rankset import RankReport
+    from tracekit.run.ranks import kernels_ranks
+
+    # the cross-rank totals are over every kernel; ``top`` only shortens each rank's list (as the command)
+    multi = kernels_ranks([kernel_summary(_load_file(p), device=device, rules=rules).to_dict() for p in files], files)
+    if top is not None:
+        multi["ranks"] = [{**r, "kernels": r["kernels"][:top]} for r in multi["ranks"]]
+    return RankReport(multi)
 
 
-def info(trace: Trace, *, device: int | None = None, top: int = 10) -> dict:
+def stats(trace: Trace | str | Path, *, device: int | None = None, rules: str | Path | None = None,
+          step_range: str | None = None, draft_range: str | None = None) -> Stats:
+    """The tables an ``nsys stats`` user looks for (schema ``tracekit.stats/1``): kernels, memcpy/memset, CUDA API
+    calls, NVTX ranges / annotations, GPU and stream utilisation, the kernel time outside the steps, and kernel time
+    by what launched it (``launched_by``). ``trace``: a loaded trace or a path. ``device`` restricts the GPU tables
+    (default: every GPU); ``step_range`` / ``draft_range`` as ``breakdown``'s (for the coverage). The result's
+    ``to_dict()`` is ``tracekit stats --format json``.
+
+    >>> s = stats("tests/data/nsys/pipit_saxpy_2022.2.sqlite", step_range="^saxpy$")
+    >>> [(r["name"], r["count"]) for r in s["api"][:2]], [(r.name, r.kernels) for r in s.launched_by["range"]]
+    ([('cudaMemcpy', 15), ('cudaHostRegister', 9)], [('saxpy', 5)])
+    """
+    from tracekit.run.stats import stats as _stats
+
+    if not hasattr(trace, "kernels"):
+        trace = load(trace)
+    return _stats(trace, device=device, rules=rules, step_range=step_range, draft_range=draft_range)
+
+
+def info(trace: str | Path | Trace, *, device: int | None = None, top: int = 10) -> Info | RankReport:
     """What is in ``trace`` (schema ``tracekit.info/1``): source, GPUs and their peak bandwidth, counts,
     graph trace mode, the ``top`` most frequent range names that launch GPU work (step candidates; also ranked by
     the kernel time they enclose, ``step_candidates``) and warnings. ``device`` restricts the GPU-side counts.
+    ``trace``: a path, a directory of rank files (a :class:`~tracekit.results.rankset.RankReport`) or a loaded
+    Trace; ``to_dict()`` is ``tracekit info --format json``.
 
-    >>> i = info(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), top=1)
-    >>> i["counts"], i["range_names"]  # (its 10 MPI_Send ranges launch nothing: no step candidate)
+    >>> i = info("tests/data/nsys/pipit_saxpy_2022.2.sqlite", top=1)
+    >>> i.to_dict()["counts"], i.to_dict()["range_names"]  # (its 10 MPI_Send ranges launch nothing: no step candidate)
     ({'kernels': 5, 'memops': 15, 'launches': 20, 'ranges': 22}, [{'pattern': 'saxpy', 'regex': '^saxpy$', 'count': 5}])
     """
     from tracekit.results.info import info as _info
 
-    return _info(trace, device=device, top=top).to_dict()
+    files = _files(trace)
+    if files is None or len(files) == 1:
+        return _info(trace if files is None else _load_file(files[0]), device=device, top=top)
+    from tracekit.results.rankset import RankReport
+    from tracekit.run.ranks import info_ranks
+
+    return RankReport(info_ranks([_info(_load_file(p), device=device, top=top).to_dict() for p in files]))
 
 
-def diff(base: Breakdown, new: Breakdown, *, fail_on_regression: float | str | None = None) -> Diff:
-    """Two breakdowns side by side: deltas per category and step statistic, the kernels that moved, and the advice
-    that changed. ``base``/``new`` may also be saved breakdowns or rank sets (``tracekit.results.diff.as_side``).
+def diff(base, new, *, fail_on_regression: float | str | None = None, base_measured_step_ms: float | None = None,
+         new_measured_step_ms: float | None = None, base_accept_len: float | None = None,
+         new_accept_len: float | None = None, base_device: int | None = None, new_device: int | None = None,
+         **options) -> Diff:
+    """Two breakdowns side by side: deltas per category and step statistic, the kernels that moved, the advice
+    that changed, per token when the two sides emit different tokens per step (``per_token``), and with
+    ``fail_on_regression`` the CI gate. ``to_dict()`` is ``tracekit diff BASE NEW --format json`` with the same
+    options (see ``tracekit.results.diff``).
 
-    ``fail_on_regression`` (percent: ``3``, ``"3%"``): add the CI gate (``gate``): failed when NEW's reference
-    step is slower by more than that *and* beyond the noise of the two sides' steps (``Diff.failed``; the
-    command's exit 3). ``to_dict()`` is ``tracekit diff --format json`` (see ``tracekit.results.diff``).
+    ``base`` / ``new``: each a trace path, a directory of rank files, a breakdown saved as JSON, a loaded Trace, or
+    an analysed result (a Breakdown, a RankSet). The analysis options (``step_range``, ``accept_len``, ``phase``,
+    ``device``, ...: those of :func:`breakdown` but the measured step) apply to both sides; ``base_*`` / ``new_*``
+    give one side its own unprofiled step (``base_measured_step_ms``), accept length (``new_accept_len``) or GPU.
 
-    >>> b = breakdown(load("tests/data/nsys/pipit_saxpy_2022.2.sqlite"), step_range="^saxpy$")
-    >>> d = diff(b, b, fail_on_regression="3%")
-    >>> d.to_dict()["delta"]["advice_changed"], d.gate.change_pct, d.failed
-    ([], 0.0, False)
+    ``fail_on_regression`` (percent: ``3``, ``"3%"``): ``gate.verdict`` is ``fail`` when NEW's reference step (per
+    token, where the sides emit different tokens per step) is slower by more than that *and* beyond the noise,
+    ``inconclusive`` when it is slower by more than that but the noise cannot tell, else ``pass``;
+    ``Diff.exit_code`` is the command's exit code (3, 4, 0).
+
+    >>> d = diff("tests/data/nsys/pipit_saxpy_2022.2.sqlite", "tests/data/nsys/pipit_saxpy_2022.2.sqlite",
+    ...          step_range="^saxpy$", fail_on_regression="3%")
+    >>> d.to_dict()["delta"]["advice_changed"], d.gate.change_pct, d.gate.verdict, d.exit_code
+    ([], 0.0, 'pass', 0)
     """
-    from tracekit.results.diff import diff as _diff
-    from tracekit.results.diff import parse_threshold
+    from tracekit.run.sides import diff_sides
 
-    threshold = None if fail_on_regression is None else parse_threshold(fail_on_regression)
-    return _diff(base, new, fail_on_regression=threshold)
+    opts = bind_options(diff, AnalysisOptions, base, new, **options)
+    return diff_sides(base, new, opts, fail_on_regression=fail_on_regression,
+                      base_changes={"measured_step_ms": base_measured_step_ms, "accept_len": base_accept_len,
+                                    "device": base_device},
+                      new_changes={"measured_step_ms": new_measured_step_ms, "accept_len": new_accept_len,
+                                   "device": new_device})
+
+
+def _diff_signature():
+    """``diff``'s signature: its own keywords, then the analysis options both sides share (``breakdown``'s, but the
+    measured step: each side has its own)."""
+    import inspect
+
+    sig = inspect.signature(diff)
+    own = [p for p in sig.parameters.values() if p.kind != p.VAR_KEYWORD]
+    shared = [p for p in api_signature(breakdown, "breakdown").parameters.values()
+              if p.kind == p.KEYWORD_ONLY and not p.name.startswith("measured_") and p.name != "all_devices"]
+    return sig.replace(parameters=own + shared)
+
+
+diff.__signature__ = _diff_signature()
 
 
 def ceiling(**options) -> Ceiling:
@@ -190,5 +301,5 @@ def history(db: str | Path, *, path_contains: str | None = None, last: int | Non
     return _history(db, path_contains=path_contains, last=last)
 
 
-__all__ = ["load", "breakdown", "breakdown_file", "kernels", "info", "diff", "ceiling", "history",
+__all__ = ["load", "breakdown", "breakdown_file", "kernels", "stats", "info", "diff", "ceiling", "history",
            "AnalysisOptions", "CeilingOptions", "DEFAULT_DRAFT_RANGE", "TracekitError", "__version__"]

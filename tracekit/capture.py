@@ -35,7 +35,7 @@ from pathlib import Path
 import click
 
 from tracekit.contract import MANIFEST_SCHEMA  # ("tracekit.manifest/1", named once there)
-from tracekit.errors import TracekitError
+from tracekit.errors import BadOptionValue, CaptureFailed, ConflictingOptions, ToolMissing, TracekitError
 
 MANIFEST_KEYS = ("schema", "workload", "profiler", "mode", "steps", "gpu_name", "peak_bw_gbps",
                  "weight_bytes_per_step", "dtype", "tp", "spec", "tokens_per_step", "unprofiled_step_ms",
@@ -88,12 +88,12 @@ def find_nsys(explicit: str | None = None, env: dict | None = None, globs=None) 
     if explicit:
         if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
             return explicit
-        raise TracekitError(f"--nsys {explicit}: no executable there; give the path of the nsys binary")
+        raise ToolMissing(f"--nsys {explicit}: no executable there; give the path of the nsys binary")
     if env.get("NSYS"):
         p = env["NSYS"]
         if os.path.isfile(p) and os.access(p, os.X_OK):
             return p
-        raise TracekitError(f"$NSYS={p}: no executable there; fix or unset NSYS, or pass --nsys PATH")
+        raise ToolMissing(f"$NSYS={p}: no executable there; fix or unset NSYS, or pass --nsys PATH")
     on_path = shutil.which("nsys", path=env.get("PATH"))
     if on_path:
         return on_path
@@ -101,7 +101,7 @@ def find_nsys(explicit: str | None = None, env: dict | None = None, globs=None) 
         for hit in sorted(glob.glob(pattern), key=_version_key, reverse=True):
             if os.path.isfile(hit) and os.access(hit, os.X_OK):
                 return hit
-    raise TracekitError(
+    raise ToolMissing(
         "nsys not found (looked at $NSYS, PATH and /opt/nvidia/nsight-systems/*/bin, "
         "/opt/nvidia/nsight-compute/*/host/target-linux-x64); install Nsight Systems or pass --nsys PATH"
     )
@@ -120,23 +120,37 @@ def nsys_profile_cmd(nsys: str, out_dir: Path, workload_cmd: list[str], graph_tr
                      trace: str = "cuda,nvtx") -> list[str]:
     """``nsys profile`` with the flags decode analysis needs."""
     if graph_trace not in ("node", "graph"):
-        raise TracekitError(f"--nsys-graph-trace {graph_trace}: use node or graph")
+        raise BadOptionValue(f"--nsys-graph-trace {graph_trace}: use node or graph")
     return [nsys, "profile", "-t", trace, f"--cuda-graph-trace={graph_trace}",
             "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
             "--trace-fork-before-exec=true", "--force-overwrite=true",
             "-o", str(Path(out_dir) / "trace"), *workload_cmd]
 
 
+TRACE = "trace"  # the stem of a capture's trace files; their suffixes are their format's (tracekit.readers)
+
+
+def trace_name(profiler: str, form: str = "extension") -> str:
+    """The name of a capture's trace file for ``profiler`` (``nsys``, ``torch``): ``form`` ``"extension"``
+    (trace.sqlite), ``"compressed"`` (trace.sqlite.gz, trace.json.gz) or ``"report"`` (trace.nsys-rep), as the
+    format that reads it names them (:func:`tracekit.readers.of_profiler`; imported here, not at the top: ``tracekit
+    capture --help`` loads no reader)."""
+    from tracekit.readers import of_profiler
+
+    fmt = of_profiler(profiler)
+    return TRACE + (fmt.suffixes[0] if form == "report" else getattr(fmt, form))
+
+
 def nsys_export_cmd(nsys: str, out_dir: Path) -> list[str]:
     out_dir = Path(out_dir)
-    return [nsys, "export", "--type", "sqlite", "-o", str(out_dir / "trace.sqlite"),
-            str(out_dir / "trace.nsys-rep")]
+    return [nsys, "export", "--type", "sqlite", "-o", str(out_dir / trace_name("nsys")),
+            str(out_dir / trace_name("nsys", "report"))]
 
 
 def workload_script(name: str) -> Path:
     """``<repo>/capture/X.py`` next to this package, else the installed ``tracekit.workloads``."""
     if name not in WORKLOADS:
-        raise TracekitError(f"--workload {name}: use one of {', '.join(sorted(WORKLOADS))}")
+        raise BadOptionValue(f"--workload {name}: use one of {', '.join(sorted(WORKLOADS))}")
     fname = WORKLOADS[name]
     repo = Path(__file__).resolve().parent.parent / "capture" / fname
     if repo.is_file():
@@ -149,7 +163,7 @@ def workload_script(name: str) -> Path:
             return Path(str(p))
     except (ImportError, ModuleNotFoundError, TypeError):
         pass
-    raise TracekitError(f"workload script {fname} not found (neither capture/{fname} nor tracekit.workloads)")
+    raise ToolMissing(f"workload script {fname} not found (neither capture/{fname} nor tracekit.workloads)")
 
 
 def launch_prefix(tp: int | None, python: str | None = None) -> list[str]:
@@ -160,7 +174,7 @@ def launch_prefix(tp: int | None, python: str | None = None) -> list[str]:
     if tp is None:
         return [py]
     if tp < 1:
-        raise TracekitError(f"--tp {tp}: must be >= 1")
+        raise BadOptionValue(f"--tp {tp}: must be >= 1")
     return [py, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={tp}"]
 
 
@@ -172,15 +186,15 @@ def tp_args(workload: str, tp: int | None, allreduce: str | None) -> list[str]:
     if tp is None and workload == "synthetic" and allreduce in ("none", "symm", *ALLREDUCE_CHOICES):
         return ["--allreduce", allreduce]
     if allreduce is not None and allreduce not in ALLREDUCE_CHOICES:
-        raise TracekitError(f"--allreduce {allreduce}: use one of {', '.join(ALLREDUCE_CHOICES)}")
+        raise BadOptionValue(f"--allreduce {allreduce}: use one of {', '.join(ALLREDUCE_CHOICES)}")
     if workload == "sglang":
         if allreduce is not None:
-            raise TracekitError("--allreduce is for --workload hf|synthetic; SGLang picks its own all-reduce "
+            raise ConflictingOptions("--allreduce is for --workload hf|synthetic; SGLang picks its own all-reduce "
                                 "(pass --disable-custom-all-reduce to the engine for NCCL)")
         return ["--tp", str(tp)] if tp is not None else []
     if tp is None:
         if allreduce is not None:
-            raise TracekitError(f"--allreduce {allreduce} needs --tp N (--tp 1: a process group of size 1)")
+            raise ConflictingOptions(f"--allreduce {allreduce} needs --tp N (--tp 1: a process group of size 1)")
         return []
     return ["--tp", str(tp), "--allreduce", allreduce or "nccl"]
 
@@ -198,7 +212,10 @@ def rank_file(path: Path, rank: int, world_size: int) -> Path:
     path = Path(path)
     if world_size <= 1:
         return path
-    for ext in (".json.gz", ".json", ".gz"):
+    from tracekit.readers import of_profiler
+
+    kineto = of_profiler("torch")  # (the facts file is JSON too)
+    for ext in (kineto.compressed, kineto.extension, ".gz"):
         if path.name.endswith(ext):
             return path.with_name(f"{path.name[:-len(ext)]}.rank{rank}{ext}")
     return path.with_name(f"{path.name}.rank{rank}")
@@ -217,7 +234,7 @@ def workload_cmd(script: Path, *, profiler: str, steps: int, mode: str | None, s
     if spec:
         cmd += ["--spec", str(spec)]
     if profiler == "torch":
-        cmd += ["--trace-out", str(out_dir / "trace.json.gz")]
+        cmd += ["--trace-out", str(out_dir / trace_name("torch", "compressed"))]
     return cmd + tp_args(workload or "", tp, allreduce) + list(extra)
 
 
@@ -229,9 +246,9 @@ def missing_modules(python: str, modules) -> list[str]:
     try:
         out = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.SubprocessError) as e:
-        raise TracekitError(f"cannot run the workload's Python {python}: {e}")
+        raise ToolMissing(f"cannot run the workload's Python {python}: {e}")
     if out.returncode != 0:
-        raise TracekitError(f"the workload's Python {python} failed to start (exit {out.returncode})")
+        raise CaptureFailed(f"the workload's Python {python} failed to start (exit {out.returncode})")
     return [m for m in out.stdout.strip().split(",") if m]
 
 
@@ -241,7 +258,7 @@ def check_workload_python(workload: str, python: str | None = None) -> None:
     py = python or sys.executable
     missing = missing_modules(py, WORKLOAD_MODULES.get(workload, ("torch",)))
     if missing:
-        raise TracekitError(
+        raise ToolMissing(
             f"--workload {workload} needs {' and '.join(missing)}, which {py} cannot import; run tracekit capture "
             f"on the GPU host with the Python that has {missing[0]} installed (pip install {missing[0]})")
 
@@ -255,7 +272,7 @@ def trace_files_of(out: Path, names) -> list[dict]:
     for n in names:
         p = Path(out) / n
         if p.is_file():
-            entries += trace_file_entries(p)
+            entries += trace_file_entries(p, gunzipped=p.name.endswith(trace_name("nsys", "compressed")))
     return entries
 
 
@@ -268,9 +285,9 @@ def gzip_capture_export(out: Path, keep_plain: bool = False) -> dict:
     out = Path(out)
     mp = out / "manifest.json"
     m = json.loads(mp.read_text())
-    if (out / "trace.sqlite").is_file():
-        gzip_export(out / "trace.sqlite", keep=keep_plain)
-    names = ["trace.sqlite.gz", *(["trace.sqlite"] if keep_plain else []), "trace.nsys-rep"]
+    if (out / trace_name("nsys")).is_file():
+        gzip_export(out / trace_name("nsys"), keep=keep_plain)
+    names = [trace_name("nsys", "compressed"), *([trace_name("nsys")] if keep_plain else []), trace_name("nsys", "report")]
     entries = trace_files_of(out, names)
     seen, uniq = set(), []
     for e in entries:           # trace.sqlite appears twice when kept: once from the .gz, once itself
@@ -338,9 +355,9 @@ def _run(cmd: list[str], what: str, env: dict | None = None) -> None:
     try:
         rc = subprocess.run(cmd, env=env).returncode
     except OSError as e:
-        raise TracekitError(f"{what}: cannot run {cmd[0]}: {e.strerror or e}")
+        raise CaptureFailed(f"{what}: cannot run {cmd[0]}: {e.strerror or e}")
     if rc != 0:
-        raise TracekitError(f"{what} failed with exit code {rc} (command: {shlex.join(cmd)})")
+        raise CaptureFailed(f"{what} failed with exit code {rc} (command: {shlex.join(cmd)})")
 
 
 def capture(*, workload: str, profiler: str, out: Path, steps: int = 16, mode: str = "eager",
@@ -356,7 +373,7 @@ def capture(*, workload: str, profiler: str, out: Path, steps: int = 16, mode: s
     script = workload_script(workload)
     tp_args(workload, tp, allreduce)   # argument errors before anything runs
     if profiler not in ("nsys", "torch"):
-        raise TracekitError(f"--profiler {profiler}: use nsys or torch")
+        raise BadOptionValue(f"--profiler {profiler}: use nsys or torch")
     nsys_bin = find_nsys(nsys) if profiler == "nsys" else None
     check_workload_python(workload, python)
     created = not out.exists()
@@ -377,38 +394,38 @@ def _capture_into(out: Path, *, script: Path, workload: str, profiler: str, step
                         extra=list(extra), python=python, tp=tp, allreduce=allreduce)
     world = tp if (tp is not None and workload in TP_WORKLOADS) else 1
     facts_paths = [rank_file(out / FACTS_FILE, r, world) for r in range(world)]
-    traces = [rank_file(out / "trace.json.gz", r, world) for r in range(world)]
+    traces = [rank_file(out / trace_name("torch", "compressed"), r, world) for r in range(world)]
     for f in (*facts_paths, *(traces if profiler == "torch" else ())):
         if f.exists():
             f.unlink()
     env = worker_env()
     nsys_ver = None
     if profiler == "nsys":
-        for f in ("trace.nsys-rep", "trace.sqlite"):
+        for f in (trace_name("nsys", "report"), trace_name("nsys")):
             if (out / f).exists():
                 (out / f).unlink()
         nsys_ver = nsys_version(nsys_bin)
         _run(nsys_profile_cmd(nsys_bin, out, wcmd, graph_trace=nsys_graph_trace), "nsys profile", env)
-        if not (out / "trace.nsys-rep").exists():
-            raise TracekitError(
-                f"nsys wrote no {out / 'trace.nsys-rep'}: the workload never called cudaProfilerStart "
+        if not (out / trace_name("nsys", "report")).exists():
+            raise CaptureFailed(
+                f"nsys wrote no {out / trace_name('nsys', 'report')}: the workload never called cudaProfilerStart "
                 "(did it reach the profiled steps?)")
         _run(nsys_export_cmd(nsys_bin, out), "nsys export", env)
-        if not (out / "trace.sqlite").exists():
-            raise TracekitError(f"nsys export wrote no {out / 'trace.sqlite'}")
+        if not (out / trace_name("nsys")).exists():
+            raise CaptureFailed(f"nsys export wrote no {out / trace_name('nsys')}")
     elif profiler == "torch":
         _run(wcmd, f"workload {script.name}", env)
         for t in traces:
             if not t.exists():
-                raise TracekitError(f"workload wrote no {t}")
+                raise CaptureFailed(f"workload wrote no {t}")
     else:
-        raise TracekitError(f"--profiler {profiler}: use nsys or torch")
+        raise BadOptionValue(f"--profiler {profiler}: use nsys or torch")
     per_rank = []
     for fp in facts_paths:
         try:
             per_rank.append(json.loads(fp.read_text()))
         except (OSError, ValueError) as e:
-            raise TracekitError(f"workload wrote no usable facts file {fp}: {e}")
+            raise CaptureFailed(f"workload wrote no usable facts file {fp}: {e}")
     facts = merge_rank_facts(per_rank)
     command = argv if argv is not None else ["tracekit", "capture", "--workload", workload, "--profiler", profiler,
                                              "--out", str(out), "--steps", str(steps), "--mode", mode,
@@ -421,7 +438,7 @@ def _capture_into(out: Path, *, script: Path, workload: str, profiler: str, step
         manifest["nsys_graph_trace"] = nsys_graph_trace
     if world > 1 and profiler == "torch":
         manifest["rank_traces"] = [t.name for t in traces]
-    names = ["trace.sqlite", "trace.nsys-rep"] if profiler == "nsys" else [t.name for t in traces]
+    names = [trace_name("nsys"), trace_name("nsys", "report")] if profiler == "nsys" else [t.name for t in traces]
     manifest["trace_files"] = trace_files_of(out, names)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     for fp in facts_paths:

@@ -44,13 +44,15 @@ GAP_CAUSES: tuple[str, ...] = ("launch_overhead", "host_stalls", "graph_bubbles"
 # advice keys, display order (the contract's).
 LEVERS: tuple[str, ...] = ("cuda_graphs", "communication", "host_work", "drafting", "memory_bandwidth")
 # How the headline names pulling each lever: what it removes, in the words of the gaps table.
+# Each is what to do (never a negation such as "no host work").
 LEVER_NAMES: dict[str, str] = {"cuda_graphs": "CUDA graphs", "communication": "faster collectives",
-                               "host_work": "no host work", "drafting": "no drafting",
-                               "memory_bandwidth": "fewer bytes per step"}
+                               "host_work": "move host work off the critical path",
+                               "drafting": "decode without speculation", "memory_bandwidth": "fewer bytes per step"}
 # host_work's name by which of its two gaps it removes (gaps.host_stalls, gaps.between_steps, or both).
-HOST_WORK_NAMES: dict[str, str] = {"host_stalls": "no host stalls inside the step",
-                                   "between_steps": "no host work between steps",
-                                   "both": "no host stalls or host work between steps"}
+HOST_WORK_NAMES: dict[str, str] = {"host_stalls": "move the host stalls inside the step off the critical path",
+                                   "between_steps": "move the host work between steps off the critical path",
+                                   "both": "move the host stalls and the host work between steps off the critical "
+                                           "path"}
 # Why a step is excluded: the keys of steps.excluded_reasons, in the order they are counted (the contract's).
 NO_GPU_WORK = "no GPU work"
 CUT_BY_WINDOW = "cut by capture window"

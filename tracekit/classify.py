@@ -44,7 +44,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.categories import KERNEL_CATEGORIES
-from tracekit.errors import TracekitError
+from tracekit.errors import BadRulesFile
 from tracekit.text import one_line
 
 if sys.version_info >= (3, 11):
@@ -126,12 +126,12 @@ def load_rules(extra: str | Path | None = None) -> Rules:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise TracekitError(f"rules file {path} not found; pass an existing TOML file to --rules") from None
+        raise BadRulesFile(f"rules file {path} not found; pass an existing TOML file to --rules") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise TracekitError(f"cannot read rules file {path}: {one_line(e)}") from None
+        raise BadRulesFile(f"cannot read rules file {path}: {one_line(e)}") from None
     mine, mine_ops = _parse_tables(text, str(path))
     if not mine and not mine_ops:
-        raise TracekitError(f"{path}: no [[rule]] or [[op]] tables; see docs/taxonomy.md for the format")
+        raise BadRulesFile(f"{path}: no [[rule]] or [[op]] tables; see docs/taxonomy.md for the format")
     ids = {r.id for r in mine}
     kept = tuple(r for r in shipped.rules if r.id not in ids)
     op_ids = {r.id for r in mine_ops}
@@ -357,16 +357,16 @@ def _parse_tables(text: str, origin: str) -> tuple[tuple[Rule, ...], tuple[Rule,
     try:
         doc = _toml.loads(text)
     except _toml.TOMLDecodeError as e:
-        raise TracekitError(f"{origin}: invalid TOML: {one_line(e)}") from None
+        raise BadRulesFile(f"{origin}: invalid TOML: {one_line(e)}") from None
     if set(doc) - set(_TABLES):
         bad = ", ".join(sorted(set(doc) - set(_TABLES)))
-        raise TracekitError(f"{origin}: unexpected top-level key(s) {bad}; a rules file holds only [[rule]] and "
+        raise BadRulesFile(f"{origin}: unexpected top-level key(s) {bad}; a rules file holds only [[rule]] and "
                             "[[op]] tables")
     out: dict[str, tuple[Rule, ...]] = {}
     for table in _TABLES:
         raw = doc.get(table, [])
         if not isinstance(raw, list):
-            raise TracekitError(f"{origin}: '{table}' must be an array of tables: write each {table} as [[{table}]]")
+            raise BadRulesFile(f"{origin}: '{table}' must be an array of tables: write each {table} as [[{table}]]")
         seen: set[str] = set()
         out[table] = tuple(_make_rule(entry, i, origin if table == "rule" else f"{origin} [[op]]", seen)
                            for i, entry in enumerate(raw, 1))
@@ -376,32 +376,32 @@ def _parse_tables(text: str, origin: str) -> tuple[tuple[Rule, ...], tuple[Rule,
 def _make_rule(entry: Any, i: int, origin: str, seen: set[str]) -> Rule:
     where = f"{origin}: rule #{i}"
     if not isinstance(entry, dict):
-        raise TracekitError(f"{where} is not a table; write it as [[rule]] with keys {', '.join(_FIELDS)}")
+        raise BadRulesFile(f"{where} is not a table; write it as [[rule]] with keys {', '.join(_FIELDS)}")
     rid = entry.get("id")
     if isinstance(rid, str) and rid:
         where = f"{origin}: rule {rid!r} (#{i})"
     missing = [k for k in ("id", "category", "pattern") if k not in entry]
     if missing:
-        raise TracekitError(f"{where}: missing key(s) {', '.join(missing)}")
+        raise BadRulesFile(f"{where}: missing key(s) {', '.join(missing)}")
     unknown = sorted(set(entry) - set(_FIELDS) - {"note"})
     if unknown:
-        raise TracekitError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(_FIELDS)}, note")
+        raise BadRulesFile(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(_FIELDS)}, note")
     for key in ("id", "category", "sub", "source"):
         if key in entry and not isinstance(entry[key], str):
-            raise TracekitError(f"{where}: {key} must be a string")
+            raise BadRulesFile(f"{where}: {key} must be a string")
     if not rid:
-        raise TracekitError(f"{where}: id must be a non-empty string")
+        raise BadRulesFile(f"{where}: id must be a non-empty string")
     if rid in seen:
-        raise TracekitError(f"{where}: duplicate id {rid!r}; give every rule its own id")
+        raise BadRulesFile(f"{where}: duplicate id {rid!r}; give every rule its own id")
     seen.add(rid)
     cat = entry["category"]
     if cat not in CATEGORIES:
-        raise TracekitError(f"{where}: unknown category {cat!r}; use one of {', '.join(CATEGORIES)}")
+        raise BadRulesFile(f"{where}: unknown category {cat!r}; use one of {', '.join(CATEGORIES)}")
     pattern = _join_pattern(entry["pattern"], where)
     try:
         regex = re.compile(pattern)
     except re.error as e:
-        raise TracekitError(f"{where}: invalid regex {pattern!r}: {one_line(e)}") from None
+        raise BadRulesFile(f"{where}: invalid regex {pattern!r}: {one_line(e)}") from None
     return Rule(
         id=rid,
         category=cat,
@@ -419,9 +419,9 @@ def _join_pattern(value: Any, where: str) -> str:
     elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         alts = value
     else:
-        raise TracekitError(f"{where}: pattern must be a regex string or a non-empty list of regex strings")
+        raise BadRulesFile(f"{where}: pattern must be a regex string or a non-empty list of regex strings")
     if any(not a for a in alts):
-        raise TracekitError(f"{where}: empty pattern would match every name; write a regex")
+        raise BadRulesFile(f"{where}: empty pattern would match every name; write a regex")
     if len(alts) == 1:
         return alts[0]
     # Inline flags such as (?i) must lead the whole regex in Python >= 3.11; each alternative keeps

@@ -48,6 +48,7 @@ BREAKDOWN_SCHEMA = "tracekit.breakdown/3"
 DIFF_SCHEMA = "tracekit.diff/3"
 INFO_SCHEMA = "tracekit.info/1"
 KERNELS_SCHEMA = "tracekit.kernels/1"
+STATS_SCHEMA = "tracekit.stats/1"
 CEILING_SCHEMA = "tracekit.ceiling/1"
 HISTORY_SCHEMA = "tracekit.history/2"
 MANIFEST_SCHEMA = "tracekit.manifest/1"
@@ -241,5 +242,5 @@ def to_json(obj) -> str:
 
 
 __all__ = ["Block", "to_dict", "to_json", "internal", "tagged", "extension", "flattened", "BREAKDOWN_SCHEMA", "DIFF_SCHEMA",
-           "INFO_SCHEMA", "KERNELS_SCHEMA", "CEILING_SCHEMA", "HISTORY_SCHEMA", "MANIFEST_SCHEMA",
+           "INFO_SCHEMA", "KERNELS_SCHEMA", "STATS_SCHEMA", "CEILING_SCHEMA", "HISTORY_SCHEMA", "MANIFEST_SCHEMA",
            "MANIFEST_V2_SCHEMA"]

@@ -3,15 +3,13 @@
 The data lives in ``tracekit/data/gpus.toml`` (ordered regex patterns, most specific
 first, each with its datasheet ``source`` and ``tflops_source``); this module loads it once, matches the
 names traces report (``'NVIDIA H200'``, ``'NVIDIA A100-SXM4-40GB'``,
-``'Tesla V100-SXM2-32GB'``, ``'AMD Instinct MI300X'``, ...) and implements the
-contract's precedence for peak bandwidth: flag > manifest > trace > table, and for peak TFLOP/s: flag > table.
+``'Tesla V100-SXM2-32GB'``, ``'AMD Instinct MI300X'``, ...). The precedence of the flags, the manifest and the
+trace over the table is :mod:`tracekit.analyses.resolve`'s (``peak_bandwidth``, ``peak_tflops``).
 
 >>> lookup("NVIDIA A100-SXM4-40GB").peak_bw_gbps
 1555.0
->>> resolve_peak_bw(None, None, None, "NVIDIA H200")
-(4800.0, 'table')
->>> resolve_peak_tflops(None, "NVIDIA H100 80GB HBM3", "bf16")[:2], resolve_peak_tflops(None, "NVIDIA B200", "nvfp4")[:2]
-((989.0, 'table'), (9000.0, 'table'))
+>>> lookup("NVIDIA H100 80GB HBM3").tflops("bf16")
+(989.0, 'bf16')
 """
 
 from __future__ import annotations
@@ -22,17 +20,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
 
 try:  # Python >= 3.11
     import tomllib
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from tracekit.errors import TracekitError
-
-PeakBwSource = Literal["flag", "manifest", "trace", "table"]
-PeakTflopsSource = Literal["flag", "table"]
+from tracekit.errors import BadGpuTable
 
 # The peak a GEMM runs at, by the dtype of its weights (a user's --dtype, a checkpoint's, a trace's operand type):
 # the keys of an entry's peak_tflops it reads, first found wins. Weight-only integer quantization (GPTQ/AWQ int4,
@@ -132,7 +126,7 @@ def load_table(path: str | Path | None = None) -> tuple[tuple[re.Pattern, GpuSpe
             raw = Path(path).read_bytes()
         data = tomllib.loads(raw.decode("utf-8"))
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise TracekitError(f"cannot read GPU table {path or 'gpus.toml'}: {e}") from e
+        raise BadGpuTable(f"cannot read GPU table {path or 'gpus.toml'}: {e}") from e
     rows = []
     for i, entry in enumerate(data.get("gpu", [])):
         try:
@@ -161,7 +155,7 @@ def load_table(path: str | Path | None = None) -> tuple[tuple[re.Pattern, GpuSpe
                 raise ValueError("peak_tflops must be positive numbers, with a tflops_source")
             rx = re.compile(spec.pattern, re.IGNORECASE)
         except (KeyError, TypeError, ValueError, re.error) as e:
-            raise TracekitError(f"GPU table {path or 'gpus.toml'}: entry {i + 1} is invalid ({e!r})") from e
+            raise BadGpuTable(f"GPU table {path or 'gpus.toml'}: entry {i + 1} is invalid ({e!r})") from e
         rows.append((rx, spec))
     return tuple(rows)
 
@@ -222,63 +216,6 @@ def list_gpus(*, table: str | Path | None = None) -> list[GpuSpec]:
 
 def _usable(x: float | None) -> bool:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x) and x > 0
-
-
-def resolve_peak_bw(
-    flag: float | None,
-    manifest: float | None,
-    trace: float | None,
-    name: str | None,
-    *,
-    table: str | Path | None = None,
-) -> tuple[float | None, PeakBwSource | None]:
-    """Peak memory bandwidth (GB/s) and where it came from: flag > manifest > trace > table.
-
-    A missing, zero, negative or NaN manifest/trace value is skipped (nsys writes 0 when
-    it does not know); a bad ``flag`` is the user's error and raises ``TracekitError``.
-    The table gives one device's share (an MI250 GCD gets half the package figure).
-
-    >>> resolve_peak_bw(900.0, 1000.0, 4800.0, "NVIDIA H200")
-    (900.0, 'flag')
-    >>> resolve_peak_bw(None, None, 0.0, "NVIDIA H200")
-    (4800.0, 'table')
-    >>> resolve_peak_bw(None, None, None, None)
-    (None, None)
-    """
-    if flag is not None:
-        if not _usable(flag):
-            raise TracekitError(f"--peak-bw must be a positive number of GB/s, got {flag!r}")
-        return float(flag), "flag"
-    if _usable(manifest):
-        return float(manifest), "manifest"
-    if _usable(trace):
-        return float(trace), "trace"
-    spec = lookup(name, table=table)
-    if spec is not None:
-        return float(spec.device_bw_gbps), "table"
-    return None, None
-
-
-def resolve_peak_tflops(flag: float | None, name: str | None, dtype: str | None, *,
-                        table: str | Path | None = None) -> tuple[float | None, PeakTflopsSource | None, str | None]:
-    """Dense peak TFLOP/s for GEMMs of ``dtype`` on the GPU ``name``, where it came from (flag > table) and the
-    table key used (None for the flag); ``(None, None, None)`` when neither gives one. A multi-die package's
-    device gets its share, as for bandwidth. A bad ``flag`` raises ``TracekitError``.
-
-    >>> resolve_peak_tflops(500.0, "NVIDIA H200", "bf16"), resolve_peak_tflops(None, "NVIDIA GB10", "bf16")
-    ((500.0, 'flag', None), (None, None, None))
-    """
-    if flag is not None:
-        if not _usable(flag):
-            raise TracekitError(f"--peak-tflops must be a positive number of TFLOP/s, got {flag!r}")
-        return float(flag), "flag", None
-    spec = lookup(name, table=table)
-    if spec is None:
-        return None, None, None
-    value, key = spec.tflops(dtype)
-    if value is None:
-        return None, None, None
-    return value / spec.devices_per_package, "table", key
 
 
 def table_markdown(*, table: str | Path | None = None) -> str:

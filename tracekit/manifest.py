@@ -40,8 +40,6 @@ from tracekit.contract import MANIFEST_SCHEMA, MANIFEST_V2_SCHEMA
 SCHEMA = MANIFEST_SCHEMA  # "tracekit.manifest/1" (tracekit.contract names it once)
 SCHEMAS = (MANIFEST_SCHEMA, MANIFEST_V2_SCHEMA)  # every version read
 MIB = 1 << 20
-# the reader's format -> the manifest's "profiler"
-FORMAT_PROFILER = {"nsys-sqlite": "nsys", "kineto-json": "torch"}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -75,12 +73,12 @@ def gunzipped_entry(path) -> dict:
     return {"name": p.name[:-len(".gz")], "bytes": size, "sha256_first_mib": h.hexdigest()}
 
 
-def trace_file_entries(path) -> list[dict]:
-    """Entries for one trace file as capture lists it: a ``.sqlite.gz`` also as its plain ``.sqlite``
-    (so a user who gunzips it still matches)."""
+def trace_file_entries(path, gunzipped: bool = False) -> list[dict]:
+    """Entries for one trace file as capture lists it; ``gunzipped``: a gzipped export also as the plain file it
+    decompresses to (so a user who gunzips it still matches)."""
     p = Path(path)
     out = [trace_file_entry(p)]
-    if p.name.endswith(".sqlite.gz"):
+    if gunzipped:
         out.append(gunzipped_entry(p))
     return out
 
@@ -158,9 +156,10 @@ def read_manifest(path: Path) -> tuple[dict | None, str | None]:
     return out, None
 
 
-def manifest_matches(manifest: dict, trace_path, fmt: str | None) -> tuple[bool, str | None]:
+def manifest_matches(manifest: dict, trace_path, fmt: str | None, profiler: str | None = None) -> tuple[bool, str | None]:
     """(applies, why not). ``trace_path`` is the user's file (for a ``.sqlite.gz``, the gzipped file);
-    ``fmt`` the reader's format (``nsys-sqlite`` / ``kineto-json``), used for older manifests."""
+    ``fmt`` the reader's format (``nsys-sqlite`` / ``kineto-json``) and ``profiler`` the profiler whose captures it
+    reads (:attr:`tracekit.readers.Format.profiler`), used for older manifests."""
     p = Path(trace_path)
     files = manifest.get("trace_files")
     if files is not None:
@@ -175,9 +174,8 @@ def manifest_matches(manifest: dict, trace_path, fmt: str | None) -> tuple[bool,
             return True, None
         return False, (f"manifest.json beside {p.name} describes another {p.name} (size or content differs): "
                        f"ignored; it belongs to a different capture")
-    want = FORMAT_PROFILER.get(fmt or "")
     prof = manifest.get("profiler")
-    if want is not None and prof == want:
+    if profiler and prof == profiler:
         return True, None
     return False, (f"manifest.json beside {p.name} (no trace_files) is for a {prof!s} capture, this is a "
                    f"{fmt or 'unknown'} trace: ignored")
@@ -194,16 +192,17 @@ def manifest_applies_legacy(manifest: dict | None, n_windows: int) -> bool:
     return manifest.get("steps") is not None and int(manifest["steps"]) == int(n_windows)
 
 
-def attach_manifest(trace, trace_path: Path):
-    """Return ``trace`` with the manifest beside ``trace_path`` attached, when it matches that file;
-    otherwise ``trace`` with a warning saying why it was ignored."""
+def attach_manifest(trace, trace_path: Path, profiler: str | None = None):
+    """Return ``trace`` with the manifest beside ``trace_path`` attached, when it matches that file (``profiler``: the
+    one whose captures the trace's format reads, for older manifests); otherwise ``trace`` with a warning saying why
+    it was ignored."""
     mp = find_manifest(trace_path)
     if mp is None:
         return trace
     manifest, warning = read_manifest(mp)
     if manifest is None:
         return trace.with_warning(warning) if warning else trace
-    ok, why = manifest_matches(manifest, trace_path, getattr(trace.meta, "format", None))
+    ok, why = manifest_matches(manifest, trace_path, getattr(trace.meta, "format", None), profiler)
     if not ok:
         return trace.with_warning(why)
     manifest["applied_by"] = "trace_files" if manifest.get("trace_files") is not None else "legacy"

@@ -39,11 +39,11 @@ shipped tables. Importing this module imports neither polars nor click.
 >>> AnalysisOptions(measured_step_ms=20.0, measured_tok_s=48.0)
 Traceback (most recent call last):
 ...
-tracekit.errors.TracekitError: give --measured-step-ms or --measured-tok-s, not both
+tracekit.errors.ConflictingOptions: give --measured-step-ms or --measured-tok-s, not both
 >>> AnalysisOptions(tp=0)
 Traceback (most recent call last):
 ...
-tracekit.errors.TracekitError: --tp must be a whole number >= 1, got 0
+tracekit.errors.BadOptionValue: --tp must be a whole number >= 1, got 0
 """
 
 from __future__ import annotations
@@ -57,7 +57,13 @@ from pathlib import Path
 from typing import Literal
 
 from tracekit.categories import DEFAULT_DRAFT_RANGE, PHASE_CHOICES
-from tracekit.errors import TracekitError
+from tracekit.errors import (
+    BadOptionValue,
+    ConflictingOptions,
+    MissingOption,
+    ModelFilesMissing,
+    UnreadableInput,
+)
 from tracekit.model.units import DTYPES  # the dtypes of --params / --dtype / --kv-dtype
 
 Phase = Literal["decode", "prefill", "mixed", "training", "all"]
@@ -90,7 +96,7 @@ def parse_amount(text: str | float | int, kind: AmountKind = "bytes") -> float:
         m = _AMOUNT.fullmatch(str(text))
         value, unit = (float(m.group(1)), m.group(2).lower()) if m else (math.nan, "?")
     if unit not in _COUNT or not math.isfinite(value) or value < 0:
-        raise TracekitError(f"{str(text)!r} is not a number (e.g. 27e9, 27B, 8.03G, 70M)")
+        raise BadOptionValue(f"{str(text)!r} is not a number (e.g. 27e9, 27B, 8.03G, 70M)")
     return value * _COUNT[unit]
 
 
@@ -104,9 +110,9 @@ def parse_engine(spec: str | None) -> tuple[str, str | None]:
     name, _, address = spec.partition("=")
     name = name.strip().lower()
     if name not in ENGINES:
-        raise TracekitError(f"--engine {spec!r}: unknown engine; use process, dask or dask=SCHEDULER_ADDRESS")
+        raise BadOptionValue(f"--engine {spec!r}: unknown engine; use process, dask or dask=SCHEDULER_ADDRESS")
     if name == "process" and address:
-        raise TracekitError("--engine process takes no address; use --engine dask=SCHEDULER_ADDRESS for a cluster")
+        raise ConflictingOptions("--engine process takes no address; use --engine dask=SCHEDULER_ADDRESS for a cluster")
     return name, (address.strip() or None)
 
 
@@ -171,7 +177,7 @@ class Option:
         k, flag = self.kind, self.flag
 
         def bad(what: str):
-            return TracekitError(f"{flag} must be {what}, got {value!r}")
+            return BadOptionValue(f"{flag} must be {what}, got {value!r}")
 
         if k in ("text", "regex", "engine"):
             if not isinstance(value, str):
@@ -198,7 +204,7 @@ class Option:
             return int(round(amount)) if k != "params" else amount
         if k == "choice":
             if value not in self.choices:
-                raise TracekitError(f"{flag} {value!r}: use one of {', '.join(self.choices)}")
+                raise BadOptionValue(f"{flag} {value!r}: use one of {', '.join(self.choices)}")
             return value
         if k in ("file", "model"):
             if isinstance(value, dict) and "dict" in self.annotation:
@@ -207,10 +213,10 @@ class Option:
                 raise bad("a path")
             p = Path(value).expanduser()
             if k == "model" and not p.exists():  # (load_model's words: the check it would make later)
-                raise TracekitError(f"{flag} {value} does not exist (give a model directory, a Hugging Face snapshot "
+                raise ModelFilesMissing(f"{flag} {value} does not exist (give a model directory, a Hugging Face snapshot "
                                     "or a config.json)")
             if k == "file" and not p.is_file():
-                raise TracekitError(f"{flag} {value}: no such file")
+                raise BadOptionValue(f"{flag} {value}: no such file")
             return p
         if k == "flag":
             if not isinstance(value, bool):
@@ -356,9 +362,9 @@ class _AnalysisChecks(_Options):
 
     def _check_together(self) -> None:
         if self.measured_step_ms is not None and self.measured_tok_s is not None:
-            raise TracekitError("give --measured-step-ms or --measured-tok-s, not both")
+            raise ConflictingOptions("give --measured-step-ms or --measured-tok-s, not both")
         if getattr(self, "all_devices", False) and self.device is not None:
-            raise TracekitError("--all-devices analyses every GPU: give no --device")
+            raise ConflictingOptions("--all-devices analyses every GPU: give no --device")
 
 
 class _CeilingChecks(_Options):
@@ -366,12 +372,12 @@ class _CeilingChecks(_Options):
 
     def _check_together(self) -> None:
         if not self.gpu and self.peak_bw is None:
-            raise TracekitError("give --gpu NAME or --peak-bw GBPS")
+            raise MissingOption("give --gpu NAME or --peak-bw GBPS")
         if self.draft_bytes and not self.draft_forwards:
-            raise TracekitError("--draft-bytes needs --draft-forwards K (draft forward passes per step)")
+            raise ConflictingOptions("--draft-bytes needs --draft-forwards K (draft forward passes per step)")
         if (self.params is not None and (self.weight_bytes is not None or self.model is not None)) or \
                 (self.weight_bytes is None and self.params is None and self.model is None):
-            raise TracekitError("give exactly one of --weight-bytes N, --params N (with --dtype) or --model PATH "
+            raise MissingOption("give exactly one of --weight-bytes N, --params N (with --dtype) or --model PATH "
                                 "(--weight-bytes may go with --model: it replaces the weights term)")
 
     def analysis_kwargs(self) -> dict:
@@ -436,9 +442,9 @@ def read_json_object(path: Path | None, what: str) -> dict | None:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise TracekitError(f"{path}: unreadable {what} ({e})") from None
+        raise UnreadableInput(f"{path}: unreadable {what} ({e})") from None
     if not isinstance(data, dict):
-        raise TracekitError(f"{path}: {what} must be a JSON object")
+        raise UnreadableInput(f"{path}: {what} must be a JSON object")
     return data
 
 

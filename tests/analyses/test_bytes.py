@@ -11,8 +11,9 @@ import json
 import pytest
 
 import tracekit
-from tracekit.analyses.bytes import resolve_bytes, resolve_tp, tp_from_process_groups
+from tracekit.analyses.bytes import resolve_bytes, tp_from_process_groups
 from tracekit.analyses.collectives import tp_from_trace
+from tracekit.analyses.resolve import resolve_tp
 from tracekit.errors import TracekitError
 
 from conftest import DATA, sample

@@ -101,6 +101,47 @@ def test_all_devices_of_one_report():
     assert r.exit_code == 2 and r.stderr.startswith("tracekit: error: --all-devices")
 
 
+def test_a_rank_set_names_one_rank_that_matters_and_says_each_line_once():
+    """Issue 51 item 5, on nsys-ai's 2-GPU report (--all-devices): the verdict said "rank gpu1 sets the pace" and the
+    levers came under "rank gpu0 (the slowest)" (17.369 against 17.368 ms), with one "no decode advice" bullet four
+    times. One rank is singled out, the one the others wait for: the device that reaches the send-recv pairs last
+    most often, by SQL on the export (pairs matched by their order on each device)."""
+    import io
+    import sqlite3
+
+    from rich.console import Console
+
+    from tracekit.report.ranks import ranks_md, render_ranks
+
+    con = sqlite3.connect(f"file:{MFU}?mode=ro", uri=True)
+    rows = con.execute("""
+        WITH k AS (SELECT k.deviceId AS dev, k.start,
+                          row_number() OVER (PARTITION BY k.deviceId ORDER BY k.start) AS seq
+                   FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+                   WHERE s.value LIKE 'ncclDevKernel%')
+        SELECT a.seq, CASE WHEN a.start > b.start THEN 0 ELSE 1 END FROM k a JOIN k b ON a.seq = b.seq
+        WHERE a.dev = 0 AND b.dev = 1""").fetchall()
+    last = [sum(1 for _, d in rows if d == dev) / len(rows) for dev in (0, 1)]
+    paced_by = max((0, 1), key=lambda d: last[d])
+    assert last[paced_by] - last[1 - paced_by] >= 0.10  # clearly ahead: a pacing rank
+    r = CliRunner().invoke(cli, ["breakdown", str(MFU), "--all-devices", "--format", "json"])
+    d = json.loads(r.stdout)
+    cr, detail = d["cross_rank"], d["cross_rank_detail"]
+    assert cr["pacing_rank"] == paced_by and detail["saving_rank"] == paced_by
+    assert detail["saving_rank_is"] == "pacing"
+    assert {x["rank"] for x in d["levers"]} == {f"gpu{paced_by}"}
+    text = io.StringIO()
+    render_ranks(d, Console(file=text, width=200))
+    for out in (ranks_md(d), text.getvalue()):
+        assert f"rank gpu{paced_by} sets the pace" in out
+        assert f"Levers on rank gpu{paced_by} (it sets the pace" in out
+        assert "slowest" not in out  # (slowest_rank, gpu0 by 0.001 ms, is not what the text singles out)
+        lines = [line for line in out.splitlines() if line.strip().startswith(("- ", "• "))]
+        assert lines and len(lines) == len(set(lines))  # no line twice
+    # the one verdict every lever gives on training steps is said once
+    assert len({x["verdict"] for x in d["levers"]}) == 1 and len(d["levers"]) > 1
+
+
 @pytest.mark.parametrize("fmt", ["table", "csv"])
 def test_all_devices_of_a_trace_without_gpu_work(fmt):
     """HTA's CPU-only trace (no kernel, copy or graph): --all-devices exits 2 with the one-GPU path's message,

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
+from tracekit.analyses.resolve import peak_tflops as resolve_peak_tflops
 from tracekit.analyses.roofline import (
     model_compute_dtype,
     model_flops,
@@ -26,7 +27,7 @@ from tracekit.analyses.roofline import (
     with_compute,
 )
 from tracekit.cli.app import cli
-from tracekit.gpus import list_gpus, lookup, resolve_peak_tflops, tflops_markdown
+from tracekit.gpus import list_gpus, lookup, tflops_markdown
 from tracekit.model import load_config, model_from_config
 from tracekit.model.units import dtype_bytes
 from tracekit.results.ceiling import ceiling

@@ -66,6 +66,7 @@ def drafting_ms_per_step(table, acts, draft=None):
 
 
 @pytest.mark.parametrize("rel", SPEC)
+@pytest.mark.slow
 def test_renamed_draft_ranges_found_by_structure(rel, tmp_path):
     src = sample_trace(rel)
     if src.name.endswith(".sqlite.gz"):

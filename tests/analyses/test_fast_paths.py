@@ -15,6 +15,9 @@
   (a search among every launch call) against an as-of join over a filtered copy of the work calls.
 * Issue 25, fifth pass: the steady-state tokens packed from Enum codes against the hashed text, and the step window
   of each launch from the runs of launches per window against the as-of join.
+* Issue 49: the launching thread of inferred steps by a keyed lookup against the semi-join, and the launch sequence
+  (kernel tokens from one hash per name code, the few other rows joined alone) against a chain of joins of every
+  launch, on unmarked samples (eager, graphs, a serving engine) and a two-GPU export, for every device.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from tracekit.run.pipeline import step_table
 from tracekit.steps import find_steps
 from tracekit.trace import WORK_KINDS
 
+from conftest import budget
+
 ROOT = Path(__file__).resolve().parents[2]
 NSYS = sorted((ROOT / "tests/data/nsys").glob("*.sqlite"))
 SAMPLES = sorted(p for p in (ROOT / "sample_traces").glob("*/trace.*") if p.suffix in (".sqlite", ".gz", ".json"))
@@ -52,6 +57,7 @@ def _hash(left: pl.DataFrame, right: pl.DataFrame) -> pl.Series:
 
 
 @pytest.mark.parametrize("path", TRACES, ids=[f"{p.parent.name}/{p.name}" for p in TRACES])
+@pytest.mark.slow
 def test_row_lookup_equals_hash_join_on_real_traces(path):
     t = tracekit.load(path, kernel_dims=False)
     work = t.launches.filter(pl.col("kind").is_in(list(WORK_KINDS)))
@@ -84,7 +90,8 @@ def _frame(rows) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={"pid": pl.Int64, "correlation": pl.Int64}, orient="row")
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(300), deadline=None)
 @given(left=keys, right=st.one_of(keys, big), sort_both=st.booleans(), chunk=st.sampled_from([1, 3, 1 << 19]))
 def test_row_lookup_generated_keys(left, right, sort_both, chunk):
     """Generated (synthetic) keys: duplicates (first row wins), nulls, several pids, negative and huge ids; the
@@ -96,7 +103,8 @@ def test_row_lookup_generated_keys(left, right, sort_both, chunk):
         assert lookup.row_lookup(lf, rf).to_list() == _hash(lf, rf).to_list()
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(300), deadline=None)
 @given(ids=st.sets(st.integers(-5, 60), min_size=1, max_size=40), left=keys, sort_left=st.booleans(),
        data=st.data(), chunk=st.sampled_from([1, 3, 1 << 19]))
 def test_row_lookup_valid_rows(ids, left, sort_left, data, chunk):
@@ -119,7 +127,8 @@ def test_row_lookup_valid_rows(ids, left, sort_left, data, chunk):
     assert lookup.row_lookup(lf, shuffled, valid=v2).to_list() == want2.to_list()
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(200), deadline=None)
 @given(sizes=st.lists(st.integers(0, 25), min_size=1, max_size=4), data=st.data())
 def test_merge_by_start_equals_stable_sort(sizes, data):
     frames = [pl.DataFrame({"start": sorted(data.draw(st.lists(st.integers(0, 30), min_size=n, max_size=n))),
@@ -185,6 +194,7 @@ def _really_sorted(s: pl.Series) -> bool:
 
 
 @pytest.mark.parametrize("path", TRACES, ids=[f"{p.parent.name}/{p.name}" for p in TRACES])
+@pytest.mark.slow
 def test_sorted_flags_are_true(path):
     """The readers flag a frame's start column, and a device, process, thread or stream column that holds one value,
     as sorted (their min, max and sortedness then answer at once); the merged activities their start. A flag on a
@@ -232,7 +242,8 @@ def test_tiled_unions_equal_grouped_sorted_unions(path):
     assert tiled.height == acts["step"].n_unique()
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(200), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(-50, 50), st.integers(0, 30), st.integers(0, 6)),
                 min_size=1, max_size=60),
        st.integers(-10**12, 10**12))
@@ -306,7 +317,8 @@ def test_window_search_equals_asof_join(path):
         assert _window_of(t.launches, windows, by, "step").to_list() == ref.to_series().to_list()
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(300), deadline=None)
 @given(wins=st.lists(st.tuples(st.integers(1, 30), st.one_of(st.none(), st.integers(-5, 40))), min_size=1, max_size=12),
        calls=st.lists(st.tuples(st.integers(-10, 400), st.integers(0, 2)), max_size=60))
 def test_window_runs_equal_asof_join_generated(wins, calls):
@@ -377,7 +389,8 @@ def test_threaded_stages_equal_sequential(path, monkeypatch):
 
 # ---- the evening pass's fast paths (benchmarks/results/HISTORY.md, "The breakdown/2 regression, cut")
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(300), deadline=None)
 @given(gaps=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 30)), min_size=1, max_size=40),
        segs=st.lists(st.tuples(st.integers(-20, 1500), st.integers(0, 60)), max_size=15))
 def test_overlaps_any_runs_equal_per_gap_search(gaps, segs):
@@ -411,6 +424,7 @@ def test_step_signatures_lists_equal_sorted(path):
 
 
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+@pytest.mark.slow
 def test_enum_name_paths_equal_text_paths(path):
     """name_matches and the communication test on the activities' Enum names (one lookup per category) equal
     the same tests on the names as text."""
@@ -428,6 +442,7 @@ def test_enum_name_paths_equal_text_paths(path):
 
 
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+@pytest.mark.slow
 def test_packed_tokens_equal_text_tokens(path):
     """Issue 25, fifth pass: the steady-state tokens packed from the Enum codes (one number per (name, graphed,
     kind) and per (category, graphed, kind)) group the steps exactly as the hashed text does: the same steps share
@@ -502,6 +517,7 @@ def test_frame_name_table_once_across_threads(monkeypatch):
 
 
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+@pytest.mark.slow
 def test_frame_name_table_is_name_table_once(path):
     """The kernels' name table made once per frame: the same table as name_table, the same objects on a second
     call, a new one for another rules object or another frame; the communication and training-kernel tests from
@@ -535,7 +551,8 @@ def test_frame_name_table_is_name_table_once(path):
         assert _kernel_matches(k, rx).to_list() == name_matches(k["name"], rx).to_list()
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(300), deadline=None)
 @given(starts=st.lists(st.integers(-50, 50), max_size=60),
        windows=st.lists(st.tuples(st.integers(-60, 60), st.integers(0, 40)), max_size=12))
 def test_rows_within_equals_filter(starts, windows):
@@ -555,6 +572,7 @@ def test_rows_within_equals_filter(starts, windows):
 # ---- issue 25, phase 3: whole steps piece by piece (benchmarks/results/HISTORY.md, "Issue 25, phase 3")
 
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+@pytest.mark.slow
 def test_pieces_of_whole_steps_equal_one_piece(path, monkeypatch):
     """The partition's unions, sums and gaps, the steady-state signatures and phase's step sums made on pieces of a
     few steps (threads on) give exactly what one piece of every step gives: the whole breakdown and its frames."""
@@ -586,7 +604,8 @@ def test_pieces_of_whole_steps_equal_one_piece(path, monkeypatch):
     assert_frame_equal(pieces.per_step, whole.per_step)
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(300), deadline=None)
 @given(kinds=st.lists(st.sampled_from(["kernel", "sync", "memcpy", "alloc", "graph"]), min_size=1, max_size=30),
        gaps=st.lists(st.integers(0, 3), min_size=30, max_size=30),
        keys=st.lists(st.integers(-5, 100), max_size=20), strategy=st.sampled_from(["backward", "forward"]),
@@ -608,7 +627,8 @@ def test_work_rows_equal_asof_over_the_work_calls(kinds, gaps, keys, strategy, e
     assert got.to_list() == want.to_list()
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(300), deadline=None)
 @given(spans=st.lists(st.tuples(st.integers(0, 6), st.integers(-1, 8)), min_size=0, max_size=25),
        streams=st.lists(st.sampled_from([7, 8, None]), min_size=25, max_size=25), one=st.booleans())
 def test_serialise_skips_only_what_it_would_leave(spans, streams, one):
@@ -709,7 +729,8 @@ def test_usable_cpus_are_the_affinity_not_the_machine():
     assert out.stdout.split() == ["1", "1", "True", "False"]
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(300), deadline=None)
 @given(vals=st.lists(st.integers(-3, 15), max_size=40), rows=st.integers(1, 12))
 def test_step_chunks_cut_at_the_first_step_start_after_each_target(vals, rows):
     """intervals.step_chunks by two binary searches per slice (issue 25, sixth pass) against the column of every
@@ -731,7 +752,8 @@ def test_step_chunks_cut_at_the_first_step_start_after_each_target(vals, rows):
     assert step_chunks(step, rows) == want
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(300), deadline=None)
 @given(counts=st.lists(st.integers(0, 4), min_size=1, max_size=12), data=st.data())
 def test_rows_of_steps_equals_membership_filter(counts, data):
     """The analysed steps' rows by two binary searches (steps in order, the wanted ones one run of the present ones)
@@ -780,6 +802,7 @@ def _launch_counts_by_hashing(a: pl.DataFrame) -> pl.DataFrame:
 
 
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+@pytest.mark.slow
 def test_launch_counts_equal_distinct_ids(path):
     """``_kernel_sums`` counts each activity as its own launch where none is graph-replayed and every launch is later
     than the one before (no hashing of ten million ids): the same counts as the distinct ids, on every real trace
@@ -791,7 +814,8 @@ def test_launch_counts_equal_distinct_ids(path):
     assert_frame_equal(got, _launch_counts_by_hashing(a))
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(200), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(0, 6)), st.one_of(st.none(), st.booleans())),
                 min_size=1, max_size=20), st.booleans())
 def test_launch_counts_generated(rows, increasing):
@@ -806,7 +830,8 @@ def test_launch_counts_generated(rows, increasing):
     assert_frame_equal(got, _launch_counts_by_hashing(a))
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=budget(200), deadline=None)
 @given(st.lists(st.one_of(st.none(), st.integers(0, 12)), max_size=30), st.lists(st.integers(0, 14), max_size=6),
        st.booleans())
 def test_follows_equals_membership(launches, ends, in_order):
@@ -820,3 +845,72 @@ def test_follows_equals_membership(launches, ends, in_order):
     want = s.is_in(pl.Series(ends, dtype=pl.UInt32).implode()).fill_null(False).to_list()
     got = _follows(s, pl.DataFrame({"launch": pl.Series(ends, dtype=pl.Int64)})).fill_null(False).to_list()
     assert got == want
+
+
+# ---- issue 49: inferred steps without full-frame joins (docs/performance.md, "Inferred steps at scale")
+
+def _plain_main_thread(trace, device):
+    """The launching thread as a semi-join of the work launches against the unique keys of the device's kernels."""
+    work = trace.launches.filter(pl.col("kind").is_in(["kernel", "graph"]))
+    if device is not None:
+        on_dev = (trace.kernels.filter(pl.col("device") == device).select("pid", "correlation").unique())
+        work = work.join(on_dev, on=["pid", "correlation"], how="semi")
+    if work.height == 0:
+        return None
+    return work.group_by("pid", "tid").agg(n=pl.len()).sort(["n", "pid", "tid"], descending=[True, False, False]).row(0)[:2]
+
+
+def _plain_sequence(trace, pid, tid):
+    """The launch sequence as a chain of joins of every launch, each launch's token one struct hash of its own."""
+    import tracekit.steps as S
+
+    base = trace.launches.filter((pl.col("pid") == pid) & pl.col("kind").is_in(list(S._SEQ_KINDS))).select(
+        "start", "end", "tid", "correlation", "kind", api=pl.col("name"))
+    k = trace.kernels.filter(pl.col("pid") == pid).select(
+        "correlation", "start", code=pl.col("name").to_physical().cast(pl.Int64))
+    firsts = k.group_by("correlation").agg(first_k=pl.col("code").first())  # (kernels are in time order)
+    graphs = k.join(base.filter(pl.col("kind") == "graph"), on="correlation", how="semi").group_by("correlation").agg(
+        n_k=pl.len(), g_first=pl.col("code").sort_by("start").first(), last_k=pl.col("code").sort_by("start").last())
+    m = trace.memops.filter(pl.col("pid") == pid).join(base.filter(pl.col("kind") == "memcpy"), on="correlation",
+                                                      how="semi").group_by("correlation").agg(
+        n_m=pl.len(), copy_kind=pl.col("copy_kind").first())
+    seq = (base.join(firsts, on="correlation", how="left", maintain_order="left")
+           .join(graphs, on="correlation", how="left", maintain_order="left")
+           .join(m, on="correlation", how="left", maintain_order="left")
+           .with_columns(first_k=pl.coalesce("g_first", "first_k"),
+                         dtoh=((pl.col("kind") == "memcpy") & (pl.col("copy_kind") == "DtoH")).fill_null(False)))
+    seq = seq.with_columns(read=((pl.col("kind") == "sync") & ~pl.col("api").is_in(list(S._NOT_READS))) | pl.col("dtoh"))
+    own = seq.filter(pl.col("tid") == tid)
+    if own["read"].sum() < 2:
+        own = pl.concat([own.filter(~pl.col("read")), seq.filter(pl.col("read"))])
+    own = own.filter((pl.col("tid") == tid) | pl.col("read")).sort("start", maintain_order=True)
+    code = pl.col("kind").cast(pl.String).replace_strict(S._KIND_CODE, default=0, return_dtype=pl.Int8)
+    token = pl.struct(kind=code,
+                      a=pl.when(pl.col("kind") == "sync").then(pl.col("api").to_physical().cast(pl.Int64))
+                      .otherwise(pl.col("first_k")),
+                      b="last_k", n="n_k", m="n_m", c=pl.when(pl.col("kind") == "memcpy").then(pl.col("copy_kind"))).hash(7)
+    return own.select("start", "end", "tid", "correlation", pl.col("kind").cast(pl.String), token=token, read="read",
+                      dtoh="dtoh")
+
+
+# unmarked eager and graph captures (graph launches, copies, reads), two GPUs, a serving engine's threads
+ISSUE49 = ["spec-small-eager-nomark", "spec-small-graph-nomark", "moe-small-graph-nomark", "serve-small-graph-nomark"]
+
+
+@pytest.mark.parametrize("path", [ROOT / "sample_traces" / n / "trace.sqlite.gz" for n in ISSUE49]
+                         + [ROOT / "tests/data/nsys/nsysai_mfu_2gpu_before_2026.2.sqlite"],
+                         ids=ISSUE49 + ["nsysai_mfu_2gpu"])
+def test_launch_sequence_equals_plain_joins(path):
+    import tracekit.steps as S
+
+    t = tracekit.load(path, kernel_dims=False)
+    devices = [None, *sorted(t.kernels["device"].unique().drop_nulls().to_list()), 99]
+    first = S._first_kernels(t)
+    for device in devices:
+        main = S._main_thread(t, device)
+        assert main == S._main_thread(t, device, first) == _plain_main_thread(t, device), device
+    pid, tid = S._main_thread(t, None)
+    seq = S.launch_sequence(t, pid, tid)
+    assert seq.height > 20 and seq["read"].sum() >= 2
+    assert_frame_equal(seq, _plain_sequence(t, pid, tid))
+    assert_frame_equal(S.launch_sequence(t, pid, tid, first), seq)

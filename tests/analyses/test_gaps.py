@@ -164,3 +164,69 @@ def test_a_gap_after_a_sync_returned_is_not_named_after_the_sync():
         # each is one of those gaps (to the nanosecond, up to float rounding) and is left unnamed
         assert min(abs(x["ms"] * 1e6 - gap) for gap, _ in after_sync) < 2
         assert x["before"] is None
+
+
+def test_a_long_op_that_launches_nothing_is_a_host_stall_not_launch_overhead():
+    """Issue 51 item 4, on HTA's DDP trace (nccl_data): twice a step the host spends ~15 ms inside
+    ``aten::unflatten_dense_tensors`` (views of the gradient bucket: no GPU work) while the GPU idles. That is host
+    work, not the launch overhead CUDA graphs remove. Figures from the raw JSON: each such op's span that lies in a GPU-idle
+    interval (no kernel, copy or memset running) and launches nothing (no runtime call of its thread inside it)."""
+    import gzip
+    import json
+
+    import polars as pl
+
+    from conftest import DATA
+
+    path = DATA / "kineto" / "hta_nccl_data.json.gz"
+    ev = json.loads(gzip.open(path).read())["traceEvents"]
+    x = [e for e in ev if e.get("ph") == "X" and "dur" in e]
+    gpu = pl.DataFrame([(e["ts"], e["ts"] + e["dur"]) for e in x if e.get("cat") in ("kernel", "gpu_memcpy",
+                                                                                      "gpu_memset")],
+                       schema=["s", "e"], orient="row").sort("s")
+    runtime = pl.DataFrame([(e["tid"], e["ts"]) for e in x if e.get("cat") == "cuda_runtime"
+                            and not e["name"].startswith(("cudaEventRecord", "cudaStreamWaitEvent"))],
+                           schema=["tid", "ts"], orient="row")
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in x if e.get("cat") == "user_annotation"
+                   and e["name"].startswith("ProfilerStep#"))
+    b = tracekit.breakdown(tracekit.load(path))
+    assert b.steps["count"] == len(steps) - 1  # the last has no following step
+    # the GPU-idle intervals: between one activity's end (running maximum) and the next one's start
+    idle = gpu.with_columns(prev=pl.col("e").cum_max().shift(1)).filter(pl.col("s") > pl.col("prev"))
+    ops = [e for e in x if e.get("cat") == "cpu_op" and e["name"] == "aten::unflatten_dense_tensors"]
+    stalled = 0.0
+    for op in ops:  # (a handful of ops)
+        lo, hi = op["ts"], op["ts"] + op["dur"]
+        if not any(a <= lo and hi <= z for a, z in steps[:-1]):
+            continue
+        inside = idle.filter((pl.col("prev") <= lo) & (pl.col("s") >= hi))
+        launched = runtime.filter((pl.col("tid") == op["tid"]) & pl.col("ts").is_between(lo, hi)).height
+        if inside.height and not launched:
+            stalled += op["dur"] / 1e3
+    assert stalled > 30  # ms: at least two ~15 ms ops a step
+    per_step = stalled / b.steps["count"]
+    assert b.gaps["host_stalls"] >= per_step * 0.999
+    # the longest gaps are those: host stalls, while the host was in the op, not launch overhead
+    top = b.to_dict()["gaps"]["largest"][:2]
+    assert [g["cause"] for g in top] == ["host_stalls", "host_stalls"] and all(g["ms"] > 15 for g in top)
+    assert all(g["before"] == {"kind": "op", "name": "aten::unflatten_dense_tensors"} for g in top)
+    # and the launch overhead no longer holds them: launch gaps = launch overhead + host stalls (no graphs here)
+    assert b.gaps["launch_overhead"] + b.gaps["host_stalls"] == pytest.approx(b.per_step_ms["launch_gaps"], rel=1e-6)
+
+
+def test_a_short_op_that_launches_nothing_stays_launch_overhead():
+    """The other side of the rule: in an eager forward under the torch profiler, single dispatches that launch
+    nothing (``aten::t``, ``aten::view``; one at up to 4x the median launch interval) are what CUDA graphs remove:
+    hf-small-eager-torch's in-step gaps stay launch overhead (its graph prediction is validated against the measured
+    graph run, docs/validation.md)."""
+    from tracekit.analyses.gaps import HOST_OP_LAUNCHES, launch_ns
+
+    t = tracekit.load(sample_trace("hf-small-eager-torch"))
+    b = tracekit.breakdown(t)
+    assert b.gaps["host_stalls"] < 0.001 * b.per_step_ms["launch_gaps"]
+    # the median launch interval, from the launch calls' own starts (work launches of the one launching thread)
+    starts = t.launches.filter(t.launches["kind"].is_in(["kernel", "memcpy", "memset", "graph"]))["start"].sort()
+    d = starts.diff().drop_nulls()
+    assert launch_ns(t.launches) == int(d.filter(d > 0).median())
+    longest = t.ops.filter(t.ops["end"].is_not_null()).select((t.ops["end"] - t.ops["start"]).max()).item()
+    assert longest > HOST_OP_LAUNCHES * launch_ns(t.launches)  # long ops exist (they launch work: not host stalls)

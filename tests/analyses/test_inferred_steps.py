@@ -50,6 +50,7 @@ def _expected_starts(t, marked: pl.DataFrame, launches: pl.DataFrame) -> tuple[l
 
 
 @pytest.mark.parametrize("path", SAMPLE_TRACES, ids=[p.parent.name for p in SAMPLE_TRACES])
+@pytest.mark.slow
 def test_inferred_steps_are_the_marked_steps(path):
     t = tracekit.load(path)
     found = find_steps(t)

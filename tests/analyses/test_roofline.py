@@ -9,18 +9,18 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tracekit.analyses import resolve
 from tracekit.analyses.roofline import (
     RooflineBlock,
     bytes_per_step,
     dtype_bytes,
     roofline,
-    tokens_per_step,
     weight_bytes_from_nvtx,
     weight_bytes_from_nvtx_detail,
     weight_bytes_from_shapes,
 )
 from tracekit.errors import TracekitError
-from tracekit.gpus import GpuSpec, list_gpus, lookup, resolve_peak_bw, table_markdown
+from tracekit.gpus import GpuSpec, list_gpus, lookup, table_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,6 +115,11 @@ def test_user_table(tmp_path):
         lookup("x", table=bad)
 
 
+def resolve_peak_bw(flag, manifest, trace, name):
+    r = resolve.peak_bandwidth(flag=flag, manifest=manifest, trace=trace, name=name)
+    return r.value, r.source
+
+
 def test_resolve_peak_bw_precedence():
     assert resolve_peak_bw(900.0, 1000.0, 4700.0, "NVIDIA H200") == (900.0, "flag")
     assert resolve_peak_bw(None, 1000.0, 4700.0, "NVIDIA H200") == (1000.0, "manifest")
@@ -145,7 +150,7 @@ def test_issue_10_hand_computed():
     # 27e9 fp8 params, TP 2, RTX A6000 768 GB/s, 3.2 accepted tokens per step.
     b = bytes_per_step(27e9 * dtype_bytes("fp8"), tp=2)
     assert b == 13_500_000_000
-    r = roofline(b, 768.0, None, tokens_per_step(3.2, 1), None)
+    r = roofline(b, 768.0, None, resolve.tokens_per_step(flag=1, accept_len=3.2).value, None)
     assert r.floor_ms == pytest.approx(17.578125)
     assert r.ceiling_steps_per_s == pytest.approx(56.8889, abs=1e-4)
     assert r.ceiling_tokens_per_s == pytest.approx(182.04, abs=0.01)
@@ -212,9 +217,10 @@ def test_dtype_bytes():
 
 
 def test_tokens_per_step():
-    assert tokens_per_step(None, 1) == 1.0
-    assert tokens_per_step(3.2, 4) == pytest.approx(12.8)
-    assert tokens_per_step(3.2, None) is None
+    """The one resolver of the tokens a step produces (tracekit.analyses.resolve): accept length x batch."""
+    assert resolve.tokens_per_step(flag=1).value == 1.0
+    assert resolve.tokens_per_step(flag=4, accept_len=3.2).value == pytest.approx(12.8)
+    assert resolve.tokens_per_step(accept_len=3.2).value == pytest.approx(3.2)  # batch: default 1
 
 
 # --------------------------------------------------------------------------- weight bytes from op shapes
@@ -495,7 +501,8 @@ def test_tp_from_the_process_groups_never_the_world_size():
     from dataclasses import replace
 
     import tracekit
-    from tracekit.analyses.bytes import resolve_tp, tp_from_process_groups
+    from tracekit.analyses.bytes import tp_from_process_groups
+    from tracekit.analyses.resolve import resolve_tp
     from tracekit.trace import COLLECTIVES, ProcessGroup, empty
 
     from conftest import shared

@@ -64,6 +64,7 @@ SGLANG_V2 = {"draft": "step[DRAFT bs=1]", "verify": "step[VERIFY bs=1]", "draft_
     ("spec-small-eager-torch", SGLANG_V1_EAGER, "engine"),      # eager draft forwards as step[DECODE] spans
     ("spec-small-graph-torch", SGLANG_V2, "engine"),            # newer SGLang's own draft spans
 ], ids=["sglang-v1-graph", "sglang-v1-eager", "sglang-v2-graph"])
+@pytest.mark.slow
 def test_sglang_spans_are_evidence_not_steps(name, spans, detection, tmp_path):
     truth, truth_ms = drafting(sample_trace(name))
     assert truth["advice"]["drafting"]["detection"] == "ranges" and truth_ms > 0.5
@@ -90,6 +91,7 @@ def test_sglang_verify_spans_never_steps_even_without_a_period(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["spec-small-graph-torch", "spec-small-eager-torch"])
+@pytest.mark.slow
 def test_vllm_step_spans_give_verify_tokens(name, tmp_path):
     truth, truth_ms = drafting(sample_trace(name))
     span = f"execute_context_0(0)_generation_1({K + 1})"
@@ -102,6 +104,7 @@ def test_vllm_step_spans_give_verify_tokens(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["hf-small-graph-torch", "hf-small-eager-torch"])
+@pytest.mark.slow
 def test_vllm_plain_decode_spans_say_not_speculative(name, tmp_path):
     """generation_1(1): one token per request: plain decode (speculative false, never null)."""
     b, ms = drafting(rewritten(name, tmp_path, {}, "execute_context_0(0)_generation_1(1)"))

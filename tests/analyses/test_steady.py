@@ -64,6 +64,7 @@ def _listed_phases(path, steps, prior):
 
 
 @pytest.mark.parametrize("path", SAMPLE_TRACES, ids=[p.parent.name for p in SAMPLE_TRACES])
+@pytest.mark.slow
 def test_captures_have_no_warm_up_steps(path):
     """Every capture profiles steps after 40 timed ones: no step is a warm-up, only the last is excluded. A capture
     that runs steps of two phases (serve-prefill-*: a prefill step, then 11 decode steps, manifest ``phases``) has

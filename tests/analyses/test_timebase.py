@@ -12,7 +12,8 @@ import json
 import pytest
 
 import tracekit
-from tracekit.analyses.timebase import host_bound, time_base
+from tracekit.analyses.resolve import time_base
+from tracekit.analyses.timebase import host_bound
 
 from conftest import sample, sample_trace, sql_rows
 
@@ -57,7 +58,7 @@ def test_a_measured_step_or_throughput_replaces_the_manifest(trace):
 
 
 def test_without_an_unprofiled_step_the_traced_one_is_the_reference():
-    tb = time_base(traced_step_ms(), measured_step_ms=None, measured_tok_s=None, tokens_per_step=1.0)
+    tb = time_base(traced_step_ms(), tokens=1.0).value
     assert (tb.reference_step_ms, tb.unprofiled_source, tb.profiler_inflation) == (traced_step_ms(), None, None)
 
 

@@ -139,16 +139,21 @@ def test_a_rank_set_shows_the_levers_of_its_ranks_not_only_the_cross_rank_verdic
     from tracekit.report.ranks import ranks_md, render_ranks
 
     rep = lora_set.report()
-    slowest = max(range(4), key=lambda i: lora_set.step_ms_by_rank[i])
-    b = lora_set.rank_breakdowns[slowest]
+    # issue 51 item 5: the levers are those of the one rank the verdict singles out: no pacing rank here, so the
+    # one that waits least (the others wait for it most), not the slowest step (in lockstep, the one that waits most)
+    assert lora_set.pacing_rank is None
+    lead = min(range(4), key=lambda i: lora_set.wait_ms_by_rank[i])
+    assert lead != max(range(4), key=lambda i: lora_set.step_ms_by_rank[i])
+    b = lora_set.rank_breakdowns[lead]
     assert [x["lever"] for x in rep["levers"]] == [k for k in b.advice.order if k != "communication"]
-    assert {x["rank"] for x in rep["levers"]} == {lora_set.labels[slowest]}
+    assert {x["rank"] for x in rep["levers"]} == {lora_set.labels[lead]}
     host = next(x for x in rep["levers"] if x["lever"] == "host_work")
     assert host["max_saving_ms_by_rank"] == [r.advice["host_work"].max_saving_ms for r in lora_set.rank_breakdowns]
     text = io.StringIO()
     render_ranks(rep, Console(file=text, width=80))
     for out in (ranks_md(rep), text.getvalue()):
-        assert f"Levers on rank {lora_set.labels[slowest]} (the slowest" in out
+        assert f"Levers on rank {lora_set.labels[lead]} (no single rank sets the pace; it waits least" in out
+        assert "slowest" not in out
         assert "steps already replay CUDA graphs" in out  # cuda_graphs
         assert "drafting not detected" in out  # drafting
         assert "memory-bandwidth floor" in out  # memory bandwidth (no weight bytes given)

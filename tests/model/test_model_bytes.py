@@ -92,6 +92,7 @@ def test_checkpoint_bytes_match_the_real_files(name, file_bytes, files):
     assert ours == pytest.approx(file_bytes, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_deepseek_v3_dtypes_from_quantization_config():
     m = load_model(CONFIGS / "DeepSeek-V3.json")
     d = m.dtypes
@@ -150,6 +151,7 @@ def test_llama_tp_splits():
     assert sixteen == pytest.approx((one - norms - kv_proj) / 16 + kv_proj / 8 + norms, abs=1)
 
 
+@pytest.mark.slow
 def test_deepseek_mla_replicated_parts():
     """q_a_proj and kv_a_proj_with_mqa are replicated linears (SGLang, vLLM); q_b/kv_b/o split; router whole."""
     m = load_model(CONFIGS / "DeepSeek-V3.json")
@@ -195,6 +197,7 @@ def test_ep_must_fit_tp():
         step_bytes(m, tp=4, ep=3)
 
 
+@pytest.mark.slow
 def test_deepseek_v3_step_bytes_and_mtp_draft():
     m = load_model(CONFIGS / "DeepSeek-V3.json")
     plain = step_bytes(m, tp=8, batch=16)
@@ -231,6 +234,7 @@ def test_kv_llama_per_token_and_tp():
     assert kv_cache(a, kv_dtype="fp8").full_bytes_per_token == 65536
 
 
+@pytest.mark.slow
 def test_kv_deepseek_mla_latent_not_split():
     a = arch_from_config(cfg("DeepSeek-V3"))
     for tp in (1, 8):

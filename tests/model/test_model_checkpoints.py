@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from tracekit.errors import TracekitError
 from tracekit.model import load_model, read_header, resolve_model, step_bytes
 
+from conftest import budget
+
 # this file's own table: bytes per element (x2 for the 4-bit types handled by the caller)
 SIZE = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "U8": 1, "I8": 1, "F8_E4M3": 1, "I64": 8}
 
@@ -296,7 +298,8 @@ def test_corrupt_headers_are_one_line_errors(tmp_path, payload, why):
     assert why in str(e.value) and "\n" not in str(e.value) and "model.safetensors" in str(e.value)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.fuzz
+@settings(max_examples=budget(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.binary(max_size=300))
 def test_fuzz_random_bytes_never_crash(tmp_path, blob):
     """Fuzz (synthetic): any file content parses or is a one-line TracekitError, never another exception."""

@@ -110,7 +110,7 @@ def test_a_registered_format_reads_its_files_through_the_facade(array_trace, reg
 
     trace = tracekit.load(path)
     assert trace.meta.format == "chrome-array" and trace.meta.markers == "annotation"
-    info = tracekit.info(trace)
+    info = tracekit.info(trace).to_dict()  # (the typed result: its JSON, as `tracekit info --format json`)
     assert info["source"]["format"] == "chrome-array"
     # (this minimal reader keeps no copies: memops 0; their launching calls count as launches)
     assert info["counts"] == {"kernels": 3600, "memops": 0, "launches": 3632, "ranges": 16}
@@ -176,3 +176,59 @@ def test_recognising_a_file_imports_no_reader():
             "or m.endswith(('.reader', '.columns', '.stream'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.split("\n")[0] == "2 []", out.stderr
+
+
+# ───────────────────────── Format: the one home of a format's file names and profiler ─────────────────────────
+
+def test_the_formats_name_their_files_and_profiler():
+    nsys, kineto = readers.formats()
+    assert (nsys.extension, nsys.compressed, nsys.suffixes[0], nsys.profiler) == (".sqlite", ".sqlite.gz",
+                                                                                 ".nsys-rep", "nsys")
+    assert (kineto.extension, kineto.compressed, kineto.profiler) == (".json", ".json.gz", "torch")
+    assert readers.trace_suffixes() == (".sqlite", ".sqlite.gz", ".json", ".json.gz", ".nsys-rep")
+    assert readers.of_profiler("torch") is kineto and readers.of_profiler("nsys") is nsys
+    with pytest.raises(tracekit.errors.BadOptionValue, match="--profiler perf: use nsys or torch"):
+        readers.of_profiler("perf")
+    from tracekit.capture import nsys_export_cmd, trace_name
+
+    assert (trace_name("nsys"), trace_name("nsys", "compressed"), trace_name("nsys", "report"),
+            trace_name("torch", "compressed")) == ("trace.sqlite", "trace.sqlite.gz", "trace.nsys-rep", "trace.json.gz")
+    assert nsys_export_cmd("nsys", Path("/o"))[-2:] == ["/o/trace.sqlite", "/o/trace.nsys-rep"]
+
+
+def test_a_folder_lists_a_registered_formats_files(tmp_path, array_trace, registered, monkeypatch):
+    """The command line's folder of traces asks the registry for the file names: a format registered with its
+    extension has its files listed (and an .nsys-rep beside its export is the same trace, listed once)."""
+    from tracekit.cli.output import expand_traces
+
+    monkeypatch.setattr(sys.modules[__name__], "FORMAT", Format(**{**FORMAT.__dict__, "extension": ".carr"}))
+    (tmp_path / "a.carr").write_bytes(array_trace[0].read_bytes())
+    (tmp_path / "b.sqlite").write_bytes((DATA / "nsys/pipit_saxpy_2022.2.sqlite").read_bytes())
+    (tmp_path / "b.nsys-rep").write_bytes(b"report")
+    assert [p.name for p in expand_traces([tmp_path])] == ["a.carr", "b.sqlite"]
+    assert ".carr" in readers.trace_suffixes()
+
+
+def _constants_outside_readers(suffixes: tuple[str, ...]) -> list[str]:
+    import ast
+
+    hits = []
+    for p in (ROOT / "tracekit").rglob("*.py"):
+        if "readers" in p.relative_to(ROOT).parts:
+            continue
+        tree = ast.parse(p.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef,
+                ast.ClassDef)) and n.body and isinstance(n.body[0], ast.Expr)}
+        hits += [f"{p.relative_to(ROOT)}:{n.lineno} {n.value!r}" for n in ast.walk(tree)
+                 if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+                 and n.value.endswith(suffixes)]
+    return hits
+
+
+def test_suffixes_are_spelled_only_in_the_readers():
+    """A new format touches readers/ only: no string outside it ends with a format's suffix (``.json`` aside: it
+    names many files that are not traces, config.json, manifest.json), bar the servers' own file-name patterns."""
+    suffixes = tuple(s for f in readers.formats() for s in (f.extension, f.compressed, *f.suffixes) if s != ".json")
+    hits = [h for h in _constants_outside_readers(suffixes) if not h.startswith("tracekit/server/engines.py")]
+    assert hits == []
+    assert _constants_outside_readers((".md",)) != []  # the check sees constants (the renderers' formats)

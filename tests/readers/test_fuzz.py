@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _robust import assert_clean, run_cli
-from conftest import DATA
+from conftest import DATA, budget
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -162,7 +162,8 @@ def _apply(path: Path, stmts: list[str]) -> int:
     return applied
 
 
-@settings(max_examples=380, **SETTINGS)
+@pytest.mark.fuzz
+@settings(max_examples=budget(380), **SETTINGS)
 @given(stmts=st.lists(sql_mutation(), min_size=1, max_size=4), cmd=st.sampled_from(COMMANDS))
 def test_nsys_schema_and_value_corruption(slim_nsys, stmts, cmd):
     p = _fresh(slim_nsys)
@@ -170,7 +171,8 @@ def test_nsys_schema_and_value_corruption(slim_nsys, stmts, cmd):
     _check(cmd, p)
 
 
-@settings(max_examples=200, **SETTINGS)
+@pytest.mark.fuzz
+@settings(max_examples=budget(200), **SETTINGS)
 @given(frac=st.floats(0.0, 1.0), cmd=st.sampled_from(COMMANDS), src=st.sampled_from(["slim", "mock"]))
 def test_nsys_truncated(slim_nsys, frac, cmd, src):
     base = slim_nsys if src == "slim" else NSYS_MOCK
@@ -180,7 +182,8 @@ def test_nsys_truncated(slim_nsys, frac, cmd, src):
     _check(cmd, p)
 
 
-@settings(max_examples=120, **SETTINGS)
+@pytest.mark.fuzz
+@settings(max_examples=budget(120), **SETTINGS)
 @given(hits=st.lists(st.tuples(st.floats(0.0, 1.0), st.binary(min_size=1, max_size=64)), min_size=1, max_size=8),
        cmd=st.sampled_from(COMMANDS))
 def test_nsys_overwritten_bytes(slim_nsys, hits, cmd):
@@ -318,7 +321,8 @@ def _mutate(doc: dict, m) -> dict:
     return doc
 
 
-@settings(max_examples=250, **SETTINGS)
+@pytest.mark.fuzz
+@settings(max_examples=budget(250), **SETTINGS)
 @given(data=st.data(), which=st.integers(0, len(KINETO_SRCS) - 1), cmd=st.sampled_from(K_COMMANDS),
        gz=st.booleans())
 def test_kineto_wrong_types_and_missing_fields(kineto_docs, data, which, cmd, gz):
@@ -333,7 +337,8 @@ def test_kineto_wrong_types_and_missing_fields(kineto_docs, data, which, cmd, gz
     _check(cmd, p)
 
 
-@settings(max_examples=150, **SETTINGS)
+@pytest.mark.fuzz
+@settings(max_examples=budget(150), **SETTINGS)
 @given(which=st.integers(0, len(KINETO_SRCS) - 1), frac=st.floats(0.0, 1.0), cmd=st.sampled_from(K_COMMANDS),
        mode=st.sampled_from(["text", "gz_of_truncated", "truncated_gz"]))
 def test_kineto_truncated(kineto_docs, which, frac, cmd, mode):
@@ -350,7 +355,8 @@ def test_kineto_truncated(kineto_docs, which, frac, cmd, mode):
     _check(cmd, p)
 
 
-@settings(max_examples=120, **SETTINGS)
+@pytest.mark.fuzz
+@settings(max_examples=budget(120), **SETTINGS)
 @given(which=st.integers(0, len(KINETO_SRCS) - 1),
        hits=st.lists(st.tuples(st.floats(0.0, 1.0), st.binary(min_size=1, max_size=16)), min_size=1, max_size=4),
        cmd=st.sampled_from(K_COMMANDS), plain=st.booleans())

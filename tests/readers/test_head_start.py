@@ -129,6 +129,7 @@ def test_api_names_in_python_and_in_polars(name, stripped, kind):
 
 
 @needs_connectorx
+@pytest.mark.slow
 def test_command_line_head_start_without_numpy(tmp_path):
     """The console script's own process: the head start imports pyarrow as if numpy were absent, reads both big
     tables from it, and prints what the plain sqlite3 path prints."""
@@ -175,6 +176,7 @@ def _allocator_setting(args: list[str], env: dict, small_bytes: int = 0) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 def test_freed_memory_kept_for_big_exports_only(tmp_path):
     """Polars' allocator reuses freed memory (issue 25, sixth and eighth passes) only for a big trace given to the
     console script: a big nsys export (kept 5 s too) or a big Kineto trace (polars' decay), by their first bytes; not a

@@ -78,6 +78,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_counts_match_independent_read(name):
     path = DATA / name
     t = read_kineto(path)
@@ -206,6 +207,7 @@ def test_ranges_depth():
     assert t.ranges.select("name", "depth").rows() == [("ProfilerStep#1", 0), ("Optimizer.step#SGD.step", 1), ("ProfilerStep#2", 0)]
 
 
+@pytest.mark.slow
 def test_chunked_decode_equals_whole(monkeypatch):
     path = DATA / "hta_nccl_data.json.gz"
     whole = read_kineto(path)
@@ -218,6 +220,7 @@ def test_chunked_decode_equals_whole(monkeypatch):
 
 
 @pytest.mark.parametrize("compact", [False, True])
+@pytest.mark.slow
 def test_tiny_pieces_equal_whole(tmp_path, monkeypatch, compact):
     # An uncompressed file cut into tiny pieces, with '},{' inside names (a cut there must be
     # rejected) and, compact, no space between events; typed in tiny batches.

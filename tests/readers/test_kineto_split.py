@@ -106,6 +106,7 @@ def _is_kineto(path: Path) -> bool:
 
 
 @pytest.mark.parametrize("src", [p for p in _real_traces() if _is_kineto(p)], ids=lambda p: p.name)
+@pytest.mark.slow
 def test_real_traces_two_processes_exactly(src, tmp_path, monkeypatch, taken):
     path = _plain(src, tmp_path)
     want = _one_process(path, monkeypatch, kernel_dims=False)
@@ -157,6 +158,7 @@ def _synthetic(tmp_path: Path, n: int = 6000, by_thread: bool = False) -> Path:
 @pytest.mark.parametrize("at", [0.2, 0.5, 0.8])
 @pytest.mark.parametrize("rounds", [False, True])
 @pytest.mark.parametrize("by_thread", [False, True])
+@pytest.mark.slow
 def test_cut_anywhere_same_trace(at, rounds, by_thread, tmp_path, monkeypatch, taken):
     """Cuts early, in the middle and late; with the ops put in order while reading (small rounds, in both
     processes) or at the end; events in time order (the parts overlap in time only around the cut) or thread
@@ -192,6 +194,7 @@ def test_cut_inside_a_string_reads_alone(tmp_path, monkeypatch, taken):
     _same(got, _one_process(path, monkeypatch))
 
 
+@pytest.mark.slow
 def test_worker_failure_reads_its_part_here(tmp_path, monkeypatch, taken):
     """A worker that fails (here: it cannot import polars) costs time, never the result: the events after the cut
     are read in this process."""
@@ -204,6 +207,7 @@ def test_worker_failure_reads_its_part_here(tmp_path, monkeypatch, taken):
     _same(got, _one_process(path, monkeypatch))
 
 
+@pytest.mark.slow
 def test_stuck_worker_is_not_waited_for(tmp_path, monkeypatch, taken):
     """A worker that never ends (here: its polars import sleeps) is given up after the wait and stopped; the
     events after the cut are read in this process."""

@@ -157,6 +157,7 @@ def test_by_start_is_a_stable_sort():
         assert got["start"].flags == want["start"].flags
 
 
+@pytest.mark.slow
 def test_kineto_ops_are_the_json_events_by_start():
     """hf-small-eager-torch: every cpu_op and python_function event of the JSON is one row of Trace.ops, named as
     in the JSON, in start order."""

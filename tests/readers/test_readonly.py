@@ -40,6 +40,9 @@ def _commands(trace, out):
         for fmt in ("table", "md", "json", "csv"):
             cmds.append([cmd, "--format", fmt, trace])
             cmds.append([cmd, "--format", fmt, "-o", out / f"{cmd}.{fmt}", trace])
+    for fmt in ("md", "json", "csv"):
+        cmds.append(["stats", "--format", fmt, "-o", out / f"stats.{fmt}", trace])
+    cmds.append(["export", trace, "--perfetto", out / "export.perfetto.json"])
     cmds.append(["info", "--device", "0", trace])
     cmds.append(["breakdown", "--save", out / "runs.db", trace])
     cmds.append(["history", out / "runs.db"])
@@ -56,6 +59,7 @@ def _commands(trace, out):
 
 
 @pytest.mark.parametrize("kind", sorted(TRACES))
+@pytest.mark.slow
 def test_no_command_modifies_or_writes_beside_the_input(tmp_path, kind):
     d = tmp_path / "input"
     d.mkdir()

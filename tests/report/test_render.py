@@ -96,7 +96,8 @@ def test_ceiling_renders_the_users_gpu_name_as_text():
 def test_every_kind_renders_or_says_why(saxpy):
     from tracekit.errors import TracekitError
 
-    assert set(KINDS) == {"info", "kernels", "breakdown", "ranks", "diff", "history", "ceiling", "perfetto"}
+    assert set(KINDS) == {"info", "kernels", "breakdown", "ranks", "diff", "history", "ceiling", "perfetto",
+                          "stats"}
     with pytest.raises(TracekitError, match="csv is not available for diff"):
         render("diff", tracekit.diff(saxpy, saxpy).to_dict(), "csv")
     assert render("perfetto", saxpy, "json").startswith('{"traceEvents":[')

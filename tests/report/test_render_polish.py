@@ -30,6 +30,7 @@ def lora_report():
 
 
 @pytest.mark.parametrize("terminal", [True, False])
+@pytest.mark.slow
 def test_the_collectives_table_never_cuts_a_word_and_paths_stay_whole_when_piped(lora_report, terminal):
     from tracekit.report.ranks import render_ranks
 

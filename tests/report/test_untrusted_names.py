@@ -223,3 +223,18 @@ def test_perfetto_export_round_trips(evil, tmp_path):
     assert hit, "no kernel of the analysed steps was exported"
     assert all(n in names for n in exported if n and n.endswith(tuple(f"k{i}" for i in range(20)))), \
         "a kernel name was altered in the export"
+
+
+@pytest.mark.skipif("stats" not in cli.commands, reason="no stats command")
+def test_stats_every_format(evil):
+    """`tracekit stats`: kernel and range names (and, for nsys, the launching range of every kernel) in every
+    table, safe in each format, exact in the JSON."""
+    p, names, rnames = evil
+    doc = json.loads(_run(["stats", "--format", "json", "--step-range", STEP, p]))
+    assert sorted(k["name"] for k in doc["kernels"]) == sorted(names)
+    assert set(rnames) <= {r["name"] for r in doc["ranges"]}
+    _assert_markdown_safe(_run(["stats", "--format", "md", "--step-range", STEP, p]), "stats md")
+    _assert_csv_safe(_run(["stats", "--format", "csv", "--step-range", STEP, p]), "stats csv", names_col=1)
+    table = _run(["stats", "--format", "table", "--step-range", STEP, p])
+    _assert_terminal_safe(table, "stats table")
+    assert "[link=http://evil]" in table.replace("\n", "")

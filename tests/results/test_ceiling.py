@@ -361,6 +361,7 @@ def test_ceiling_and_breakdown_agree_per_gpu():
     assert ceiling(gpu="NVIDIA H200", weight_bytes=16e9, tp=2).bytes_per_step_per_gpu == 8_000_000_000
 
 
+@pytest.mark.slow
 def test_ceiling_model_directory_with_mtp_and_ep():
     d = run_json("--gpu", "NVIDIA H200", "--model", str(CONFIGS / "DeepSeek-V3.json"), "--tp", "8", "--ep", "8",
                  "--batch", "16", "--context", "4096", "--draft-forwards", "2", "--accept-len", "2.4")
@@ -383,6 +384,7 @@ def test_ceiling_weight_flag_replaces_only_the_weights_term():
         ceiling(gpu="NVIDIA H200", model=CONFIGS / "Llama-3.1-8B.json", params=8e9)
 
 
+@pytest.mark.slow
 def test_ceiling_and_breakdown_resolve_bytes_with_one_function(monkeypatch):
     """`ceiling --model` and `breakdown --model` give the same bytes, from the same resolver
     (tracekit.analyses.bytes.resolve_bytes; issue 26): spied on, it is called once by each, and the per-GPU

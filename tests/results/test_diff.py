@@ -281,6 +281,7 @@ def rank_sets(tmp_path_factory):
     return four, two, sets, {k: json.loads(json.dumps(to_dict(cr.report()))) for k, cr in sets.items()}
 
 
+@pytest.mark.slow
 def test_rank_directories_diff_as_sets(rank_sets):
     four, two, _, runs = rank_sets
     r = CliRunner().invoke(cli, ["diff", str(four), str(two), "--fail-on-regression", "3%", "--format", "json"])

@@ -116,6 +116,7 @@ INDEX = read_index(REFS)
 
 
 @pytest.mark.parametrize("ref", INDEX, ids=[r["trace"] for r in INDEX])
+@pytest.mark.slow
 def test_kernel_statistics_equal_nsys_stats(ref):
     path = trace_path(ref["trace"])
     n = assert_equal_to_nsys(path, ROOT / ref["csv"])

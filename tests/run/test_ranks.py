@@ -79,6 +79,7 @@ def _decode_comm_by_hand(path) -> pl.DataFrame:
         seq=pl.int_range(pl.len()).over("name"))
 
 
+@pytest.mark.slow
 def test_gb300_waits_are_the_arrival_spread_by_hand(gb300, gb300_files):
     _, cr = gb300
     frames = [_decode_comm_by_hand(f).with_columns(rank=pl.lit(r)) for r, f in enumerate(gb300_files)]
@@ -127,12 +128,16 @@ def test_gb300_cross_rank_object_and_headline(gb300):
                         "(27%, 28%, 20%, 25% of the 98 collective(s) per step)")
     assert "by kind, rank 3 is last at 43% of the all-gathers" in v  # 3 of the 7 all-gathers
     assert f"skew {d['skew_ms']:.3f} ms" in v and f"{d['transfer_ms']:.3f} ms of transfer" in v
-    # the saving is named after the kinds that hold it (95 + 2 all-reduces, 1 all-gather per step), on the
-    # slowest rank without a pacing rank: its exposed transfer (it hides nothing: all of the transfer)
-    assert d["saving_rank"] == d["slowest_rank"] == 3
+    # the saving is named after the kinds that hold it (95 + 2 all-reduces, 1 all-gather per step), on the rank
+    # the others wait for without a pacing rank: the one that waits least (issue 51 item 5: not the slowest step,
+    # which in lockstep TP is the rank that waits most), its exposed transfer (it hides nothing: all of the transfer)
+    waits = d["wait_ms_by_rank"]
+    assert d["slowest_rank"] == 3 == max(range(4), key=lambda r: waits[r])  # the longest step waits most
+    assert d["saving_rank"] == min(range(4), key=lambda r: waits[r]) == 0 and d["saving_rank_is"] == "least_wait"
+    assert "on rank 0 (the rank that waits least;" in v and "slowest" not in v
     assert "faster all-reduce could save at most" in v and "all-gather could" not in v
     assert d["faster_collectives_saving_ms"] == pytest.approx(
-        min(d["exposed_communication_ms_by_rank"][3], d["transfer_ms"]), rel=0.01)
+        min(d["exposed_communication_ms_by_rank"][0], d["transfer_ms"]), rel=0.01)
     for row in d["collectives"]:
         assert {"kind", "count_per_step", "bytes", "ms_per_step", "algbw_gbps", "busbw_gbps", "link_gbps",
                 "latency_bound"} <= set(row)
@@ -148,8 +153,10 @@ def test_gb300_cross_rank_object_and_headline(gb300):
 
 def test_gb300_hidden_communication_is_zero_on_one_stream(gb300):
     results, _ = gb300
-    # the decode steps run on one stream: programmatic-dependent-launch overlap hides nothing
-    assert all(r.comm.hidden_ms == 0.0 for r in results)
+    # the decode forwards run on one stream: programmatic-dependent-launch overlap hides nothing; the scheduler's
+    # next-batch work on a second stream (alloc_decode_kernel, copies: launched after the step[DECODE] span, so in
+    # the step's iteration) overlaps under 0.1% of the collectives
+    assert all(r.comm.hidden_ms < 1e-3 * r.breakdown["kernel_ms_per_step"]["communication"] for r in results)
     assert all(r.breakdown["kernel_ms_per_step"]["communication"] > 0.8 for r in results)
 
 
@@ -165,6 +172,7 @@ def test_hidden_communication_on_other_streams():
 
 # ───────────────────────────── the collectives table ─────────────────────────────
 
+@pytest.mark.slow
 def test_collective_totals_equal_kernels_totals(gb300_files):
     t = tracekit.load(gb300_files[0])
     b = tracekit.breakdown(t)
@@ -240,6 +248,7 @@ def test_latency_bound_threshold():
     ("profile-data/train.json", None, "no all-reduce"),
     ("nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite", None, "no all-reduce"),
 ])
+@pytest.mark.slow
 def test_tp_from_trace(rel, want, evidence):
     t = tracekit.load(shared(rel))
     n, why = tp_from_trace(t)
@@ -295,6 +304,7 @@ def test_files_of_different_captures_are_not_matched():
 
 # ───────────────────────────── engines ─────────────────────────────
 
+@pytest.mark.slow
 def test_dask_engine_at_a_scheduler_address():
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
@@ -383,6 +393,7 @@ def gb300_cli(gb300_files):
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_cli_cross_rank_is_the_contract_object_and_the_waits_by_hand(gb300_cli, gb300, gb300_files):
     d = gb300_cli
     cr = d["cross_rank"]
@@ -405,6 +416,7 @@ def test_cli_cross_rank_is_the_contract_object_and_the_waits_by_hand(gb300_cli, 
     assert cr == json.loads(json.dumps(gb300[1].to_dict()))
 
 
+@pytest.mark.slow
 def test_cli_dask_local_cluster_gives_the_process_pool_cross_rank(gb300_cli, gb300_files, monkeypatch):
     pytest.importorskip("distributed")
     monkeypatch.setattr("tracekit.run.engines.usable_cpus", lambda: 2)  # a LocalCluster of 2 workers anywhere

@@ -7,6 +7,7 @@ import gzip
 import json
 import shutil
 
+import pytest
 from click.testing import CliRunner
 
 import tracekit
@@ -44,6 +45,7 @@ def _gpu_time_in(events, lo, hi, inside):
     return enclosed, total
 
 
+@pytest.mark.slow
 def test_step_range_around_a_collective_is_refused():
     """GB300 rank 0: `^nccl:_all_gather_base$` repeats once per step, but its ranges hold only the all-gather's
     launch: 1.7% of the GPU work launched in their span (hand count from the JSON below). Refused, exit 2, naming
@@ -79,6 +81,7 @@ def test_info_candidates_enclose_launches_ranked_by_gpu_share():
     assert {r["pattern"] for r in d["range_names"]} <= launching
 
 
+@pytest.mark.slow
 def test_directory_with_a_summary_file_beside_the_rank_traces(tmp_path):
     """A folder with two rank traces and a JSON summary (as engines and users write them): the summary is skipped
     with a warning naming it; a folder with only the summary is exit 2, naming it."""

@@ -326,13 +326,25 @@ class SimScheduler(Scheduler):
         super().__init__(max_batch=max_batch)
         self.step_s, self.prefill_s, self.accept_cycle, self.slowdown = step_s, prefill_s, tuple(accept_cycle), slowdown
         self.speculative = self.accept_cycle != (1,)
+        self.step_log: list[tuple[float, bool]] = []   # (seconds, profiled) per decode step
 
     def prefill(self, reqs):
         time.sleep(self.prefill_s)
 
     def decode(self, reqs):
-        time.sleep(self.step_s * self.slowdown())
+        factor = self.slowdown()
+        t0 = time.perf_counter()
+        time.sleep(self.step_s * factor)
+        # (the step as this loop took it, profiled or not: on a loaded machine a sleep lasts longer than asked, and
+        # tests compare a measured step with these rather than with step_s)
+        self.step_log.append((time.perf_counter() - t0, factor != 1.0))
         return [self.accept_cycle[r.verify_ct % len(self.accept_cycle)] for r in reqs]
+
+    def taken_ms(self, profiled: bool) -> float:
+        """The median decode step this loop took (ms), profiled or not."""
+        import statistics
+
+        return 1e3 * statistics.median(d for d, p in self.step_log if p == profiled)
 
 
 def stream_request(h: BaseHTTPRequestHandler, app: App, req: Request, first_event, event_of, timeout: float = 600.0):

@@ -81,6 +81,7 @@ class SGLangProfiler:
         self.output_dir: Path | None = None
         self.profile_id: str | None = None
         self.exports: list[list[Path]] = []
+        self.started = threading.Event()   # set once a profile has started (tests wait on it, never poll)
         self.batches_profiled = 0
 
     def init_and_start(self, output_dir, num_steps, activities, with_stack, record_shapes, start_step=None):
@@ -96,6 +97,7 @@ class SGLangProfiler:
                            record_shapes=record_shapes if record_shapes is not None else False)
         self.in_progress = True
         self.batches_profiled = 0
+        self.started.set()
         return True, "Succeeded"
 
     def before_batch(self, mode: str, bs: int) -> None:   # _profile_batch_predicate (no profile_by_stage)

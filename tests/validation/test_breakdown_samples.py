@@ -15,6 +15,9 @@ import tracekit
 
 from conftest import SAMPLES, sample, sample_sqlite, sample_trace
 
+# The validation sweeps are the slow tier (`python -m pytest -m slow`; .ci/run runs them after the fast tier).
+pytestmark = pytest.mark.slow
+
 NSYS_SAMPLES = ["hf-small-eager", "hf-small-graph", "hf-small-spec", "hf-small-spec-graph", "hf-large-eager",
                 "hf-large-graph", "hf-large-spec", "synthetic-eager", "synthetic-graph", "synthetic-symm-eager"]
 GEMM_LIKE = ("(s.value LIKE 'nvjet%' OR s.value LIKE '%gemv%' OR s.value LIKE '%gemm%' "

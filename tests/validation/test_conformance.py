@@ -18,6 +18,9 @@ import pytest
 from _robust import assert_clean, run_cli
 from conftest import DATA, ROOT, SAMPLES
 
+# The validation sweeps are the slow tier (`python -m pytest -m slow`; .ci/run runs them after the fast tier).
+pytestmark = pytest.mark.slow
+
 SUFFIXES = (".sqlite", ".sqlite.gz", ".json", ".json.gz")
 
 
@@ -39,11 +42,11 @@ TRACES = _traces()
 @pytest.mark.parametrize("trace", TRACES, ids=[str(p.relative_to(ROOT)) for p in TRACES])
 def test_every_trace_conforms(trace):
     ours = SAMPLES in trace.parents
-    for cmd in ("info", "kernels", "breakdown"):
+    for cmd in ("info", "kernels", "stats", "breakdown"):
         args = [cmd, "--format", "json", trace]
         res = run_cli(args, timeout=120)
         doc = assert_clean(res, args)  # breakdown exit 0: partition and sanity checked there
-        if cmd in ("info", "kernels"):
+        if cmd in ("info", "kernels", "stats"):
             assert res.exit_code == 0, f"{cmd} must read every readable trace: {res.stderr}"
         if ours:
             assert res.exit_code == 0, f"{trace}: {cmd}: {res.stderr}"

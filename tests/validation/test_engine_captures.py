@@ -15,6 +15,9 @@ import pytest
 
 from conftest import DATA, sample, sample_sqlite
 
+# The validation sweeps are the slow tier (`python -m pytest -m slow`; .ci/run runs them after the fast tier).
+pytestmark = pytest.mark.slow
+
 CKPT = DATA / "h200_checkpoints"
 SPEC = ["spec-small-graph", "spec-small-graph-nomark", "spec-small-eager", "spec-small-eager-nomark",
         "spec-large-graph", "spec-large-graph-nomark", "spec-large-eager"]

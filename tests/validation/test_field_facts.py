@@ -35,6 +35,9 @@ from tracekit.errors import TracekitError
 
 from conftest import SAMPLES, SHARED, sample_trace, shared
 
+# The validation sweeps are the slow tier (`python -m pytest -m slow`; .ci/run runs them after the fast tier).
+pytestmark = pytest.mark.slow
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 (tomli is a dependency there)

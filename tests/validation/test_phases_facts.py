@@ -24,6 +24,9 @@ from tracekit.run.pipeline import step_table
 
 from conftest import SHARED
 
+# The validation sweeps are the slow tier (`python -m pytest -m slow`; .ci/run runs them after the fast tier).
+pytestmark = pytest.mark.slow
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover

@@ -17,6 +17,9 @@ import tracekit
 
 from conftest import SAMPLES
 
+# The validation sweeps are the slow tier (`python -m pytest -m slow`; .ci/run runs them after the fast tier).
+pytestmark = pytest.mark.slow
+
 RESULTS = SAMPLES / "server-gpu" / "results.json"
 
 

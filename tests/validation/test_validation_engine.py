@@ -23,6 +23,9 @@ import tracekit
 
 from conftest import SAMPLES, sample_sqlite, sample_trace, shared
 
+# The validation sweeps are the slow tier (`python -m pytest -m slow`; .ci/run runs them after the fast tier).
+pytestmark = pytest.mark.slow
+
 # (marked capture, the same workload captured without any range of ours)
 TWINS = [("spec-small-eager", "spec-small-eager-nomark"), ("spec-small-eager-torch", "spec-small-eager-torch-nomark"),
          ("spec-small-graph", "spec-small-graph-nomark"), ("spec-small-graph-torch", "spec-small-graph-torch-nomark"),

@@ -21,6 +21,9 @@ from tracekit.model import load_model, step_bytes
 
 from conftest import DATA
 
+# The validation sweeps are the slow tier (`python -m pytest -m slow`; .ci/run runs them after the fast tier).
+pytestmark = pytest.mark.slow
+
 CKPT = DATA / "h200_checkpoints"
 LLAMA = DATA / "configs" / "Llama-3.1-8B.json"  # the kv-large model's shape (hidden 4096, 32 layers, 8 KV heads)
 KV = [("kv-large-ctx16k", 16384), ("kv-large-ctx32k", 32768)]

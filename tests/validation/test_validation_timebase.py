@@ -24,6 +24,9 @@ import tracekit
 
 from conftest import SAMPLES, sample_sqlite, sample_trace, shared, sql_rows
 
+# The validation sweeps are the slow tier (`python -m pytest -m slow`; .ci/run runs them after the fast tier).
+pytestmark = pytest.mark.slow
+
 # (eager trace, the same loop replayed from CUDA graphs); both measured unprofiled in their own capture runs
 PAIRS = [("hf-small-eager", "hf-small-graph"), ("hf-small-eager-torch", "hf-small-graph-torch"),
          ("hf-large-eager", "hf-large-graph"), ("hf-large-eager-torch", "hf-large-graph"),

@@ -29,6 +29,9 @@ import tracekit
 
 from conftest import SAMPLES, sample_trace
 
+# The validation sweeps are the slow tier (`python -m pytest -m slow`; .ci/run runs them after the fast tier).
+pytestmark = pytest.mark.slow
+
 SHAPES = ("sglang-chain", "sglang-tree", "standalone", "ngram", "vllm-eagle", "mtp-multilayer", "hybrid-nextn")
 VARIANTS = ("nomark", "engine", "marked")
 CAPTURES = [f"zoo-{s}-{v}" for s in SHAPES for v in VARIANTS]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.categories import COMPUTE_CATEGORIES, DEFAULT_DRAFT_RANGE, PRIORITY, UNATTRIBUTED
-from tracekit.errors import NoGpuActivity, NoSteps, TracekitError
+from tracekit.errors import NoGpuActivity, NoSteps
 from tracekit.intervals import keep_rows, one_thread
 from tracekit.parallel import in_threads, started
 from tracekit.steps import Steps, find_steps, select_ranges, step_candidates
@@ -99,7 +99,7 @@ def pick_device(trace: Trace, device: int | None) -> int:
         return int(devices[0])
     if device not in devices:
         have = ", ".join(str(d) for d in sorted(devices))
-        raise TracekitError(f"--device {device}: no GPU activity on that device; devices with activity: {have}")
+        raise NoGpuActivity(f"--device {device}: no GPU activity on that device; devices with activity: {have}")
     return device
 
 
@@ -650,7 +650,7 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     else:
         # No draft ranges: the draft forwards found from the steps' structure (or the speculative kernels).
         # (only the columns it reads, then the filter: filtering every column of ten million rows cost ~1 s)
-        in_steps = acts.select("step", "name", "category", "kind", "dur")
+        in_steps = acts.select("step", "start", "name", "category", "kind", "dur")
         if in_steps["step"].null_count():  # (else every row is in a step: the rows are the activities' own)
             in_steps = in_steps.with_row_index("_row").filter(pl.col("step").is_not_null())
         ids, info = detect_drafting(in_steps.drop("_row", strict=False), phases=phases)

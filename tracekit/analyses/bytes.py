@@ -1,12 +1,9 @@
 """The bytes one GPU reads per decode step, resolved once for ``breakdown`` and ``ceiling`` alike.
 
-Every source of a byte figure, and of the parallelism that divides it, goes through this module; the precedence
-is applied here and nowhere else (docs/roofline.md, "Where the inputs come from")::
+Every source of a byte figure goes through this module; the precedence is applied here and nowhere else
+(docs/roofline.md, "Where the inputs come from"; the parallelism that divides it is
+:func:`tracekit.analyses.resolve.resolve_tp`'s, whose :class:`Parallelism` it takes)::
 
-    tensor parallelism   --tp  >  manifest  >  the command line recorded in the trace
-                         >  the communicator size of the step's all-reduces (tracekit.analyses.collectives)
-                         >  the process group those all-reduces use (Kineto distributedInfo.pg_config)
-                         >  1, with a warning where it matters  (never the job's whole world size)
     target weights       --weight-bytes (summed over GPUs, / tp)  |  --params x --dtype (ceiling)
                          >  --model (safetensors headers or config.json: tracekit.model.step_bytes)
                          >  manifest  >  the trace (recorded shapes, SGLang layer-wise NVTX)
@@ -14,13 +11,11 @@ is applied here and nowhere else (docs/roofline.md, "Where the inputs come from"
     KV cache             --kv-bytes-per-token x --context (ceiling)  >  --model with a context  >  manifest
 
 ``--weight-bytes`` replaces only the target's weights: with ``--model`` the draft (MTP) and KV terms still come
-from the model. :func:`resolve_tp` gives the :class:`Parallelism`, :func:`resolve_bytes` the
+from the model. :func:`resolve_bytes` gives the
 :class:`ResolvedBytes` (per GPU, with sources, assumptions and warnings), whose :meth:`ResolvedBytes.roofline`
 is the contract's roofline block (``tracekit.analyses.roofline.step_roofline``).
 
->>> p = resolve_tp(flag=None, manifest=None, command=None, communicator=(None, "no all-reduce in the trace"))
->>> p.tp, p.source
-(1, 'default')
+>>> from tracekit.analyses.resolve import resolve_tp
 >>> b = resolve_bytes(parallel=resolve_tp(flag=2), weight_bytes=27e9)
 >>> b.weight_bytes_per_step, b.weight_bytes_source, b.tp
 (13500000000, 'flag', 2)
@@ -35,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracekit.errors import TracekitError
+from tracekit.analyses.resolve import Parallelism
+from tracekit.errors import BadOptionValue
 
 if TYPE_CHECKING:
     from tracekit.analyses.roofline import RooflineBlock
@@ -43,30 +39,8 @@ if TYPE_CHECKING:
     from tracekit.model.step import StepBytes
     from tracekit.trace import ProcessGroup
 
-# tp_source values (the contract's), in precedence order.
-TP_SOURCES = ("flag", "manifest", "command", "communicator", "process_group", "default")
-# those read from the trace (its recorded command line, communicators, process groups) or defaulted: breakdown's
-# roofline writes their evidence (tp_evidence)
-TP_EVIDENCE_SOURCES = TP_SOURCES[2:]
-# those that state tp (the user, the capture, the run's own command line) rather than infer it from collectives
-STATED_TP_SOURCES = TP_SOURCES[:3]
 # A process group whose description names tensor parallelism (vLLM/SGLang/Megatron labels).
 _TP_DESC = re.compile(r"(?i)(^|[^a-z])tp([^a-z]|$)|tp_group|tensor")
-
-
-@dataclass(frozen=True)
-class Parallelism:
-    """How many GPUs share the model's bytes: ``tp`` with where it came from (:data:`TP_SOURCES`) and the
-    evidence; ``ep`` = expert-parallel GPUs."""
-
-    tp: int
-    source: str
-    evidence: str | None = None
-    ep: int = 1
-
-    @property
-    def known(self) -> bool:
-        return self.source != "default"
 
 
 def tp_from_process_groups(groups: Sequence[ProcessGroup], all_reduce_pgs: Sequence[str] = ()) -> tuple[int | None,
@@ -107,31 +81,6 @@ def tp_from_process_groups(groups: Sequence[ProcessGroup], all_reduce_pgs: Seque
         return None, (f"process groups of {', '.join(map(str, sizes))} ranks: which one the all-reduces use is not "
                       "recorded")
     return None, "no GPU process group of more than one rank besides the job's default one"
-
-
-def resolve_tp(*, flag: int | None = None, manifest: int | None = None, command: int | None = None,
-               communicator: tuple[int | None, str] = (None, "not looked for"),
-               process_group: tuple[int | None, str] | None = None, ep: int | None = None) -> Parallelism:
-    """Tensor parallelism by the contract's precedence (the module docstring); ``process_group`` is consulted
-    only when given (the caller gives it when the step has all-reduces whose communicator is unknown)."""
-    if flag is not None:
-        if flag < 1:
-            raise TracekitError(f"--tp must be >= 1, got {flag}")
-        found = (int(flag), "flag", None)
-    elif manifest:
-        found = (int(manifest), "manifest", None)
-    elif command:
-        found = (int(command), "command", "the command line recorded in the trace")
-    elif communicator[0]:
-        found = (int(communicator[0]), "communicator", communicator[1])
-    elif process_group is not None and process_group[0]:
-        found = (int(process_group[0]), "process_group", process_group[1])
-    else:
-        why = communicator[1] + (f"; {process_group[1]}" if process_group is not None else "")
-        found = (1, "default", why)
-    if ep is not None and ep < 1:
-        raise TracekitError(f"--ep must be >= 1, got {ep}")
-    return Parallelism(tp=found[0], source=found[1], evidence=found[2], ep=int(ep or 1))
 
 
 @dataclass(frozen=True)
@@ -255,13 +204,13 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
     target = src = None
     if weight_bytes is not None:
         if not (math.isfinite(weight_bytes) and weight_bytes > 0):
-            raise TracekitError(f"--weight-bytes must be > 0, got {weight_bytes}")
+            raise BadOptionValue(f"--weight-bytes must be > 0, got {weight_bytes}")
         target, src = weight_bytes_per_gpu(weight_bytes, tp), "flag"
         assumptions.append(f"weights: --weight-bytes {int(weight_bytes):,} summed over GPUs / tp {tp}"
                            + (" (replaces the model's weights term)" if sb is not None else ""))
     elif params is not None:
         if not (math.isfinite(params) and params > 0):
-            raise TracekitError(f"--params must be > 0, got {params}")
+            raise BadOptionValue(f"--params must be > 0, got {params}")
         d = dtype or "bf16"
         target, src = weight_bytes_per_gpu(float(params) * dtype_bytes(d), tp), "params"
         if d in ("fp8", "int8", "int4"):
@@ -322,4 +271,4 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
                          assumptions=tuple(assumptions), warnings=tuple(warnings), inputs=inputs)
 
 
-__all__ = ["Parallelism", "ResolvedBytes", "TP_SOURCES", "resolve_bytes", "resolve_tp", "tp_from_process_groups"]
+__all__ = ["ResolvedBytes", "resolve_bytes", "tp_from_process_groups"]

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from tracekit.analyses.bytes import STATED_TP_SOURCES
 from tracekit.analyses.phase import name_matches
+from tracekit.analyses.resolve import STATED_TP_SOURCES
 from tracekit.categories import COMPUTE_CATEGORIES
 from tracekit.model.units import DTYPE_BITS
 from tracekit.trace import COMM_OPS, Trace

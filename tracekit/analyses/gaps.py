@@ -11,9 +11,11 @@ that thread:
 * ``host_stalls``: the part of the gap during which that host interval is inside a synchronisation, a copy call
   that blocks the host (device-to-host, or from/to pageable host memory), an allocation, or a *range* (an NVTX
   range, a torch ``record_function`` annotation) that launches no GPU work (host work: sampling on the CPU,
-  scheduling, a grammar mask). Framework ops and Python functions are not ranges: in an eager forward most of them
-  (``aten::view``, a module's ``__call__``) launch nothing and are the dispatch cost CUDA graphs remove, so they
-  only *name* gaps;
+  scheduling, a grammar mask), or a framework op or Python function that launches no GPU work and lasts longer than
+  launches take (:data:`HOST_OP_LAUNCHES` x :func:`launch_ns`, the thread's median interval from one work launch
+  call to the next; e.g. ``aten::unflatten_dense_tensors`` running 15 ms of views between two copies in HTA's DDP
+  trace). A shorter op that launches nothing (``aten::view``, a module's ``__call__``, one slow dispatch under the
+  profiler) is the dispatch cost CUDA graphs remove: it only *names* gaps;
 * ``launch_overhead``: the rest (issuing work one launch at a time: framework dispatch and launch calls -
   what CUDA graphs remove).
 
@@ -32,6 +34,10 @@ from tracekit.intervals import asof, merge, one_thread
 from tracekit.trace import WORK_KINDS, Trace
 
 LARGEST = 10  # gaps.largest: the longest single gaps of any cause
+# An op that launches nothing is host work when it lasts longer than this many launches take (launch_ns): under a
+# profiler one dispatch varies several-fold (aten::t at 4x the median launch interval in hf-small-eager-torch), a
+# host stall does not end within a few launches (aten::unflatten_dense_tensors: 15 ms, 170x, in HTA's DDP trace).
+HOST_OP_LAUNCHES = 10
 STALL_API_KINDS = ("sync", "alloc")
 
 
@@ -138,6 +144,26 @@ def host_waits(trace: Trace, launches: pl.DataFrame, copies: pl.DataFrame | None
     return pl.concat([sync, blocking_copies(trace, launches) if copies is None else copies]).unique()
 
 
+def launch_ns(launches: pl.DataFrame) -> int | None:
+    """What issuing one launch takes on the host, in ns: the median interval from one work launch call (a kernel,
+    graph, copy or memset launch) to the next of the same thread, framework dispatch included (None without two
+    such calls). An op that launches nothing and lasts longer than this is host work, not dispatch.
+
+    >>> la = pl.DataFrame({"pid": [1] * 5, "tid": [2] * 5, "start": [0, 10, 15, 30, 5000],
+    ...                    "kind": ["kernel", "sync", "kernel", "kernel", "kernel"]})
+    >>> launch_ns(la)
+    15
+    """
+    work = launches.lazy().filter(pl.col("kind").is_in(list(WORK_KINDS))).select("pid", "tid", "start")
+    if one_thread(launches) is None:
+        work = work.sort("pid", "tid", "start")
+        step = pl.col("start").diff().over("pid", "tid")
+    else:
+        step = pl.col("start").diff()
+    gap = work.select(step.alias("d")).filter(pl.col("d") > 0).select(pl.col("d").median()).collect().item()
+    return None if gap is None else int(gap)
+
+
 def stall_segments(trace: Trace, launches: pl.DataFrame, copies: pl.DataFrame | None = None) -> pl.DataFrame:
     """Disjoint per-thread intervals during which the host is stalled (see the module docstring): columns
     ``pid``, ``tid``, ``start``, ``end``, ``before`` (stalled time of the thread before ``start``). ``copies``:
@@ -146,8 +172,12 @@ def stall_segments(trace: Trace, launches: pl.DataFrame, copies: pl.DataFrame | 
     calls = launches.select("pid", "tid", "start", "end")
     parts = [calls.filter(launches["kind"].is_in(list(STALL_API_KINDS))),
              blocking_copies(trace, launches) if copies is None else copies]
-    for frame in (trace.ranges,):  # not trace.ops: see the module docstring
-        iv = frame.filter(pl.col("end").is_not_null() & (pl.col("end") > pl.col("start"))).select(
+    each = launch_ns(launches) if trace.ops.height else None
+    longer = None if each is None else HOST_OP_LAUNCHES * each
+    for frame, least in ((trace.ranges, 0), (trace.ops, longer)):  # (ops: only those longer than a launch takes)
+        if least is None:
+            continue
+        iv = frame.filter(pl.col("end").is_not_null() & (pl.col("end") - pl.col("start") > least)).select(
             "pid", "tid", "start", "end")
         if iv.height:
             parts.append(iv.filter(host_only(iv, launches)))
@@ -347,5 +377,5 @@ def frame_name(name: str | None) -> str | None:
     return f"{m.group('what')} {m.group('name')}" + (f" of {owner}" if owner else "")
 
 
-__all__ = ["LARGEST", "host_only", "work_rows", "blocking_copies", "host_waits", "stall_segments", "covered", "stalled_part",
+__all__ = ["LARGEST", "HOST_OP_LAUNCHES", "host_only", "launch_ns", "work_rows", "blocking_copies", "host_waits", "stall_segments", "covered", "stalled_part",
            "waits_before", "after_waits", "name_gaps", "frame_name"]

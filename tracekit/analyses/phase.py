@@ -516,10 +516,10 @@ def select_phase(phases: pl.DataFrame, wanted: str = "decode") -> tuple[pl.DataF
     (:class:`~tracekit.errors.NoSteps`, naming the phases there). Returns ``(frame: step, phase, reason,
     decode_advice), warnings``.
     """
-    from tracekit.errors import NoSteps, TracekitError
+    from tracekit.errors import BadOptionValue, NoSteps
 
     if wanted not in ("decode", "prefill", "mixed", "training", "all"):
-        raise TracekitError(f"--phase {wanted!r}: choose decode, prefill, mixed, training or all")
+        raise BadOptionValue(f"--phase {wanted!r}: choose decode, prefill, mixed, training or all")
     warnings: list[str] = []
     p = pl.col("phase")
     keep = pl.lit(True) if wanted == "all" else (p == wanted) | ((p == "unknown") & (wanted == "decode"))

@@ -8,31 +8,41 @@ them::
 
     quantity             resolver                       precedence
     peak bandwidth       peak_bandwidth()               --peak-bw > manifest > the trace's device > GPU table
+    peak TFLOP/s         peak_tflops()                  --peak-tflops > GPU table (the weights' dtype)
     the GPU              trace_gpu()                    the trace's device properties of the analysed device
     tokens per step      tokens_per_step()              --tokens-per-step (ceiling: --batch) > manifest
                                                         > the engine's step annotations > 1; x the accept length
     accept length        accept_length()                --accept-len > the manifest's spec.accept_len
     context              context_tokens()               --context > manifest
     the time base        time_base()                    --measured-step-ms / --measured-tok-s > manifest > traced
-    tensor parallelism   tracekit.analyses.bytes.resolve_tp       (its own precedence: that module)
+    tensor parallelism   resolve_tp()                   --tp > manifest > the command line recorded in the trace
+                                                        > the communicator size of the step's all-reduces
+                                                        > the process group they use (Kineto pg_config) > 1
     weight, KV, draft    tracekit.analyses.bytes.resolve_bytes    --weight-bytes > --model > manifest > the model
       bytes per step                                               the recorded command names > shapes > NVTX
 
 >>> peak_bandwidth(flag=None, manifest=None, trace=None, name="NVIDIA H200").value
 4800.0
+>>> p = resolve_tp(flag=None, manifest=None, command=None, communicator=(None, "no all-reduce in the trace"))
+>>> p.tp, p.source
+(1, 'default')
 >>> tokens_per_step(flag=8, accept_len=2.5).value, tokens_per_step(flag=8, accept_len=2.5).batch
 (20.0, 8.0)
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from tracekit.errors import BadOptionValue
 from tracekit.tokens import TokensPerStep
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
     import polars as pl
 
     from tracekit.analyses.timebase import TimeBase
@@ -49,6 +59,9 @@ UNPROFILED_NOISE = 1.05
 UNPROFILED_TOLERANCE = 1.25
 # A traced step this many times the unprofiled one is worth a warning (shares of it include the profiler).
 INFLATION_WARNING = 1.2
+# A figure above the GPU's peak (bandwidth, TFLOP/s; a floor longer than the step) by more than this margin rests on
+# wrong inputs: datasheet peaks are rounded, kernel times are measured (:func:`above_peak`).
+PEAK_TOLERANCE = 1.05
 
 
 @dataclass(frozen=True)
@@ -62,17 +75,120 @@ class Resolved(Generic[T]):
     detail: str | None = None
 
 
-def peak_bandwidth(*, flag: float | None, manifest: float | None = None, trace: float | None = None,
-                   name: str | None = None) -> Resolved[float | None]:
-    """The GPU's peak memory bandwidth (GB/s): ``--peak-bw`` > manifest > the trace's device properties > the
-    shipped GPU table by ``name`` (``tracekit.gpus``)."""
-    from tracekit.gpus import resolve_peak_bw
+def _usable(x: float | None) -> bool:
+    return x is not None and isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
-    bw, src = resolve_peak_bw(flag, manifest, trace, name)
-    if bw is None:
-        return Resolved(None, None, ("peak memory bandwidth unknown (GPU not in the trace or the table): pass "
-                                     "--peak-bw GBPS",))
-    return Resolved(bw, src)
+
+def peak_bandwidth(*, flag: float | None, manifest: float | None = None, trace: float | None = None,
+                   name: str | None = None, table: str | Path | None = None) -> Resolved[float | None]:
+    """The GPU's peak memory bandwidth (GB/s): ``--peak-bw`` > manifest > the trace's device properties > the
+    shipped GPU table by ``name`` (``tracekit.gpus``; one device's share: an MI250 GCD gets half the package's).
+    A missing, zero, negative or NaN manifest/trace value is skipped (nsys writes 0 when it does not know); a bad
+    ``flag`` is the user's error.
+
+    >>> [(r.value, r.source) for r in (peak_bandwidth(flag=900.0, manifest=1000.0, trace=4800.0, name="NVIDIA H200"),
+    ...                                  peak_bandwidth(flag=None, trace=0.0, name="NVIDIA H200"), peak_bandwidth(flag=None))]
+    [(900.0, 'flag'), (4800.0, 'table'), (None, None)]
+    """
+    from tracekit.gpus import lookup
+
+    if flag is not None:
+        if not _usable(flag):
+            raise BadOptionValue(f"--peak-bw must be a positive number of GB/s, got {flag!r}")
+        return Resolved(float(flag), "flag")
+    if _usable(manifest):
+        return Resolved(float(manifest), "manifest")
+    if _usable(trace):
+        return Resolved(float(trace), "trace")
+    spec = lookup(name, table=table)
+    if spec is not None:
+        return Resolved(float(spec.device_bw_gbps), "table")
+    return Resolved(None, None, ("peak memory bandwidth unknown (GPU not in the trace or the table): pass "
+                                 "--peak-bw GBPS",))
+
+
+def peak_tflops(flag: float | None, name: str | None, dtype: str | None, *,
+                table: str | Path | None = None) -> tuple[float | None, str | None, str | None]:
+    """Dense peak TFLOP/s for GEMMs of ``dtype`` on the GPU ``name``, where it came from (``--peak-tflops`` > the
+    GPU table) and the table key used (None for the flag); ``(None, None, None)`` when neither gives one. A
+    multi-die package's device gets its share, as for bandwidth. A bad ``flag`` is the user's error.
+
+    >>> peak_tflops(500.0, "NVIDIA H200", "bf16"), peak_tflops(None, "NVIDIA GB10", "bf16")
+    ((500.0, 'flag', None), (None, None, None))
+    >>> peak_tflops(None, "NVIDIA H100 80GB HBM3", "bf16")[:2], peak_tflops(None, "NVIDIA B200", "nvfp4")[:2]
+    ((989.0, 'table'), (9000.0, 'table'))
+    """
+    from tracekit.gpus import lookup
+
+    if flag is not None:
+        if not _usable(flag):
+            raise BadOptionValue(f"--peak-tflops must be a positive number of TFLOP/s, got {flag!r}")
+        return float(flag), "flag", None
+    spec = lookup(name, table=table)
+    if spec is None:
+        return None, None, None
+    value, key = spec.tflops(dtype)
+    if value is None:
+        return None, None, None
+    return value / spec.devices_per_package, "table", key
+
+
+def above_peak(value: float | None, peak: float | None) -> bool:
+    """Whether ``value`` (a bandwidth, a TFLOP/s, a fraction of the ceiling against 1) is above what ``peak``
+    allows: the one ceiling check (:data:`PEAK_TOLERANCE`), of the roofline (``roofline.physical_check``) and of
+    the verdicts' readings (``verdicts.check``).
+
+    >>> above_peak(5000, 4800), above_peak(5100, 4800), above_peak(None, 4800), above_peak(5100, None)
+    (False, True, False, False)
+    """
+    return value is not None and bool(peak) and value > PEAK_TOLERANCE * peak
+
+
+# tp_source values (the contract's), in precedence order.
+TP_SOURCES = ("flag", "manifest", "command", "communicator", "process_group", "default")
+# those read from the trace (its recorded command line, communicators, process groups) or defaulted: breakdown's
+# roofline writes their evidence (tp_evidence)
+TP_EVIDENCE_SOURCES = TP_SOURCES[2:]
+# those that state tp (the user, the capture, the run's own command line) rather than infer it from collectives
+STATED_TP_SOURCES = TP_SOURCES[:3]
+@dataclass(frozen=True)
+class Parallelism:
+    """How many GPUs share the model's bytes: ``tp`` with where it came from (:data:`TP_SOURCES`) and the
+    evidence; ``ep`` = expert-parallel GPUs."""
+
+    tp: int
+    source: str
+    evidence: str | None = None
+    ep: int = 1
+
+    @property
+    def known(self) -> bool:
+        return self.source != "default"
+
+
+def resolve_tp(*, flag: int | None = None, manifest: int | None = None, command: int | None = None,
+               communicator: tuple[int | None, str] = (None, "not looked for"),
+               process_group: tuple[int | None, str] | None = None, ep: int | None = None) -> Parallelism:
+    """Tensor parallelism by the contract's precedence (the module docstring); ``process_group`` is consulted
+    only when given (the caller gives it when the step has all-reduces whose communicator is unknown)."""
+    if flag is not None:
+        if flag < 1:
+            raise BadOptionValue(f"--tp must be >= 1, got {flag}")
+        found = (int(flag), "flag", None)
+    elif manifest:
+        found = (int(manifest), "manifest", None)
+    elif command:
+        found = (int(command), "command", "the command line recorded in the trace")
+    elif communicator[0]:
+        found = (int(communicator[0]), "communicator", communicator[1])
+    elif process_group is not None and process_group[0]:
+        found = (int(process_group[0]), "process_group", process_group[1])
+    else:
+        why = communicator[1] + (f"; {process_group[1]}" if process_group is not None else "")
+        found = (1, "default", why)
+    if ep is not None and ep < 1:
+        raise BadOptionValue(f"--ep must be >= 1, got {ep}")
+    return Parallelism(tp=found[0], source=found[1], evidence=found[2], ep=int(ep or 1))
 
 
 @dataclass(frozen=True)
@@ -175,15 +291,20 @@ def context_tokens(*, flag: int | None, manifest: dict | None = None) -> Resolve
 
 def time_base(traced_step_ms: float, *, measured_step_ms: float | None = None, measured_tok_s: float | None = None,
               tokens: float | None = None, manifest_ms: float | None = None) -> Resolved[TimeBase]:
-    """The step every saving is stated against (``tracekit.analyses.timebase.time_base``: the unprofiled step from
-    ``--measured-step-ms`` > ``--measured-tok-s`` x ``tokens`` > the manifest, else the traced step), with the
-    warning that the traced step is inflated by the profiler.
+    """The step every saving is stated against (``tracekit.analyses.timebase``: the unprofiled step from
+    ``--measured-step-ms`` > ``--measured-tok-s`` x ``tokens`` (accept length x batch) > the manifest, else the
+    traced step), with the warning that the traced step is inflated by the profiler.
 
     An unprofiled step longer than the traced one is impossible — a profiler only ever slows a step down: beyond
     ``UNPROFILED_TOLERANCE`` it is a wrong flag, a wrong tokens per step, or a step of another run; it is refused
     with a warning that names what to check, and savings are stated against the traced step (upper bounds). Within
     it (more than ``UNPROFILED_NOISE``) it is kept, with a warning that the two were timed at different host speeds.
 
+    >>> tb = time_base(78.5, manifest_ms=36.67).value
+    >>> tb.reference_step_ms, tb.unprofiled_source, round(tb.profiler_inflation, 2)
+    (36.67, 'manifest', 2.14)
+    >>> time_base(30.0, measured_tok_s=100.0, tokens=2.0).value.reference_step_ms
+    20.0
     >>> r = time_base(10.4, measured_tok_s=2000, tokens=32)
     >>> r.value.reference_step_ms, r.value.unprofiled_step_ms, r.value.rejected_unprofiled_step_ms
     (10.4, None, 16.0)
@@ -192,10 +313,18 @@ def time_base(traced_step_ms: float, *, measured_step_ms: float | None = None, m
     """
     from dataclasses import replace
 
-    from tracekit.analyses.timebase import time_base as _time_base
+    from tracekit.analyses.timebase import TimeBase
 
-    tb = _time_base(traced_step_ms, measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s,
-                    tokens_per_step=tokens, manifest_ms=manifest_ms)
+    unprof, source = None, None
+    if measured_step_ms is not None:  # (the flags arrive checked: positive, not both; tracekit.options)
+        unprof, source = float(measured_step_ms), "flag"
+    elif measured_tok_s is not None:  # whole-batch throughput: step ms = 1000 x tokens per step / tok/s
+        unprof, source = 1000.0 * float(tokens or 1.0) / float(measured_tok_s), "flag"
+    elif manifest_ms is not None and manifest_ms > 0:
+        unprof, source = float(manifest_ms), "manifest"
+    tb = TimeBase(traced_step_ms=float(traced_step_ms), unprofiled_step_ms=unprof, unprofiled_source=source,
+                  reference_step_ms=unprof if unprof is not None else float(traced_step_ms),
+                  profiler_inflation=traced_step_ms / unprof if unprof else None)
     warnings = []
     unprof = tb.unprofiled_step_ms
     if unprof is not None and unprof > UNPROFILED_TOLERANCE * traced_step_ms:
@@ -225,5 +354,6 @@ def time_base(traced_step_ms: float, *, measured_step_ms: float | None = None, m
     return Resolved(tb, tb.unprofiled_source, tuple(warnings))
 
 
-__all__ = ["Resolved", "StepTokens", "TraceGpu", "trace_gpu", "peak_bandwidth", "tokens_per_step", "annotated_batch", "accept_length",
-           "context_tokens", "time_base", "UNPROFILED_NOISE", "UNPROFILED_TOLERANCE", "INFLATION_WARNING"]
+__all__ = ["Parallelism", "resolve_tp", "TP_SOURCES", "TP_EVIDENCE_SOURCES", "STATED_TP_SOURCES", "Resolved", "StepTokens", "TraceGpu", "trace_gpu", "peak_bandwidth", "tokens_per_step", "annotated_batch", "accept_length",
+           "context_tokens", "time_base", "UNPROFILED_NOISE", "UNPROFILED_TOLERANCE", "INFLATION_WARNING", "peak_tflops",
+           "above_peak", "PEAK_TOLERANCE"]

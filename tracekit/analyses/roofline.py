@@ -18,7 +18,7 @@ The arithmetic (units: bytes and FLOPs per GPU, GB/s = 1e9 B/s, TFLOP/s = 1e12 F
     attention_achieved_bw_gbps = KV bytes / (attention_ms * 1e-3) / 1e9
 
 :func:`step_roofline` is the memory roofline; :func:`with_compute` adds the compute floor to it (``peak_tflops``:
-the GPU table's dense peak for the weights' dtype, ``tracekit.gpus.resolve_peak_tflops``). Where the FLOPs or the
+the GPU table's dense peak for the weights' dtype, ``tracekit.analyses.resolve.peak_tflops``). Where the FLOPs or the
 peak are unknown, the compute keys are null and the floor is the memory floor (``bound`` null: not decided).
 
 :func:`step_roofline` gives the contract's ``roofline`` block (``tracekit.breakdown/3``);
@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
+from tracekit.analyses.resolve import above_peak
 from tracekit.contract import Block, extension, internal
 from tracekit.model.units import DTYPE_BITS, dtype_bytes, dtype_key
 
@@ -89,17 +90,6 @@ def bytes_per_step(
     total += draft_bytes * draft_forwards / (tp if draft_sharded else 1)
     total += kv_bytes_per_token * context * batch / (tp if kv_sharded else 1)
     return int(round(total))
-
-
-def tokens_per_step(accept_len: float | None = None, batch: float | None = 1) -> float | None:
-    """Tokens a step produces: (accept length with speculation, else 1) x batch; None if unknown.
-
-    >>> tokens_per_step(3.2, 1), tokens_per_step(None, 8), tokens_per_step(2.0, None)
-    (3.2, 8.0, None)
-    """
-    if batch is None:
-        return None
-    return float(accept_len if accept_len is not None else 1.0) * float(batch)
 
 
 def weight_bytes_per_gpu(weight_bytes: int | float, tp: int = 1) -> int:
@@ -247,11 +237,6 @@ def step_roofline(
     )
 
 
-# A roofline whose bytes would need more than the GPU's peak bandwidth (plus this margin: datasheet peaks are
-# rounded, kernel times are measured) rests on wrong inputs.
-PEAK_TOLERANCE = 1.05
-
-
 def physical_check(block: RooflineBlock, peak_bw_gbps: float | None, *, gemm_ms: float | None = None,
                    attention_ms: float | None = None, reference_step_ms: float | None = None,
                    drafting_ms: float | None = None,
@@ -277,36 +262,35 @@ def physical_check(block: RooflineBlock, peak_bw_gbps: float | None, *, gemm_ms:
     """
     if not _pos(peak_bw_gbps):
         return block, None
-    limit = PEAK_TOLERANCE * peak_bw_gbps
     problems: list[str] = []
     changes: dict = {}
     target = (block.weight_bytes_per_step or 0) - (block.draft_bytes_per_step or 0)
     if block.draft_bytes_per_step is None and drafting_ms and block.gemm_achieved_bw_gbps is not None and gemm_ms:
         changes["gemm_achieved_bw_gbps"] = None  # (its bytes include the draft's, read by drafting kernels)
-        if target / ((gemm_ms + drafting_ms) * 1e-3) / 1e9 > limit:
+        if above_peak(target / ((gemm_ms + drafting_ms) * 1e-3) / 1e9, peak_bw_gbps):
             problems.append(f"{target / 1e9:.2f} GB of weights per GPU (a draft included) cannot be read in "
                             f"{gemm_ms + drafting_ms:.3f} ms of gemm and drafting kernels at the peak "
                             f"{peak_bw_gbps:,.0f} GB/s (that takes at least "
                             f"{target / (peak_bw_gbps * 1e9) * 1e3:.3f} ms)")
-    elif block.gemm_achieved_bw_gbps is not None and block.gemm_achieved_bw_gbps > limit:
+    elif above_peak(block.gemm_achieved_bw_gbps, peak_bw_gbps):
         problems.append(f"{target / 1e9:.2f} GB of weights per GPU cannot be read in {gemm_ms:.3f} ms of gemm kernels "
                         f"at the peak {peak_bw_gbps:,.0f} GB/s (that takes at least "
                         f"{target / (peak_bw_gbps * 1e9) * 1e3:.3f} ms)")
         changes["gemm_achieved_bw_gbps"] = None
     kv = block.kv_bytes_per_step or 0
-    if block.attention_achieved_bw_gbps is not None and block.attention_achieved_bw_gbps > limit:
+    if above_peak(block.attention_achieved_bw_gbps, peak_bw_gbps):
         problems.append(f"{kv / 1e9:.2f} GB of KV cache per GPU cannot be read in {attention_ms:.3f} ms of attention "
                         f"kernels at the peak {peak_bw_gbps:,.0f} GB/s (that takes at least "
                         f"{kv / (peak_bw_gbps * 1e9) * 1e3:.3f} ms)")
         changes["attention_achieved_bw_gbps"] = None
     peak_tf = block.peak_tflops
-    if block.gemm_achieved_tflops is not None and peak_tf and block.gemm_achieved_tflops > PEAK_TOLERANCE * peak_tf:
+    if above_peak(block.gemm_achieved_tflops, peak_tf):
         gemm_flops = block.gemm_achieved_tflops * 1e12 * gemm_ms * 1e-3
         problems.append(f"{gemm_flops / 1e12:.3f} TFLOP of GEMMs per GPU cannot run in {gemm_ms:.3f} ms of gemm "
                         f"kernels at the peak {peak_tf:,.0f} TFLOP/s (that takes at least "
                         f"{gemm_flops / (peak_tf * 1e12) * 1e3:.3f} ms)")
         changes["gemm_achieved_tflops"] = None
-    if block.fraction_of_ceiling is not None and block.fraction_of_ceiling > PEAK_TOLERANCE and reference_step_ms:
+    if above_peak(block.fraction_of_ceiling, 1.0) and reference_step_ms:
         if block.bound == "compute":
             problems.append(f"computing {block.flops_per_step / 1e12:.3f} TFLOP per GPU at the peak {peak_tf:,.0f} "
                             f"TFLOP/s takes {block.floor_ms:.3f} ms, longer than the whole {reference_step_ms:.3f} ms "
@@ -491,7 +475,7 @@ def trace_compute(model, shapes: dict, weight_bytes_source: str | None, *, gpu_n
     :func:`model_flops` at ``tokens`` per step, the batch x the tokens each sequence verifies; None when the batch
     is unknown: the compute keys are then null) or, where the weight bytes came from the trace's recorded shapes, from the same shapes
     (``shapes["flops"]``, their dtype ``shapes["weight_dtype"]``); the peak from the GPU table for that dtype."""
-    from tracekit.gpus import resolve_peak_tflops
+    from tracekit.analyses.resolve import peak_tflops
 
     gemm = attention = kind = None
     if model is not None:
@@ -501,7 +485,7 @@ def trace_compute(model, shapes: dict, weight_bytes_source: str | None, *, gpu_n
             gemm, attention = f.gemm, f.attention
     elif weight_bytes_source == "shapes" and shapes.get("flops"):
         gemm, kind = shapes["flops"], shapes.get("weight_dtype")
-    peak = resolve_peak_tflops(None, gpu_name, kind)[0] if gemm else None
+    peak = peak_tflops(None, gpu_name, kind)[0] if gemm else None
     return {"gemm_flops_per_step": gemm, "attention_flops_per_step": attention, "peak_tflops": peak}
 
 

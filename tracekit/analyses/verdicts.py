@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tracekit.analyses.resolve import PEAK_TOLERANCE, above_peak
 from tracekit.categories import LEVERS
 from tracekit.contract import Block, flattened, internal
 
@@ -33,7 +34,6 @@ BOUNDS: tuple[str, ...] = ("exact", "upper_bound", "unknown")
 # (an input is missing: ``needs`` names it), none (the lever does not apply).
 BASES = ("measured", "estimated", "upper_bound", "unknown", "none")
 EPS_MS = 0.0005  # savings below this (0.5 µs) are none
-PEAK_TOLERANCE = 1.05  # a bandwidth above this x the peak is impossible (tracekit.analyses.roofline)
 # The extension keys a lever may carry beside the contract's (``Lever.extra``), in the order they are written:
 # drafting's detection and its evidence (and the flag its unknown saving needs); communication's measures
 # (hidden time, transfer and wait, the kinds and the collectives), its name and the collectives' implementation cost.
@@ -496,7 +496,7 @@ def check(lever: Lever, peak_gbps: float | None = None) -> list[str]:
         problems.append(f"its saving ({s:.3f} ms) exceeds the {ref.ms:.3f} ms step")
     if peak_gbps:
         for what, gbps in lever.reading.bandwidths().items():
-            if gbps > PEAK_TOLERANCE * peak_gbps:
+            if above_peak(gbps, peak_gbps):
                 problems.append(f"it states {what} reading at {gbps:,.0f} GB/s, above the GPU's {peak_gbps:,.0f} GB/s "
                                 "peak")
     return problems
@@ -525,13 +525,17 @@ class Advice(Block):
 
 @dataclass(frozen=True)
 class TopLever:
-    """The headline's lever: its name, saving (ms and share of the reference step), bound and predicted step."""
+    """The headline's lever: its name, saving (ms and share of the reference step), bound and what the step would
+    take with it pulled (``predicted_ms`` = the reference step − the saving, so that the two numbers the headline
+    states subtract; ``per``: what that time is for when it is not one step, e.g. the same tokens without
+    speculation)."""
 
     name: str
     saving_ms: float
     fraction: float
     bound: str
     predicted_ms: float | None
+    per: str | None = None
 
 
 @dataclass(frozen=True)
@@ -579,7 +583,8 @@ class Headline:
             if t.bound == "upper_bound":
                 top = f"{t.name} → at most −{t.saving_ms:.3f} ms ({pct(t.fraction)} of the traced step)"
             else:
-                top = f"{t.name} → ≈{t.predicted_ms:.3f} ms (−{t.saving_ms:.3f} ms)"
+                per = f" {t.per}" if t.per else ""
+                top = f"{t.name} → ≈{t.predicted_ms:.3f} ms{per} (−{t.saving_ms:.3f} ms)"
             if not self.strong:  # never "no lever" while a lever is unknown
                 top = (f"the largest known lever saves less than {pct(self.small)} of the step ({top})" if self.unknown
                        else f"no lever saves {pct(self.small)} of the step (the most: {top})")

@@ -13,10 +13,10 @@ No module here imports polars, pyarrow or rich at import time (``tracekit --help
 
 from __future__ import annotations
 
-from tracekit.cli import analysis, cache, capture, ceiling, diff, history, plot
+from tracekit.cli import analysis, cache, capture, ceiling, diff, history, plot, stats
 from tracekit.cli.app import cli, main
 
-for _family in (analysis, diff, plot, history, ceiling, capture, cache):
+for _family in (analysis, stats, diff, plot, history, ceiling, capture, cache):
     for _command in _family.COMMANDS:
         cli.add_command(_command)
 

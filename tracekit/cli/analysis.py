@@ -13,7 +13,7 @@ import click
 
 from tracekit.cli.options import analysis_options, device_option, output_options, rules_option, trace_arguments
 from tracekit.cli.output import beside_renderer_import, emit, expand_traces, load
-from tracekit.errors import TracekitError
+from tracekit.errors import ConflictingOptions
 
 
 @click.command()
@@ -91,12 +91,12 @@ def breakdown(traces, opts, save, fmt, output, color):
                    "in this process", err=True)
     if opts.all_devices:
         if len(files) != 1:
-            raise TracekitError("--all-devices takes one trace file")
+            raise ConflictingOptions("--all-devices takes one trace file")
         from tracekit.run.ranks import analyse_devices
 
         results, labels = analyse_devices(load(files[0], True), opts)
     elif len(files) == 1:
-        from tracekit.cli import app
+        import tracekit.cli.app as app
         from tracekit.readers import head_start
 
         if app.OWN_PROCESS:

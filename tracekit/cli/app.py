@@ -1,8 +1,9 @@
 """The click group ``tracekit`` and the one place errors become exit codes.
 
-Exit codes (the contract): 0 success; 2 unusable input or arguments (a ``TracekitError`` or a click usage
-error) with exactly one line on stderr, ``tracekit: error: ...``; 1 an internal error (one line too, unless
-``--debug``, which shows the traceback). ``--debug`` is accepted anywhere on the command line (``tracekit
+Exit codes (the contract): 0 success; 2 unusable input or arguments (a click usage error, or one of the named
+errors of :mod:`tracekit.errors`, all ``TracekitError``: the class's ``exit_code``, 2 for each) with exactly one
+line on stderr, ``tracekit: error: ...``; 1 an internal error (one line too, unless ``--debug``, which shows the
+traceback). ``--debug`` is accepted anywhere on the command line (``tracekit
 breakdown T --debug``), and ``TRACEKIT_DEBUG=1`` does the same; it never changes an exit code: an input error
 under ``--debug`` prints its traceback, then its one line, and exits 2; a usage error (click's own parsing) stays
 one line, as its traceback would only show click's internals. Output cut short by a closed pipe
@@ -46,6 +47,17 @@ class _PipeClosed(Exception):
     """stdout's reader went away (``| head``). Not an OSError, so click's own EPIPE handler (exit 1) skips it."""
 
 
+def fail(e: TracekitError, debug: bool = False):
+    """The one mapping of a named error (:mod:`tracekit.errors`) to the command line: its traceback under
+    ``--debug``, then its one line ``tracekit: error: ...``, and exit with the class's ``exit_code``."""
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+    click.echo(f"tracekit: error: {one_line(e)}", err=True)
+    sys.exit(e.exit_code)
+
+
 class TracekitGroup(click.Group):
     """A click group whose errors are one line and whose exit codes follow the contract."""
 
@@ -77,12 +89,7 @@ class TracekitGroup(click.Group):
             click.echo(f"tracekit: error: {one_line(e.format_message())}", err=True)
             sys.exit(2)
         except TracekitError as e:
-            if debug:
-                import traceback
-
-                traceback.print_exc()
-            click.echo(f"tracekit: error: {one_line(e)}", err=True)
-            sys.exit(2)
+            fail(e, debug)
         except (_PipeClosed, BrokenPipeError):  # `tracekit kernels x | head`: the reader has all it wanted
             _quiet_stdout()
             sys.exit(0)
@@ -110,8 +117,10 @@ def cli(debug):
     tracekit info TRACE        what is in a trace (nsys .sqlite, Kineto .json[.gz])
     tracekit breakdown TRACE   per-step time split, roofline and advice
     tracekit kernels TRACE     every kernel with its category
+    tracekit stats TRACE       the nsys stats tables, utilisation, what launched the kernels
     tracekit diff BASE NEW     two breakdowns side by side
     tracekit ceiling ...       the tok/s ceiling without a trace
+    tracekit export TRACE      the trace and tracekit's tracks for ui.perfetto.dev
     tracekit capture ...       (GPU host) capture a decode loop under nsys / torch profiler
     tracekit cache info|clear  the cache of decompressed / converted exports
     """

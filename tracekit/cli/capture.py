@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from tracekit.capture import ALLREDUCE_CHOICES, WORKLOADS
+from tracekit.cli.app import fail
 from tracekit.errors import TracekitError
 
 
@@ -92,13 +93,12 @@ def capture_command(ctx, workload, profiler, out, steps, mode, spec, nsys, nsys_
     steps = 16 if steps is None else steps
     from tracekit.capture import capture
 
-    try:
+    try:  # (the command also runs on its own, outside the group: tests, a GPU host's scripts)
         m = capture(workload=workload, profiler=profiler, out=Path(out), steps=steps, mode=mode, spec=spec,
                     nsys=nsys, nsys_graph_trace=nsys_graph_trace, peak_bw=peak_bw,
                     extra=tuple(workload_args) + tuple(ctx.args), argv=argv, tp=tp, allreduce=allreduce)
     except TracekitError as e:
-        click.echo(f"tracekit: error: {e}", err=True)
-        ctx.exit(2)
+        fail(e)
     click.echo(f"tracekit capture: wrote {Path(out) / 'manifest.json'} "
                f"(unprofiled step {m['unprofiled_step_ms']:.3f} ms, weight bytes/step {m['weight_bytes_per_step']})")
 
@@ -118,10 +118,7 @@ def _server_capture(ctx, *, argv, url, out, workload, profiler, steps, engine, c
                            repeats=repeats, trace_timeout=trace_timeout, settle=settle,
                            request_timeout=request_timeout, argv=argv)
     except TracekitError as e:
-        from tracekit.report._fmt import one_line
-
-        click.echo(f"tracekit: error: {one_line(e)}", err=True)
-        ctx.exit(2)
+        fail(e)
     spec = m.get("spec") or {}
     acc = f", accept length {spec['accept_len']:.3f}" if spec.get("accept_len") else ""
     wb = m.get("weight_bytes_per_step")

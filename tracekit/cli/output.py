@@ -14,10 +14,8 @@ from pathlib import Path
 
 import click
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadOptionValue, CannotWrite
 
-TRACE_SUFFIXES = (".sqlite", ".sqlite.gz", ".json", ".json.gz", ".nsys-rep")
-NOT_TRACES = {"manifest.json", "device_profile.json", "index.json", "workload_facts.json"}
 FILE_WIDTH = 160
 
 
@@ -51,7 +49,7 @@ def write_text(text: str, output: Path | None) -> None:
     try:
         Path(output).write_text(text, encoding="utf-8")
     except OSError as e:
-        raise TracekitError(f"cannot write {output}: {e.strerror or e}") from None
+        raise CannotWrite(f"cannot write {output}: {e.strerror or e}") from None
 
 
 def emit(kind: str, result, fmt: str, output: Path | None = None, color: bool | None = None,
@@ -70,49 +68,17 @@ def emit(kind: str, result, fmt: str, output: Path | None = None, color: bool | 
 
 
 def expand_traces(paths) -> list[Path]:
-    """Files as given; a directory contributes its trace files (one per rank), sorted.
+    """Files as given; a directory contributes its trace files (one per rank), sorted
+    (``tracekit.readers.paths.expand_traces``; a skipped file's warning goes to stderr through click)."""
+    from tracekit.readers.paths import expand_traces as _expand
 
-    In a directory, files that are not traces (a summary JSON, a run database beside the rank traces: see
-    ``tracekit.readers.not_a_trace``) are skipped with one warning on stderr naming them; only a directory left
-    with no trace is an error.
-    """
-    from tracekit.readers import not_a_trace
-
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            # capture side files are not traces; an .nsys-rep whose SQLite export is there (plain or gzipped), or a
-            # gzipped export beside the plain one, is the same trace
-            files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES)
-                           and f.name not in NOT_TRACES and not _duplicate(f))
-            why = {f: not_a_trace(f) for f in files}  # (a handful of files)
-            skipped = [f"{f.name} ({w})" for f, w in why.items() if w]
-            files = [f for f, w in why.items() if not w]
-            if not files:
-                also = f"; skipped: {', '.join(skipped)}" if skipped else ""
-                raise TracekitError(f"{p}: directory holds no trace files ({', '.join(TRACE_SUFFIXES)}){also}")
-            if skipped:
-                click.echo(f"warning: {p}: skipped {len(skipped)} file(s) that are not traces: {', '.join(skipped)}",
-                           err=True)
-            out.extend(files)
-        else:
-            out.append(p)
-    return out
-
-
-def _duplicate(f: Path) -> bool:
-    """True for the other form of a trace that lies beside it in a directory (one rank, listed once)."""
-    if f.suffix == ".nsys-rep":
-        return f.with_suffix(".sqlite").exists() or f.with_suffix(".sqlite.gz").exists()
-    if f.name.endswith(".sqlite.gz"):
-        return f.with_name(f.name[:-3]).exists()
-    return False
+    return _expand(paths, warn=lambda line: click.echo(line, err=True))
 
 
 def load(path: Path, quiet: bool):
     """Load for an analysis command, with a transient progress line on a terminal (never when ``quiet``)."""
     import tracekit
-    from tracekit.cli import app
+    import tracekit.cli.app as app
     from tracekit.progress import status
     from tracekit.readers import head_start
 
@@ -145,13 +111,13 @@ def beside_renderer_import(fn, fmt: str):
 def check_output(out: Path, trace: Path, suffixes=()) -> None:
     """Refuse an output file with the wrong suffix, or one that is the input trace itself."""
     if suffixes and not out.name.lower().endswith(tuple(suffixes)):
-        raise TracekitError(f"{out}: the output must end with {', '.join(suffixes)}")
+        raise BadOptionValue(f"{out}: the output must end with {', '.join(suffixes)}")
     try:
         same = out.resolve() == Path(trace).resolve()
     except OSError:
         same = False
     if same:
-        raise TracekitError(f"{out}: refusing to overwrite the input trace; pick another output file")
+        raise CannotWrite(f"{out}: refusing to overwrite the input trace; pick another output file")
 
 
 __all__ = ["console", "write_text", "emit", "expand_traces", "load", "beside_renderer_import", "check_output"]

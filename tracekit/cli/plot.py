@@ -12,7 +12,7 @@ import click
 
 from tracekit.cli.options import analysis_options
 from tracekit.cli.output import check_output, write_text
-from tracekit.errors import TracekitError
+from tracekit.errors import CannotWrite
 
 PLOT_SUFFIXES = (".png", ".svg", ".html")
 
@@ -55,7 +55,7 @@ def plot(trace, opts, output):
         try:
             render_matplotlib(data, output)
         except OSError as e:
-            raise TracekitError(f"cannot write {output}: {e.strerror or e}") from None
+            raise CannotWrite(f"cannot write {output}: {e.strerror or e}") from None
     click.echo(f"wrote {output} ({b.steps['count']} steps; timeline of step {data.step})", err=True)
 
 
@@ -65,20 +65,26 @@ def plot(trace, opts, output):
 @click.option("--perfetto", "perfetto", type=click.Path(dir_okay=False, path_type=Path), required=True,
               metavar="OUT.json", help="Chrome-trace JSON to open in ui.perfetto.dev.")
 def export(trace, opts, perfetto):
-    """Write the steps and categories as Perfetto tracks (Chrome-trace JSON).
+    """Write the trace to Perfetto (Chrome-trace JSON): every original event (kernels, memcpy/memset, graph
+    executions, CUDA API calls, ranges, ops, launch flows) plus tracekit's steps, categories and gaps as tracks.
 
     Example: tracekit export sample_traces/hf-small-eager/trace.sqlite --perfetto eager.perfetto.json
     """
-    import tracekit
-    from tracekit.report import render
+    from tracekit.cli.output import load
+    from tracekit.report.perfetto import write_perfetto
+    from tracekit.run.pipeline import breakdown
+    from tracekit.run.stats import host_calls
 
     check_output(perfetto, trace, (".json",))
-    b = tracekit.breakdown_file(trace, opts)
-    text = render("perfetto", b, "json")
-    write_text(text, perfetto)
-    events = text.count('"ph":"X"')  # escaped inside names, so only the events' own keys count
-    click.echo(f"wrote {perfetto}: {b.steps['count']} steps, {events} events; open it in https://ui.perfetto.dev",
-               err=True)
+    t = load(trace, True)
+    b = breakdown(t, **opts.analysis_kwargs())
+    try:
+        counts = write_perfetto(perfetto, b, t, host_calls(t))
+    except OSError as e:
+        raise CannotWrite(f"cannot write {perfetto}: {e.strerror or e}") from None
+    kept = ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in counts.items() if k != "tracekit" and n)
+    click.echo(f"wrote {perfetto}: {b.steps['count']} steps, {counts['tracekit']} tracekit events; the trace's own "
+               f"events kept: {kept or 'none'}; open it in https://ui.perfetto.dev", err=True)
 
 
 COMMANDS = (plot, export)

@@ -21,9 +21,10 @@ _HOME = {
     "arch": ("Arch", "arch_from_config", "load_config"),
     "checkpoint": ("Model", "load_model", "model_from_config"),
     "discover": ("Discovery", "ServeArgs", "discover_model", "parse_command", "resolve_model"),
+    "params": ("ParamCounts", "param_counts"),
     "roles": ("Role", "classify"),
     "safetensors": ("TensorInfo", "read_header"),
-    "step": ("KvCache", "ParamCounts", "StepBytes", "expected_experts", "kv_cache", "param_counts", "step_bytes"),
+    "step": ("KvCache", "StepBytes", "expected_experts", "kv_cache", "step_bytes"),
     "units": ("BYTES", "format_bytes", "parse_bytes"),
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}

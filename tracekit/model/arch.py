@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadModelConfig, ModelFilesMissing
 
 # Attention kind of a layer, for the KV cache.
 FULL, SLIDING, CHUNKED, LINEAR, MAMBA, NONE = "full", "sliding", "chunked", "linear", "mamba", "none"
@@ -38,14 +38,14 @@ def load_config(path: str | Path) -> dict:
     p = Path(path)
     try:
         if p.stat().st_size > 50_000_000:
-            raise TracekitError(f"model config {path} is {p.stat().st_size:,} bytes: not a config.json")
+            raise BadModelConfig(f"model config {path} is {p.stat().st_size:,} bytes: not a config.json")
         cfg = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError as e:
-        raise TracekitError(f"model config {path} does not exist") from e
+        raise ModelFilesMissing(f"model config {path} does not exist") from e
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise TracekitError(f"cannot read model config {path}: {type(e).__name__}: {str(e)[:120]}") from None
+        raise BadModelConfig(f"cannot read model config {path}: {type(e).__name__}: {str(e)[:120]}") from None
     if not isinstance(cfg, dict):
-        raise TracekitError(f"model config {path} is not a JSON object")
+        raise BadModelConfig(f"model config {path} is not a JSON object")
     return cfg
 
 
@@ -61,7 +61,7 @@ def _int(cfg: dict, *keys: str, default=None) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 0:
-        raise TracekitError(f"model config: {keys[0]} = {v!r} is not a non-negative integer")
+        raise BadModelConfig(f"model config: {keys[0]} = {v!r} is not a non-negative integer")
     return int(v)
 
 
@@ -147,7 +147,7 @@ def arch_from_config(cfg: dict) -> Arch:
         if None in (vocab, hidden, n_layers, heads) or heads == 0:
             raise KeyError
     except KeyError:
-        raise TracekitError("model config lacks a size tracekit needs: vocab_size, hidden_size, num_hidden_layers "
+        raise BadModelConfig("model config lacks a size tracekit needs: vocab_size, hidden_size, num_hidden_layers "
                             "and num_attention_heads") from None
     kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads", "n_kv_heads", default=heads) or heads
     head_dim = _int(cfg, "head_dim", default=hidden // heads)
@@ -160,9 +160,9 @@ def arch_from_config(cfg: dict) -> Arch:
     top_k = _int(cfg, "num_experts_per_tok", "moe_topk", "num_experts_per_token", "moe_top_k", default=0) or 0
     moe_inter = _int(cfg, "moe_intermediate_size", "expert_intermediate_size", default=inter or 0) or 0
     if n_experts and not top_k:
-        raise TracekitError("MoE model config lacks num_experts_per_tok")
+        raise BadModelConfig("MoE model config lacks num_experts_per_tok")
     if n_experts and not moe_inter:
-        raise TracekitError("MoE model config lacks moe_intermediate_size")
+        raise BadModelConfig("MoE model config lacks moe_intermediate_size")
     moe_layers: list[int] = []
     if n_experts:
         for i in range(n_layers):
@@ -176,7 +176,7 @@ def arch_from_config(cfg: dict) -> Arch:
             if moe:
                 moe_layers.append(i)
     if not n_experts and inter is None:
-        raise TracekitError("model config lacks intermediate_size")
+        raise BadModelConfig("model config lacks intermediate_size")
 
     # ---- attention kind per layer
     kinds = _layer_kinds(cfg, n_layers, warnings)

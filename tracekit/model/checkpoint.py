@@ -17,8 +17,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadModelFiles, ModelFilesMissing, TracekitError
 from tracekit.model.arch import Arch, arch_from_config, load_config
+from tracekit.model.params import param_counts
 from tracekit.model.roles import Role, classify
 from tracekit.model.safetensors import TensorInfo, read_header
 from tracekit.model.synth import synthesize
@@ -57,8 +58,6 @@ class Model:
         """A small JSON-able description (for ``ceiling``'s ``model`` block and reports)."""
         a = self.arch
         try:
-            from tracekit.model.step import param_counts
-
             pc = param_counts(a)
             params = {"total": pc.total, "with_mtp": pc.with_mtp, "active_per_token": pc.active_per_token}
         except TracekitError:
@@ -96,7 +95,7 @@ def load_model(path: str | Path, *, dtype: str | None = None) -> Model:
     """
     p = Path(path).expanduser()
     if not p.exists():
-        raise TracekitError(f"--model {path} does not exist (give a model directory, a Hugging Face snapshot or a "
+        raise ModelFilesMissing(f"--model {path} does not exist (give a model directory, a Hugging Face snapshot or a "
                             "config.json)")
     if p.is_file():
         if p.suffix == ".safetensors" or p.name.endswith(".index.json"):
@@ -108,7 +107,7 @@ def load_model(path: str | Path, *, dtype: str | None = None) -> Model:
         snaps = sorted((p / "snapshots").glob("*/config.json")) if (p / "snapshots").is_dir() else []
         if snaps:  # the cache's models--Org--Name folder itself
             return load_model(_pick_snapshot(p), dtype=dtype)
-        raise TracekitError(f"--model {path}: no config.json there (give the folder that holds config.json and "
+        raise ModelFilesMissing(f"--model {path}: no config.json there (give the folder that holds config.json and "
                             "the *.safetensors files)")
     cfg = load_config(cfg_path)
     files, notes, warnings = _weight_files(p)
@@ -158,11 +157,11 @@ def _weight_files(d: Path) -> tuple[list[Path], list[str], list[str]]:
             weight_map = data["weight_map"]
             names = sorted({str(v) for v in weight_map.values()})
         except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
-            raise TracekitError(f"{index}: not a readable safetensors index ({type(e).__name__}); re-download it"
+            raise BadModelFiles(f"{index}: not a readable safetensors index ({type(e).__name__}); re-download it"
                                 ) from None
         bad = [n for n in names if Path(n).name != n or n in ("", ".", "..")]
         if bad:
-            raise TracekitError(f"{index}: shard name {bad[0][:60]!r} is not a file name in the model folder")
+            raise BadModelFiles(f"{index}: shard name {bad[0][:60]!r} is not a file name in the model folder")
         files = [d / n for n in names]
         missing = [f for f in files if not f.is_file()]
         if missing:

@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadModelFiles, TracekitError
 from tracekit.model.units import dtype_bits
 
 MAX_HEADER_BYTES = 100_000_000
@@ -46,7 +46,7 @@ class TensorInfo:
 
 
 def _fail(path: Path, why: str) -> TracekitError:
-    return TracekitError(f"{path}: not a readable safetensors file ({why}); re-download it or pass --dtype "
+    return BadModelFiles(f"{path}: not a readable safetensors file ({why}); re-download it or pass --dtype "
                          "with a bare config.json")
 
 
@@ -66,7 +66,7 @@ def read_header(path: str | Path) -> tuple[dict[str, TensorInfo], dict[str, str]
                 raise _fail(p, f"header length {n:,} bytes is outside 2..{MAX_HEADER_BYTES:,}")
             raw = f.read(n)
     except OSError as e:
-        raise TracekitError(f"cannot read {p}: {e.strerror or e}") from e
+        raise BadModelFiles(f"cannot read {p}: {e.strerror or e}") from e
     if len(raw) < n:
         raise _fail(p, f"the file ends inside its {n:,}-byte header")
     try:

@@ -30,12 +30,12 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadOptionValue, ConflictingOptions, TracekitError
 from tracekit.model.arch import CHUNKED, FULL, LINEAR, MAMBA, SLIDING, Arch
-from tracekit.model.synth import DTYPE_ALIASES, tensor_shapes
+from tracekit.model.synth import DTYPE_ALIASES
 from tracekit.model.units import dtype_bytes, dtype_key
 
-if TYPE_CHECKING:  # (checkpoint imports this module for its summary: no cycle at import time)
+if TYPE_CHECKING:  # (the annotations only)
     from tracekit.model.checkpoint import Model
 
 
@@ -54,9 +54,9 @@ def expected_experts(experts: int, top_k: int, tokens: float) -> float:
 
 def _check_parallel(tp: int, ep: int) -> None:
     if tp < 1 or ep < 1:
-        raise TracekitError(f"--tp and --ep must be >= 1 (got tp {tp}, ep {ep})")
+        raise BadOptionValue(f"--tp and --ep must be >= 1 (got tp {tp}, ep {ep})")
     if (ep <= tp and tp % ep) or (ep > tp and ep % tp):
-        raise TracekitError(f"--ep {ep} must divide --tp {tp} or be a multiple of it")
+        raise ConflictingOptions(f"--ep {ep} must divide --tp {tp} or be a multiple of it")
 
 
 def _dtype_bytes(name: str | None, default: float) -> float:
@@ -65,7 +65,7 @@ def _dtype_bytes(name: str | None, default: float) -> float:
     try:
         return dtype_bytes(name)
     except ValueError:
-        raise TracekitError(f"unknown KV-cache dtype {name!r}; known: bf16, fp16, fp32, fp8") from None
+        raise BadOptionValue(f"unknown KV-cache dtype {name!r}; known: bf16, fp16, fp32, fp8") from None
 
 
 # --------------------------------------------------------------------------------------------- KV cache
@@ -96,7 +96,7 @@ class KvCache:
         262144000
         """
         if context < 0 or batch < 0 or draft_forwards < 0:
-            raise TracekitError("context, batch and draft forwards must be >= 0")
+            raise BadOptionValue("context, batch and draft forwards must be >= 0")
         return int(round(self.per_sequence(context) * batch
                          + self.draft_bytes_per_token * context * batch * draft_forwards))
 
@@ -110,7 +110,7 @@ class KvCache:
 def kv_cache(arch: Arch, *, tp: int = 1, kv_dtype: str | None = None, state_dtype: str = "fp32") -> KvCache:
     """The KV-cache model of ``arch`` on one of ``tp`` GPUs (see the module docstring)."""
     if tp < 1:
-        raise TracekitError(f"--tp must be >= 1, got {tp}")
+        raise BadOptionValue(f"--tp must be >= 1, got {tp}")
     model_bytes = _dtype_bytes(arch.torch_dtype, 2.0) if dtype_key(arch.torch_dtype) in DTYPE_ALIASES else 2.0
     kvb = _dtype_bytes(kv_dtype, model_bytes)
     stb = _dtype_bytes(state_dtype, 4.0)
@@ -226,11 +226,11 @@ def step_bytes(
     """
     _check_parallel(tp, ep)
     if batch < 1 or verify_tokens < 1:
-        raise TracekitError(f"--batch and the verified tokens must be >= 1 (got {batch}, {verify_tokens})")
+        raise BadOptionValue(f"--batch and the verified tokens must be >= 1 (got {batch}, {verify_tokens})")
     if draft_forwards < 0 or not math.isfinite(draft_forwards):
-        raise TracekitError(f"draft forwards must be >= 0, got {draft_forwards}")
+        raise BadOptionValue(f"draft forwards must be >= 0, got {draft_forwards}")
     if context is not None and context < 0:
-        raise TracekitError(f"--context must be >= 0, got {context}")
+        raise BadOptionValue(f"--context must be >= 0, got {context}")
     a = model.arch
     notes = list(model.notes)
     warnings = list(model.warnings)
@@ -329,40 +329,3 @@ def _experts_in(model: Model) -> int:
                 if p == "experts" and parts[i + 1].isdigit():
                     best = max(best, int(parts[i + 1]) + 1)
     return best
-
-
-# --------------------------------------------------------------------------------------------- parameters
-
-@dataclass(frozen=True)
-class ParamCounts:
-    """Parameters (elements) of a config's model, by scope."""
-
-    total: int             # main model: every layer, embedding, lm_head (tied: once); no MTP layers
-    with_mtp: int          # total + the MTP/next-n layers as the checkpoint stores them
-    active_per_token: int  # main model, one token's forward: top-k experts + shared, embedding included
-    embedding: int
-    lm_head: int
-    mtp: int
-
-
-def param_counts(arch: Arch) -> ParamCounts:
-    """Count parameters from the config (synthesized HF tensors; element counts, any dtype)."""
-    from tracekit.model.roles import classify
-
-    total = mtp = embedding = lm_head = routed = 0
-    for name, shape, _ in tensor_shapes(arch):
-        n = math.prod(shape)
-        r = classify(name, len(shape), layers=arch.layers)
-        if r.draft:
-            mtp += n
-            continue
-        total += n
-        if r.group == "embedding":
-            embedding += n
-        elif r.group == "lm_head":
-            lm_head += n
-        elif r.group == "experts":
-            routed += n
-    active = total - routed + (routed * arch.top_k // arch.experts if arch.experts else 0)
-    return ParamCounts(total=total, with_mtp=total + mtp, active_per_token=active, embedding=embedding,
-                       lm_head=lm_head if not arch.tied else embedding, mtp=mtp)

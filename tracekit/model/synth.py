@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadModelConfig, BadOptionValue
 from tracekit.model.arch import FULL, LINEAR, MAMBA, NONE, Arch
 from tracekit.model.safetensors import DTYPE_BITS, TensorInfo
 from tracekit.model.units import dtype_bits, dtype_key
@@ -34,7 +34,7 @@ DTYPE_ALIASES: dict[str, str] = {
 def _dtype(name: str) -> tuple[str, float]:
     key = dtype_key(name)
     if key not in DTYPE_ALIASES:
-        raise TracekitError(f"unknown dtype {name!r}; known: bf16, fp16, fp32, fp8, int8, int4")
+        raise BadOptionValue(f"unknown dtype {name!r}; known: bf16, fp16, fp32, fp8, int8, int4")
     return DTYPE_ALIASES[key], dtype_bits(key)
 
 
@@ -116,7 +116,7 @@ def _layer_tensors(a: Arch, prefix: str, i: int, kind: str, moe: bool) -> list[t
             out.append((block + "shared_expert_gate.weight", (1, h), False))
     else:
         if not a.intermediate:
-            raise TracekitError("model config lacks intermediate_size (needed for the dense layers)")
+            raise BadModelConfig("model config lacks intermediate_size (needed for the dense layers)")
         lin(p + "mlp.gate_proj", a.intermediate, h)
         lin(p + "mlp.up_proj", a.intermediate, h)
         lin(p + "mlp.down_proj", h, a.intermediate)
@@ -126,7 +126,7 @@ def _layer_tensors(a: Arch, prefix: str, i: int, kind: str, moe: bool) -> list[t
 def tensor_shapes(a: Arch, *, include_mtp: bool = True) -> list[tuple[str, tuple, bool]]:
     """``(name, shape, quantizable)`` of every tensor a checkpoint of ``a`` stores."""
     if any(k in (MAMBA, NONE) for k in a.layer_kinds):
-        raise TracekitError("weights of hybrid Mamba models are not modelled from config.json alone: point --model "
+        raise BadModelConfig("weights of hybrid Mamba models are not modelled from config.json alone: point --model "
                             "at the checkpoint directory (its safetensors headers give the bytes)")
     h = a.hidden
     out: list[tuple[str, tuple, bool]] = [("model.embed_tokens.weight", (a.vocab, h), False)]

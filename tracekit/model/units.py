@@ -33,7 +33,7 @@ import re
 
 import click
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadOptionValue, TracekitError
 
 # The dtypes a user names (--params with --dtype, --kv-dtype): each is a key of DTYPE_BITS.
 DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8", "int4", "fp4", "nvfp4", "mxfp4")
@@ -94,23 +94,23 @@ def parse_bytes(value: str | int | float, *, what: str = "byte amount") -> int:
     nearest byte.
     """
     if isinstance(value, bool):
-        raise TracekitError(f"{what} {value!r} is not a byte amount ({_EXAMPLES})")
+        raise BadOptionValue(f"{what} {value!r} is not a byte amount ({_EXAMPLES})")
     if isinstance(value, (int, float)):
         if not math.isfinite(value) or value < 0:
-            raise TracekitError(f"{what} must be a non-negative number of bytes, got {value!r}")
+            raise BadOptionValue(f"{what} must be a non-negative number of bytes, got {value!r}")
         return int(round(value))
     text = str(value)
     m = _AMOUNT.fullmatch(text)
     unit = m.group(3).lower() if m else ""
     if m and unit == "b":
-        raise TracekitError(f"{what} {text!r} is ambiguous (bytes or billions?): write {m.group(1)}GB or "
+        raise BadOptionValue(f"{what} {text!r} is ambiguous (bytes or billions?): write {m.group(1)}GB or "
                             f"{m.group(1)}e9 for 10^9 bytes")
     if not m or unit not in BYTE_UNITS:
-        raise TracekitError(f"{what} {text!r} is not a byte amount ({_EXAMPLES})")
+        raise BadOptionValue(f"{what} {text!r} is not a byte amount ({_EXAMPLES})")
     number = float(m.group(1) + (f"e{m.group(2)}" if m.group(2) else ""))
     result = number * BYTE_UNITS[unit]
     if not math.isfinite(result):
-        raise TracekitError(f"{what} {text!r} is too large")
+        raise BadOptionValue(f"{what} {text!r} is too large")
     return int(round(result))
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadOptionValue, TracekitError, UnreadableTrace, UnsupportedFormat
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracekit.trace import Trace
@@ -49,6 +49,19 @@ class Format:
     # files it reads by name, when no format recognises their content ((".nsys-rep",)), and what they are
     suffixes: tuple[str, ...] = ()
     what_by_name: str = ""
+    # how its files are named: plain (".sqlite") and gzipped (".sqlite.gz"), as a capture writes them and a folder
+    # of rank traces holds them
+    extension: str = ""
+    compressed: str = ""
+    # the profiler whose captures it reads ("nsys", "torch": the manifest's ``profiler``)
+    profiler: str = ""
+    # whether a file in a folder is the other form of a trace beside it (an .nsys-rep beside its export): (path) -> bool
+    duplicate: Callable[[Path], bool] | None = None
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The suffixes of its files in a folder of traces: plain, gzipped, then those read by name."""
+        return tuple(s for s in (self.extension, self.compressed, *self.suffixes[:1]) if s)
 
 
 def formats() -> tuple[Format, ...]:
@@ -58,14 +71,35 @@ def formats() -> tuple[Format, ...]:
     return tuple(import_module(name).FORMAT for name in FORMATS)
 
 
+def trace_suffixes() -> tuple[str, ...]:
+    """What the files of a folder of traces end with: every format's plain and gzipped files, then the files read by
+    name (``.sqlite``, ``.sqlite.gz``, ``.json``, ``.json.gz``, ``.nsys-rep``)."""
+    registered = formats()
+    return (*(s for f in registered for s in (f.extension, f.compressed) if s),
+            *(f.suffixes[0] for f in registered if f.suffixes))
+
+
+def of_profiler(profiler: str) -> Format:
+    """The format that reads the captures of ``profiler`` (``"nsys"``, ``"torch"``)."""
+    found = [f for f in formats() if f.profiler == profiler]
+    if not found:
+        raise BadOptionValue(f"--profiler {profiler}: use {' or '.join(f.profiler for f in formats() if f.profiler)}")
+    return found[0]
+
+
+def is_duplicate(path: Path) -> bool:
+    """Whether ``path`` is the other form of a trace that lies beside it in a folder (one rank, listed once)."""
+    return any(f.duplicate(path) for f in formats() if f.duplicate is not None)
+
+
 def _head(path: Path) -> bytes:
     try:
         with open(path, "rb") as f:
             return f.read(HEAD_BYTES)
     except IsADirectoryError:
-        raise TracekitError(f"{path} is a directory; give a trace file (or use a command that takes several)")
+        raise UnreadableTrace(f"{path} is a directory; give a trace file (or use a command that takes several)")
     except OSError as e:
-        raise TracekitError(f"cannot read {path}: {e.strerror or e}")
+        raise UnreadableTrace(f"cannot read {path}: {e.strerror or e}")
 
 
 def detect_format(path: Path, head: bytes | None = None) -> Format:
@@ -82,7 +116,7 @@ def detect_format(path: Path, head: bytes | None = None) -> Format:
             return fmt
     expected = [f.what for f in registered] + [f.what_by_name for f in registered if f.suffixes and f.what_by_name]
     listed = expected[0] if len(expected) == 1 else f"{', '.join(expected[:-1])}, or {expected[-1]}"
-    raise TracekitError(f"{path}: not a trace tracekit can read (expected {listed})")
+    raise UnsupportedFormat(f"{path}: not a trace tracekit can read (expected {listed})")
 
 
 def not_a_trace(path: Path) -> str | None:
@@ -122,8 +156,9 @@ def load(path, *, kernel_dims: bool = True):
     """
     path = Path(path)
     if not path.exists():
-        raise TracekitError(f"{path}: no such file")
-    trace = detect_format(path).load(path, kernel_dims=kernel_dims)
+        raise UnreadableTrace(f"{path}: no such file")
+    fmt = detect_format(path)
+    trace = fmt.load(path, kernel_dims=kernel_dims)
     from tracekit.manifest import attach_manifest
 
-    return attach_manifest(trace, Path(trace.meta.path))
+    return attach_manifest(trace, Path(trace.meta.path), fmt.profiler)

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadOptionValue, TracekitError
 
 DEFAULT_MAX = 4 * 10**9  # bytes: a few large exports
 SUFFIX = ".sqlite"
@@ -44,7 +44,7 @@ def max_bytes() -> int:
     try:
         return parse_bytes(text, what="TRACEKIT_CACHE_MAX")
     except TracekitError as e:
-        raise TracekitError(f"{e} (TRACEKIT_CACHE_MAX: the cache's size cap, e.g. 4GB)") from None
+        raise BadOptionValue(f"{e} (TRACEKIT_CACHE_MAX: the cache's size cap, e.g. 4GB)") from None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ _RENDERERS = {
     "diff": ("diff", "diff_md", None, "diff.render_diff"),
     "history": ("history", "history_md", None, "history.render_history"),
     "ceiling": ("ceiling", "render_markdown", None, "ceiling.render_table"),
+    "stats": ("stats", "stats_md", "stats_csv", "stats.render_stats"),
 }
 KINDS = (*_RENDERERS, "perfetto")
 
@@ -47,7 +48,7 @@ def render(kind: str, result, fmt: str, console_factory=None) -> str | None:
     >>> render("info", {"schema": "tracekit.info/1", "warnings": []}, "json")
     '{\\n  "schema": "tracekit.info/1",\\n  "warnings": []\\n}\\n'
     """
-    from tracekit.errors import TracekitError
+    from tracekit.errors import BadOptionValue
 
     if kind == "perfetto":
         from tracekit.report.perfetto import perfetto_json
@@ -64,9 +65,9 @@ def render(kind: str, result, fmt: str, console_factory=None) -> str | None:
         return _fn(md_name, module)(result)
     if fmt == "csv":
         if csv_name is None:
-            raise TracekitError(f"--format csv is not available for {kind}; use table, md or json")
+            raise BadOptionValue(f"--format csv is not available for {kind}; use table, md or json")
         return _fn(csv_name, module)(result)
     if fmt != "table":
-        raise TracekitError(f"--format {fmt}: use table, md, json or csv")
+        raise BadOptionValue(f"--format {fmt}: use table, md, json or csv")
     _fn(table_name, module)(result, console_factory())
     return None

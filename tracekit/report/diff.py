@@ -46,12 +46,37 @@ def _source(src: str) -> str:
     return "traced" if src == "traced" else f"unprofiled ({src})"
 
 
+def _tok(x) -> str:
+    return MISSING if x is None else f"{x:,.1f}"
+
+
+def per_token_text(pt: dict) -> str:
+    """The two sides per token: ``per token (unprofiled): 2.822 → 3.557 ms (+26.0%), 354.4 → 281.2 tok/s for a
+    batch of 1 (1 → 1.2 tokens a step; steps 2.822 → 4.268 ms)``; a speculative side without an accept length:
+    what is missing, and no comparison."""
+    steps = f"{_num(pt['step_ms']['base'])} → {_num(pt['step_ms']['new'])} ms"
+    if pt["missing"]:
+        who = " and ".join(s.upper() for s in pt["missing"])
+        flags = " / ".join(f"--{s}-accept-len X" for s in pt["missing"])
+        return (f"{who} {'is' if len(pt['missing']) == 1 else 'are'} speculative without an accept length: the tokens "
+                f"a step emits are unknown, so the steps ({pt['basis']} {steps}) are not compared; pass {flags}")
+    tps = f"{pt['tokens_per_step']['base']:g} → {pt['tokens_per_step']['new']:g} tokens a step"
+    return (f"per token ({pt['basis']}): {_num(pt['base_ms_per_token'])} → {_num(pt['new_ms_per_token'])} ms "
+            f"({_pct_text(pt['change_pct'])}), {_tok(pt['base_tok_s'])} → {_tok(pt['new_tok_s'])} "
+            f"{pt['tok_s_unit']} ({tps}; steps {steps})")
+
+
 def headline(d: dict) -> str:
     """The two reference steps, then the traced step's category with the largest absolute change:
     ``unprofiled step 36.670 → 2.822 ms (−92%); in the traced step: launch_gaps −77.202 ms``. An unprofiled step
-    against a traced one is named, never stated as a change."""
+    against a traced one is named, never stated as a change. When the two sides emit different tokens per step,
+    the steps per token instead (:func:`per_token_text`); a speculative side without an accept length: what is
+    missing, and no per-step comparison."""
     r = d["delta"]["reference_step_ms"]
-    if r["basis"] == "unprofiled":
+    pt = d.get("per_token")
+    if pt is not None:
+        text = per_token_text(pt)
+    elif r["basis"] == "unprofiled":
         text = f"unprofiled step {_num(r['base'])} → {_num(r['new'])} ms ({_rel(r)})"
     elif r["basis"] == "traced":
         text = f"traced step {_num(r['base'])} → {_num(r['new'])} ms ({_rel(r)}; no unprofiled time on either side)"
@@ -62,7 +87,7 @@ def headline(d: dict) -> str:
     if big is not None:
         c = d["delta"]["per_step_ms"][big]
         text += f"; in the traced step: {big} {_signed(c['abs'])} ms"
-    if r["basis"] == "traced" and d["delta"]["steps"].get("within_noise"):
+    if r["basis"] == "traced" and pt is None and d["delta"]["steps"].get("within_noise"):
         text += " (within step-to-step noise)"
     return text
 
@@ -86,6 +111,8 @@ def time_base_line(d: dict) -> str:
         text = f"time base: base {_side_base(d, 'base')}, new {_side_base(d, 'new')}"
     if c["basis"] == "mixed":
         text += "; the reference steps are not compared (one unprofiled, one traced)"
+    elif d.get("per_token") is not None:
+        text += "; the steps emit different tokens: compared per token"
     elif c["abs"] is not None:
         text += f"; reference step {_signed(c['abs'])} ms ({_rel(c)})"
     return text
@@ -98,15 +125,29 @@ def _rows(d: dict):
     rows = []
     st = delta["steps"]
     c = delta["reference_step_ms"]
+    pt = d.get("per_token")
+    if pt is not None:
+        ch = pt["change_pct"]
+        rel = {"rel": None if ch is None else ch / 100}
+        a = (None if pt["base_ms_per_token"] is None or pt["new_ms_per_token"] is None
+             else pt["new_ms_per_token"] - pt["base_ms_per_token"])
+        rows.append((f"ms per token ({pt['basis']})", _num(pt["base_ms_per_token"]), _num(pt["new_ms_per_token"]),
+                     _signed(a), _rel(rel), True))
+        t = (None if pt["base_tok_s"] is None or pt["new_tok_s"] is None else pt["new_tok_s"] - pt["base_tok_s"])
+        rows.append(("tok/s", _tok(pt["base_tok_s"]), _tok(pt["new_tok_s"]), _signed(t, 1),
+                     _rel({"rel": None if t is None else t / pt["base_tok_s"]}), False))
+        rows.append(("tokens per step", _num(pt["tokens_per_step"]["base"], 2), _num(pt["tokens_per_step"]["new"], 2),
+                     "", "", False))
+    per_step = pt is None
     if c["basis"] == "unprofiled":
-        rows.append(("unprofiled step", _num(c["base"]), _num(c["new"]), _signed(c["abs"]), _rel(c), True))
+        rows.append(("unprofiled step", _num(c["base"]), _num(c["new"]), _signed(c["abs"]), _rel(c), per_step))
     elif c["basis"] == "mixed":
         label = f"reference step ({_source(c['base_source']).split(' ')[0]} → {_source(c['new_source']).split(' ')[0]})"
-        rows.append((label, _num(c["base"]), _num(c["new"]), MISSING, MISSING, True))
+        rows.append((label, _num(c["base"]), _num(c["new"]), MISSING, MISSING, per_step))
     for key, label in (("mean_ms", "traced mean"), ("median_ms", "traced median"), ("p10_ms", "traced p10"),
                        ("p90_ms", "traced p90"), ("spread_ms", "spread p90−p10")):
         c = st[key]
-        strong = key == "mean_ms" and delta["reference_step_ms"]["basis"] == "traced"
+        strong = key == "mean_ms" and delta["reference_step_ms"]["basis"] == "traced" and per_step
         rows.append((label, _num(c["base"]), _num(c["new"]), _signed(c["abs"]), _rel(c), strong))
     for k in ROW_ORDER:
         c = delta["per_step_ms"].get(k)
@@ -135,15 +176,27 @@ def _pct_text(x) -> str:
     return "±0.0%" if abs(x) < 0.05 else _signed(x, 1) + "%"
 
 
+GATE_WORDS = {"pass": "passed", "fail": "failed", "inconclusive": "inconclusive"}
+GATE_ICONS = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️"}
+GATE_STYLES = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow"}
+
+
+def _verdict(g: dict) -> str:
+    """The gate's verdict (a gate saved before ``verdict`` existed: from ``failed``)."""
+    return g.get("verdict") or ("fail" if g["failed"] else "pass")
+
+
 def gate_line(g: dict) -> str:
     """The gate's verdict, short: ``perf gate failed: unprofiled step +12.3% (threshold 3%, 95% interval +9.1% to
-    +15.2%)``."""
+    +15.2%)``; ``perf gate inconclusive: ...`` when it cannot tell (exit 4)."""
     what = "unprofiled step" if g["basis"] == "unprofiled" else "traced step"
+    if g.get("compares") == "token":
+        what += " per token"
     ch = _pct_text(g["change_pct"])
     ci = g["ci_pct"]
     band = (f", {100 * g['confidence']:g}% interval {_pct_text(ci[0])} to {_pct_text(ci[1])}" if ci is not None
             else ", no noise estimate")
-    return f"perf gate {'failed' if g['failed'] else 'passed'}: {what} {ch} (threshold {g['threshold_pct']:g}%{band})"
+    return f"perf gate {GATE_WORDS[_verdict(g)]}: {what} {ch} (threshold {g['threshold_pct']:g}%{band})"
 
 
 def _moved(d: dict) -> list[dict]:
@@ -256,7 +309,7 @@ def diff_md(d: dict) -> str:
     g = d.get("gate")
     if g is None:
         return "\n".join(_body_md(d))
-    icon = "❌" if g["failed"] else "✅"
+    icon = GATE_ICONS[_verdict(g)]
     out = [f"### {icon} {gate_line(g)}", "", md(g["reason"], 1000), "",
            f"<details><summary>tracekit diff: {html.escape(plain(headline(d), 600), quote=False)}</summary>", "", *_body_md(d),
            f"noise: {md(g['noise_basis'], 600)}", "", "</details>", ""]
@@ -275,7 +328,7 @@ def render_diff(d: dict, console) -> None:
 
     g = d.get("gate")
     if g is not None:
-        sentence(console, gate_line(g), style="bold red" if g["failed"] else "bold green")
+        sentence(console, gate_line(g), style=GATE_STYLES[_verdict(g)])
         sentence(console, g["reason"])
     sentence(console, headline(d), style="bold")
     sentence(console, time_base_line(d))

@@ -11,7 +11,10 @@ One process, ``tracekit``, with one thread (track) per kind of time:
 
 Timestamps are microseconds (floats) on the trace's own clock, so the file lines up with
 the original trace opened beside it. Built with polars expressions; no loop over events.
-``tracekit export --perfetto OUT.json`` writes :func:`perfetto_json` (``report.render("perfetto", b, "json")``).
+``report.render("perfetto", b, "json")`` is :func:`perfetto_json` (these tracks alone); ``tracekit export
+--perfetto OUT.json`` writes :func:`write_perfetto`: these tracks *and* every original event of the trace (every
+kernel, memcpy/memset, graph execution, host API call, range, op and launch flow: ``tracekit.report.perfetto_events``),
+streamed to the file in slices of :data:`CHUNK_ROWS` events (a big trace's JSON is never one string in memory).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import polars as pl
 from tracekit.categories import GAP_CATEGORIES, PRIORITY
 
 PID = 1
+CHUNK_ROWS = 500_000
 TRACKS = ["steps", *PRIORITY, *GAP_CATEGORIES]
 
 
@@ -90,3 +94,37 @@ def perfetto_json(b, acts: pl.DataFrame | None = None) -> str:
     chunks += [f.write_json()[1:-1] for f in (step_ev, other) if f.height]
     return ('{"traceEvents":[' + ",".join(chunks) + '],"displayTimeUnit":"ns","otherData":'
             + json.dumps(other_data, ensure_ascii=False) + "}\n")
+
+
+def write_perfetto(out, b, trace=None, calls: pl.DataFrame | None = None, acts: pl.DataFrame | None = None
+                   ) -> dict[str, int]:
+    """Write the Chrome-trace JSON of breakdown ``b`` to the file ``out``: tracekit's tracks and, with ``trace``
+    (the :class:`~tracekit.trace.Trace` ``b`` was computed from) and its host API ``calls``
+    (``tracekit.run.stats.host_calls``), every original event of it. Streamed: each frame
+    is serialised by polars in slices of :data:`CHUNK_ROWS` rows, written as it is made. Returns the number of
+    events written by kind (``tracekit`` for the added tracks' slices; the original kinds of
+    :func:`tracekit.report.perfetto_events.original_events`)."""
+    meta, step_ev, other, other_data = _parts(b, b.activities if acts is None else acts)
+    producers = [("tracekit", lambda: [step_ev, other])]
+    counts: dict[str, int] = {}
+    if trace is not None:
+        from tracekit.report.perfetto_events import original_events
+
+        ometa, oproducers = original_events(trace, calls)
+        # tracekit's process first in the UI, then the GPUs, then the host
+        meta = [*meta, {"ph": "M", "pid": PID, "tid": 0, "name": "process_sort_index", "args": {"sort_index": 0}},
+                *ometa]
+        producers += oproducers
+    with open(out, "w", encoding="utf-8") as fh:
+        fh.write('{"traceEvents":[' + json.dumps(meta, ensure_ascii=False)[1:-1])
+        for kind, make in producers:  # (one kind's frames at a time: the others are not made yet, or gone)
+            frames = make()
+            counts[kind] = sum(f.height for f in frames) // (2 if kind == "flows" else 1)
+            for f in frames:
+                for off in range(0, f.height, CHUNK_ROWS):
+                    fh.write("," + f.slice(off, CHUNK_ROWS).write_json()[1:-1])
+            del frames
+        if trace is not None:
+            other_data = {**other_data, "original_events": {k: n for k, n in counts.items() if k != "tracekit"}}
+        fh.write('],"displayTimeUnit":"ns","otherData":' + json.dumps(other_data, ensure_ascii=False) + "}\n")
+    return counts

@@ -83,8 +83,17 @@ def _lever_lines(report: dict) -> tuple[str | None, list[str]]:
         per_rank = ""
         if any(v is not None for v in savings) and len({None if v is None else round(v, 3) for v in savings}) > 1:
             per_rank = " [saving by rank: " + ", ".join(f"{label} {num(v)}" for label, v in zip(labels, savings)) + " ms]"
-        lines.append(plain(x["verdict"], 2000) + per_rank)
-    return f"Levers on rank {plain(levers[0]['rank'], 40)} (the slowest; communication: above):", lines
+        text = plain(x["verdict"], 2000) + per_rank
+        if text not in lines:  # (one verdict for several levers, e.g. "no decode advice": said once)
+            lines.append(text)
+    why = _WHY.get(_cross(report).get("saving_rank_is"), _WHY["longest_step"])
+    return f"Levers on rank {plain(levers[0]['rank'], 40)} ({why}; communication: above):", lines
+
+
+# why the levers are those of that rank (``cross_rank_detail.saving_rank_is``): the one rank the report singles out
+_WHY = {"pacing": "it sets the pace: the others wait for it",
+        "least_wait": "no single rank sets the pace; it waits least, so the others wait for it most",
+        "longest_step": "the longest step; no collectives matched across ranks"}
 
 
 def ranks_md(report: dict) -> str:

@@ -180,7 +180,16 @@ def render_kernels(result: dict, console: Console, title: str | None = None) -> 
 
 
 def render_breakdown(b, console: Console) -> None:
-    from tracekit.report.markdown import biggest_category, gap_rows, headline, split_rows, time_base_line, verdict_lines
+    from tracekit.report.markdown import (
+        biggest_category,
+        coverage_line,
+        gap_rows,
+        headline,
+        speculation_line,
+        split_rows,
+        time_base_line,
+        verdict_lines,
+    )
     from tracekit.tokens import tok_s_unit
 
     d = b.to_dict()
@@ -200,6 +209,9 @@ def render_breakdown(b, console: Console) -> None:
             " (" + "; ".join(f"{k}: {v}" for k, v in st["excluded_reasons"].items()) + ")" if st["excluded"] else "")))
     console.print(f"traced step ms: mean {num(st['mean_ms'])}  median {num(st['median_ms'])}  p10 {num(st['p10_ms'])}  "
                   f"p90 {num(st['p90_ms'])}")
+    outside = coverage_line(d)
+    if outside:
+        sentence(console, outside)
     t = Table(title="where a traced step goes (exclusive, per step)", title_justify="left")
     t.add_column("category")
     t.add_column("ms / step", justify="right")
@@ -250,4 +262,7 @@ def render_breakdown(b, console: Console) -> None:
     console.print(Text("verdicts", style="bold"))
     for verdict in verdict_lines(b):
         sentence(console, verdict, "• ")
+    spec = speculation_line(d)
+    if spec:
+        sentence(console, spec, style="italic")
     print_warnings(console, d["warnings"])

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, make_dataclass
 import polars as pl
 
 from tracekit.analyses.advice import StepFacts
-from tracekit.analyses.bytes import TP_EVIDENCE_SOURCES
+from tracekit.analyses.resolve import TP_EVIDENCE_SOURCES
 from tracekit.analyses.roofline import RooflineBlock
 from tracekit.analyses.timebase import TimeBase
 from tracekit.analyses.verdicts import Advice
@@ -104,11 +104,14 @@ Gaps = _per_category(
 class TraceRoofline(RooflineBlock):
     """``roofline``: the :class:`~tracekit.analyses.roofline.RooflineBlock` figures, then where ``tp`` came from
     (``tp_source``; ``tp_evidence``, the trace's evidence, written for a ``tp`` read from the trace or defaulted:
-    ``tracekit.analyses.bytes.TP_EVIDENCE_SOURCES``), the recorded shapes' share of the steps' GEMM time
+    ``tracekit.analyses.resolve.TP_EVIDENCE_SOURCES``), the recorded shapes' share of the steps' GEMM time
     (``shape_coverage``, written when shapes were weighed), why the figures were refused (``refused``: null when
     they hold, ``tracekit.analyses.roofline.physical_check``), where ``tokens_per_step`` came from
     (``tracekit.analyses.resolve``) and what a tok/s figure counts (``tokens_per_s_unit``: the batch's words, "tok/s
-    for the whole batch of 32"; the accept length is in ``tokens_per_step``, not in the batch)."""
+    for the whole batch of 32"; the accept length is in ``tokens_per_step``, not in the batch), and the accept
+    length ``tokens_per_step`` holds with where it came from (``accept_len``, ``accept_len_source``: ``flag`` or
+    ``manifest``; null without one — a plain step, or a speculative step whose accept length is unknown: what
+    ``diff`` reads to compare steps per token)."""
 
     tp_source: str
     tp_evidence: str | None = extension(omit=lambda r: r.tp_source not in TP_EVIDENCE_SOURCES)
@@ -116,21 +119,52 @@ class TraceRoofline(RooflineBlock):
     refused: str | None
     tokens_per_step_source: str | None
     tokens_per_s_unit: str | None = extension(omit=lambda r: r.tokens_per_s_unit is None)
+    accept_len: float | None = extension(omit=lambda r: False)
+    accept_len_source: str | None = extension(omit=lambda r: False)
+
+
+@dataclass(frozen=True)
+class Coverage(Block):
+    """``coverage``: every kernel, memcpy and memset of the analysed device counted, over the whole trace (ms, not per
+    step): ``kernel_ms_in_steps`` (in the analysed steps) + ``kernel_ms_outside_steps`` = ``kernel_ms_total``;
+    ``outside_by_reason``: the outside part by why (before the first step, the excluded steps by their
+    ``steps.excluded_reasons`` key, after the last step). ``claimed_by_gpu_start`` (not in the JSON): activities
+    launched in no step window that belong to the step whose period their GPU start is in
+    (``tracekit.analyses.partition.claim_by_gpu_start``)."""
+
+    kernel_ms_total: float
+    kernel_ms_in_steps: float
+    kernel_ms_outside_steps: float
+    outside_by_reason: dict[str, float]
+    claimed_by_gpu_start: int = internal(default=0)
+
+    @property
+    def outside_share(self) -> float:
+        """The share of the device's kernel time outside the analysed steps (0 without kernel time)."""
+        return self.kernel_ms_outside_steps / self.kernel_ms_total if self.kernel_ms_total else 0.0
 
 
 @dataclass(frozen=True)
 class CaptureSummary(Block):
-    """``manifest`` (an extension): what the capture beside the trace measured without a profiler."""
+    """``manifest`` (an extension): what the capture beside the trace measured without a profiler; with
+    ``unprofiled_periods_ms``, every step it timed without a profiler (the manifest's ``unprofiled.periods_ms``,
+    whose median is ``unprofiled_step_ms``: the noise of the unprofiled step, what ``diff``'s gate reads), written
+    when the manifest holds them."""
 
     workload: str | None
     mode: str | None
     unprofiled_step_ms: float | None
     tp: int | None
+    unprofiled_periods_ms: tuple[float, ...] | None = extension(omit=lambda m: m.unprofiled_periods_ms is None)
 
     @classmethod
     def of(cls, manifest: dict) -> CaptureSummary:
         """From the manifest that applies to the trace."""
-        return cls(**{f.name: manifest.get(f.name) for f in fields(cls)})
+        periods = (manifest.get("unprofiled") or {}).get("periods_ms")
+        ok = isinstance(periods, list) and periods and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in periods)
+        return cls(**{f.name: manifest.get(f.name) for f in fields(cls) if f.name != "unprofiled_periods_ms"},
+                   unprofiled_periods_ms=tuple(float(x) for x in periods) if ok else None)
 
 
 @dataclass(frozen=True)
@@ -163,6 +197,8 @@ class Breakdown(Block):
     activities: pl.DataFrame | None = internal()
     facts: StepFacts = internal()
     rank: int | None = internal(default=None)
+    # every kernel counted (contract, Additions to /3 (2)): in the analysed steps and outside them
+    coverage: Coverage | None = extension(omit=lambda b: b.coverage is None)
     manifest: CaptureSummary | None = extension(omit=lambda b: not b.manifest)  # what the capture measured
 
     @property

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracekit.contract import CEILING_SCHEMA, Block
-from tracekit.errors import TracekitError
+from tracekit.errors import BadModelConfig, BadOptionValue, ConflictingOptions, MissingOption, UnknownGpu
 from tracekit.model.units import DTYPES, dtype_key  # noqa: F401  (DTYPES: the dtypes of --params / --dtype / --kv-dtype)
 
 if TYPE_CHECKING:  # (annotations only: `tracekit ceiling` imports no polars)
@@ -163,7 +163,8 @@ def ceiling(
     """
     # (imported here: `tracekit ceiling --help` and the capture-only GPU host need no polars)
     from tracekit.analyses import resolve
-    from tracekit.analyses.bytes import resolve_bytes, resolve_tp
+    from tracekit.analyses.bytes import resolve_bytes
+    from tracekit.analyses.resolve import resolve_tp
     from tracekit.analyses.roofline import with_compute
     from tracekit.gpus import list_gpus, lookup
     from tracekit.model.units import dtype_bytes
@@ -171,35 +172,35 @@ def ceiling(
     if model is None:
         model = model_config
     elif model_config is not None:
-        raise TracekitError("give --model or --model-config, not both")
+        raise ConflictingOptions("give --model or --model-config, not both")
     if params is not None and (weight_bytes is not None or model is not None):
-        raise TracekitError("give exactly one of --weight-bytes N, --params N (with --dtype) or --model PATH "
+        raise MissingOption("give exactly one of --weight-bytes N, --params N (with --dtype) or --model PATH "
                             "(--weight-bytes may go with --model: it replaces the weights term)")
     if weight_bytes is None and params is None and model is None:
-        raise TracekitError("give exactly one of --weight-bytes N, --params N (with --dtype) or --model PATH")
+        raise MissingOption("give exactly one of --weight-bytes N, --params N (with --dtype) or --model PATH")
     if tp < 1 or ep < 1:
-        raise TracekitError(f"--tp and --ep must be >= 1, got --tp {tp} --ep {ep}")
+        raise BadOptionValue(f"--tp and --ep must be >= 1, got --tp {tp} --ep {ep}")
     if batch < 1:
-        raise TracekitError(f"--batch must be >= 1, got {batch}")
+        raise BadOptionValue(f"--batch must be >= 1, got {batch}")
     if accept_len is not None and not (math.isfinite(accept_len) and accept_len > 0):
-        raise TracekitError(f"--accept-len must be > 0 (mean tokens accepted per step), got {accept_len}")
+        raise BadOptionValue(f"--accept-len must be > 0 (mean tokens accepted per step), got {accept_len}")
     if measured_tok_s is not None and not (math.isfinite(measured_tok_s) and measured_tok_s > 0):
-        raise TracekitError(f"--measured-tok-s must be > 0, got {measured_tok_s}")
+        raise BadOptionValue(f"--measured-tok-s must be > 0, got {measured_tok_s}")
     if (draft_bytes or 0) > 0 and not (draft_forwards or 0) > 0:
-        raise TracekitError("--draft-bytes needs --draft-forwards K (draft forward passes per step)")
+        raise ConflictingOptions("--draft-bytes needs --draft-forwards K (draft forward passes per step)")
     if context is None or context < 0:
-        raise TracekitError(f"--context must be >= 0, got {context}")
+        raise BadOptionValue(f"--context must be >= 0, got {context}")
     try:
         dtype_bytes(dtype or "bf16")
         if kv_dtype:
             dtype_bytes(kv_dtype)  # validated here; tracekit.model applies it
     except ValueError as e:
-        raise TracekitError(str(e)) from e
+        raise BadOptionValue(str(e)) from e
     kv_flag = kv_bytes_per_token is not None or (context and model is None)
     if kv_flag:
         kv = float(kv_bytes_per_token or 0)
         if (kv > 0) != (bool(context) and context > 0):
-            raise TracekitError("KV reads need both --kv-bytes-per-token N and --context L"
+            raise ConflictingOptions("KV reads need both --kv-bytes-per-token N and --context L"
                                 + (" (or --model PATH with --context)" if model is None else ""))
 
     assumptions: list[str] = [
@@ -226,7 +227,7 @@ def ceiling(
     draft_gpu = rb.draft_bytes_per_step or 0
     kv_step = rb.kv_bytes_per_step
     if wbytes_gpu <= 0:
-        raise TracekitError("the model's weights come to 0 bytes per step: check --model")
+        raise BadModelConfig("the model's weights come to 0 bytes per step: check --model")
     inputs: dict = {"tp": tp, "ep": ep, "batch": batch, "accept_len": accept_len,
                     "dtype": dtype if (model is not None or params is not None) else None,
                     "weight_bytes": None, "weight_bytes_source": rb.weight_bytes_source, "params": None,
@@ -252,9 +253,9 @@ def ceiling(
     bw, source = found.value, found.source
     if bw is None:
         if not gpu:
-            raise TracekitError("give --gpu NAME (see docs/roofline.md for the table) or --peak-bw GBPS")
+            raise MissingOption("give --gpu NAME (see docs/roofline.md for the table) or --peak-bw GBPS")
         known = ", ".join(s.name for s in list_gpus()[:6])
-        raise TracekitError(f"unknown GPU {gpu!r}: pass its peak memory bandwidth with --peak-bw GBPS "
+        raise UnknownGpu(f"unknown GPU {gpu!r}: pass its peak memory bandwidth with --peak-bw GBPS "
                             f"(the table knows e.g. {known}, ...)")
     name = spec.name if spec is not None else (gpu or "custom")
     if spec is not None and spec.devices_per_package > 1 and source == "table":
@@ -310,8 +311,9 @@ def _compute_inputs(rb, *, params, dtype, model_given: bool, tokens: float, tp: 
     """``((gemm FLOPs, attention FLOPs), (peak TFLOP/s, its source, the dtype, the table's key))`` per GPU per step, from
     ``--params`` (x tokens, dense) or the model (``tracekit.analyses.roofline.model_flops``); what was assumed goes
     to ``assumptions``."""
+    from tracekit.analyses.resolve import peak_tflops as resolve_peak_tflops
     from tracekit.analyses.roofline import model_compute_dtype, model_flops
-    from tracekit.gpus import WEIGHT_ONLY, resolve_peak_tflops
+    from tracekit.gpus import WEIGHT_ONLY
 
     gemm = attention = None
     kind = None

@@ -38,8 +38,13 @@ Beside ``delta``:
   ``|delta_ms_per_step|`` first; the deltas add up to ``delta.kernel_total_ms_per_step.abs`` (the change of
   the sum of ``kernel_ms_per_step``). ``kernel_categories``: the same per category, largest change first.
   Null for a saved breakdown (it keeps no per-kernel table), with a warning.
+* ``per_token`` (when the two sides emit different tokens per step — accept length x batch — or a speculative
+  side has no accept length): the compared steps per token and tok/s on both sides (:class:`PerToken`,
+  :func:`per_token`); the headline and the gate then compare per token, and a side without an accept length gets
+  no per-step verdict.
 * ``cross_rank`` (when a side is a rank set): the sets' cross-rank figures compared (:class:`CrossRankDelta`).
-* ``gate`` (with ``fail_on_regression``): the CI verdict (:class:`Gate`, :func:`gate`).
+* ``gate`` (with ``fail_on_regression``): the CI verdict, pass / fail / inconclusive (:class:`Gate`,
+  :func:`gate`).
 
 A side is one trace's breakdown, a breakdown saved earlier (``breakdown --format json``: :func:`read_saved`
 reads one of the current schema; an older one (``/1``, ``/2``) is refused with the reason: its blocks and
@@ -63,7 +68,7 @@ from pathlib import Path
 
 from tracekit.categories import GAP_CAUSES, LEVERS
 from tracekit.contract import BREAKDOWN_SCHEMA, DIFF_SCHEMA, Block, extension, to_dict
-from tracekit.errors import TracekitError
+from tracekit.errors import BadOptionValue, UnreadableInput, UnsupportedSchema
 
 SCHEMA = DIFF_SCHEMA  # "tracekit.diff/3" (tracekit.contract names it once)
 
@@ -220,26 +225,59 @@ class CrossRankDelta(Block):
 
 
 @dataclass(frozen=True)
+class PerToken(Block):
+    """``per_token`` (when the two sides emit different tokens per step — accept length x batch — or a speculative
+    side's accept length is unknown): the compared steps per token (:func:`per_token`).
+
+    The contract's keys: ``base_ms_per_token`` / ``new_ms_per_token`` (the step over the tokens it emits, whole
+    batch), ``base_tok_s`` / ``new_tok_s`` (1000 x tokens per step / step ms), ``change_pct`` (NEW's ms per token
+    against BASE's: > 0 is slower) and ``source`` (each side's accept length: ``flag``, ``manifest``, ``plain``
+    — no speculation, one token per sequence — or ``missing``: speculative without one; then that side's figures
+    and ``change_pct`` are null). Extensions: ``basis`` (the steps divided: ``unprofiled`` or ``traced``),
+    ``step_ms``, ``tokens_per_step``, ``accept_len`` and ``batch`` of each side, ``missing`` (the sides without an
+    accept length) and ``tok_s_unit`` (what a tok/s figure counts)."""
+
+    base_ms_per_token: float | None
+    new_ms_per_token: float | None
+    base_tok_s: float | None
+    new_tok_s: float | None
+    change_pct: float | None
+    source: BaseNew
+    basis: str
+    step_ms: BaseNew
+    tokens_per_step: BaseNew
+    accept_len: BaseNew
+    batch: BaseNew
+    missing: tuple[str, ...]
+    tok_s_unit: str
+
+
+@dataclass(frozen=True)
 class Gate(Block):
     """``gate`` (``--fail-on-regression PCT``): how the CI verdict was decided (:func:`gate`).
 
     The contract's keys: ``threshold_pct``, ``change_pct`` (NEW's reference step against BASE's, in %),
     ``ci_pct`` (the interval the noise allows for that change, in %; null when no side has enough steps to tell),
-    ``noise_basis`` (how that interval was found, in words) and ``failed``. Extensions: ``reason`` (the verdict in
-    one line), ``basis`` (which steps were compared: ``unprofiled`` or ``traced``), ``statistic`` (``median`` or
-    ``mean`` of the traced steps), ``method`` (``bootstrap``, ``normal`` or ``none``), ``traced_change_pct`` and
-    ``traced_ci_pct`` (the traced steps' own change and interval), ``steps`` (the steps each side contributed),
-    ``resamples``, ``seed`` and ``confidence``."""
+    ``noise_basis`` (how that interval was found, in words), ``failed`` and ``verdict`` (``pass``, ``fail``: exit
+    3, ``inconclusive``: exit 4). Extensions: ``reason`` (the verdict in one line), ``basis`` (which steps were
+    compared: ``unprofiled`` or ``traced``), ``statistic`` (``median`` or ``mean`` of the steps), ``method``
+    (``unprofiled-bootstrap``: the manifests' unprofiled steps; ``bootstrap``, ``normal``: the traced steps';
+    ``none``), ``compares`` (``step``, or ``token`` when the two sides emit different tokens per step: every
+    percentage is then per token), ``traced_change_pct`` and ``traced_ci_pct`` (the traced steps' own change and
+    interval), ``steps`` (the steps each side contributed to the noise), ``resamples``, ``seed`` and
+    ``confidence``."""
 
     threshold_pct: float
     change_pct: float | None
     ci_pct: tuple[float, float] | None
     noise_basis: str
     failed: bool
+    verdict: str
     reason: str
     basis: str
     statistic: str
     method: str
+    compares: str
     traced_change_pct: float | None
     traced_ci_pct: tuple[float, float] | None
     steps: BaseNew
@@ -261,6 +299,7 @@ class Diff(Block):
     delta: Delta
     kernels: tuple[KernelChange, ...] | None
     kernel_categories: tuple[CategoryChange, ...]
+    per_token: PerToken | None = extension(omit=lambda d: d.per_token is None)
     cross_rank: CrossRankDelta | None = extension(omit=lambda d: d.cross_rank is None)
     gate: Gate | None = extension(omit=lambda d: d.gate is None)
 
@@ -268,6 +307,17 @@ class Diff(Block):
     def failed(self) -> bool:
         """True when a gate was asked for and failed (the command's exit 3)."""
         return self.gate is not None and self.gate.failed
+
+    @property
+    def exit_code(self) -> int:
+        """The command's exit code: 0 without a gate or when it passed, 3 when it failed, 4 when inconclusive."""
+        if self.gate is None:
+            return 0
+        return {"fail": EXIT_GATE_FAILED, "inconclusive": EXIT_GATE_INCONCLUSIVE}.get(self.gate.verdict, 0)
+
+
+EXIT_GATE_FAILED = 3  # the contract's exit code of a failed gate
+EXIT_GATE_INCONCLUSIVE = 4  # ... and of a gate that cannot tell
 
 
 STEP_KEYS = tuple(f.name for f in fields(StepsDelta))[:4]  # the quantiles of steps
@@ -301,15 +351,15 @@ def read_saved(path) -> SavedBreakdown | None:
         return None
     version = m.group(1).decode()
     if f"tracekit.breakdown/{version}" != BREAKDOWN_SCHEMA:
-        raise TracekitError(f"{path}: a saved tracekit.breakdown/{version} result; diff compares "
+        raise UnsupportedSchema(f"{path}: a saved tracekit.breakdown/{version} result; diff compares "
                             f"{BREAKDOWN_SCHEMA} breakdowns (reference steps, this version's definitions), "
                             "which it cannot be converted to: run tracekit diff on the trace files again")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise TracekitError(f"{path}: unreadable saved breakdown ({e})") from None
+        raise UnreadableInput(f"{path}: unreadable saved breakdown ({e})") from None
     if not isinstance(data, dict) or "ranks" in data or not isinstance(data.get("steps"), dict):
-        raise TracekitError(f"{path}: not a single-trace {BREAKDOWN_SCHEMA} result (a saved multi-rank result? diff "
+        raise UnsupportedSchema(f"{path}: not a single-trace {BREAKDOWN_SCHEMA} result (a saved multi-rank result? diff "
                             "the rank directory itself, or one rank's trace file)")
     return SavedBreakdown(data)
 
@@ -342,6 +392,122 @@ def reference_change(b: dict, n: dict) -> ReferenceChange:
     basis = kinds.pop() if len(kinds) == 1 else "mixed"
     c = change(bv, nv) if basis != "mixed" else Change(bv, nv, None, None)
     return ReferenceChange(c.base, c.new, c.abs, c.rel, base_source=bs, new_source=ns, basis=basis)
+
+
+# ───────────────────────── per token ─────────────────────────
+
+@dataclass(frozen=True)
+class SideTokens:
+    """The tokens one side's step emits (:func:`side_tokens`): ``tokens`` = accept length x batch (None when a
+    speculative side has no accept length), ``accept_len`` (1 for a plain step), ``batch``, ``source`` (``flag``,
+    ``manifest``, ``plain`` or ``missing``), ``speculative`` (the breakdown's ``advice.drafting.speculative``) and
+    ``ignored`` (an accept length given for a side whose steps are plain decode: not applied)."""
+
+    tokens: float | None
+    accept_len: float | None
+    batch: float | None
+    source: str
+    speculative: bool | None
+    ignored: float | None = None
+    batch_source: str | None = None
+
+
+def side_tokens(view: dict) -> SideTokens:
+    """The tokens a breakdown's step emits, from its ``roofline`` (``tokens_per_step`` = accept length x batch,
+    ``accept_len`` and its source) and ``advice.drafting.speculative``. A plain step (``speculative`` false)
+    emits its batch whatever accept length was given (``--accept-len`` given to ``diff`` applies to both sides;
+    on a plain side it is ignored). A speculative step without an accept length emits an unknown number.
+
+    >>> side_tokens({"roofline": {"tokens_per_step": 4.8, "accept_len": 1.2, "accept_len_source": "manifest"},
+    ...              "advice": {"drafting": {"speculative": True}}}).tokens
+    4.8
+    >>> t = side_tokens({"roofline": {"tokens_per_step": 3.0, "accept_len": 3.0, "accept_len_source": "flag"},
+    ...                  "advice": {"drafting": {"speculative": False}}})
+    >>> t.tokens, t.source, t.ignored
+    (1.0, 'plain', 3.0)
+    >>> t = side_tokens({"roofline": {"tokens_per_step": 4.0, "accept_len": None},
+    ...                  "advice": {"drafting": {"speculative": True}}})
+    >>> t.tokens, t.batch, t.source
+    (None, 4.0, 'missing')
+    """
+    roof = view.get("roofline") or {}
+    spec = ((view.get("advice") or {}).get("drafting") or {}).get("speculative")
+    tps = roof.get("tokens_per_step")
+    acc = roof.get("accept_len")
+    batch = (tps / acc if acc else tps) if tps is not None else None
+    bsrc = roof.get("tokens_per_step_source")
+    if spec is False and acc is not None:
+        return SideTokens(batch, 1.0, batch, "plain", False, ignored=acc, batch_source=bsrc)
+    if acc is not None:
+        return SideTokens(tps, acc, batch, roof.get("accept_len_source") or "flag", spec, batch_source=bsrc)
+    if spec:
+        return SideTokens(None, None, batch, "missing", True, batch_source=bsrc)
+    return SideTokens(tps, 1.0, batch, "plain", spec, batch_source=bsrc)
+
+
+def _unknown_batch(bt: SideTokens, nt: SideTokens) -> str | None:
+    """The side whose batch is unknown (``default``: 1 assumed) while the other's is known and differs — then the
+    tokens per step of the two are not known to differ, and steps compare as they are — else None."""
+    import math
+
+    if bt.batch is None or nt.batch is None or math.isclose(bt.batch, nt.batch, rel_tol=1e-9):
+        return None
+    if bt.batch_source == "default" and nt.batch_source != "default":
+        return "base"
+    if nt.batch_source == "default" and bt.batch_source != "default":
+        return "new"
+    return None
+
+
+def per_token(b: dict, n: dict, ref: ReferenceChange | None = None) -> PerToken | None:
+    """``per_token`` of two breakdown dicts, or None when both emit the same known tokens per step (then steps
+    compare as they are). The steps divided are the reference steps where both are unprofiled, else the traced
+    mean steps (the kind both have)."""
+    import math
+
+    ref = ref if ref is not None else reference_change(b, n)
+    bt, nt = side_tokens(b), side_tokens(n)
+    if bt.tokens is not None and nt.tokens is not None and math.isclose(bt.tokens, nt.tokens, rel_tol=1e-9):
+        return None
+    if _unknown_batch(bt, nt) is not None and not (bt.source == "missing" or nt.source == "missing"):
+        return None  # (a batch unknown on one side only: not known to differ; a warning says so)
+    if ref.basis == "unprofiled":
+        basis, steps = "unprofiled", (ref.base, ref.new)
+    else:
+        basis = "traced"
+        steps = tuple((v.get("time_base") or {}).get("traced_step_ms", v["steps"].get("mean_ms")) for v in (b, n))
+    ms = [st / t.tokens if st and t.tokens else None for st, t in zip(steps, (bt, nt))]
+    tok_s = [1000.0 / m if m else None for m in ms]
+    chg = 100.0 * (ms[1] / ms[0] - 1.0) if ms[0] and ms[1] is not None else None
+    from tracekit.tokens import tok_s_unit
+
+    units = {tok_s_unit(v.get("roofline") or {}) for v in (b, n)}
+    return PerToken(base_ms_per_token=ms[0], new_ms_per_token=ms[1], base_tok_s=tok_s[0], new_tok_s=tok_s[1],
+                    change_pct=chg, source=BaseNew(bt.source, nt.source), basis=basis, step_ms=BaseNew(*steps),
+                    tokens_per_step=BaseNew(bt.tokens, nt.tokens), accept_len=BaseNew(bt.accept_len, nt.accept_len),
+                    batch=BaseNew(bt.batch, nt.batch),
+                    missing=tuple(side for side, t in (("base", bt), ("new", nt)) if t.source == "missing"),
+                    tok_s_unit=units.pop() if len(units) == 1 else
+                    f"tok/s for each side's whole batch ({bt.batch or 1:g} and {nt.batch or 1:g})")
+
+
+def _token_warnings(b: dict, n: dict) -> list[str]:
+    """An accept length given for a side whose steps are plain decode (not applied there)."""
+    out = []
+    unknown = _unknown_batch(side_tokens(b), side_tokens(n))
+    if unknown is not None:
+        other = "new" if unknown == "base" else "base"
+        t = side_tokens(b if other == "base" else n)
+        out.append(f"{other.upper()}'s steps decode a batch of {t.batch:g} ({t.batch_source}), {unknown.upper()}'s "
+                   "batch is unknown: the tokens per step are not known to differ, so the steps are compared as they "
+                   "are")
+    for side, v in (("BASE", b), ("NEW", n)):
+        t = side_tokens(v)
+        if t.ignored is not None:
+            out.append(f"{side}'s steps are plain decode (no speculation found): the accept length {t.ignored:g} "
+                       f"({(v.get('roofline') or {}).get('accept_len_source') or 'flag'}) is not applied to it "
+                       "(one token per sequence a step)")
+    return out
 
 
 
@@ -398,12 +564,16 @@ def as_side(x, label: str | None = None) -> Side:
     ``label`` names it (its directory) in ``source.path``."""
     if isinstance(x, Side):
         return x
+    from tracekit.results.rankset import RankSet
+
+    if isinstance(x, RankSet):
+        x = x.cross_rank
     if isinstance(x, SavedBreakdown):
         return Side(result=x, view=x.data, periods_ms=None, kernels=None)
     if hasattr(x, "rank_breakdowns") and hasattr(x, "report"):
         bds = list(x.rank_breakdowns)
         if not bds:
-            raise TracekitError("a rank set without ranks cannot be compared")
+            raise BadOptionValue("a rank set without ranks cannot be compared")
         dicts = [to_dict(b) for b in bds]
         slow = max(range(len(dicts)), key=lambda i: dicts[i]["steps"]["mean_ms"])
         view = dict(dicts[slow])
@@ -494,7 +664,7 @@ def parse_threshold(text) -> float:
     >>> parse_threshold("-1%")
     Traceback (most recent call last):
     ...
-    tracekit.errors.TracekitError: --fail-on-regression -1%: a percentage >= 0, e.g. 3%
+    tracekit.errors.BadOptionValue: --fail-on-regression -1%: a percentage >= 0, e.g. 3%
     """
     s = str(text).strip()
     try:
@@ -502,7 +672,7 @@ def parse_threshold(text) -> float:
     except ValueError:
         v = float("nan")
     if not v >= 0 or v == float("inf"):
-        raise TracekitError(f"--fail-on-regression {text}: a percentage >= 0, e.g. 3%")
+        raise BadOptionValue(f"--fail-on-regression {text}: a percentage >= 0, e.g. 3%")
     return v
 
 
@@ -558,30 +728,50 @@ def _signed_pct(x: float) -> str:
     return "±0.0%" if abs(x) < 0.05 else f"{x:+,.1f}%"
 
 
+def _unprofiled_periods(s: Side) -> tuple[float, ...] | None:
+    """The steps a side's manifest timed without a profiler (``manifest.unprofiled_periods_ms``), when its reference
+    step is the manifest's (a ``--measured-step-ms`` flag is one number: no spread)."""
+    v = s.view
+    if (v.get("time_base") or {}).get("unprofiled_source") != "manifest":
+        return None
+    periods = (v.get("manifest") or {}).get("unprofiled_periods_ms")
+    return tuple(periods) if periods else None
+
+
 def gate(base, new, threshold_pct: float, *, resamples: int = GATE_RESAMPLES, seed: int = GATE_SEED,
          confidence: float = GATE_CONFIDENCE) -> Gate:
-    """The CI verdict: NEW's reference step slower than BASE's by more than ``threshold_pct`` **and** beyond the
-    noise of the two sides' steps (``failed``). ``base``/``new``: anything :func:`as_side` takes.
+    """The CI verdict, one of three (``verdict``): ``fail`` when NEW's reference step is slower than BASE's by
+    more than ``threshold_pct`` **and** beyond the noise of the two sides' steps; ``inconclusive`` when it is slower
+    by more than the threshold but the interval includes no change, when a side has too few steps for a noise
+    estimate, or when nothing comparable is known (a speculative side without an accept length); else ``pass``.
+    ``base``/``new``: anything :func:`as_side` takes.
 
     * **What is compared** (``change_pct``): the reference steps, unprofiled where both sides have one (basis
       ``unprofiled``); else the traced mean steps (basis ``traced``; also when one side is unprofiled and the
-      other traced: the traced steps are the kind both have).
-    * **The noise** (``ci_pct``): a percentile bootstrap (``resamples``, ``seed``) of the ratio of the two sides'
-      traced steps — their medians when the reference steps are unprofiled (each is the median of timed steps),
-      their means when the traced means are compared. An unprofiled step carries no per-step times, so its noise
-      comes from the traced steps of the same run: their interval scaled by (reference ratio / traced ratio),
-      then widened to cover the traced interval itself — two clocks of one pair of runs that disagree by more
-      than their step noise (a slower host or clock state in one process) are noise, not a change the trace
-      confirms. A saved breakdown keeps no per-step times: its side's noise is a normal approximation from its
-      p10-p90 spread and count (``method`` ``normal``). With fewer than :data:`MIN_GATE_STEPS` steps on a side
-      there is no estimate (``ci_pct`` null) and the threshold alone decides.
-    * ``failed`` = ``change_pct > threshold_pct`` and (``ci_pct`` null or its lower end > 0).
+      other traced: the traced steps are the kind both have). When the two sides emit different tokens per step
+      (:func:`per_token`), the steps per token (``compares`` ``token``): every ratio times BASE's tokens per step
+      over NEW's (the accept lengths taken as exact).
+    * **The noise** (``ci_pct``). Where both reference steps are their manifests' and both manifests hold the steps
+      they timed without a profiler (``unprofiled.periods_ms``, at least :data:`MIN_GATE_STEPS` each): a
+      percentile bootstrap (``resamples``, ``seed``) of the ratio of those steps' medians (``method``
+      ``unprofiled-bootstrap``), widened to cover the traced steps' own change (the medians of the same runs'
+      traced steps: where the two clocks of one pair of runs disagree in direction, the change is not one the
+      trace confirms). Otherwise from the traced steps: a bootstrap of the ratio of their medians (unprofiled
+      basis) or means (traced basis); an unprofiled step's noise is then its run's traced-step interval scaled by
+      (reference ratio / traced ratio) and widened to cover the traced interval itself (``bootstrap``). A saved
+      breakdown keeps no per-step times: a normal approximation from its p10-p90 spread and count (``normal``).
+      With fewer than :data:`MIN_GATE_STEPS` steps on a side there is no estimate (``ci_pct`` null).
+    * ``failed`` = (``verdict`` == ``fail``).
     """
     b, n = as_side(base), as_side(new)
     bs, ns = b.view["steps"], n.view["steps"]
     ref = reference_change(b.view, n.view)
     basis = "unprofiled" if ref.basis == "unprofiled" else "traced"
     statistic = "median" if basis == "unprofiled" else "mean"
+    pt = per_token(b.view, n.view, ref)
+    factor = 1.0
+    if pt is not None and not pt.missing:
+        factor = pt.tokens_per_step.base / pt.tokens_per_step.new
 
     def traced(s: Side) -> float | None:
         if s.periods_ms:
@@ -601,45 +791,77 @@ def gate(base, new, threshold_pct: float, *, resamples: int = GATE_RESAMPLES, se
     counts = (len(b.periods_ms) if b.periods_ms is not None else bs.get("count") or 0,
               len(n.periods_ms) if n.periods_ms is not None else ns.get("count") or 0)
 
-    interval, method = None, "none"
-    if traced_ratio is not None and min(counts) >= MIN_GATE_STEPS:
+    interval, traced_interval, method = None, None, "none"
+    ub, un = (_unprofiled_periods(b), _unprofiled_periods(n)) if basis == "unprofiled" else (None, None)
+    if ub and un and ratio is not None:
+        counts = (len(ub), len(un))
+        if min(counts) >= MIN_GATE_STEPS:
+            lo, hi = bootstrap_ratio(ub, un, "median", resamples=resamples, seed=seed, confidence=confidence)
+            if traced_ratio is not None:
+                lo, hi = min(lo, traced_ratio), max(hi, traced_ratio)
+            interval, method = (lo, hi), "unprofiled-bootstrap"
+        if traced_ratio is not None and b.periods_ms and n.periods_ms and min(len(b.periods_ms),
+                                                                              len(n.periods_ms)) >= MIN_GATE_STEPS:
+            traced_interval = bootstrap_ratio(b.periods_ms, n.periods_ms, statistic, resamples=resamples, seed=seed,
+                                              confidence=confidence)
+    elif traced_ratio is not None and min(counts) >= MIN_GATE_STEPS:
         if b.periods_ms is not None and n.periods_ms is not None:
-            interval = bootstrap_ratio(b.periods_ms, n.periods_ms, statistic, resamples=resamples, seed=seed,
-                                       confidence=confidence)
+            traced_interval = bootstrap_ratio(b.periods_ms, n.periods_ms, statistic, resamples=resamples, seed=seed,
+                                              confidence=confidence)
             method = "bootstrap"
         else:
-            interval = _normal_ratio(bs if b.periods_ms is None else _stats(b.periods_ms),
-                                     ns if n.periods_ms is None else _stats(n.periods_ms), statistic, confidence)
-            method = "normal" if interval is not None else "none"
-    traced_ci = (_pct(interval[0]), _pct(interval[1])) if interval is not None else None
-    ci = traced_ci
-    if interval is not None and basis == "unprofiled" and ratio is not None:
-        scale = ratio / traced_ratio
-        ci = (_pct(min(interval[0] * scale, interval[0])), _pct(max(interval[1] * scale, interval[1])))
-    change_pct = _pct(ratio) if ratio is not None else None
-    failed = change_pct is not None and change_pct > threshold_pct and (ci is None or ci[0] > 0)
+            traced_interval = _normal_ratio(bs if b.periods_ms is None else _stats(b.periods_ms),
+                                            ns if n.periods_ms is None else _stats(n.periods_ms), statistic,
+                                            confidence)
+            method = "normal" if traced_interval is not None else "none"
+        interval = traced_interval
+        if interval is not None and basis == "unprofiled" and ratio is not None:
+            scale = ratio / traced_ratio
+            interval = (min(interval[0] * scale, interval[0]), max(interval[1] * scale, interval[1]))
+    # per token: every ratio times BASE's tokens per step over NEW's
+    scaled = lambda iv: (_pct(iv[0] * factor), _pct(iv[1] * factor)) if iv is not None else None  # noqa: E731
+    ci, traced_ci = scaled(interval), scaled(traced_interval)
+    missing = pt.missing if pt is not None else ()
+    change_pct = _pct(ratio * factor) if ratio is not None and not missing else None
+    traced_pct = _pct(traced_ratio * factor) if traced_ratio is not None and not missing else None
+    if change_pct is None:
+        verdict = "inconclusive"
+    elif change_pct <= threshold_pct:
+        verdict = "pass"
+    elif ci is not None and ci[0] > 0:
+        verdict = "fail"
+    else:
+        verdict = "inconclusive"
 
     conf = f"{100 * confidence:g}%"
     steps = f"{counts[0]} BASE and {counts[1]} NEW steps"
-    if method == "bootstrap":
+    if method == "unprofiled-bootstrap":
+        noise = (f"bootstrap of the ratio of the medians of the steps each manifest timed without a profiler "
+                 f"(unprofiled.periods_ms: {steps}, {resamples} resamples, seed {seed}, {conf} percentile interval), "
+                 "widened to cover the traced steps' own change (the other clock of the same two runs)")
+    elif method == "bootstrap":
         noise = (f"bootstrap of the ratio of the traced steps' {statistic}s ({steps}, {resamples} resamples, seed "
                  f"{seed}, {conf} percentile interval)")
     elif method == "normal":
         noise = (f"normal approximation of the ratio of the traced steps' {statistic}s from each side's p10-p90 "
                  f"spread and step count ({steps}; a saved breakdown keeps no per-step times), {conf} interval")
     else:
-        noise = (f"none: fewer than {MIN_GATE_STEPS} analysed steps on a side ({steps}); the threshold alone "
-                 "decides")
-    if method != "none" and basis == "unprofiled":
+        noise = f"none: fewer than {MIN_GATE_STEPS} steps on a side ({steps}); no noise estimate"
+    if method in ("bootstrap", "normal") and basis == "unprofiled":
         noise += (", scaled to the unprofiled reference steps and widened to cover the traced steps' own change "
-                  "(the noise of an unprofiled step is its run's traced-step noise)")
-    traced_pct = _pct(traced_ratio) if traced_ratio is not None else None
-    reason = _gate_reason(ref.basis, basis, statistic, shown, change_pct, threshold_pct, ci, traced_pct, failed, conf)
+                  "(no manifest holds its unprofiled steps: the noise of an unprofiled step is its run's traced-step "
+                  "noise)")
+    if pt is not None and not missing:
+        noise += (f"; per token: every ratio x BASE's {pt.tokens_per_step.base:g} / NEW's {pt.tokens_per_step.new:g} "
+                  "tokens per step (accept lengths taken as exact)")
+    reason = _gate_reason(ref.basis, basis, statistic, shown, change_pct, threshold_pct, ci, traced_pct, verdict,
+                          conf, pt)
+    sampled = method in ("bootstrap", "unprofiled-bootstrap")
     return Gate(threshold_pct=float(threshold_pct), change_pct=change_pct, ci_pct=ci, noise_basis=noise,
-                failed=failed, reason=reason, basis=basis, statistic=statistic, method=method,
-                traced_change_pct=traced_pct, traced_ci_pct=traced_ci,
-                steps=BaseNew(counts[0], counts[1]), resamples=resamples if method == "bootstrap" else None,
-                seed=seed if method == "bootstrap" else None, confidence=confidence)
+                failed=verdict == "fail", verdict=verdict, reason=reason, basis=basis, statistic=statistic,
+                method=method, compares="token" if pt is not None else "step", traced_change_pct=traced_pct,
+                traced_ci_pct=traced_ci, steps=BaseNew(counts[0], counts[1]), resamples=resamples if sampled else None,
+                seed=seed if sampled else None, confidence=confidence)
 
 
 def _stats(periods) -> dict:
@@ -653,28 +875,42 @@ def _stats(periods) -> dict:
 
 
 def _gate_reason(ref_basis: str, basis: str, statistic: str, shown, change_pct, threshold: float, ci, traced_pct,
-                 failed: bool, conf: str) -> str:
+                 verdict: str, conf: str, pt: PerToken | None = None) -> str:
     """The gate's verdict in one line."""
     what = "unprofiled step" if basis == "unprofiled" else "traced mean step"
     pre = ("the reference steps are of different kinds (one unprofiled, one traced): the traced steps compared; "
            if ref_basis == "mixed" else "")
-    if change_pct is None:
-        return pre + f"no {what} to compare: the gate cannot fail"
     ms = f"{shown[0]:.3f} → {shown[1]:.3f} ms" if None not in shown else "—"
+    if pt is not None:
+        if pt.missing:
+            who = " and ".join(s.upper() for s in pt.missing)
+            flags = " / ".join(f"--{s}-accept-len X" for s in pt.missing)
+            return (f"{who} {'is' if len(pt.missing) == 1 else 'are'} speculative without an accept length: the "
+                    f"tokens a step emits are unknown, so steps are not compared ({what}s {ms}); pass {flags} "
+                    "(tokens emitted per step per sequence, the bonus token included)")
+        what = f"{what} per token"
+        tps = f"{pt.tokens_per_step.base:g} → {pt.tokens_per_step.new:g} tokens a step"
+        ms = (f"{pt.base_ms_per_token:.3f} → {pt.new_ms_per_token:.3f} ms per token, {tps}"
+              if pt.base_ms_per_token is not None and pt.new_ms_per_token is not None else tps)
+    if change_pct is None:
+        return pre + f"no {what} to compare: the gate cannot tell"
     thr = f"{threshold:g}%"
     band = f"{conf} interval {_signed_pct(ci[0])} to {_signed_pct(ci[1])}" if ci is not None else None
-    if failed:
-        noise = f"beyond the step noise ({band})" if band else "no noise estimate (too few steps)"
-        return pre + f"NEW's {what} is {change_pct:,.1f}% slower than BASE's ({ms}): above the {thr} threshold, {noise}"
+    if verdict == "fail":
+        return pre + (f"NEW's {what} is {change_pct:,.1f}% slower than BASE's ({ms}): above the {thr} threshold, "
+                      f"beyond the step noise ({band})")
     if change_pct <= 0:
         return pre + f"NEW's {what} is not slower than BASE's ({ms}, {_signed_pct(change_pct)})"
     if change_pct <= threshold:
         return pre + f"NEW's {what} is {change_pct:,.1f}% slower than BASE's ({ms}): within the {thr} threshold"
+    if band is None:
+        return pre + (f"NEW's {what} is {change_pct:,.1f}% slower than BASE's ({ms}): above the {thr} threshold, but "
+                      "too few steps on a side to tell it from noise")
     traced = ""
     if basis == "unprofiled" and traced_pct is not None:
         traced = f"; the traced steps' {statistic} changed {_signed_pct(traced_pct)}"
-    return pre + (f"NEW's {what} is {change_pct:,.1f}% slower than BASE's ({ms}): above the {thr} threshold but within "
-                  f"the step noise ({band} includes no change{traced})")
+    return pre + (f"NEW's {what} is {change_pct:,.1f}% slower than BASE's ({ms}): above the {thr} threshold but "
+                  f"not beyond the step noise ({band} includes no change{traced})")
 
 
 # ───────────────────────── the diff ─────────────────────────
@@ -741,6 +977,12 @@ def diff(base, new, *, fail_on_regression: float | None = None, labels: tuple[st
         missing = "base" if ref.base_source == "traced" else "new"
         warnings.append(f"only one side has an unprofiled step: an unprofiled and a traced step are not compared "
                         f"(pass --{missing}-measured-step-ms X, the {missing.upper()} step measured without a profiler)")
+    pt = per_token(b, n, ref)
+    warnings.extend(_token_warnings(b, n))
+    if pt is not None and pt.missing:
+        warnings.append(" and ".join(x.upper() for x in pt.missing) + " is speculative without an accept length: "
+                        "its steps emit an unknown number of tokens, so no per-step verdict is given (pass "
+                        + " / ".join(f"--{x}-accept-len X" for x in pt.missing) + ")")
     kernels = kernel_changes(bside, nside)
     if kernels is None:
         which = " and ".join(s for s, x in (("BASE", bside), ("NEW", nside)) if x.kernels is None)
@@ -755,5 +997,5 @@ def diff(base, new, *, fail_on_regression: float | None = None, labels: tuple[st
                   roofline=roof, largest_change=largest, advice_changed=tuple(changed), warnings=tuple(warnings))
     g = gate(bside, nside, fail_on_regression) if fail_on_regression is not None else None
     return Diff(base=bside.result, new=nside.result, delta=delta, kernels=kernels,
-                kernel_categories=category_changes(kernel), cross_rank=cross_rank_delta(bside, nside) if sets else None,
+                kernel_categories=category_changes(kernel), per_token=pt, cross_rank=cross_rank_delta(bside, nside) if sets else None,
                 gate=g)

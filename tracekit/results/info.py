@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from tracekit.analyses.resolve import peak_bandwidth
 from tracekit.contract import INFO_SCHEMA, Block, extension
-from tracekit.gpus import resolve_peak_bw
 from tracekit.results.common import Gpu, Source
 from tracekit.steps import step_candidates
 from tracekit.trace import WORK_KINDS, Trace
@@ -97,8 +97,8 @@ def info(trace: Trace, *, device: int | None = None, top: int = 10) -> Info:
     gpus = []
     for r in g.iter_rows(named=True):  # a few GPUs, not events
         # the trace's own figure, else the GPU table's (Kineto records none): as breakdown resolves it
-        bw, source = resolve_peak_bw(None, None, r["peak_bw_gbps"], r["name"])
-        gpus.append(Gpu(device=int(r["device"]), name=r["name"], peak_bw_gbps=bw, peak_bw_source=source))
+        bw = peak_bandwidth(flag=None, trace=r["peak_bw_gbps"], name=r["name"])
+        gpus.append(Gpu(device=int(r["device"]), name=r["name"], peak_bw_gbps=bw.value, peak_bw_source=bw.source))
     return Info(
         source=InfoSource.of(trace.meta, rank=trace.meta.rank, world_size=trace.meta.world_size),
         gpus=tuple(gpus),

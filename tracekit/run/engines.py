@@ -27,7 +27,7 @@ import multiprocessing
 import os
 from pathlib import Path
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadOptionValue, ServerUnreachable, ToolMissing, TracekitError
 from tracekit.options import ENGINES, parse_engine  # (--engine is checked where every option is)
 from tracekit.parallel import usable_cpus
 
@@ -101,7 +101,7 @@ def _dask_map(fn, files: list[Path], opts: dict, address: str | None, workers: i
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
-        raise TracekitError("--engine dask needs dask and distributed: pip install 'tracekit[dask]'") from None
+        raise ToolMissing("--engine dask needs dask and distributed: pip install 'tracekit[dask]'") from None
     cluster = None
     if address is None:
         n = workers or min(len(files), usable_cpus())
@@ -115,10 +115,10 @@ def _dask_map(fn, files: list[Path], opts: dict, address: str | None, workers: i
         try:
             client = Client(cluster if cluster is not None else address, timeout=CONNECT_TIMEOUT)
         except ValueError as e:  # not an address: no scheme or port
-            raise TracekitError(f"--engine dask={address}: not a Dask scheduler address ({' '.join(str(e).split())}); "
+            raise BadOptionValue(f"--engine dask={address}: not a Dask scheduler address ({' '.join(str(e).split())}); "
                                 "give it as tcp://HOST:PORT, or leave it out for a local cluster") from None
         except (OSError, TimeoutError) as e:
-            raise TracekitError(f"--engine dask={address}: cannot reach the Dask scheduler ({' '.join(str(e).split())}"
+            raise ServerUnreachable(f"--engine dask={address}: cannot reach the Dask scheduler ({' '.join(str(e).split())}"
                                 "); start one with `dask scheduler`, or leave the address out for a local cluster") from None
         with client:
             jobs = [(fn, str(f), opts) for f in files]

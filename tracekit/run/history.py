@@ -39,7 +39,7 @@ from pathlib import Path
 
 from tracekit.categories import STEP_CATEGORIES
 from tracekit.contract import BREAKDOWN_SCHEMA, HISTORY_SCHEMA, to_json
-from tracekit.errors import TracekitError
+from tracekit.errors import CannotWrite, UnreadableInput, UnsupportedSchema
 
 SCHEMA = HISTORY_SCHEMA  # "tracekit.history/2" (tracekit.contract names it once)
 PER_STEP_KEYS = list(STEP_CATEGORIES)
@@ -134,7 +134,7 @@ def save_runs(path, results, *, timestamp: str | None = None, git: dict | None =
             ids.append(table.insert(row, alter=True).last_pk)
         db.conn.close()
     except sqlite3.DatabaseError as e:
-        raise TracekitError(f"{path}: cannot save the run there ({e}); pass --save a SQLite file (new or made by "
+        raise CannotWrite(f"{path}: cannot save the run there ({e}); pass --save a SQLite file (new or made by "
                             f"tracekit)")
     return ids
 
@@ -147,7 +147,7 @@ def load_runs(path, *, path_contains: str | None = None, last: int | None = None
 
     path = Path(path)
     if not path.is_file():
-        raise TracekitError(f"{path}: no such run history; create one with `tracekit breakdown TRACE --save {path}`")
+        raise UnreadableInput(f"{path}: no such run history; create one with `tracekit breakdown TRACE --save {path}`")
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         cur = conn.execute("select * from runs order by id")
@@ -155,7 +155,7 @@ def load_runs(path, *, path_contains: str | None = None, last: int | None = None
         data = cur.fetchall()
         conn.close()
     except sqlite3.DatabaseError as e:
-        raise TracekitError(f"{path}: not a tracekit run history ({e})")
+        raise UnsupportedSchema(f"{path}: not a tracekit run history ({e})")
     schema = {c: (pl.Float64 if c in FLOAT_COLS else pl.Int64 if COLUMNS.get(c) is int else pl.String)
               for c in cols}
     df = pl.DataFrame(data, schema=schema, orient="row")

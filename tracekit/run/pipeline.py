@@ -145,6 +145,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     from tracekit.results.breakdown import (
         Breakdown,
         CaptureSummary,
+        Coverage,
         GapCauses,
         Gaps,
         Gpu,
@@ -205,7 +206,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     gpu = Gpu(device=attr.device, name=gpu_name, peak_bw_gbps=bw.value, peak_bw_source=bw.source)
 
     # ---- time base
-    acc = resolve.accept_length(flag=accept_len, manifest=man).value
+    acc_r = resolve.accept_length(flag=accept_len, manifest=man)
+    acc = acc_r.value
     tokens = resolve.tokens_per_step(
         flag=tokens_per_step, manifest=man, accept_len=acc,
         annotated=lambda: resolve.annotated_batch(trace, attr.steps.windows.join(table.select("step"), on="step")))
@@ -236,6 +238,10 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
                             weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
                             draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev), comm_rows=comm_rows,
                             gpu_name=gpu_name or man.get("gpu_name"))
+    if acc is not None:  # (the accept length in tokens_per_step, and its source: diff compares per token with it)
+        from dataclasses import replace as _replace
+
+        roof = _replace(roof, accept_len=float(acc), accept_len_source=acc_r.source)
     warnings.extend(rwarn)
     # transfer against waiting for the other ranks, from this file alone (tracekit.analyses.collectives)
     comm_split = split_one_rank(sc.kernels, max(1, n), ranks=roof.tp if roof.tp_source != "default" else None,
@@ -292,7 +298,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     return Breakdown(source=source, gpu=gpu, steps=steps, time_base=tb, per_step_ms=per_step_ms, gaps=gaps,
                      kernel_ms_per_step=kernel_ms, roofline=roof, advice=advice, headline=advice.headline.text,
                      warnings=tuple(warnings), per_step=per_step, top_kernels=top, activities=acts, facts=facts,
-                     rank=trace.meta.rank, manifest=manifest)
+                     rank=trace.meta.rank, coverage=Coverage(**st.coverage) if st.coverage else None,
+                     manifest=manifest)
 
 
 def re_advise(b: Breakdown, facts: StepFacts) -> Breakdown:
@@ -320,7 +327,7 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
     from dataclasses import fields
 
     from tracekit.analyses import resolve
-    from tracekit.analyses.bytes import resolve_bytes, resolve_tp, tp_from_process_groups
+    from tracekit.analyses.bytes import resolve_bytes, tp_from_process_groups
     from tracekit.analyses.roofline import RooflineBlock, physical_check, trace_compute, with_compute
     from tracekit.model import parse_command
     from tracekit.results.breakdown import TraceRoofline
@@ -332,7 +339,7 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
     pg = None
     if not trace_tp[0] and any(str(r.get("kind", "")).replace("_", "-") == "all-reduce" for r in comm_rows):
         pg = tp_from_process_groups(trace.meta.process_groups, _all_reduce_groups(trace))
-    par = resolve_tp(flag=tp, manifest=man.get("tp"), command=args.tp if args else None, communicator=trace_tp,
+    par = resolve.resolve_tp(flag=tp, manifest=man.get("tp"), command=args.tp if args else None, communicator=trace_tp,
                      process_group=pg, ep=ep)
     spec = man.get("spec") or {}
     k = int(spec.get("draft_tokens") or 0)

@@ -158,9 +158,12 @@ class CrossRank(Block):
     communicator_size: int | None = internal(tag="detail", default=None)
     communicator_evidence: str | None = internal(tag="detail", default=None)
     last_arrival_share_by_kind: dict | None = internal(tag="detail", default=None)  # {kind: [share per rank]}
-    # the exposed transfer on ``saving_rank`` (the pacing rank, else the slowest)
+    # the exposed transfer on ``saving_rank``: the one rank the report's levers are stated on (``saving_rank_is``:
+    # ``pacing``, the pacing rank; ``least_wait``, without one the rank that waits least for the others, i.e. the
+    # one they wait for most; ``longest_step``, without matched collectives the slowest rank)
     faster_collectives_saving_ms: float | None = internal(tag="detail", default=None)
     saving_rank: int | None = internal(tag="detail", default=None)
+    saving_rank_is: str | None = internal(tag="detail", default=None)
     warnings: list[str] = internal(tag="detail", default_factory=list)
     # not serialised: what the multi-rank report shows beside it
     rank_breakdowns: list[Breakdown] = internal(default_factory=list, repr=False)
@@ -185,13 +188,14 @@ class CrossRank(Block):
                 "warnings": list(self.warnings)}
 
     def levers(self) -> list[RankSetLever]:
-        """The rank set's levers besides communication (which the cross-rank verdict answers): each as the slowest
-        rank's verdict, with every rank's saving (``report()["levers"]``: what the table and markdown show under
-        the cross-rank verdict)."""
+        """The rank set's levers besides communication (which the cross-rank verdict answers): each as the verdict
+        of ``saving_rank`` (the rank the others wait for; the slowest where no collective was matched), with every
+        rank's saving (``report()["levers"]``: what the table and markdown show under the cross-rank verdict)."""
         bds = self.rank_breakdowns
-        if not bds or self.slowest_rank is None:
+        rank = self.saving_rank if self.saving_rank is not None else self.slowest_rank
+        if not bds or rank is None:
             return []
-        i = self.rank_ids.index(self.slowest_rank)
+        i = self.rank_ids.index(rank)
         adv = bds[i].advice
         out = []
         for key in adv.order:
@@ -206,8 +210,9 @@ class CrossRank(Block):
 
 @dataclass(frozen=True)
 class RankSetLever(Block):
-    """One lever of a rank set (an extension of the several-files result): the verdict of rank ``rank`` (the
-    slowest: its step paces the set), its bound, and every rank's saving and applicability, in rank order."""
+    """One lever of a rank set (an extension of the several-files result): the verdict of rank ``rank``
+    (``CrossRank.saving_rank``: the rank the others wait for), its bound, and every rank's saving and applicability,
+    in rank order."""
 
     lever: str
     rank: str
@@ -304,6 +309,7 @@ def cross_rank(results, labels=None) -> CrossRank:
     tp_ev = next((s.tp_evidence for s in sums if s.tp), sums[0].tp_evidence if sums else None)
     out = CrossRank(
         ranks=n_ranks, slowest_rank=ids[slowest] if slowest is not None else None, pacing_rank=None,
+        saving_rank=ids[slowest] if slowest is not None else None, saving_rank_is="longest_step",
         step_ms_by_rank=step_ms, skew_ms=None, wait_ms_by_rank=[None] * n_ranks, transfer_ms=None,
         exposed_communication_ms_by_rank=exposed, clock_offset_ms_by_rank=None, collectives=[], verdict="",
         rank_ids=ids, comm_kernel_ms_by_rank=[s.serial_ms for s in sums],
@@ -405,8 +411,10 @@ def cross_rank(results, labels=None) -> CrossRank:
             bds[i] = re_advise(bds[i], replace(facts, comm_split=split))
             readvised.add(i)
     out.rank_breakdowns = bds
-    who = pace if pace is not None else slowest
-    out.saving_rank = ids[who]
+    # one rank the report's levers are on: the pacing rank, else the one that waits least (the others wait for it
+    # most), never the slowest step (in lockstep ranks the longest step is the one that waits most)
+    who = pace if pace is not None else min(range(n_ranks), key=lambda i: (waits[i], i))
+    out.saving_rank, out.saving_rank_is = ids[who], ("pacing" if pace is not None else "least_wait")
     if splits[who] is not None:
         # the re-advised lever's saving (its split is the cross-rank one), else this rank's own bound
         out.faster_collectives_saving_ms = bds[who].advice["communication"].max_saving_ms if who in readvised else (
@@ -546,7 +554,7 @@ def _verdict(cr: CrossRank, labels: list[str], pace: int | None, split: CommSpli
     save = cr.faster_collectives_saving_ms
     i = cr.rank_ids.index(cr.saving_rank) if cr.saving_rank is not None else None
     step_w = steps[i] if i is not None else None
-    whose = "" if pace is not None else "the slowest; "
+    whose = {"pacing": "", "least_wait": "the rank that waits least; "}.get(cr.saving_rank_is, "the longest step; ")
     if save is not None and who is not None:
         txt += (f"; faster {kinds} could save at most {save:.3f} ms per step on rank {who} ({whose}"
                 f"{100 * save / step_w if step_w else 0:.0f}% of its {step_w:.3f} ms step: the exposed transfer)")

@@ -34,19 +34,26 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import tracekit.server.engines as eng
 from tracekit.contract import MANIFEST_V2_SCHEMA
-from tracekit.errors import TracekitError
-from tracekit.server import engines as eng
+from tracekit.errors import (
+    BadOptionValue,
+    CannotWrite,
+    CaptureFailed,
+    ModelFilesMissing,
+    ServerRefused,
+    ServerUnreachable,
+    TracekitError,
+)
 from tracekit.server.client import Server, Unreachable
 from tracekit.server.load import Load, LoadFailed, measure
 from tracekit.server.traces import Progress, TracesMissing, new_files, wait_for_ranks
 
 DEFAULT_STEPS = 20
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 
 
 def _gone(url: str, why: str, what: str) -> TracekitError:
-    return TracekitError(f"the server at {url} went away mid-capture ({why}) {what}")
+    return ServerUnreachable(f"the server at {url} went away mid-capture ({why}) {what}")
 
 
 @contextmanager
@@ -114,19 +121,21 @@ class _Profile:
             self.stopped_by = "num_steps"
         else:
             self.stop_note = f"/stop_profile answered HTTP {r.status} {r.text()}"
-            raise TracekitError(f"the server did not stop profiling: /stop_profile answered HTTP {r.status} "
+            raise ServerRefused(f"the server did not stop profiling: /stop_profile answered HTTP {r.status} "
                                 f"({r.text()}); stop it yourself: curl -X POST {self.server.url('/stop_profile')}")
 
 
 def _prepare_out(out: Path) -> bool:
     created = not out.exists()
     if out.exists() and not out.is_dir():
-        raise TracekitError(f"--out {out}: a file, not a folder")
+        raise BadOptionValue(f"--out {out}: a file, not a folder")
+    from tracekit.readers import trace_suffixes
+
     out.mkdir(parents=True, exist_ok=True)
-    old = [p.name for p in out.iterdir() if p.is_file() and (p.name.endswith(TRACE_SUFFIXES) or p.name ==
+    old = [p.name for p in out.iterdir() if p.is_file() and (p.name.endswith(trace_suffixes()) or p.name ==
                                                              "manifest.json")]
     if old:
-        raise TracekitError(f"--out {out} already holds a capture ({', '.join(sorted(old)[:3])}): give a new folder "
+        raise CannotWrite(f"--out {out} already holds a capture ({', '.join(sorted(old)[:3])}): give a new folder "
                             "(each capture's manifest belongs to its own traces)")
     return created
 
@@ -181,7 +190,7 @@ def model_bytes(info: eng.EngineInfo, *, batch: int, context: int | None) -> tup
         dpath, dhow = resolve_model(spec.draft_model_path)
         try:
             if dpath is None:
-                raise TracekitError(dhow)
+                raise ModelFilesMissing(dhow)
             dsb = step_bytes(load_model(dpath), tp=tp, batch=max(1, batch))
             per = dsb.weight_bytes_per_step
             out["draft_model"] = {"kind": "separate draft model", "path": str(dpath), "weight_bytes": per,
@@ -200,15 +209,15 @@ def capture_server(*, url: str, out: Path, engine: str = "auto", steps: int = DE
                    progress: Progress | None = None) -> dict:
     """Profile the server at ``url``; return the manifest written to ``out/manifest.json``."""
     if engine not in ("auto", *eng.ENGINES):
-        raise TracekitError(f"--engine {engine}: use auto, sglang or vllm")
+        raise BadOptionValue(f"--engine {engine}: use auto, sglang or vllm")
     if decode_tokens < 2:
-        raise TracekitError(f"--decode-tokens {decode_tokens}: at least 2 (the first token is the prefill's)")
+        raise BadOptionValue(f"--decode-tokens {decode_tokens}: at least 2 (the first token is the prefill's)")
     progress = progress or Progress()
     server = Server(url, timeout=request_timeout)
     try:
         info = eng.identify(server, engine)
     except Unreachable as e:
-        raise TracekitError(f"no server at {server.base} ({e.why}): start the SGLang or vLLM server, or check the "
+        raise ServerUnreachable(f"no server at {server.base} ({e.why}): start the SGLang or vLLM server, or check the "
                             "host and port of --server")
     if info.engine == eng.VLLM and info.profiler_enabled is False:
         raise _not_enabled(info)
@@ -227,7 +236,7 @@ def capture_server(*, url: str, out: Path, engine: str = "auto", steps: int = DE
 
 
 def _not_enabled(info: eng.EngineInfo) -> TracekitError:
-    return TracekitError(
+    return ServerRefused(
         "profiling is not enabled on this vLLM server (/start_profile is not served): restart it with "
         "--profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": \"/shared/traces\"}' "
         "(vLLM before 0.13: VLLM_TORCH_PROFILER_DIR=/shared/traces), a folder this host sees at the same path")
@@ -325,9 +334,9 @@ def _capture(server: Server, info: eng.EngineInfo, out: Path, *, steps, concurre
                                settle=settle, progress=progress, alive=alive, where_hint=hint, layout=_layout(info))
     except TracesMissing as e:
         if e.gone:
-            raise TracekitError(f"the server at {server.base} went away mid-capture, before its traces were "
+            raise ServerUnreachable(f"the server at {server.base} went away mid-capture, before its traces were "
                                 f"written: {e}")
-        raise TracekitError(str(e))
+        raise CaptureFailed(str(e))
     progress.clear()
     if watch.resolve() != out.resolve():
         for rf in found.ranks:
@@ -368,14 +377,14 @@ def _where_hint(info: eng.EngineInfo, output_dir: str, out: Path) -> str:
 def _load_error(server: Server, why: str, when: str) -> TracekitError:
     if why.startswith("unreachable:"):
         return _gone(server.base, why.split(":", 1)[1].strip(), when)
-    return TracekitError(f"the server refused the load's request ({why.split(':', 1)[1].strip()}) {when}; check "
+    return ServerRefused(f"the server refused the load's request ({why.split(':', 1)[1].strip()}) {when}; check "
                          "--prompt-tokens and --decode-tokens against its context length")
 
 
 def _load_failure(server: Server, load: Load, when: str) -> TracekitError:
     why = load.failure()
     if why is None:
-        return TracekitError(f"no request of the load produced a first output in time {when}")
+        return CaptureFailed(f"no request of the load produced a first output in time {when}")
     return _load_error(server, why, when)
 
 
@@ -383,11 +392,11 @@ def _start_refused(server: Server, info: eng.EngineInfo, r) -> TracekitError:
     if info.engine == eng.VLLM and r.status == 404:
         return _not_enabled(info)
     if info.engine == eng.SGLANG and r.status == 500:
-        return TracekitError(
+        return ServerRefused(
             f"profiling already in progress: SGLang refused /start_profile (HTTP 500 {r.text(80)}), as it does while "
             f"a profile runs (\"Profiling is already in progress. Call /stop_profile first.\"); tracekit leaves that "
             f"profile alone: let it finish, or stop it (curl -X POST {server.url('/stop_profile')}) and run again")
-    return TracekitError(f"the server refused /start_profile (HTTP {r.status} {r.text()})")
+    return ServerRefused(f"the server refused /start_profile (HTTP {r.status} {r.text()})")
 
 
 def _write_manifest(out: Path, server: Server, info: eng.EngineInfo, m, ranks, found, *, steps, profiled_tokens,

@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tracekit.errors import TracekitError
+from tracekit.errors import BadOptionValue
 
 # the most of a response body read into memory (an untrusted server may send anything)
 MAX_BODY = 16 << 20
@@ -87,7 +87,7 @@ class Server:
             u = "http://" + u
         parts = urllib.parse.urlsplit(u)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise TracekitError(f"--server {url}: not an http(s) URL; give e.g. http://127.0.0.1:30000")
+            raise BadOptionValue(f"--server {url}: not an http(s) URL; give e.g. http://127.0.0.1:30000")
         self.base = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
         self.scheme, self.netloc, self.prefix = parts.scheme, parts.netloc, parts.path.rstrip("/")
         self.timeout = timeout

@@ -57,7 +57,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tracekit.errors import TracekitError
+from tracekit.errors import UnsupportedServer
 from tracekit.server.client import Response, Server
 
 SGLANG, VLLM = "sglang", "vllm"
@@ -184,7 +184,7 @@ def identify(server: Server, engine: str = "auto") -> EngineInfo:
         if ver is not None and "version" in ver and models is not None and isinstance(models.get("data"), list):
             return _vllm(server, ver, models, vllm_info)
     which = {"auto": "an SGLang or vLLM server", SGLANG: "an SGLang server", VLLM: "a vLLM server"}[engine]
-    raise TracekitError(f"{server.base} answers HTTP but is not {which} ({', '.join(tried)}): check the URL and "
+    raise UnsupportedServer(f"{server.base} answers HTTP but is not {which} ({', '.join(tried)}): check the URL and "
                         "port (SGLang serves /get_server_info or /server_info, vLLM /version and /v1/models)"
                         + ("" if engine == "auto" else ", or drop --engine"))
 

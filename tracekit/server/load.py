@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tracekit.errors import TracekitError
+from tracekit.errors import CaptureFailed, UnsupportedServer
 from tracekit.server.client import Response, Server, StreamRefused, Unreachable
 from tracekit.server.engines import SGLANG, EngineInfo, parse_event, request_of, spec_counters
 
@@ -181,7 +181,7 @@ def repetition(load: Load, engine: str, counters: tuple[dict | None, dict | None
     windows = [(s, _decode_window(s)) for s in load.streams]
     usable = [(s, w) for s, w in windows if w is not None]
     if not usable:
-        raise TracekitError("the server streamed fewer than two outputs per request: no decode step to time "
+        raise CaptureFailed("the server streamed fewer than two outputs per request: no decode step to time "
                             "(is --decode-tokens at least 2, and does the server stream, stream_interval 1?)")
     accept = None
     k = None
@@ -190,17 +190,17 @@ def repetition(load: Load, engine: str, counters: tuple[dict | None, dict | None
         if spec and cts:
             accept = sum(a for a, _ in cts) / sum(b for _, b in cts)
         elif spec:
-            raise TracekitError("the SGLang server runs speculative decoding but its streamed meta_info carries no "
+            raise UnsupportedServer("the SGLang server runs speculative decoding but its streamed meta_info carries no "
                                 "spec_verify_ct: the decode steps cannot be counted")
     elif spec:
         before, after = counters
         if before is None or after is None:
-            raise TracekitError("the vLLM server runs speculative decoding but /metrics has no "
+            raise UnsupportedServer("the vLLM server runs speculative decoding but /metrics has no "
                                 "vllm:spec_decode_* counters: the decode steps cannot be counted")
         d = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
         drafts = d.get("vllm:spec_decode_num_drafts_total", 0.0)
         if drafts <= 0:
-            raise TracekitError("vLLM's vllm:spec_decode_num_drafts_total did not move during the load: the decode "
+            raise CaptureFailed("vLLM's vllm:spec_decode_num_drafts_total did not move during the load: the decode "
                                 "steps cannot be counted")
         accept = 1.0 + d.get("vllm:spec_decode_num_accepted_tokens_total", 0.0) / drafts
         k = d.get("vllm:spec_decode_num_draft_tokens_total", 0.0) / drafts or None
@@ -218,7 +218,7 @@ def repetition(load: Load, engine: str, counters: tuple[dict | None, dict | None
         steps_list.append(steps)
         toks.append(n)
     if not per_step:
-        raise TracekitError("every request ended with its first output: no decode step to time")
+        raise CaptureFailed("every request ended with its first output: no decode step to time")
     ttft = statistics.median((usable_w[0] - s.t_sent) * 1e3 for s, usable_w in usable)
     return Repetition(statistics.median(per_step), accept, statistics.median(per_tok), ttft, tuple(per_step),
                       tuple(toks), tuple(steps_list), k)

@@ -57,4 +57,5 @@ def head_start(path, *, kernel_dims: bool = True, own_process: bool = False):
 
 
 FORMAT = Format(name="kineto-json", what="a Kineto .json/.json.gz", recognise=recognise, load=load,
-                not_a_trace=not_a_trace, head_start=head_start)
+                not_a_trace=not_a_trace, head_start=head_start, extension=".json", compressed=".json.gz",
+                profiler="torch")

@@ -59,9 +59,9 @@ from pathlib import Path
 
 import polars as pl
 
+import tracekit.readers.kineto.split as split
 from tracekit import trace as schema
 from tracekit.readers.common import nesting_depth, release_freed_memory
-from tracekit.readers.kineto import split
 from tracekit.readers.kineto.columns import MATMUL_OPS, Frames
 from tracekit.readers.kineto.header import (
     distributed,

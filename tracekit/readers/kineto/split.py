@@ -87,7 +87,7 @@ class Worker:
     @classmethod
     def start(cls, path: Path, kernel_dims: bool) -> Worker | None:
         """A worker for ``path``, or None: a small or gzipped file, no cut found, or no process could start."""
-        from tracekit.readers.kineto import stream
+        import tracekit.readers.kineto.stream as stream
 
         try:
             size = path.stat().st_size

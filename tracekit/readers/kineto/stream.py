@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from msgspec import Raw, Struct, field
 
-from tracekit.errors import TracekitError
+from tracekit.errors import TracekitError, UnreadableTrace
 from tracekit.text import one_line
 
 NULL = Raw(b"null")
@@ -96,7 +96,7 @@ class ArgsError(ValueError):
 
 
 def fail(path: Path, what: str, todo: str = "check that it is a complete PyTorch profiler / Kineto trace") -> TracekitError:
-    return TracekitError(f"{path}: {what}; {todo}")
+    return UnreadableTrace(f"{path}: {what}; {todo}")
 
 
 # --- streaming input ---------------------------------------------------------------------

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import msgspec
 
-from tracekit.readers.kineto import columns, stream
+import tracekit.readers.kineto.columns as columns
+import tracekit.readers.kineto.stream as stream
 from tracekit.readers.kineto.columns import _AHEAD, CODED, Frames, _typed, _typed_ops
 from tracekit.readers.kineto.split import write_record
 from tracekit.readers.kineto.stream import Decoded, iter_chunks_from

@@ -76,6 +76,16 @@ def head_start(path, *, kernel_dims: bool = True, own_process: bool = False):
     return scans(path, kernel_dims=kernel_dims, arrow_without_numpy=own_process)
 
 
+def duplicate(path: Path) -> bool:
+    """A report whose export lies beside it (plain or gzipped), or a gzipped export beside the plain one."""
+    if path.suffix == FORMAT.suffixes[0]:
+        return path.with_suffix(FORMAT.extension).exists() or path.with_suffix(FORMAT.compressed).exists()
+    if path.name.endswith(FORMAT.compressed):
+        return path.with_name(path.name[:-len(FORMAT.compressed) + len(FORMAT.extension)]).exists()
+    return False
+
+
 FORMAT = Format(name="nsys-sqlite", what="an nsys SQLite export", recognise=recognise, load=load,
                 not_a_trace=not_a_trace, head_start=head_start,
-                suffixes=(".nsys-rep", ".qdrep"), what_by_name="an .nsys-rep with nsys on PATH")
+                suffixes=(".nsys-rep", ".qdrep"), what_by_name="an .nsys-rep with nsys on PATH",
+                extension=".sqlite", compressed=".sqlite.gz", profiler="nsys", duplicate=duplicate)

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.errors import TracekitError
+import tracekit.readers.nsys.scan as scan
+from tracekit.errors import UnreadableTrace, UnsupportedFormat
 from tracekit.readers.common import api_kind, nesting_depth, release_freed_memory, strip_api_version
-from tracekit.readers.nsys import scan
 from tracekit.readers.nsys.scan import KERNEL_TABLES as _KERNEL_TABLES
 from tracekit.readers.nsys.scan import PID as _PID
 from tracekit.readers.nsys.scan import TID as _TID
@@ -186,14 +186,14 @@ class _Db(Export):
             cur = con.execute(sql)
             rows = cur.fetchall()
         except sqlite3.DatabaseError as e:
-            raise TracekitError(f"{self.path}: cannot read {what} ({e}); the file may be truncated or not an nsys export")
+            raise UnreadableTrace(f"{self.path}: cannot read {what} ({e}); the file may be truncated or not an nsys export")
         finally:
             if threaded:
                 con.close()
         try:
             return pl.DataFrame(rows, schema=schema, orient="row")
         except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError) as e:
-            raise TracekitError(f"{self.path}: {what} has values of the wrong type ({str(e).splitlines()[0]})")
+            raise UnreadableTrace(f"{self.path}: {what} has values of the wrong type ({str(e).splitlines()[0]})")
 
     def close(self):
         if self._adbc is not None:
@@ -616,7 +616,7 @@ def _read(db: _Db, kernel_dims: bool) -> Trace:
     if not any(db.has(t) for t in _KERNEL_TABLES + _MEMCPY_TABLES + ("CUPTI_ACTIVITY_KIND_RUNTIME",)):
         warnings.append("no CUDA activity tables: the capture collected no GPU trace (nsys profile -t cuda)")
     if not export and not capture and not db.has("StringIds"):
-        raise TracekitError(f"{path}: SQLite file without nsys tables (no StringIds, no metadata); not an nsys export")
+        raise UnsupportedFormat(f"{path}: SQLite file without nsys tables (no StringIds, no metadata); not an nsys export")
     mode = _graph_mode(capture, kernels, launches, graph_execs)
     if mode == "graph":
         warnings.append(

@@ -13,14 +13,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tracekit.errors import TracekitError
+from tracekit.errors import ToolMissing, UnreadableTrace
 from tracekit.readers.cache import cache_dir, evict, hit
 
 
 def export_to_cache(report: Path) -> Path:
     nsys = os.environ.get("NSYS") or shutil.which("nsys")
     if not nsys:
-        raise TracekitError(
+        raise ToolMissing(
             f"{report}: .nsys-rep needs an nsys binary on PATH to convert it; or convert it yourself: "
             f"nsys export --type sqlite -o {report.with_suffix('.sqlite').name} {report}")
     st = report.stat()
@@ -34,10 +34,10 @@ def export_to_cache(report: Path) -> Path:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise TracekitError(f"{report}: nsys export failed to run ({e})")
+        raise UnreadableTrace(f"{report}: nsys export failed to run ({e})")
     if proc.returncode != 0 or not tmp.exists():
         last = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
-        raise TracekitError(f"{report}: `nsys export` failed (exit {proc.returncode}): {last[0]}")
+        raise UnreadableTrace(f"{report}: `nsys export` failed (exit {proc.returncode}): {last[0]}")
     tmp.replace(out)
     evict(keep=out)
     return out

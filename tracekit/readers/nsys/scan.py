@@ -23,7 +23,7 @@ import urllib.parse
 from contextlib import contextmanager
 from pathlib import Path
 
-from tracekit.errors import TracekitError
+from tracekit.errors import UnreadableTrace, UnsupportedFormat
 
 ENGINES = ("connectorx", "adbc", "sqlite3")
 # Below this size plain sqlite3 rows are faster overall: importing pyarrow and the ADBC driver costs
@@ -65,7 +65,7 @@ class Export:
             self.con = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
             rows = self.con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
         except sqlite3.DatabaseError as e:
-            raise TracekitError(f"{path}: not a readable SQLite database ({e}); re-export it with `nsys export --type sqlite`")
+            raise UnreadableTrace(f"{path}: not a readable SQLite database ({e}); re-export it with `nsys export --type sqlite`")
         self.tables = {r[0] for r in rows}
         self._cols: dict[str, list[str]] = {}
         self._lock = threading.Lock()
@@ -79,7 +79,7 @@ class Export:
                 try:
                     self._cols[table] = [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
                 except sqlite3.DatabaseError as e:
-                    raise TracekitError(f"{self.path}: table {table} is unreadable ({e}); the file may be truncated")
+                    raise UnreadableTrace(f"{self.path}: table {table} is unreadable ({e}); the file may be truncated")
             return self._cols[table]
 
     def scalar_map(self, sql: str) -> dict:
@@ -109,7 +109,7 @@ def kernels_query(db: Export, dims: bool = True) -> tuple[str, list[str], str] |
     cols = set(db.columns(table))
     need = {"start", "end", "deviceId", "streamId", "correlationId"}
     if not need <= cols:
-        raise TracekitError(f"{db.path}: {table} lacks columns {sorted(need - cols)}; not an nsys kernel table")
+        raise UnsupportedFormat(f"{db.path}: {table} lacks columns {sorted(need - cols)}; not an nsys kernel table")
     name_col = next((c for c in ("demangledName", "shortName", "mangledName") if c in cols), None)
     pid = PID.format(c="globalPid") if "globalPid" in cols else "0"
     sel = {
@@ -142,7 +142,7 @@ def launches_query(db: Export, api_ids) -> tuple[str, list[str], str] | None:
         return None
     cols = set(db.columns(table))
     if not {"start", "end", "globalTid", "correlationId", "nameId"} <= cols:
-        raise TracekitError(f"{db.path}: {table} lacks the columns nsys always writes; not an nsys export?")
+        raise UnsupportedFormat(f"{db.path}: {table} lacks the columns nsys always writes; not an nsys export?")
     if not len(api_ids):
         return None
     # nsys 2022.2 writes every backtraced call twice: eventClass 0/1 (runtime/driver) and 67 (backtrace).

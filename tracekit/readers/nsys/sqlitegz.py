@@ -17,7 +17,7 @@ import shutil
 import zlib
 from pathlib import Path
 
-from tracekit.errors import TracekitError
+from tracekit.errors import CannotWrite, UnreadableTrace
 from tracekit.readers.cache import cache_dir, evict, hit
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -45,7 +45,7 @@ def decompress_to_cache(path: Path) -> Path:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise TracekitError(f"{path}: cannot create the cache dir {out.parent} to decompress into "
+        raise CannotWrite(f"{path}: cannot create the cache dir {out.parent} to decompress into "
                             f"({e.strerror or e}); set TRACEKIT_CACHE to a writable folder or gunzip it yourself")
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     try:
@@ -54,9 +54,9 @@ def decompress_to_cache(path: Path) -> Path:
     except (OSError, EOFError, zlib.error) as e:
         tmp.unlink(missing_ok=True)
         if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile) and e.errno is not None:
-            raise TracekitError(f"{path}: cannot decompress into {out.parent} ({e.strerror or e}); "
+            raise CannotWrite(f"{path}: cannot decompress into {out.parent} ({e.strerror or e}); "
                                 f"set TRACEKIT_CACHE to a writable folder or gunzip it yourself")
-        raise TracekitError(f"{path}: damaged gzip file ({e}); check the download, or gunzip it to see how much "
+        raise UnreadableTrace(f"{path}: damaged gzip file ({e}); check the download, or gunzip it to see how much "
                             f"is readable")
     os.replace(tmp, out)
     evict(keep=out)
