@@ -177,6 +177,7 @@ class HFDecode(harness.Workload):
     @classmethod
     def add_args(cls, p):
         p.add_argument("--size", choices=sorted(SIZES), default="small")
+        p.add_argument("--layers", type=int, default=None, help="override the size's number of layers")
         p.add_argument("--arch", choices=["llama", "qwen2"], default="llama")
         p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
         p.add_argument("--prompt-len", type=int, default=128)
@@ -218,7 +219,8 @@ class HFDecode(harness.Workload):
         phase_len = max(args.timed_steps, args.steps + 2) + args.warmup
         max_cache_len = self.max_cache_len = args.prompt_len + phase_len * per_step_tokens + 16
 
-        cfg = self.cfg = build_config(args.arch, SIZES[args.size], max_cache_len)
+        size = {**SIZES[args.size], **({"num_hidden_layers": args.layers} if args.layers else {})}
+        cfg = self.cfg = build_config(args.arch, size, max_cache_len)
         _common.log(f"building {args.arch}-{args.size} ({cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}) "
                     f"on {dev} in {args.dtype}")
         model = build_model(cfg, dev, dtype)

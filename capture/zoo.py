@@ -3,8 +3,17 @@ their source (pure torch, random bf16 weights; Triton kernels named as the engin
 triton, torch fallbacks on a CPU), on the one loop harness (``capture/harness.py``).
 
     python capture/zoo.py --shape NAME [--size full|tiny] --mode graph|eager --profiler nsys|torch|none \\
-        [--no-markers] [--engine-spans sglang-v1|sglang-v2|vllm] [--with-stack] [--spec-steps K] \\
-        --steps 10 --facts-out f.json
+        [--no-markers] [--engine-spans sglang-v1|sglang-v2|vllm|vllm-v1] [--with-stack] [--spec-steps K] \\
+        [--attn-backend auto|math|efficient|cudnn] [--plain-only] --steps 10 --facts-out f.json
+    python capture/zoo.py --random N --seed S      # the random zoo's N shapes (rand-S-0 .. rand-S-<N-1>), JSON lines
+
+The random zoo (issue 48): ``--shape rand-<seed>-<index>`` is shape ``index`` drawn by ``random_shape(seed, index)``:
+draft kind (EAGLE chain or tree, MTP chain or multi-layer, standalone draft model under SGLang's or vLLM's loop,
+n-gram), hidden size, layers, K 1..5, batch 1..32, tree top-k, the draft-extend with or without sampling, CUDA
+graphs or eager (its ``--mode``) and the SDPA backend (its ``--attn-backend``: math, efficient or cuDNN with the
+math kernel as fallback, or PyTorch's choice; no Triton attention kernel is written here). ``--plain-only`` runs
+the shape's plain loop alone (the target decoding one token per sequence), e.g. the eager/graph pairs of the
+CUDA-graph what-if.
 
 ``--spec-steps K`` overrides a shape's K (``--spec-steps 1``: the usual MTP setting, where SGLang's draft graph runs no
 forward and the draft-extend is the one draft forward; a tree keeps its draft tokens and needs K >= 2).
@@ -73,7 +82,9 @@ Engine spans (``--engine-spans``; record_function ranges in the profiled steps, 
 forward ``step[DECODE bs=N]``, an eager draft-extend ``step[DRAFT_EXTEND bs=N]``; graph replays of the draft and
 the draft-extend get none. ``sglang-v2``: ``step[DRAFT bs=N]`` (draft graph replay or eager draft forward),
 ``step[VERIFY bs=N]``, ``step[DRAFT_EXTEND_V2 bs=N]`` (each draft-extend replay). ``vllm``:
-``execute_context_0(0)_generation_B(B*(K+1))`` around the whole worker step. With ``--with-stack`` the Python
+``execute_context_0(0)_generation_B(B*(K+1))`` around the whole worker step; ``vllm-v1``: the same span around
+``execute_model`` alone (the inputs and the target's forward), closed before ``sample_tokens`` (sampling, rejection,
+the host read, ``propose_draft_token_ids``: the drafter's forwards), as vLLM V1's ``gpu_model_runner`` runs. With ``--with-stack`` the Python
 frames carry the engines' classes and files (``harness.engine_class``): ``sglang/srt/speculative/eagle_worker.py:
 EAGLEWorker.draft / verify / forward_draft_extend_after_decode``, ``vllm/v1/spec_decode/eagle.py:
 EagleProposer.propose``, ...
@@ -122,6 +133,10 @@ class Shape:
     draft_mode: str = "graph"   # graph | eager (with --mode graph)
     accept_p: float = 0.75
     spans: str = "sglang-v1"    # the dialect of the shape's engine-span capture (run_zoo.sh)
+    extend_sample: bool = True  # SGLang: the draft-extend samples the next first draft token (False: it only fills
+                                # the draft KV cache and the hidden state; the draft then runs one forward more)
+    mode: str | None = None     # a random shape's --mode (graph | eager); None: the command line's
+    attn: str = "auto"          # the SDPA backend (auto | math | efficient | cudnn; --attn-backend)
 
     @property
     def verify_tokens(self) -> int:
@@ -148,6 +163,98 @@ SHAPES = {s.name: s for s in (
 )}
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# the random zoo (issue 48 item 4): shapes drawn from a distribution, reproducible from (seed, index)
+# ---------------------------------------------------------------------------------------------------------------
+
+RANDOM_KINDS = ("eagle-chain", "mtp-chain", "eagle-tree", "eagle-tree", "standalone", "ngram", "vllm-eagle",
+                "vllm-draft-model", "mtp-multilayer")      # (a tree twice: its shapes vary the most)
+ATTN_BACKENDS = ("auto", "math", "efficient", "cudnn")
+
+
+def random_shape(seed: int, index: int) -> Shape:
+    """Shape ``index`` of the random zoo ``seed`` (named ``rand-<seed>-<index>``): the draft kind (EAGLE chain or
+    tree, MTP chain or multi-layer, a standalone draft model, n-gram; SGLang's or vLLM's loop), hidden size
+    512..4096, 2..16 target layers, K 1..5 (a tree 2..5), batch 1..32, a tree's top-k 2..4, the draft-extend with
+    or without sampling, CUDA graphs or eager, the SDPA backend -- each drawn independently (``random.Random``)."""
+    import random
+
+    r = random.Random(seed * 1_000_003 + index)
+    kind = r.choice(RANDOM_KINDS)
+    head_dim = r.choice((64, 128))
+    hidden = r.choice((512, 768, 1024, 1536, 2048, 2560, 3072, 4096))
+    heads = max(2, hidden // head_dim)
+    kv_heads = r.choice([d for d in (1, 2, 4, 8) if heads % d == 0])
+    layers = r.randint(2, 16)
+    ffn = 64 * round(hidden * r.uniform(2.0, 4.0) / 64) + 64 * r.randint(0, 3)
+    vocab = r.choice((32000, 50304, 65536, 128256, 151936))
+    batch = r.choice((1, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32))
+    steps = r.randint(2, 5) if kind == "eagle-tree" else r.randint(1, 5)
+    context = r.choice((128, 256, 512, 1024))
+    accept_p = round(r.uniform(0.5, 0.9), 2)
+    mode = r.choice(("graph", "graph", "eager"))
+    attn = r.choice(ATTN_BACKENDS)
+    extend_sample = r.random() < 0.5
+    topk, draft_tokens, draft_cfg, draft_mode = 1, 0, {}, "graph"
+    engine, draft, spans = "sglang-eagle", "eagle", r.choice(("sglang-v1", "sglang-v2"))
+    if kind == "mtp-chain":
+        draft = "nextn"
+    elif kind == "eagle-tree":
+        topk = r.randint(2, 4)
+        draft_tokens = r.randint(steps + 1, min(topk * steps, 10) + 1)
+    elif kind in ("standalone", "vllm-draft-model"):
+        dh = r.choice((256, 512, 768))
+        draft = "standalone"
+        draft_cfg = _dense(dh, r.randint(1, 4), max(2, dh // 64), r.choice((1, 2)), 64 * round(dh * 3 / 64), vocab,
+                           tied=True)
+        draft_mode = r.choice(("graph", "eager"))
+    elif kind == "ngram":
+        engine, draft = "sglang-ngram", None
+    elif kind == "mtp-multilayer":
+        engine, draft, spans = "sglang-multilayer", "nextn", "sglang-v2"
+    if kind.startswith("vllm"):
+        engine, spans, extend_sample = "vllm-eagle", r.choice(("vllm", "vllm-v1")), True
+    if engine != "sglang-eagle":
+        extend_sample = True
+    return Shape(f"rand-{seed}-{index}", engine, _dense(hidden, layers, heads, kv_heads, ffn, vocab,
+                                                        tied=r.random() < 0.3),
+                 draft, batch=batch, context=context, steps=steps, topk=topk, draft_tokens=draft_tokens,
+                 draft_cfg=draft_cfg, draft_mode=draft_mode, accept_p=accept_p, spans=spans,
+                 extend_sample=extend_sample, mode=mode, attn=attn)
+
+
+def random_shapes(n: int, seed: int) -> list[Shape]:
+    return [random_shape(seed, i) for i in range(n)]
+
+
+def resolve(name: str) -> Shape:
+    """A named shape (``SHAPES``) or a random one, ``rand-<seed>-<index>``."""
+    if name in SHAPES:
+        return SHAPES[name]
+    if name in EXTRA_SHAPES:
+        return EXTRA_SHAPES[name]
+    parts = name.split("-")
+    if len(parts) == 3 and parts[0] == "rand" and parts[1].isdigit() and parts[2].isdigit():
+        return random_shape(int(parts[1]), int(parts[2]))
+    raise ValueError(f"unknown shape {name!r}: one of {', '.join(sorted([*SHAPES, *EXTRA_SHAPES]))} or "
+                     "rand-<seed>-<index>")
+
+
+def shape_args(s: Shape) -> list[str]:
+    """The command-line arguments a random shape runs with (its mode and attention backend)."""
+    return [*(["--mode", s.mode] if s.mode else []), "--attn-backend", s.attn]
+
+
+# Named shapes outside the seven of SHAPES: the vLLM V1 step with a standalone draft model (issue 48: a Qwen3-shaped
+# target, a small draft model with its own embedding and lm_head, 4 draft tokens, one sequence; the span the vLLM
+# dialect "vllm-v1" writes closes after the target's forward, the drafter's forwards run after it)
+EXTRA_SHAPES = {s.name: s for s in (
+    Shape("vllm-v1-draft-model", "vllm-eagle", _dense(4096, 16, 32, 8, 12288, 151936), "standalone", batch=1,
+          context=512, steps=4, draft_cfg=_dense(1024, 4, 16, 8, 3072, 151936, tied=True), accept_p=0.7,
+          spans="vllm-v1"),
+)}
+
+
 def tiny(s: Shape) -> Shape:
     """The CPU smoke-run size of a shape: the same structure, a few MB of weights (FFN widths unlike any other
     GEMM's, so that a GEMM's shapes tell which one it is)."""
@@ -157,7 +264,7 @@ def tiny(s: Shape) -> Shape:
         t.update(k_heads=2, v_heads=4, k_dim=32, v_dim=32)
     d = dict(s.draft_cfg)
     if d:
-        d.update(hidden=64, layers=2, heads=2, kv_heads=1, ffn=160, vocab=t["vocab"])
+        d.update(hidden=64, layers=min(d.get("layers", 2), 2), heads=2, kv_heads=1, ffn=160, vocab=t["vocab"])
     return replace(s, target=t, draft_cfg=d, batch=min(s.batch, 2), context=64)
 
 
@@ -171,9 +278,12 @@ SGLANG_V2 = {"verify": "step[VERIFY bs={B}]", "draft_graph": "step[DRAFT bs={B}]
              "draft_forward": "step[DRAFT bs={B}]", "draft_extend_graph": "step[DRAFT_EXTEND_V2 bs={B}]",
              "draft_extend_eager": "step[DRAFT_EXTEND_V2 bs={B}]"}
 VLLM = {"step": "execute_context_0(0)_generation_{B}({T})"}
+# vLLM V1 as gpu_model_runner runs it: Worker.execute_model's span closes after the target's forward; sampling,
+# rejection, the host read and the drafter's forwards (sample_tokens -> propose_draft_token_ids) run after it
+VLLM_V1 = {"execute": "execute_context_0(0)_generation_{B}({T})"}
 HYBRID_KERNELS = ("fused_recurrent_gated_delta_rule_update_fwd_kernel", "_causal_conv1d_update_kernel",
                   "fused_gdn_gating_kernel")
-DIALECT_ENGINES = {"sglang-v1": "sglang", "sglang-v2": "sglang", "vllm": "vllm"}
+DIALECT_ENGINES = {"sglang-v1": "sglang", "sglang-v2": "sglang", "vllm": "vllm", "vllm-v1": "vllm"}
 
 _SPEC = "sglang/srt/speculative/"
 FRAMES = {
@@ -187,7 +297,7 @@ FRAMES = {
     "MultiLayerEagleWorkerV2": (_SPEC + "multi_layer_eagle_worker_v2.py", ("forward_batch_generation", "verify")),
     "MultiLayerEagleDraftWorker": (_SPEC + "multi_layer_eagle_worker_v2.py", ("draft", "draft_forward",
                                                                               "_draft_extend_for_decode")),
-    "Worker": ("vllm/v1/worker/gpu_worker.py", ("execute_model",)),
+    "Worker": ("vllm/v1/worker/gpu_worker.py", ("execute_model", "sample_tokens")),
     "GPUModelRunner": ("vllm/v1/worker/gpu_model_runner.py", ("execute_model", "sample_tokens", "_bookkeeping_sync",
                                                               "propose_draft_token_ids", "take_draft_token_ids")),
     "RejectionSampler": ("vllm/v1/sample/rejection_sampler.py", ("forward",)),
@@ -248,11 +358,17 @@ class Zoo(harness.Workload):
     """A speculative decoding loop shaped like an engine's (capture/zoo.py --shape NAME)."""
 
     name = "zoo"
-    SPANS = {"sglang-v1": SGLANG_V1, "sglang-v2": SGLANG_V2, "vllm": VLLM}
+    SPANS = {"sglang-v1": SGLANG_V1, "sglang-v2": SGLANG_V2, "vllm": VLLM, "vllm-v1": VLLM_V1}
 
     @classmethod
     def add_args(cls, p):
-        p.add_argument("--shape", choices=sorted(SHAPES), required=True)
+        p.add_argument("--shape", type=_shape_name, required=True,
+                       help=f"one of {', '.join(sorted(SHAPES))}, or rand-<seed>-<index> (the random zoo)")
+        p.add_argument("--attn-backend", choices=ATTN_BACKENDS, default=None,
+                       help="the SDPA backend (math, efficient, cudnn; each falls back to math where it cannot "
+                            "run; auto: PyTorch's choice); default: the shape's")
+        p.add_argument("--plain-only", action="store_true",
+                       help="the plain loop alone (the target decoding one token per sequence): no speculation")
         p.add_argument("--size", choices=["full", "tiny"], default="full", help="tiny: the CPU smoke-run size")
         p.add_argument("--batch", type=int, default=None, help="override the shape's batch")
         p.add_argument("--context", type=int, default=None, help="override the shape's cached tokens per sequence")
@@ -269,25 +385,30 @@ class Zoo(harness.Workload):
     def check_args(cls, p, args):
         if args.mode == "compile":
             p.error("--mode compile: the zoo runs eager or graph")
-        if args.spec_steps is not None and (args.spec_steps < 1 or (SHAPES[args.shape].topk > 1 and args.spec_steps < 2)):
+        shape = resolve(args.shape)
+        if args.spec_steps is not None and (args.spec_steps < 1 or (shape.topk > 1 and args.spec_steps < 2)):
             p.error(f"--spec-steps {args.spec_steps}: at least 1 (2 for a tree)")
         if args.engine_spans != "none":
-            fam = "vllm" if SHAPES[args.shape].engine.startswith("vllm") else "sglang"
+            fam = "vllm" if shape.engine.startswith("vllm") else "sglang"
             if DIALECT_ENGINES[args.engine_spans] != fam:
                 p.error(f"--engine-spans {args.engine_spans}: shape {args.shape} runs {fam}'s loop")
 
     def __init__(self, h):
         super().__init__(h)
         args = self.args
-        s = SHAPES[args.shape]
+        s = resolve(args.shape)
         s = tiny(s) if args.size == "tiny" else s
         if args.spec_steps is not None:
             s = replace(s, steps=args.spec_steps, draft_tokens=s.draft_tokens if s.topk > 1 else 0)
         s = replace(s, batch=args.batch or s.batch, context=args.context or s.context,
                     accept_p=s.accept_p if args.accept_p is None else args.accept_p)
         self.shape = s
+        self.attn = args.attn_backend or s.attn
+        self.sdpa = _sdpa_backend(self.torch, self.attn)
         self.impl = ENGINES[s.engine](self)
         self.PHASES, self.MARKERS = self.impl.PHASES, self.impl.MARKERS   # the engine's (the harness reads these)
+        if args.plain_only:
+            self.PHASES, self.MARKERS = (), {}
 
     def build(self):
         self.impl.build()
@@ -296,10 +417,16 @@ class Zoo(harness.Workload):
         self.impl.reset()
 
     def step(self, i):
-        self.impl.step(i)
+        if self.args.plain_only:
+            self.impl.plain_step(i)
+        else:
+            self.impl.step(i)
 
     def plain_step(self, i):
         self.impl.plain_step(i)
+
+    def has_plain(self) -> bool:
+        return not self.args.plain_only
 
     def drain(self):
         self.impl.drain()
@@ -309,10 +436,52 @@ class Zoo(harness.Workload):
         return {"B": s.batch, "T": s.batch * s.verify_tokens}
 
     def contract(self):
-        return self.impl.contract()
+        c = self.impl.contract()
+        if self.args.plain_only:
+            c = {**c, "weight_bytes": self.impl.target_bytes()["bytes"], "draft_tokens": None}
+        return c
 
     def facts(self, run):
-        return self.impl.facts(run)
+        f = self.impl.facts(run)
+        f["attention_backend"] = {"asked": self.attn, "sdpa_backends": self.sdpa}
+        f["extend_sample"] = self.shape.extend_sample
+        if self.shape.name.startswith("rand-"):
+            f["random_shape"] = {"seed": int(self.shape.name.split("-")[1]),
+                                 "index": int(self.shape.name.split("-")[2]),
+                                 "shape": {k: v for k, v in self.shape.__dict__.items()}}
+        if self.args.plain_only:
+            f.update(plain_only=True, draft_model={"exists": False, "note": "the plain loop alone (--plain-only)"},
+                     draft_bytes_per_step=0, unprofiled_draft_phase_ms=None)
+        return f
+
+
+def _shape_name(name: str) -> str:
+    import argparse
+
+    try:
+        resolve(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name
+
+
+def _sdpa_backend(torch, name: str):
+    """Restrict ``F.scaled_dot_product_attention`` to backend ``name`` with the math kernel as its fallback
+    (PyTorch picks in this order; a backend that cannot run a call's shape or mask leaves it to math), for the
+    whole process -- the graphs captured and the eager steps alike. Returns the backends set (None: PyTorch's
+    choice)."""
+    if name == "auto":
+        return None
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    want = {"math": [SDPBackend.MATH], "efficient": [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
+            "cudnn": [SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]}[name]
+    try:
+        ctx = sdpa_kernel(want, set_priority=True)
+    except TypeError:     # older torch: no priorities (the order is PyTorch's: efficient, math, cudnn)
+        ctx = sdpa_kernel(want)
+    ctx.__enter__()       # for the whole process (never left)
+    return [b.name for b in want]
 
 
 class Engine:
@@ -579,10 +748,25 @@ class SGLangEagle(Engine):
                                            self.dkv.v[0], pos, self.W, mask, rows="last")
         return logits, x.view(R, -1)
 
+    def _draft_fwd(self, input_ids, hidden, positions):
+        if self.draft_graphed:
+            return self._draft_one(input_ids, hidden, positions)
+        with self.h.span("draft_forward"):   # draft_model_runner.forward: a ModelRunner.forward (DECODE mode)
+            return self.draft_runner.forward(input_ids, hidden, positions)
+
     def _draft_forward_body(self):
-        torch, topk, S = self.torch, self.topk, self.S
+        torch, topk, S, B = self.torch, self.topk, self.S, self.B
         positions = self.seq_lens.view(-1, 1).expand(-1, topk).reshape(-1)        # repeat_interleave(topk)
         topk_p, topk_index, hidden, scores = self.topk_p, self.topk_index, self.dhid, None
+        if not self.s.extend_sample:
+            # the draft-extend sampled nothing: a first draft forward from the verified token (over the B*topk
+            # rows the draft graph keeps; row 0 of each sequence's topk is the one read)
+            ids0 = self.verified_id.view(-1, 1).expand(-1, topk).reshape(-1)
+            hid0 = self.dhid.unsqueeze(1).expand(-1, topk, -1).reshape(B * topk, -1)
+            logits, h0 = self._draft_fwd(ids0, hid0, positions)
+            probs = torch.softmax(logits.float(), dim=-1).view(B, topk, -1)[:, 0]
+            topk_p, topk_index = fast_topk(torch, probs, topk)
+            hidden = h0.view(B, topk, -1)[:, 0]
         score_list, token_list, parents_list = [], [], []
         for i in range(S):
             input_ids, hidden, scores, info = select_top_k_tokens(torch, i, topk_p, topk_index, hidden, scores, topk)
@@ -592,11 +776,7 @@ class SGLangEagle(Engine):
             if i == S - 1:
                 break
             positions = positions + 1
-            if self.draft_graphed:
-                logits, hidden = self._draft_one(input_ids, hidden, positions)
-            else:       # draft_model_runner.forward: a ModelRunner.forward of its own (DECODE mode)
-                with self.h.span("draft_forward"):
-                    logits, hidden = self.draft_runner.forward(input_ids, hidden, positions)
+            logits, hidden = self._draft_fwd(input_ids, hidden, positions)
             probs = torch.softmax(logits.float(), dim=-1)
             topk_p, topk_index = fast_topk(torch, probs, topk)
         parent_list, top, tokens = organize_draft_results(torch, score_list, token_list, parents_list, self.N)
@@ -688,13 +868,17 @@ class SGLangEagle(Engine):
         torch, B, S1 = self.torch, self.B, self.S + 1
         mask = lt.window_mask(self.ext_start, S1, self.W, self.dmodel.group, self.dtype)
         rows = self.ext_acc
+        sample = self.s.extend_sample
         if self.standalone:
             x, logits = self.dmodel.forward(self.ext_ids, self.ext_pos, self.dkv, self.ext_pos, self.W, mask,
-                                           rows=rows)
+                                           rows=rows, logits=sample)
         else:
             k, v = self.dkv.k[0][:B], self.dkv.v[0][:B]
             x, logits = self.dmodel.forward(self.ext_ids, self.ext_hid, self.ext_pos, k, v, self.ext_pos, self.W,
-                                           mask, rows=rows)
+                                           mask, rows=rows, logits=sample)
+        if not sample:      # the KV cache filled and the hidden state kept; the next draft samples
+            self.dhid.copy_(zm.select_rows(x, rows))
+            return
         probs = torch.softmax(logits.float(), dim=-1)                     # capture_for_decode
         p, idx = fast_topk(torch, probs, self.topk)
         self.topk_p.copy_(p)
@@ -732,8 +916,12 @@ class SGLangEagle(Engine):
 
     # ---- facts ---------------------------------------------------------------------------------------------------
     def draft_bytes_per_step(self):
-        b = self.dmodel.weight_bytes()["bytes"]
-        return int(b * self.S)      # S-1 draft forwards + 1 draft-extend
+        wb = self.dmodel.weight_bytes()
+        b = wb["bytes"]
+        if self.s.extend_sample:
+            return int(b * self.S)      # S-1 draft forwards + 1 draft-extend
+        head = wb.get("shared_lm_head_bytes", wb.get("lm_head_bytes", 0))
+        return int(b * self.S + b - head)   # S draft forwards + 1 draft-extend without its lm_head
 
     def draft_facts(self):
         s = self.s
@@ -741,9 +929,11 @@ class SGLangEagle(Engine):
         kind = {"nextn": "mtp-nextn (1 decoder layer + eh_proj, the target's embedding and lm_head shared)",
                 "eagle": "eagle head (fc + 1 decoder layer, the target's embedding and lm_head shared)",
                 "standalone": "standalone draft model (own embedding and lm_head)"}[s.draft]
-        f = {"exists": True, "kind": kind, "weight_bytes": wb["bytes"], "forwards_per_step": self.S,
-             "forwards": {"draft": self.S - 1, "draft_extend": 1}, "draft_rows_per_sequence": self.topk,
-             "extend_tokens_per_sequence": self.S + 1, "mode": "graph" if self.draft_graphed else "eager"}
+        extra = 0 if s.extend_sample else 1
+        f = {"exists": True, "kind": kind, "weight_bytes": wb["bytes"], "forwards_per_step": self.S + extra,
+             "forwards": {"draft": self.S - 1 + extra, "draft_extend": 1}, "draft_rows_per_sequence": self.topk,
+             "extend_tokens_per_sequence": self.S + 1, "extend_samples": s.extend_sample,
+             "mode": "graph" if self.draft_graphed else "eager"}
         if s.draft == "standalone":
             f.update(config=dict(s.draft_cfg), own_embedding=True, params=wb["params"])
         else:
@@ -975,7 +1165,13 @@ class VLLMEagle(Engine):
         self._build_target()
         H = s.target["hidden"]
         L = torch.long
-        self.dmodel = zm.DraftHead(self.target, self.args.seed + 1, kind="eagle")
+        self.standalone = s.draft == "standalone"
+        if self.standalone:       # vLLM's draft_model method: a small LM of its own (the proposer's forwards)
+            self.dmodel = zm.DenseLM(lt.Config(**s.draft_cfg), dev, self.dtype, self.args.seed + 1)
+            Hd = s.draft_cfg["hidden"]
+        else:
+            self.dmodel = zm.DraftHead(self.target, self.args.seed + 1, kind="eagle")
+            Hd = H
         self.dkv = self.dmodel.kv_cache(B, self.W, self.gen)
         pin = self.cuda
         self.cpu_ids = torch.zeros(B, N, dtype=L, pin_memory=pin)
@@ -992,7 +1188,7 @@ class VLLMEagle(Engine):
         self.d_last = torch.zeros(B, dtype=L, device=dev)
         self.d1_ids = torch.zeros(B, 1, dtype=L, device=dev)
         self.d1_pos = torch.zeros(B, 1, dtype=L, device=dev)
-        self.d1_hid = torch.zeros(B, 1, H, dtype=self.dtype, device=dev)
+        self.d1_hid = torch.zeros(B, 1, Hd, dtype=self.dtype, device=dev)
         self.np = np
         pool = torch.cuda.graph_pool_handle() if self.graph else None
         self.reset()
@@ -1032,12 +1228,16 @@ class VLLMEagle(Engine):
         mask = lt.window_mask(self.seq_start, self.N, self.W, self.target.group, self.dtype)
         return self.target_forward(self.input_ids, self.positions, self.positions, mask, rows=None)
 
+    def _dfwd(self, ids, hid, pos, mask, rows):
+        if self.standalone:
+            return self.dmodel.forward(ids, pos, self.dkv, pos, self.W, mask, rows=rows)
+        return self.dmodel.forward(ids, hid, pos, self.dkv.k[0], self.dkv.v[0], pos, self.W, mask, rows=rows)
+
     # first draft forward over the K+1 positions (last valid row sampled), then one-token forwards
     def _draft_first_body(self):
         B = self.B
         mask = lt.window_mask(self.d_pos[:, 0].contiguous(), self.N, self.W, self.dmodel.group, self.dtype)
-        x, logits = self.dmodel.forward(self.d_ids, self.d_hid, self.d_pos, self.dkv.k[0], self.dkv.v[0], self.d_pos,
-                                       self.W, mask, rows=self.d_last)
+        x, logits = self._dfwd(self.d_ids, self.d_hid, self.d_pos, mask, self.d_last)
         tok = logits.argmax(dim=-1)
         self.d1_ids.copy_(tok.view(B, 1))
         self.d1_pos.copy_(self.d_pos.gather(1, self.d_last.view(B, 1)) + 1)
@@ -1047,8 +1247,7 @@ class VLLMEagle(Engine):
     def _draft_next_body(self):
         B = self.B
         mask = lt.window_mask(self.d1_pos.view(B), 1, self.W, self.dmodel.group, self.dtype)
-        x, logits = self.dmodel.forward(self.d1_ids, self.d1_hid, self.d1_pos, self.dkv.k[0], self.dkv.v[0],
-                                       self.d1_pos, self.W, mask, rows="last")
+        x, logits = self._dfwd(self.d1_ids, self.d1_hid, self.d1_pos, mask, "last")
         tok = logits.argmax(dim=-1)
         self.d1_ids.copy_(tok.view(B, 1))
         self.d1_pos.add_(1)
@@ -1057,15 +1256,18 @@ class VLLMEagle(Engine):
 
     # ---- the step (Worker.execute_model) ---------------------------------------------------------------------
     def step(self, i):
+        # vLLM V1's Worker: execute_model (inputs, the target's forward), then sample_tokens (sampling, rejection,
+        # the host read, the drafter); the ``vllm`` dialect's span covers both, ``vllm-v1``'s the first alone
         with self.h.span("step"):
             self.worker.execute_model(i)
+            self.worker.sample_tokens(i)
 
     def execute_model(self, i):
-        with self.h.phase("prepare_inputs"):
-            self._h2d()
-        with self.h.phase("verify"):
-            self.hidden, self.logits = self.v_core()
-        self.runner.sample_tokens(i)
+        with self.h.span("execute"):
+            with self.h.phase("prepare_inputs"):
+                self._h2d()
+            with self.h.phase("verify"):
+                self.hidden, self.logits = self.v_core()
 
     def sample_tokens(self, i):
         with self.h.phase("sample"):
@@ -1105,7 +1307,8 @@ class VLLMEagle(Engine):
         self.d_ids[:, :N - 1].copy_(self.input_ids[:, 1:])
         self.d_ids.scatter_(1, last.view(B, 1), next_ids.view(B, 1))
         self.d_pos.copy_(self.positions)
-        self.d_hid.copy_(self.hidden)
+        if not self.standalone:
+            self.d_hid.copy_(self.hidden)
         self.d_last.copy_(last)
         self.draft_token_ids = self.proposer.propose()
 
@@ -1130,9 +1333,15 @@ class VLLMEagle(Engine):
 
     def draft_facts(self):
         wb = self.dmodel.weight_bytes()
-        return {"exists": True, "kind": "eagle head (fc + 1 decoder layer, the target's embedding and lm_head shared)",
-                "weight_bytes": wb["bytes"], "own_weight_bytes": wb["own_bytes"],
-                "shared_lm_head_bytes": wb["shared_lm_head_bytes"], "params": wb["own_params"],
+        if self.standalone:
+            own = {"kind": "standalone draft model (own embedding and lm_head; vLLM's draft_model method)",
+                   "weight_bytes": wb["bytes"], "config": dict(self.s.draft_cfg), "own_embedding": True,
+                   "params": wb["params"]}
+        else:
+            own = {"kind": "eagle head (fc + 1 decoder layer, the target's embedding and lm_head shared)",
+                   "weight_bytes": wb["bytes"], "own_weight_bytes": wb["own_bytes"],
+                   "shared_lm_head_bytes": wb["shared_lm_head_bytes"], "params": wb["own_params"]}
+        return {"exists": True, **own,
                 "forwards_per_step": self.K, "forwards": {"first": 1, "one_token": self.K - 1},
                 "first_forward_tokens_per_sequence": self.N, "order": "after the host read (non-padded drafter batch)",
                 "mode": "graph" if self.graph else "eager"}
@@ -1147,6 +1356,9 @@ class _VWorker:
 
     def execute_model(self, i):
         return self.e.runner.execute_model(i)
+
+    def sample_tokens(self, i):
+        return self.e.runner.sample_tokens(i)
 
 
 class _VSampler:
@@ -1364,6 +1576,23 @@ ENGINES = {"sglang-eagle": SGLangEagle, "sglang-ngram": SGLangNgram, "vllm-eagle
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--random" in argv:      # the random zoo's plan: one JSON line per shape (capture/run_session5.sh reads it)
+        import argparse
+        import json
+
+        p = argparse.ArgumentParser(prog="zoo.py --random")
+        p.add_argument("--random", type=int, required=True, help="how many shapes")
+        p.add_argument("--seed", type=int, default=0)
+        a = p.parse_args(argv)
+        for sh in random_shapes(a.random, a.seed):
+            t = sh.target
+            print(json.dumps({"shape": sh.name, "args": shape_args(sh), "engine": sh.engine, "draft": sh.draft,
+                              "spans": sh.spans, "K": sh.steps, "topk": sh.topk, "verify_tokens": sh.verify_tokens,
+                              "batch": sh.batch, "hidden": t["hidden"], "layers": t["layers"], "vocab": t["vocab"],
+                              "context": sh.context, "extend_sample": sh.extend_sample, "mode": sh.mode,
+                              "attn": sh.attn, "draft_cfg": sh.draft_cfg or None, "draft_mode": sh.draft_mode}))
+        return 0
     return harness.run(Zoo, argv)
 
 

@@ -39,12 +39,12 @@ def _run(cmd: list[str], what: str, env: dict) -> None:
 
 
 def profile(out: Path, profiler: str, zoo_args: list[str], nsys: str | None, peak_bw: float | None,
-            python: str | None = None) -> dict:
+            python: str | None = None, script: str = "zoo.py") -> dict:
     out.mkdir(parents=True, exist_ok=True)
     for f in (FACTS, "trace.json.gz", "trace.nsys-rep", "trace.sqlite", "trace.sqlite.gz", "manifest.json"):
         (out / f).unlink(missing_ok=True)
     env = cap.worker_env()
-    wcmd = [python or sys.executable, str(HERE / "zoo.py"), "--profiler", profiler, "--facts-out", str(out / FACTS)]
+    wcmd = [python or sys.executable, str(HERE / script), "--profiler", profiler, "--facts-out", str(out / FACTS)]
     if profiler == "torch":
         wcmd += ["--trace-out", str(out / "trace.json.gz")]
     wcmd += zoo_args
@@ -57,7 +57,7 @@ def profile(out: Path, profiler: str, zoo_args: list[str], nsys: str | None, pea
             raise TracekitError(f"nsys wrote no {out / 'trace.nsys-rep'} (did the workload reach cudaProfilerStart?)")
         names = ["trace.nsys-rep"]
     else:
-        _run(wcmd, "capture/zoo.py", env)
+        _run(wcmd, f"capture/{script}", env)
         if not (out / "trace.json.gz").exists():
             raise TracekitError(f"the workload wrote no {out / 'trace.json.gz'}")
         names = ["trace.json.gz"]
@@ -66,8 +66,10 @@ def profile(out: Path, profiler: str, zoo_args: list[str], nsys: str | None, pea
     except (OSError, ValueError) as e:
         raise TracekitError(f"the workload wrote no usable facts file: {e}")
     command = ["python3", "capture/zoo_driver.py", "profile", "--out", str(out), "--profiler", profiler,
-               *(["--peak-bw", str(peak_bw)] if peak_bw else []), "--", *zoo_args]
-    m = cap.build_manifest(facts, workload="zoo", profiler=profiler, mode=str(facts.get("mode")),
+               *(["--peak-bw", str(peak_bw)] if peak_bw else []),
+               *(["--script", script] if script != "zoo.py" else []), "--", *zoo_args]
+    workload = "zoo" if script == "zoo.py" else Path(script).stem.replace("_decode", "")
+    m = cap.build_manifest(facts, workload=workload, profiler=profiler, mode=str(facts.get("mode")),
                            steps=int(facts.get("steps") or 0), command=command, nsys_ver=nsys_ver,
                            peak_bw_gbps=peak_bw)
     m["workload_command"] = wcmd
@@ -79,8 +81,9 @@ def profile(out: Path, profiler: str, zoo_args: list[str], nsys: str | None, pea
     return m
 
 
-def finish(out: Path, nsys: str | None) -> dict:
-    """The nsys export of a ``profile``d folder, gzipped; the manifest's ``trace_files`` rewritten."""
+def finish(out: Path, nsys: str | None, plain: bool = False) -> dict:
+    """The nsys export of a ``profile``d folder, gzipped (``plain``: left as ``trace.sqlite``, for an archive
+    compressed as a whole); the manifest's ``trace_files`` rewritten."""
     if not (out / "manifest.json").is_file():
         raise TracekitError(f"{out}: no manifest.json (run profile first)")
     if (out / "trace.nsys-rep").is_file():
@@ -89,6 +92,11 @@ def finish(out: Path, nsys: str | None) -> dict:
         if not (out / "trace.sqlite").is_file():
             raise TracekitError(f"nsys export wrote no {out / 'trace.sqlite'}")
         (out / "trace.nsys-rep").unlink()
+    if plain:
+        m = json.loads((out / "manifest.json").read_text())
+        m["trace_files"] = cap.trace_files_of(out, ["trace.sqlite"])
+        (out / "manifest.json").write_text(json.dumps(m, indent=2) + "\n")
+        return m
     return cap.gzip_capture_export(out)
 
 
@@ -106,15 +114,17 @@ def main(argv=None) -> int:
     a.add_argument("--nsys", default=None)
     a.add_argument("--peak-bw", type=float, default=None)
     a.add_argument("--python", default=None, help="the workload's Python (default: this one)")
+    a.add_argument("--script", default="zoo.py", help="the capture script (default zoo.py; e.g. hf_decode.py)")
     b = sub.add_parser("finish")
     b.add_argument("out")
     b.add_argument("--nsys", default=None)
+    b.add_argument("--plain", action="store_true", help="keep trace.sqlite (no gzip)")
     args = p.parse_args(argv)
     try:
         if args.cmd == "profile":
-            m = profile(Path(args.out), args.profiler, zoo_args, args.nsys, args.peak_bw, args.python)
+            m = profile(Path(args.out), args.profiler, zoo_args, args.nsys, args.peak_bw, args.python, args.script)
         else:
-            m = finish(Path(args.out), args.nsys)
+            m = finish(Path(args.out), args.nsys, args.plain)
     except TracekitError as e:
         print(f"zoo_driver: error: {e}", file=sys.stderr)
         return 2

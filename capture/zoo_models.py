@@ -71,8 +71,9 @@ class DenseLM:
     def kv_cache(self, batch: int, window: int, gen):
         return lt.KVCache(self.cfg, self.cfg.layers, batch, window, self.device, self.dtype, gen)
 
-    def forward(self, tokens, positions, kv, slots, window: int, mask, rows=None):
-        """tokens/positions/slots ``[B, Q]``: (pre-norm hidden ``[B, Q, H]``, logits of ``rows``)."""
+    def forward(self, tokens, positions, kv, slots, window: int, mask, rows=None, logits=True):
+        """tokens/positions/slots ``[B, Q]``: (pre-norm hidden ``[B, Q, H]``, logits of ``rows``; None with
+        ``logits=False``: no final norm, no lm_head)."""
         import torch.nn.functional as F
 
         B, Q = tokens.shape
@@ -81,6 +82,8 @@ class DenseLM:
         bidx = lt._bidx(B, Q, tokens.device)
         for i, layer in enumerate(self.m.layers):
             x = lt.decoder_layer(self.cfg, layer, x, cos, sin, kv.k[i], kv.v[i], bidx, slots, window, mask)
+        if not logits:
+            return x, None
         h = F.rms_norm(x, (self.cfg.hidden,), self.m.norm, self.cfg.eps)
         return x, F.linear(select_rows(h, rows), self.lm_head)
 
@@ -116,7 +119,7 @@ class DraftHead:
     def kv_cache(self, batch: int, window: int, gen):
         return lt.KVCache(self.cfg, 1, batch, window, self.device, self.dtype, gen)
 
-    def forward(self, tokens, hidden, positions, k_cache, v_cache, slots, window: int, mask, rows=None):
+    def forward(self, tokens, hidden, positions, k_cache, v_cache, slots, window: int, mask, rows=None, logits=True):
         """tokens/positions/slots ``[B, Q]``, hidden ``[B, Q, H]``; ``k_cache/v_cache [B, kvh, W, D]``:
         (hidden ``[B, Q, H]``, logits of ``rows``)."""
         import torch
@@ -134,6 +137,8 @@ class DraftHead:
         cos, sin = self.target.rope.cos_sin(positions, self.dtype)
         x = lt.decoder_layer(self.cfg, self.layer, x, cos, sin, k_cache, v_cache, lt._bidx(B, Q, tokens.device),
                              slots, window, mask)
+        if not logits:
+            return x, None
         norm = self.own["shared_head.norm"] if self.kind == "nextn" else self.target.final_norm
         hn = F.rms_norm(x, (H,), norm, eps)
         return x, F.linear(select_rows(hn, rows), self.target.lm_head)

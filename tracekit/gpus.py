@@ -60,6 +60,10 @@ class GpuSpec:
     devices_per_package: int = 1
     peak_tflops: tuple[tuple[str, float], ...] = ()  # (dtype key, dense TFLOP/s of one device), as the table lists
     tflops_source: str | None = None
+    graph_node_us: float | None = None  # a CUDA-graph node's cost besides its GPU time, unprofiled (measured)
+    graph_node_source: str | None = None
+    graph_node_gap_us: float | None = None  # the gap between two nodes inside one graph replay, unprofiled
+    graph_node_gap_source: str | None = None
 
     @property
     def device_bw_gbps(self) -> float:
@@ -94,6 +98,10 @@ class GpuSpec:
             "note": self.note,
             "peak_tflops": dict(self.peak_tflops),
             "tflops_source": self.tflops_source,
+            "graph_node_us": self.graph_node_us,
+            "graph_node_source": self.graph_node_source,
+            "graph_node_gap_us": self.graph_node_gap_us,
+            "graph_node_gap_source": self.graph_node_gap_source,
         }
 
 
@@ -134,7 +142,15 @@ def load_table(path: str | Path | None = None) -> tuple[tuple[re.Pattern, GpuSpe
                 devices_per_package=int(entry.get("devices_per_package", 1)),
                 peak_tflops=tuple((str(k), float(v)) for k, v in dict(entry.get("peak_tflops", {})).items()),
                 tflops_source=entry.get("tflops_source"),
+                graph_node_us=float(entry["graph_node_us"]) if "graph_node_us" in entry else None,
+                graph_node_source=entry.get("graph_node_source"),
+                graph_node_gap_us=float(entry["graph_node_gap_us"]) if "graph_node_gap_us" in entry else None,
+                graph_node_gap_source=entry.get("graph_node_gap_source"),
             )
+            for key in ("graph_node_us", "graph_node_gap_us"):
+                if getattr(spec, key) is not None and (not _usable(getattr(spec, key))
+                                                       or not getattr(spec, key.replace("_us", "_source"))):
+                    raise ValueError(f"{key} must be a positive number, with a {key.replace('_us', '_source')}")
             if any(not _usable(v) for _, v in spec.peak_tflops) or (spec.peak_tflops and not spec.tflops_source):
                 raise ValueError("peak_tflops must be positive numbers, with a tflops_source")
             rx = re.compile(spec.pattern, re.IGNORECASE)
@@ -168,6 +184,29 @@ def lookup(name: str | None, *, table: str | Path | None = None) -> GpuSpec | No
         if rx.search(key):
             return spec
     return None
+
+
+def graph_node_us(name: str | None, *, table: str | Path | None = None) -> float | None:
+    """The GPU table's measured cost of one CUDA-graph node on ``name`` besides its GPU time (µs, unprofiled), the
+    one figure every graph what-if uses (the CUDA-graph lever, the plain step's re-cost); None where the table has
+    none for that GPU.
+
+    >>> graph_node_us("NVIDIA H100 80GB HBM3"), graph_node_us("NVIDIA H200"), graph_node_us("NVIDIA A100-SXM4-40GB")
+    (0.356, None, None)
+    """
+    spec = lookup(name, table=table)
+    return spec.graph_node_us if spec else None
+
+
+def graph_node_gap_us(name: str | None, *, table: str | Path | None = None) -> float | None:
+    """The GPU table's measured gap between two nodes inside one CUDA-graph replay on ``name`` (µs, unprofiled): what
+    the plain step's re-cost prices a node of a speculative step's verify graph at; None where the table has none.
+
+    >>> graph_node_gap_us("NVIDIA H100 80GB HBM3"), graph_node_gap_us("NVIDIA H200"), graph_node_gap_us("NVIDIA B200")
+    (0.29, 0.37, None)
+    """
+    spec = lookup(name, table=table)
+    return spec.graph_node_gap_us if spec else None
 
 
 def list_gpus(*, table: str | Path | None = None) -> list[GpuSpec]:

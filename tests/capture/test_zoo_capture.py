@@ -404,3 +404,53 @@ def test_driver_profile_then_finish_writes_a_matching_manifest(tmp_path):
     assert m2["unprofiled_step_ms"] == m["unprofiled_step_ms"]
     saved = json.loads((out / "manifest.json").read_text())
     assert manifest_matches(saved, out / "trace.sqlite.gz", "nsys-sqlite")[0]
+
+
+# ---------------------------------------------------------------------------------------------- the random zoo
+
+def test_random_zoo_plan_is_seeded_and_spans_the_distribution():
+    """capture/zoo.py --random N --seed S (issue 48 item 4): the same plan from the same seed, and seed 48's 48 shapes
+    cover what the issue lists (every draft kind, K 1-5, batch 1..32, trees, extend with and without sampling, graphs
+    and eager, each SDPA backend)."""
+    zoo = _load("zoo")
+    out = subprocess.run([sys.executable, str(CAPTURE / "zoo.py"), "--random", "48", "--seed", "48"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    plan = [json.loads(x) for x in out]
+    assert [p["shape"] for p in plan] == [f"rand-48-{i}" for i in range(48)]
+    assert plan == [json.loads(x) for x in subprocess.run(
+        [sys.executable, str(CAPTURE / "zoo.py"), "--random", "48", "--seed", "48"], capture_output=True, text=True,
+        check=True).stdout.splitlines()]
+    shapes = [zoo.resolve(p["shape"]) for p in plan]
+    assert [s.steps for s in shapes] == [p["K"] for p in plan]
+    assert {s.steps for s in shapes} == {1, 2, 3, 4, 5} and min(s.batch for s in shapes) == 1
+    assert max(s.batch for s in shapes) == 32 and {s.topk > 1 for s in shapes} == {True, False}
+    assert {s.engine for s in shapes} == {"sglang-eagle", "sglang-ngram", "vllm-eagle", "sglang-multilayer"}
+    assert {s.draft for s in shapes} == {"eagle", "nextn", "standalone", None}
+    assert {s.extend_sample for s in shapes if s.engine == "sglang-eagle"} == {True, False}
+    assert {s.mode for s in shapes} == {"graph", "eager"} and {s.attn for s in shapes} == set(zoo.ATTN_BACKENDS)
+    for s in shapes:
+        assert s.topk == 1 or s.steps >= 2 and s.steps + 1 <= s.verify_tokens <= s.topk * s.steps + 1
+    with pytest.raises(ValueError):
+        zoo.resolve("rand-48")
+
+
+@needs_torch
+def test_vllm_v1_span_closes_after_the_verify_forward(tmp_path):
+    """The ``vllm-v1`` dialect: execute_context_0(0)_generation_B(T) covers the inputs and the target's forward; the
+    sampling, the host read and the draft model's forwards (a standalone one here) run after it, before the next."""
+    trace = tmp_path / "t.json.gz"
+    subprocess.run([sys.executable, str(CAPTURE / "zoo.py"), "--shape", "vllm-v1-draft-model", "--size", "tiny",
+                    "--device", "cpu", "--mode", "eager", "--timed-steps", "1", "--warmup", "1", "--steps", "3",
+                    "--profiler", "torch", "--trace-out", str(trace), "--no-markers", "--engine-spans", "vllm-v1",
+                    "--facts-out", str(tmp_path / "f.json")], check=True, capture_output=True)
+    ev = [e for e in json.loads(gzip.open(trace).read())["traceEvents"] if e.get("ph") == "X"]
+    spans = sorted((e for e in ev if e["name"] == "execute_context_0(0)_generation_1(5)"), key=lambda e: e["ts"])
+    assert len(spans) == 3
+    lin = sorted((e["ts"], tuple(e["args"]["Input Dims"][1])) for e in ev if e["name"] == "aten::linear")
+    s0, s1 = spans[1]["ts"], spans[1]["ts"] + spans[1]["dur"]
+    inside = [w for t, w in lin if s0 <= t <= s1]
+    after = [w for t, w in lin if s1 < t < spans[2]["ts"]]
+    # tiny target (hidden 128): 2 layers x (qkv, o, gate_up, down) + lm_head; the draft model (hidden 64): K = 4
+    # forwards of 2 layers x 4 + its lm_head, all after the span; no weight of one is the other's
+    assert len(inside) == 9 and len(after) == 4 * 9
+    assert not set(inside) & set(after) and all(128 in w or 320 in w for w in inside)

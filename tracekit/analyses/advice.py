@@ -23,7 +23,8 @@ a blocking copy, CPU work) stay where the code puts them::
 
 ``busy`` is the step's GPU-busy time (the union of its activity), ``n_launches`` the work it launched one by
 one, ``replay_gap`` the per-node cost of graph replay on this GPU (``--device-profile`` key
-``graph_replay_gap_us``, else the H200 calibration below). ``after_waits`` is the part of the launch overhead
+``graph_replay_gap_us``, else the GPU table's measured ``graph_node_us``, ``tracekit.gpus.graph_node_us``, else the
+calibration below). ``after_waits`` is the part of the launch overhead
 from the return of a host wait (a synchronisation, a device-to-host or pageable copy) to the next launch call
 (``tracekit.analyses.gaps.after_waits``): a graph cannot span a host wait, so the host work after one (CPU
 sampling, a grammar mask, scheduling: Python a trace without ranges cannot name) runs with graphs too; only the
@@ -70,7 +71,8 @@ from tracekit.categories import GAP_CATEGORIES, GAP_CAUSES, HOST_WORK_NAMES, LEV
 if TYPE_CHECKING:  # pragma: no cover
     from tracekit.analyses.drafting import VerifyCost
 
-# Per-node cost of graph replay (µs) when no device profile is given. Calibrated on the H200 with
+# Per-node cost of graph replay (µs) when neither a device profile nor the GPU table (graph_node_us) gives one.
+# Calibrated on the H200 with
 # sample_traces/synthetic-eager (busy 0.912 ms, 227 launches per step) against the unprofiled
 # graph-replay step of the same loop (1.0438 ms): (1.0438 - 0.912) / 227 = 0.58 µs.
 DEFAULT_REPLAY_GAP_US = 0.58

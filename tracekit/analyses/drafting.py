@@ -410,22 +410,20 @@ def _not_structure(acts: pl.DataFrame, steps: int, forwards_per_step: float | No
 # (CUDA events around the draft, verify and draft-extend graphs, against the traced kernels of the same graphs)
 # give 0.32-0.41 us (median 0.37): the plain step without an unprofiled time re-costs the verify graph's gaps at it.
 UNPROFILED_NODE_GAP_US = 0.37
-# The same on an H100 (same software): the zoo's six graph-replayed verify forwards (sample_traces/zoo-*, 2026-12-06),
-# (unprofiled verify phase - traced kernel time) / nodes = 0.21-0.37 us, median 0.29 (fitted on three shapes, 0.24,
-# the other three are within 1.6%; the other way round 0.33, within 2%: docs/validation.md, "The plain step").
-NODE_GAP_US_BY_GPU = (("H100", 0.29), ("H200", UNPROFILED_NODE_GAP_US))
+# Per GPU the figure is the GPU table's graph_node_gap_us (tracekit/data/gpus.toml: the H200's is this one; the
+# H100's, 0.29 us, the median of the zoo's six graph-replayed verify forwards, 0.21-0.37 us); this is the fallback.
 
 
 def node_gap_us(gpu_name: str | None) -> float:
-    """The unprofiled gap between two nodes of one graph replay on ``gpu_name`` (the H200's where unknown).
+    """The unprofiled gap between two nodes of one graph replay on ``gpu_name``: the GPU table's ``graph_node_gap_us``
+    (``tracekit.gpus``, beside the CUDA-graph what-if's ``graph_node_us``), else ``UNPROFILED_NODE_GAP_US``.
 
     >>> node_gap_us("NVIDIA H100 80GB HBM3"), node_gap_us("NVIDIA H200"), node_gap_us(None)
     (0.29, 0.37, 0.37)
     """
-    for key, us in NODE_GAP_US_BY_GPU:
-        if gpu_name and key in gpu_name:
-            return us
-    return UNPROFILED_NODE_GAP_US
+    from tracekit.gpus import graph_node_gap_us
+
+    return graph_node_gap_us(gpu_name) or UNPROFILED_NODE_GAP_US
 
 
 @dataclass(frozen=True)

@@ -251,7 +251,9 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     comm_rows = collectives_of(comm_split.kernels, n, gpu_name or man.get("gpu_name")) if comm_rows else comm_rows
 
     # ---- advice
-    gap = DEFAULT_REPLAY_GAP_US
+    from tracekit.gpus import graph_node_us
+
+    gap = graph_node_us(gpu_name or man.get("gpu_name")) or DEFAULT_REPLAY_GAP_US   # the GPU table's, measured
     if device_profile and isinstance(device_profile.get("graph_replay_gap_us"), (int, float)) \
             and device_profile["graph_replay_gap_us"] > 0:
         gap = float(device_profile["graph_replay_gap_us"])
