@@ -1,11 +1,13 @@
-"""tracekit diff: the tracekit.diff/3 JSON (reference steps compared), the PR markdown (stable, escaped) and the CLI,
-on real traces."""
+"""tracekit diff (tracekit.results.diff): the tracekit.diff/3 JSON (reference steps compared), the PR markdown
+(stable, escaped) and the CLI, on real traces; then the per-kernel deltas and diff per token, each in a section below
+(the CI gate: test_diff_gate.py)."""
 
 from __future__ import annotations
 
 import json
 import re
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -15,7 +17,7 @@ from tracekit.cli import cli
 from tracekit.report.diff import diff_md, headline
 from tracekit.results.diff import change, diff
 
-from conftest import DATA, sample, sample_trace, shared
+from conftest import DATA, sample, sample_sqlite, sample_trace, shared, sql_rows
 
 MFU = DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite"
 SGLANG = "TraceLens/tests/traces/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz"
@@ -331,3 +333,247 @@ def test_a_directory_of_one_trace_is_that_trace():
     graph = sample_trace("hf-small-graph")
     by_dir = json.loads(CliRunner().invoke(cli, ["diff", str(graph.parent), str(graph), "--format", "json"]).stdout)
     assert "cross_rank" not in by_dir and by_dir["delta"]["steps"]["mean_ms"]["abs"] == 0
+
+# ───────────────────────── per-kernel deltas (formerly test_diff_kernels.py)
+# tracekit diff's per-kernel deltas (``kernels``, ``kernel_categories``, ``delta.kernel_total_ms_per_step``): which
+# kernels moved, largest first, adding up to the kernel-time delta; checked against raw SQL on the committed H200
+# captures.
+
+_CACHE: dict = {}
+
+
+def bd(name: str):
+    if name not in _CACHE:
+        _CACHE[name] = tracekit.breakdown(tracekit.load(sample_trace(name)))
+    return _CACHE[name]
+
+
+def adds_up(d: dict) -> None:
+    """The contract's sums: the kernels' deltas add up to the kernel-time delta, per category and in total."""
+    ks = d["kernels"]
+    assert sum(k["delta_ms_per_step"] for k in ks) == pytest.approx(d["delta"]["kernel_total_ms_per_step"]["abs"],
+                                                                     abs=1e-9)
+    for cat, c in d["delta"]["kernel_ms_per_step"].items():
+        if c["abs"] is not None:
+            assert sum(k["delta_ms_per_step"] for k in ks if k["category"] == cat) == pytest.approx(c["abs"], abs=1e-9)
+    for k in ks:
+        assert k["delta_ms_per_step"] == pytest.approx(k["new_ms_per_step"] - k["base_ms_per_step"], abs=1e-12)
+    deltas = [abs(k["delta_ms_per_step"]) for k in ks]
+    assert deltas == sorted(deltas, reverse=True)  # largest change first
+
+
+def test_an_added_kernel_is_the_largest_mover():
+    """The same session's synthetic graph loop without and with a symmetric-memory one-shot all-reduce per layer (32
+    per step): the all-reduce kernel is new, and first; its time per step is 32 x its mean duration by SQL."""
+    d = diff(bd("tp1-synthetic-nccl-graph"), bd("tp1-synthetic-symm1-graph")).to_dict()
+    adds_up(d)
+    top = d["kernels"][0]
+    assert top["name"].startswith("void <unnamed>::one_shot_all_reduce_kernel<c10::BFloat16")
+    assert top["category"] == "communication" and top["base_ms_per_step"] == 0.0
+    [(n, mean_ns)] = sql_rows(sample_sqlite("tp1-synthetic-symm1-graph"),
+                              "SELECT COUNT(*), AVG(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+                              "ON s.id = k.demangledName WHERE s.value LIKE '%one_shot_all_reduce_kernel%'")
+    assert n == 512 == 32 * 16  # 32 per step, 16 profiled steps
+    assert top["new_ms_per_step"] == pytest.approx(32 * mean_ns / 1e6, rel=0.005)
+    # its copy-in (a device-to-device copy per all-reduce) is second
+    assert d["kernels"][1]["name"] == "[CUDA memcpy Device-to-Device]" and d["kernels"][1]["category"] == "memory"
+    # the categories that moved: communication first, then memory
+    cats = d["kernel_categories"]
+    assert [c["category"] for c in cats[:2]] == ["communication", "memory"]
+    assert cats[0]["delta_ms_per_step"] == pytest.approx(top["delta_ms_per_step"], abs=1e-9)
+    assert {c["category"] for c in cats} == set(d["delta"]["kernel_ms_per_step"])
+
+
+def test_rows_are_the_breakdowns_own_kernel_tables():
+    b, n = bd("hf-small-graph"), bd("hf-small-eager")
+    d = diff(b, n).to_dict()
+    adds_up(d)
+    for side, x in (("base", b), ("new", n)):
+        mine = {(k["name"], k["category"]): k[f"{side}_ms_per_step"] for k in d["kernels"]
+                if k[f"{side}_ms_per_step"]}
+        theirs = {(r["name"], r["category"]): r["per_step_ms"] for r in x.top_kernels.iter_rows(named=True)}
+        assert mine == theirs
+    assert d["delta"]["kernel_total_ms_per_step"]["base"] == pytest.approx(
+        sum(v for v in b.kernel_ms_per_step.values() if v is not None), abs=1e-12)
+
+
+def test_one_name_in_two_categories_is_two_rows():
+    """spec-small-graph: the same elementwise kernels run in the draft model (drafting) and in the target (other);
+    each (name, category) is its own row, so the category sums hold."""
+    d = diff(bd("spec-small-graph"), bd("spec-small-graph-nomark")).to_dict()
+    adds_up(d)
+    names = pl.DataFrame(d["kernels"]).group_by("name").agg(pl.col("category").n_unique().alias("n"))
+    assert names.filter(pl.col("n") > 1).height > 0
+    self_diff = diff(bd("spec-small-graph"), bd("spec-small-graph")).to_dict()
+    assert all(k["delta_ms_per_step"] == 0 for k in self_diff["kernels"])
+    assert len(self_diff["kernels"]) == bd("spec-small-graph").top_kernels.height
+
+
+def test_whole_graph_side_only_its_copies():
+    """A whole-graph capture has no per-kernel rows (its compute categories are null): its kernels are its copies,
+    and the sum still holds against the categories it knows."""
+    d = diff(bd("hf-small-graph"), bd("hf-small-graph-wholegraph")).to_dict()
+    adds_up(d)
+    assert {k["category"] for k in d["kernels"] if k["new_ms_per_step"]} == {"memory"}
+    unknown = [c for c in d["kernel_categories"] if c["delta_ms_per_step"] is None]
+    assert {c["category"] for c in unknown} == {"gemm", "attention", "communication", "drafting", "other"}
+    assert d["kernel_categories"][-len(unknown):] == unknown  # unknown changes last
+
+
+def test_markdown_and_table_show_the_top_movers():
+    a, b = sample_trace("tp1-synthetic-nccl-graph"), sample_trace("tp1-synthetic-symm1-graph")
+    r = CliRunner().invoke(cli, ["diff", str(a), str(b), "--format", "md"])
+    assert r.exit_code == 0, r.output
+    text = r.stdout
+    d = json.loads(CliRunner().invoke(cli, ["diff", str(a), str(b), "--format", "json"]).stdout)
+    tot = d["delta"]["kernel_total_ms_per_step"]["abs"]
+    assert f"kernel time +{tot:.3f} ms per step (+18%): communication +0.129, memory +0.032, gemm +0.006" in text
+    moved = [k for k in d["kernels"] if round(k["delta_ms_per_step"], 6) != 0][:10]
+    assert f"**kernels that moved** (top {len(moved)} of {len(d['kernels'])}; ms per step)" in text
+    row = next(line for line in text.splitlines() if "one\\_shot\\_all\\_reduce\\_kernel" in line)
+    assert row.startswith("| void &lt;unnamed&gt;::one\\_shot\\_all\\_reduce\\_kernel&lt;c10::BFloat16")
+    assert row.endswith("| communication | 0.000 | 0.129 | +0.129 |")
+    table = CliRunner().invoke(cli, ["diff", str(a), str(b)]).stdout
+    assert f"kernels that moved (top {len(moved)} of" in table and "one_shot_all_reduce_kernel" in table
+
+# ───────────────────────── diff per token (formerly test_diff_per_token.py)
+# ``tracekit diff`` per token (issue 51 item 1, contract "diff per token"): when the two sides emit different tokens
+# per step (accept length x batch), ms per token and tok/s on both sides, and the headline and the gate compare per
+# token; a speculative side without an accept length is named and gets no per-step verdict.
+#
+# Real pairs from sample_traces/: a plain and a speculative capture of the same target (hf small, CUDA graphs: the
+# spec capture drafts K = 3 with a 2-layer draft model), zoo shapes of different batches and accept lengths, and a
+# zoo shape against the plain step its own manifest measured. Every expected figure comes from the manifests
+# (``unprofiled_step_ms``, ``unprofiled_plain_step_ms``, ``spec.accept_len``, ``tokens_per_step``), computed here.
+
+def manifest(name: str) -> dict:
+    return json.loads((sample_trace(name).parent / "manifest.json").read_text())
+
+
+def ms_per_token(name: str) -> float:
+    """The unprofiled step over the tokens it emits (accept length x batch; 1 x batch without speculation)."""
+    m = manifest(name)
+    acc = (m.get("spec") or {}).get("accept_len") or 1.0
+    return m["unprofiled_step_ms"] / (acc * m["tokens_per_step"])
+
+
+def run_json(*args) -> tuple[int, dict]:
+    r = CliRunner().invoke(cli, ["diff", *map(str, args), "--format", "json"])
+    assert r.exit_code in (0, 3, 4), r.output
+    return r.exit_code, json.loads(r.stdout)
+
+
+def test_plain_against_speculative_of_the_same_target_compares_per_token():
+    """hf small with CUDA graphs, plain (2.822 ms a token) against speculative (4.268 ms a step emitting 1.2
+    tokens: 3.557 ms a token): +51% a step, +26.0% a token; the gate compares the per-token change."""
+    plain, spec = sample_trace("hf-small-graph"), sample_trace("hf-small-spec-graph")
+    code, d = run_json(plain, spec, "--fail-on-regression", "3%")
+    pt = d["per_token"]
+    want_b, want_n = ms_per_token("hf-small-graph"), ms_per_token("hf-small-spec-graph")
+    assert manifest("hf-small-spec-graph")["spec"]["accept_len"] == 1.2 and not manifest("hf-small-graph")["spec"]
+    assert pt["base_ms_per_token"] == pytest.approx(want_b, rel=1e-9)
+    assert pt["new_ms_per_token"] == pytest.approx(want_n, rel=1e-9)
+    assert pt["base_tok_s"] == pytest.approx(1000 / want_b, rel=1e-9)
+    assert pt["new_tok_s"] == pytest.approx(1000 / want_n, rel=1e-9)
+    assert pt["change_pct"] == pytest.approx(100 * (want_n / want_b - 1), rel=1e-9)
+    assert round(pt["change_pct"], 1) == 26.0 and round(100 * d["delta"]["reference_step_ms"]["rel"]) == 51
+    assert pt["source"] == {"base": "plain", "new": "manifest"} and pt["basis"] == "unprofiled" and not pt["missing"]
+    assert pt["tokens_per_step"] == {"base": 1.0, "new": 1.2}
+    # the headline and the gate say it per token, and the gate's change is the per-token change
+    assert headline(d).startswith("per token (unprofiled): 2.822 → 3.557 ms (+26.0%), 354.4 → 281.2 tok/s")
+    g = d["gate"]
+    assert g["compares"] == "token" and g["change_pct"] == pytest.approx(pt["change_pct"], rel=1e-9)
+    assert "per token" in g["reason"] and "per token" in diff_md(d).split("\n")[0]
+    # the per-step verdict is not given: the time base line does not state the step change as one
+    assert "+51%" not in headline(d)
+    # the reverse (speculation dropped) is faster per token, and passes
+    code, r = run_json(spec, plain, "--fail-on-regression", "3%")
+    assert r["per_token"]["change_pct"] == pytest.approx(100 * (want_b / want_n - 1), rel=1e-9)
+    assert code == 0 and r["gate"]["verdict"] == "pass"
+
+
+ZOO_PAIRS = [("zoo-sglang-chain-marked", "zoo-vllm-eagle-marked"), ("zoo-sglang-tree-marked", "zoo-ngram-marked"),
+             ("zoo-standalone-marked", "zoo-mtp-multilayer-marked")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("base,new", ZOO_PAIRS, ids=[f"{a}->{b}" for a, b in ZOO_PAIRS])
+def test_zoo_shapes_of_different_batches_and_accept_lengths(base, new):
+    """Two speculative captures whose steps emit different tokens (accept length x batch from each manifest)."""
+    d = tracekit.diff(sample_trace(base), sample_trace(new), fail_on_regression=3).to_dict()
+    pt = d["per_token"]
+    for side, name in (("base", base), ("new", new)):
+        m = manifest(name)
+        assert pt["tokens_per_step"][side] == pytest.approx(m["spec"]["accept_len"] * m["tokens_per_step"], rel=1e-9)
+        assert pt[f"{side}_ms_per_token"] == pytest.approx(ms_per_token(name), rel=1e-9)
+        assert pt["source"][side] == "manifest"
+    assert pt["change_pct"] == pytest.approx(100 * (ms_per_token(new) / ms_per_token(base) - 1), rel=1e-9)
+    assert d["gate"]["change_pct"] == pytest.approx(pt["change_pct"], rel=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["sglang-chain", "vllm-eagle", "standalone"])
+def test_does_speculation_pay_against_the_manifest_s_plain_step(shape):
+    """A zoo capture against its own plain step (the manifest's ``unprofiled_plain_step_ms``: the same target
+    decoding one token per sequence, same process): BASE is given that step and accept length 1 with the side
+    flags. Per token, speculation pays where its step over the accept length is shorter than the plain step."""
+    name = f"zoo-{shape}-marked"
+    m, path = manifest(name), sample_trace(name)
+    plain = m["unprofiled_plain_step_ms"]
+    code, d = run_json(path, path, "--base-measured-step-ms", plain, "--base-accept-len", "1",
+                       "--fail-on-regression", "3%")
+    pt = d["per_token"]
+    batch = m["tokens_per_step"]
+    assert pt["source"] == {"base": "flag", "new": "manifest"}
+    assert pt["base_ms_per_token"] == pytest.approx(plain / batch, rel=1e-9)
+    assert pt["new_ms_per_token"] == pytest.approx(ms_per_token(name), rel=1e-9)
+    assert pt["new_tok_s"] == pytest.approx(1000 * m["spec"]["accept_len"] * batch / m["unprofiled_step_ms"],
+                                            rel=1e-9)
+    pays = m["unprofiled_step_ms"] / m["spec"]["accept_len"] < plain
+    assert (pt["change_pct"] < 0) is pays
+    assert code == {"fail": 3, "inconclusive": 4, "pass": 0}[d["gate"]["verdict"]]
+    assert not pays or d["gate"]["verdict"] == "pass"
+
+
+def test_a_speculative_side_without_an_accept_length_is_named_not_compared(tmp_path):
+    """The speculative zoo capture without its manifest (a symlink in an empty folder): speculation is found from
+    its draft ranges, its accept length is nowhere. The headline says what is missing, no per-step verdict is given,
+    and the gate cannot tell (exit 4); --new-accept-len gives it, and the steps compare per token."""
+    spec = tmp_path / "spec" / "trace.sqlite.gz"
+    spec.parent.mkdir()
+    spec.symlink_to(sample_trace("zoo-sglang-chain-marked").resolve())
+    plain = sample_trace("hf-small-graph")
+    code, d = run_json(plain, spec, "--fail-on-regression", "3%")
+    assert d["new"]["advice"]["drafting"]["speculative"] is True and d["new"]["roofline"]["accept_len"] is None
+    pt = d["per_token"]
+    assert pt["missing"] == ["new"] and pt["source"]["new"] == "missing"
+    assert pt["new_ms_per_token"] is None and pt["change_pct"] is None
+    h = headline(d)
+    assert h.startswith("NEW is speculative without an accept length") and "--new-accept-len" in h
+    assert "%" not in h.split(";")[0]  # no per-step change stated
+    assert code == 4 and d["gate"]["verdict"] == "inconclusive" and d["gate"]["change_pct"] is None
+    assert any("no per-step verdict" in w for w in d["delta"]["warnings"])
+    # given on the command line
+    acc = manifest("zoo-sglang-chain-marked")["spec"]["accept_len"]
+    code, d = run_json(plain, spec, "--new-accept-len", acc)
+    pt = d["per_token"]
+    assert pt["source"] == {"base": "plain", "new": "flag"} and not pt["missing"]
+    traced = d["new"]["time_base"]["traced_step_ms"]  # (no manifest: the traced step)
+    assert pt["basis"] == "traced" and pt["new_ms_per_token"] == pytest.approx(traced / acc, rel=1e-9)
+
+
+def test_a_shared_accept_length_is_not_applied_to_a_plain_side():
+    """`--accept-len 3` applies to both sides; the plain side's steps emit one token per sequence whatever it says
+    (the issue's vLLM pair: plain against a draft model with --accept-len 3)."""
+    code, d = run_json(sample_trace("hf-small-graph"), sample_trace("hf-small-spec-graph"), "--accept-len", "3")
+    pt = d["per_token"]
+    assert pt["source"] == {"base": "plain", "new": "flag"} and pt["tokens_per_step"] == {"base": 1.0, "new": 3.0}
+    assert pt["new_ms_per_token"] == pytest.approx(manifest("hf-small-spec-graph")["unprofiled_step_ms"] / 3, rel=1e-9)
+    assert any(w.startswith("BASE's steps are plain decode") for w in d["delta"]["warnings"])
+
+
+def test_the_same_tokens_per_step_compare_per_step():
+    """Two plain captures (one token a step each): no ``per_token``, the gate compares steps."""
+    d = tracekit.diff(sample_trace("hf-small-graph"), sample_trace("hf-small-eager"), fail_on_regression=3).to_dict()
+    assert "per_token" not in d and d["gate"]["compares"] == "step"
+    assert headline(d).startswith("unprofiled step 2.822 → 36.670 ms")
