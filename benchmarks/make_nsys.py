@@ -15,6 +15,10 @@ nsys-ai slice) would make the benchmark measure NVTX bloat, not kernels. The out
 ``SYNTHETIC = replicated from <source> ...``.
 
     python benchmarks/make_nsys.py --kernels 1M -o /tmp/nsys_1M.sqlite
+    python benchmarks/make_nsys.py --kernels 1M --no-markers -o /tmp/nsys_1M_inferred.sqlite
+
+``--no-markers`` drops the step ranges (the source's and any synthetic ones): tracekit then infers the steps
+from the period of the launch sequence, the path a capture without markers takes.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def _cols(con, table):
     return [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]
 
 
-def make(source: Path, out: Path, kernels: int, step_ms: float = 3.0) -> dict:
+def make(source: Path, out: Path, kernels: int, step_ms: float = 3.0, markers: bool = True) -> dict:
     t0 = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():
@@ -129,16 +133,17 @@ def make(source: Path, out: Path, kernels: int, step_ms: float = 3.0) -> dict:
                     f"SELECT {', '.join(sel)} FROM k CROSS JOIN base")
         con.execute("DROP TABLE base")
         rows[t] = con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-    if "NVTX_EVENTS" in tables:
+    if "NVTX_EVENTS" in tables and markers:
         con.execute(
             "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid) "
             f"SELECT s.start + k.k * {period}, s.end + k.k * {period}, {push_pop}, "
             f"'decode_step ' || (s.n + k.k * {per_copy}), s.globalTid, s.globalTid "
             "FROM (SELECT 0 AS k UNION ALL SELECT k FROM k) AS k CROSS JOIN steps0 AS s")
         rows["NVTX_EVENTS"] = con.execute("SELECT count(*) FROM NVTX_EVENTS").fetchone()[0]
+    steps = ((f"{'its own' if real_steps else f'synthetic {step_ms} ms'} decode_step ranges renumbered per copy")
+             if markers else "no step ranges (steps are inferred)")
     label = (f"replicated from {source.name} x{copies} along the timeline (period {period} ns, correlation "
-             f"offset {corr}); {'its own' if real_steps else f'synthetic {step_ms} ms'} decode_step ranges renumbered per copy; tracekit benchmarks/make_nsys.py; "
-             "not a real capture")
+             f"offset {corr}); {steps}; tracekit benchmarks/make_nsys.py; not a real capture")
     for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
         if t in tables:
             con.execute(f"INSERT INTO {t} (name, value) VALUES ('SYNTHETIC', ?)", (label,))
@@ -154,9 +159,12 @@ def main(argv=None) -> None:
     p.add_argument("--source", type=Path, default=None, help="a real nsys SQLite export (default: the repo's)")
     p.add_argument("--kernels", default="1M", help="kernel rows to reach, e.g. 1M, 10M")
     p.add_argument("--step-ms", type=float, default=3.0, help="length of the synthetic step ranges")
+    p.add_argument("--no-markers", action="store_true",
+                   help="drop every decode_step range: the steps of the copy are inferred (the no-marker path)")
     p.add_argument("-o", "--out", type=Path, required=True)
     a = p.parse_args(argv)
-    json.dump(make(a.source or default_source(), a.out, parse_count(a.kernels), a.step_ms), sys.stdout)
+    json.dump(make(a.source or default_source(), a.out, parse_count(a.kernels), a.step_ms, not a.no_markers),
+              sys.stdout)
     print()
 
 

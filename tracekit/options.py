@@ -39,11 +39,11 @@ shipped tables. Importing this module imports neither polars nor click.
 >>> AnalysisOptions(measured_step_ms=20.0, measured_tok_s=48.0)
 Traceback (most recent call last):
 ...
-tracekit.errors.TracekitError: give --measured-step-ms or --measured-tok-s, not both
+tracekit.errors.ConflictingOptions: give --measured-step-ms or --measured-tok-s, not both
 >>> AnalysisOptions(tp=0)
 Traceback (most recent call last):
 ...
-tracekit.errors.TracekitError: --tp must be a whole number >= 1, got 0
+tracekit.errors.BadOptionValue: --tp must be a whole number >= 1, got 0
 """
 
 from __future__ import annotations

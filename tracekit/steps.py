@@ -412,8 +412,85 @@ def verify_tiled_steps(trace: Trace) -> Steps | None:
                   "period: one step per verify span (the draft forwards before it, the draft-extend after it)"])
 
 
+def iteration_windows(windows: pl.DataFrame, launches: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Step windows that run from one iteration's start to the next's (contract, "Every kernel is counted").
+
+    An engine's span can cover part of a scheduler iteration only: vLLM V1's ``execute_context_N(Tc)_generation_M(Tg)``
+    (``Worker.annotate_profile`` around ``execute_model``) closes after the target's forward, and sampling, rejection
+    and the proposer's draft forwards (``GPUModelRunner.sample_tokens``, ``propose_draft_token_ids``) are launched
+    after it, before the next span. The step is the whole iteration: each window's end becomes the next window's
+    start on the same thread (minus 1 ns: windows never overlap); the last window of a thread keeps its end (nothing
+    says where its iteration ends: what runs after it is "after the last step"), and a window with no end (cut by
+    the capture) keeps none. Windows that already tile their thread (inferred steps, ``ProfilerStep#``) are
+    unchanged but for the nanosecond between a window's end and the next start.
+
+    With ``launches`` (the trace's): a range that launches no GPU work on its own thread is no iteration's start (a
+    marker inside an iteration, an ``MPI_Send`` a ``--step-range`` also matched): it keeps its own span (a step
+    with no GPU work) and does not end the iteration before it, whose window runs on to the next range that
+    launches work. Where no range launches work on its own thread (the ranges are on another thread than the
+    launches), every range starts an iteration.
+
+    >>> w = pl.DataFrame({"step": [0, 1, 2], "pid": [1, 1, 1], "tid": [7, 7, 7], "start": [0, 100, 200],
+    ...                   "end": [40, 150, 260], "name": ["s", "s", "s"]})
+    >>> iteration_windows(w)["end"].to_list()
+    [99, 199, 260]
+    """
+    if windows.height < 2:
+        return windows
+    starts = pl.lit(True)
+    if launches is not None:
+        held = _holds_work(windows, launches)
+        if bool(held["starts"].any()):
+            windows = windows.join(held, on="step", how="left", maintain_order="left")
+            starts = pl.col("starts").fill_null(False)
+    # the next iteration's start on the same thread: the next window that starts one
+    nxt = (pl.when(starts).then(pl.col("start")).shift(-1).backward_fill()
+           .over("pid", "tid", order_by="start"))
+    return windows.with_columns(
+        end=pl.when(starts & pl.col("end").is_not_null() & nxt.is_not_null()).then(nxt - 1).otherwise(pl.col("end"))
+    ).drop("starts", strict=False)
+
+
+def _holds_work(windows: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """``step``, ``starts``: whether each window holds a work launch (kernel, graph, memcpy, memset) on its thread.
+    Where one thread made every call and holds every window, its calls in time order (the usual trace): two binary
+    searches per window over the calls and a running count of the work calls among them; else one as-of join
+    (:func:`_launching`)."""
+    from tracekit.intervals import one_thread
+
+    one = one_thread(launches) if launches.height else None
+    w = windows.select("step", "pid", "tid", "start", "end")
+    if (one is not None and w["pid"].n_unique() == 1 and w["tid"].n_unique() == 1
+            and (w["pid"][0], w["tid"][0]) == tuple(one) and launches["start"].is_sorted()):
+        work = launches["kind"].is_in(["kernel", "graph", "memcpy", "memset"]).cast(pl.Int64)
+        cum = pl.concat([pl.Series([0], dtype=pl.Int64), work.cum_sum()])
+        lo = launches["start"].search_sorted(w["start"], side="left")
+        end = w["end"].fill_null(launches["start"].max() if launches.height else 0)
+        hi = launches["start"].search_sorted(end, side="right")
+        return pl.DataFrame({"step": w["step"], "starts": (cum.gather(hi) - cum.gather(lo)) > 0})
+    return _launching(w, launches).select("step", starts=pl.col("n_launches") > 0)
+
+
+def _whole_iterations(found: Steps | None, trace: Trace) -> Steps | None:
+    """``found`` with its windows made whole iterations (:func:`iteration_windows`)."""
+    if found is None or found.windows.height < 2:
+        return found
+    # (inferred windows each begin with a work launch: every one starts an iteration, nothing to look up)
+    found.windows = iteration_windows(found.windows, trace.launches if found.marker != "inferred" else None)
+    return found
+
+
 def find_steps(trace: Trace, *, step_range: str | None = None, device: int | None = None,
                every_phase: bool = False) -> Steps | None:
+    """Step windows of ``trace`` (None when none can be found), each a whole scheduler iteration: from its start
+    to the next iteration's start (:func:`iteration_windows`), whatever span the engine draws around part of it.
+    See :func:`find_step_spans` for how the iterations' starts are found."""
+    return _whole_iterations(find_step_spans(trace, step_range=step_range, device=device, every_phase=every_phase),
+                             trace)
+
+
+def find_step_spans(trace: Trace, *, step_range: str | None = None, device: int | None = None,
+                    every_phase: bool = False) -> Steps | None:
     """Step windows of ``trace`` (None when none can be found).
 
     ``every_phase``: take the known step ranges of every forward mode (SGLang ``step[EXTEND ...]`` beside
@@ -498,19 +575,40 @@ class Period:
         return "; then ".join(parts)
 
 
-def _main_thread(trace: Trace, device: int | None) -> tuple[int, int] | None:
-    work = trace.launches.filter(pl.col("kind").is_in(["kernel", "graph"]))
+def _main_thread(trace: Trace, device: int | None, first: pl.Series | None = None) -> tuple[int, int] | None:
+    """The (pid, tid) that launches the most kernels and graphs (on ``device``). ``first``: :func:`_first_kernels`
+    of the trace, when the caller has it."""
+    launches = trace.launches
+    mask = launches["kind"].is_in(["kernel", "graph"])
     if device is not None:
-        on_dev = (trace.kernels.select("device", "pid", "correlation").filter(pl.col("device") == device)
-                  .select("pid", "correlation").unique())
-        work = work.join(on_dev, on=["pid", "correlation"], how="semi")
+        # The launches with a kernel on ``device``: a keyed lookup of each launch's first kernel (every kernel of one
+        # launch runs on one device), not a semi-join against the unique keys of every kernel (a hash of ten million
+        # keys: 0.6 s of CPU at 1M kernels, most of the inferred steps' cost; issue 49).
+        kernels = trace.kernels
+        first = _first_kernels(trace) if first is None else first
+        dev = kernels["device"]
+        if dev.null_count() == 0 and dev.min() == device == dev.max():  # (one device: the sorted flag answers at once)
+            mask = mask & first.is_not_null()
+        elif kernels.height:
+            mask = mask & (dev.gather(first) == device).fill_null(False)
+        else:
+            mask = mask & first.is_not_null()
+    work = launches.select("pid", "tid").filter(mask)
     if work.height == 0:
         return None
     top = work.group_by("pid", "tid").agg(n=pl.len()).sort(["n", "pid", "tid"], descending=[True, False, False]).row(0)
     return top[0], top[1]
 
 
-def launch_sequence(trace: Trace, pid: int, tid: int) -> pl.DataFrame:
+def _first_kernels(trace: Trace) -> pl.Series:
+    """For each launch of ``trace``, the row of its first kernel in ``trace.kernels`` (null: none); a keyed lookup
+    (tracekit.lookup), no hash join of ten million kernels."""
+    from tracekit.lookup import row_lookup
+
+    return row_lookup(trace.launches.select("pid", "correlation"), trace.kernels.select("pid", "correlation"))
+
+
+def launch_sequence(trace: Trace, pid: int, tid: int, first: pl.Series | None = None) -> pl.DataFrame:
     """The launches of one host thread in start order, each with a token saying what it launched.
 
     Columns: ``start``, ``end`` (host API call, ns), ``correlation``, ``kind`` (kernel | graph | memcpy |
@@ -519,53 +617,75 @@ def launch_sequence(trace: Trace, pid: int, tid: int) -> pl.DataFrame:
     (a host read of device data: a call that blocks the host on the GPU (``cudaStreamWaitEvent`` does not)
     or a device-to-host copy), ``dtoh`` (a device-to-host copy), ``tid``. Other API calls are left out.
     The reads of the process's other threads are merged in when this thread has fewer than two of its own
-    (a serving engine may read the tokens on a scheduler thread).
-    """
-    from tracekit.lookup import row_lookup
+    (a serving engine may read the tokens on a scheduler thread). ``first``: :func:`_first_kernels` of the trace,
+    when the caller has it.
 
-    base = trace.launches.filter((pl.col("pid") == pid) & pl.col("kind").is_in(list(_SEQ_KINDS)))
-    base = base.select("start", "end", "tid", "pid", "correlation", "kind", api=pl.col("name"),
-                       api_code=pl.col("name").to_physical().cast(pl.Int64))
-    # The first kernel of each launch (a keyed lookup, no hash join: ten million kernels), then, for the few
-    # graph launches, their kernel count and last kernel.
-    kernels = trace.kernels
-    first = row_lookup(base.select("pid", "correlation"), kernels.select("pid", "correlation"))
-    codes = kernels["name"].to_physical().cast(pl.Int64)
-    base = base.with_columns(first_k=codes.gather(first) if kernels.height else pl.lit(None, pl.Int64))
-    graphs = base.filter(pl.col("kind") == "graph").select("correlation")
-    if graphs.height:
+    Every pass over all the launches is narrow (issue 49): the graph launches' and copies' own columns (kernel count,
+    last kernel, copy kind) are joined to those few rows alone, and a kernel launch's token (it depends on its first
+    kernel's name alone) is gathered from a table of one token per kernel name.
+    """
+    launches, kernels = trace.launches, trace.kernels
+    first = _first_kernels(trace) if first is None else first
+    kind = launches["kind"]
+    in_pid = (launches["pid"] == pid) & kind.is_in(list(_SEQ_KINDS))
+    is_copy = in_pid & (kind == "memcpy")
+    m = (trace.memops.filter(pl.col("pid") == pid).join(launches.filter(is_copy).select("correlation"),
+                                                          on="correlation", how="semi")
+         .group_by("correlation").agg(n_m=pl.len(), copy_kind=pl.col("copy_kind").first()))
+    dtoh = is_copy & launches["correlation"].is_in(m.filter(pl.col("copy_kind") == "DtoH")["correlation"].implode())
+    read = ((in_pid & (kind == "sync") & ~launches["name"].is_in(list(_NOT_READS))) | dtoh).alias("read")
+    mine = in_pid & (launches["tid"] == tid)
+    cols = launches.select("start", "end", "tid", "correlation", "kind", api=pl.col("name"), first=first,
+                           dtoh=dtoh, read=read)
+    if int((mine & read).sum()) >= 2:
+        own = cols.filter(mine)  # (one pass, one copy of the thread's rows)
+    else:  # reads on another thread of the process (a scheduler thread, say)
+        seq = cols.filter(in_pid)
+        own = seq.filter(pl.col("tid") == tid)
+        own = pl.concat([own.filter(~pl.col("read")), seq.filter(pl.col("read"))])
+        own = own.filter((pl.col("tid") == tid) | pl.col("read"))
+    if not own["start"].is_sorted():
+        own = own.sort("start", maintain_order=True)
+    codes = kernels["name"].to_physical()
+    own = own.with_columns(first_k=codes.gather(own["first"]).cast(pl.Int64) if kernels.height
+                           else pl.lit(None, pl.Int64)).drop("first")
+    is_graph, is_copy, is_sync = (pl.col("kind") == "graph"), (pl.col("kind") == "memcpy"), (pl.col("kind") == "sync")
+    kind_code = pl.lit(0, pl.Int8)
+    for k, c in _KIND_CODE.items():
+        kind_code = pl.when(pl.col("kind") == k).then(pl.lit(c, pl.Int8)).otherwise(kind_code)
+
+    def token(a: pl.Expr, b: pl.Expr, n: pl.Expr, m: pl.Expr, c: pl.Expr) -> pl.Expr:
+        return pl.struct(kind=kind_code, a=a, b=b, n=n, m=m, c=c).hash(7)
+
+    none = (pl.lit(None, pl.Int64), pl.lit(None, pl.UInt32), pl.lit(None, pl.UInt32), pl.lit(None, pl.String))
+    # A kernel launch's token, by its first kernel's name code: one struct hash per code, gathered.
+    top = own["first_k"].max()
+    plain = (own["kind"] == "kernel") & own["first_k"].is_not_null()
+    if top is not None and int(top) < 4 * own.height + (1 << 20):
+        table = pl.select(i=pl.int_range(0, int(top) + 1, dtype=pl.Int64)).select(tok=pl.struct(
+            kind=pl.lit(_KIND_CODE["kernel"], pl.Int8), a="i", b=none[0], n=none[1], m=none[2], c=none[3]).hash(7))
+        tok = table["tok"].gather(own["first_k"].fill_null(0))
+        at = (~plain).arg_true()
+    else:
+        tok = own.select(token(pl.when(is_sync).then(pl.col("api").to_physical().cast(pl.Int64))
+                               .otherwise(pl.col("first_k")), *none))["kind"]
+        at = own.select(is_graph | is_copy).to_series().arg_true()
+    if at.len():
+        # the graph launches' kernel count, first and last kernel, and the copies' count and kind: on those rows alone
+        rest = own[at].with_columns(i=at)
+        graphs = rest.filter(is_graph).select("correlation")
         gk = (kernels.filter(pl.col("pid") == pid).join(graphs, on="correlation", how="semi")
               .select("correlation", "start", code=pl.col("name").to_physical().cast(pl.Int64))
               .group_by("correlation").agg(n_k=pl.len(), g_first=pl.col("code").sort_by("start").first(),
                                            last_k=pl.col("code").sort_by("start").last()))
-        base = base.join(gk, on="correlation", how="left", maintain_order="left").with_columns(
-            first_k=pl.coalesce("g_first", "first_k")).drop("g_first")
-    else:
-        base = base.with_columns(n_k=pl.lit(None, pl.UInt32), last_k=pl.lit(None, pl.Int64))
-    copies = base.filter(pl.col("kind") == "memcpy").select("correlation")
-    m = (trace.memops.filter(pl.col("pid") == pid).join(copies, on="correlation", how="semi")
-         .group_by("correlation").agg(n_m=pl.len(), copy_kind=pl.col("copy_kind").first()))
-    seq = (base.drop("pid").join(m, on="correlation", how="left", maintain_order="left")
-           .with_columns(dtoh=(pl.col("kind") == "memcpy") & (pl.col("copy_kind") == "DtoH").fill_null(False)))
-    seq = seq.with_columns(read=((pl.col("kind") == "sync") & ~pl.col("api").is_in(list(_NOT_READS)))
-                           | pl.col("dtoh"))
-    own = seq.filter(pl.col("tid") == tid)
-    if own["read"].sum() < 2:  # reads on another thread of the process (a scheduler thread, say)
-        own = pl.concat([own.filter(~pl.col("read")), seq.filter(pl.col("read"))])
-    own = own.filter((pl.col("tid") == tid) | pl.col("read"))
-    if not own["start"].is_sorted():
-        own = own.sort("start", maintain_order=True)
-    kind_code = pl.lit(0, pl.Int8)
-    for k, c in _KIND_CODE.items():
-        kind_code = pl.when(pl.col("kind") == k).then(pl.lit(c, pl.Int8)).otherwise(kind_code)
-    token = pl.struct(
-        kind=kind_code,
-        a=pl.when(pl.col("kind") == "sync").then(pl.col("api_code")).otherwise(pl.col("first_k")),
-        b=pl.col("last_k"),
-        n=pl.col("n_k"), m=pl.col("n_m"),
-        c=pl.when(pl.col("kind") == "memcpy").then(pl.col("copy_kind")),
-    ).hash(7)
-    return own.select("start", "end", "tid", "correlation", pl.col("kind").cast(pl.String), token=token,
+        rest = (rest.join(gk, on="correlation", how="left", maintain_order="left")
+                .join(m, on="correlation", how="left", maintain_order="left"))
+        a = pl.when(is_sync).then(pl.col("api").to_physical().cast(pl.Int64)).otherwise(
+            pl.coalesce("g_first", "first_k"))
+        rest_tok = rest.select(token(a, pl.col("last_k"), pl.col("n_k"), pl.col("n_m"),
+                                     pl.when(is_copy).then(pl.col("copy_kind"))))["kind"]
+        tok = tok.scatter(rest["i"], rest_tok)
+    return own.select("start", "end", "tid", "correlation", pl.col("kind").cast(pl.String), token=tok,
                       read="read", dtoh="dtoh")
 
 
@@ -577,7 +697,8 @@ def _segments(seq: pl.DataFrame) -> pl.DataFrame:
     tokens, in order).
     """
     prev_read = pl.col("read").shift(1, fill_value=False)
-    seq = seq.with_columns(seg=(~pl.col("read") & prev_read).cum_sum().cast(pl.Int64))
+    # (a running count: flagged sorted, the group-by below works on slices instead of hashing every launch)
+    seq = seq.with_columns(seg=(~pl.col("read") & prev_read).cum_sum().cast(pl.Int64).set_sorted())
     segs = seq.group_by("seg", maintain_order=True).agg(
         first_start=pl.col("start").filter(~pl.col("read")).first(),
         read_end=pl.col("end").filter(pl.col("read")).max(),
@@ -871,11 +992,12 @@ def infer_steps(trace: Trace, device: int | None = None) -> Steps | None:
     Without any host read the steps are one per replay of the heaviest CUDA graph (a decode step replays the
     target's graph once), with a warning that says so.
     """
-    main = _main_thread(trace, device)
+    first = _first_kernels(trace)  # (one lookup of every launch's first kernel, for both below)
+    main = _main_thread(trace, device, first)
     if main is None:
         return None
     pid, tid = main
-    seq = launch_sequence(trace, pid, tid)
+    seq = launch_sequence(trace, pid, tid, first)
     found = find_period(seq, capture_evidence(trace, pid, tid, seq))
     if found is not None:
         steps, per = found

@@ -106,3 +106,20 @@ def test_unknown_bytes_name_the_flag_that_resolves_them(eager):
 def test_prefill_steps_get_the_split_but_no_lever(eager):
     a = advise(replace(eager, phase="prefill"))
     assert a.ranked == () and not any(lever.applicable for lever in a.levers.values())
+
+
+def test_speculative_without_measured_drafting_says_which_is_missing():
+    """One story (contract, Additions to /3 (2)): a step known to be speculative whose drafting time was not found
+    never reads "drafting not detected"; the verdict says what is missing and the plain step is still predicted from
+    the verify forward (the same figure as with the drafting found: it rests on the verify forward alone).
+    zoo-sglang-chain-nomark: SGLang-shaped EAGLE, found by structure; here its drafting is taken away."""
+    f = facts("zoo-sglang-chain-nomark")
+    found = advise(f).levers["drafting"]
+    assert found.extra["speculative"] is True and found.predicted_step_ms
+    lost = advise(replace(f, draft_detection="not_detected",
+                          per_step_ms={**f.per_step_ms, "drafting": 0.0})).levers["drafting"]
+    text = lost.reading.sentence(lost)
+    assert lost.extra["speculative"] is True and "not detected" not in text
+    assert "drafting time is not measured" in text and "--draft-range" in text
+    assert lost.predicted_step_ms == pytest.approx(found.predicted_step_ms)
+    assert lost.max_saving_ms is None and not lost.applicable

@@ -159,8 +159,10 @@ def test_gb300_single_file_transfer_within_20pct_of_the_cross_rank_transfer(gb30
         assert c["transfer_ms"] == pytest.approx(cross_ms, rel=0.20), r
         # the rank's whole kernel time would not pass (0.80-1.28 ms: waiting sold as transfer, the field failure)
         assert kernel_ms > 1.4 * cross_ms or r == 0
-        # nothing is hidden on the one decode stream: the saving is the whole estimated transfer, stated hedged
-        assert c["max_saving_ms"] == pytest.approx(c["transfer_ms"], rel=1e-6)
+        # the saving is the exposed estimated transfer, stated hedged: nearly all of it (the collectives run on the one
+        # decode stream; the scheduler's batch preparation for the next step, alloc_decode_kernel and copies on a
+        # second stream, launched after the step[DECODE] span and so in the step's iteration, overlaps ~0.1% of it)
+        assert 0.99 * c["transfer_ms"] <= c["max_saving_ms"] <= c["transfer_ms"] * (1 + 1e-9)
         assert "could save at most" in c["verdict"] and "waiting for other ranks" in c["verdict"]
 
 
@@ -173,7 +175,7 @@ def test_gb300_rank_files_together_use_the_cross_rank_transfer(gb300_files, gb30
         assert c["split_basis"] == "cross-rank" and "measured across the 4 ranks" in c["verdict"]
         assert c["wait_ms"] == pytest.approx(cr.wait_ms_by_rank[i], rel=1e-9)
         assert c["transfer_ms"] == pytest.approx(cr.transfer_ms, rel=0.005)
-        assert c["max_saving_ms"] == pytest.approx(c["transfer_ms"], rel=1e-6)  # all exposed
+        assert 0.99 * c["transfer_ms"] <= c["max_saving_ms"] <= c["transfer_ms"] * (1 + 1e-9)  # ~all exposed
         # the headline names what the lever removes (its "at most" is the general hedging's); the single-file
         # one names the same kinds
         assert f"faster all-reduce → at most −{c['max_saving_ms']:.3f} ms" in d["headline"]

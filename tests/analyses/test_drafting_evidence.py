@@ -234,6 +234,45 @@ def test_one_draft_forward_a_step_is_k1_mtp(order):
     assert acts.with_columns(d=ids).filter(pl.col("d").is_not_null()).height == STEPS_N * len(draft)
 
 
+# the attention kernel a cuDNN SDPA runs over several queries (its one-query kernel, ATTN here, is another)
+ATTN_WIDE = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1"
+
+
+def layers(n: int, attn: str = ATTN, mlp: tuple = ((GEMM, 6), (GEMM, 6))) -> list[tuple]:
+    """``n`` layers: qkv, attention, o_proj, then ``mlp``."""
+    return [k for _ in range(n) for k in ((GEMM, 4), (attn, 5), (GEMM, 4), *mlp)]
+
+
+def test_a_draft_extend_that_samples_nothing_is_a_forward_of_its_own():
+    """SGLang-shaped EAGLE whose draft-extend fills the draft's KV cache without sampling (the validation set's
+    ``spec_*`` loops): the extend over K+1 tokens (one layer, no lm_head, no sampling) runs straight into the next
+    one-token draft forward. A forward is a run of layers: the run between the extend's attention and the draft's
+    occurs once a step and its two attention kernels differ (K+1 queries against one), so it ends the extend. By
+    construction: 3 one-layer draft forwards and the extend = 4 draft forwards, all before the 16-layer verify."""
+    extend = layers(1, ATTN_WIDE)
+    draft = layers(1) + [(GEMM, 30), (ARGMAX, 2)]
+    verify = layers(16, ATTN_WIDE) + [(GEMM, 30), (ARGMAX, 2)]
+    acts, ids, info = detect(build(extend + 3 * draft + verify))
+    assert info.detection == "structure" and info.spec_steps == STEPS_N
+    e = parse_structure(info.evidence)
+    assert (e["n"], e["before"], e["after"]) == (4, 4, 0)
+    assert (e["d_attn"], e["t_attn"]) == (1, 16)
+    assert acts.with_columns(d=ids).filter(pl.col("d").is_not_null()).height == STEPS_N * (len(extend) + 3 * len(draft))
+
+
+def test_a_layer_kind_that_occurs_once_is_no_forward_boundary():
+    """A MoE model whose first layers are dense (DeepSeek-V3: 3 of 61; GLM-4.5, Kimi K2: 1-3): the run from the last
+    dense layer's attention to the first expert layer's occurs once a forward, but both attention kernels are the
+    same (the same tokens): no cut, one forward, no draft model. (The router's top-k after a small GEMM makes two or
+    more top-k kernels a step, so the forwards are looked at.)"""
+    moe = ((GEMM, 1), (TOPK, 1), ("fused_moe_kernel", 8))
+    step = layers(3) + layers(13, mlp=moe) + [(GEMM, 30), (ARGMAX, 2)]
+    acts, ids, info = detect(build(step))
+    n_fwd = forwards(acts).group_by("step").agg(pl.col("n_fwd").first())["n_fwd"].unique().to_list()
+    assert n_fwd == [1]
+    assert info.detection == "not_detected" and ids.null_count() == ids.len()
+
+
 @pytest.mark.parametrize("case,step,second", [
     ("the 'drafts' are as large as the target", 3 * one_forward(8) + one_forward(8, lm_head_us=40), None),
     ("a second stream's sampling cuts the target forward twice",

@@ -15,6 +15,9 @@
   (a search among every launch call) against an as-of join over a filtered copy of the work calls.
 * Issue 25, fifth pass: the steady-state tokens packed from Enum codes against the hashed text, and the step window
   of each launch from the runs of launches per window against the as-of join.
+* Issue 49: the launching thread of inferred steps by a keyed lookup against the semi-join, and the launch sequence
+  (kernel tokens from one hash per name code, the few other rows joined alone) against a chain of joins of every
+  launch, on unmarked samples (eager, graphs, a serving engine) and a two-GPU export, for every device.
 """
 
 from __future__ import annotations
@@ -842,3 +845,72 @@ def test_follows_equals_membership(launches, ends, in_order):
     want = s.is_in(pl.Series(ends, dtype=pl.UInt32).implode()).fill_null(False).to_list()
     got = _follows(s, pl.DataFrame({"launch": pl.Series(ends, dtype=pl.Int64)})).fill_null(False).to_list()
     assert got == want
+
+
+# ---- issue 49: inferred steps without full-frame joins (docs/performance.md, "Inferred steps at scale")
+
+def _plain_main_thread(trace, device):
+    """The launching thread as a semi-join of the work launches against the unique keys of the device's kernels."""
+    work = trace.launches.filter(pl.col("kind").is_in(["kernel", "graph"]))
+    if device is not None:
+        on_dev = (trace.kernels.filter(pl.col("device") == device).select("pid", "correlation").unique())
+        work = work.join(on_dev, on=["pid", "correlation"], how="semi")
+    if work.height == 0:
+        return None
+    return work.group_by("pid", "tid").agg(n=pl.len()).sort(["n", "pid", "tid"], descending=[True, False, False]).row(0)[:2]
+
+
+def _plain_sequence(trace, pid, tid):
+    """The launch sequence as a chain of joins of every launch, each launch's token one struct hash of its own."""
+    import tracekit.steps as S
+
+    base = trace.launches.filter((pl.col("pid") == pid) & pl.col("kind").is_in(list(S._SEQ_KINDS))).select(
+        "start", "end", "tid", "correlation", "kind", api=pl.col("name"))
+    k = trace.kernels.filter(pl.col("pid") == pid).select(
+        "correlation", "start", code=pl.col("name").to_physical().cast(pl.Int64))
+    firsts = k.group_by("correlation").agg(first_k=pl.col("code").first())  # (kernels are in time order)
+    graphs = k.join(base.filter(pl.col("kind") == "graph"), on="correlation", how="semi").group_by("correlation").agg(
+        n_k=pl.len(), g_first=pl.col("code").sort_by("start").first(), last_k=pl.col("code").sort_by("start").last())
+    m = trace.memops.filter(pl.col("pid") == pid).join(base.filter(pl.col("kind") == "memcpy"), on="correlation",
+                                                      how="semi").group_by("correlation").agg(
+        n_m=pl.len(), copy_kind=pl.col("copy_kind").first())
+    seq = (base.join(firsts, on="correlation", how="left", maintain_order="left")
+           .join(graphs, on="correlation", how="left", maintain_order="left")
+           .join(m, on="correlation", how="left", maintain_order="left")
+           .with_columns(first_k=pl.coalesce("g_first", "first_k"),
+                         dtoh=((pl.col("kind") == "memcpy") & (pl.col("copy_kind") == "DtoH")).fill_null(False)))
+    seq = seq.with_columns(read=((pl.col("kind") == "sync") & ~pl.col("api").is_in(list(S._NOT_READS))) | pl.col("dtoh"))
+    own = seq.filter(pl.col("tid") == tid)
+    if own["read"].sum() < 2:
+        own = pl.concat([own.filter(~pl.col("read")), seq.filter(pl.col("read"))])
+    own = own.filter((pl.col("tid") == tid) | pl.col("read")).sort("start", maintain_order=True)
+    code = pl.col("kind").cast(pl.String).replace_strict(S._KIND_CODE, default=0, return_dtype=pl.Int8)
+    token = pl.struct(kind=code,
+                      a=pl.when(pl.col("kind") == "sync").then(pl.col("api").to_physical().cast(pl.Int64))
+                      .otherwise(pl.col("first_k")),
+                      b="last_k", n="n_k", m="n_m", c=pl.when(pl.col("kind") == "memcpy").then(pl.col("copy_kind"))).hash(7)
+    return own.select("start", "end", "tid", "correlation", pl.col("kind").cast(pl.String), token=token, read="read",
+                      dtoh="dtoh")
+
+
+# unmarked eager and graph captures (graph launches, copies, reads), two GPUs, a serving engine's threads
+ISSUE49 = ["spec-small-eager-nomark", "spec-small-graph-nomark", "moe-small-graph-nomark", "serve-small-graph-nomark"]
+
+
+@pytest.mark.parametrize("path", [ROOT / "sample_traces" / n / "trace.sqlite.gz" for n in ISSUE49]
+                         + [ROOT / "tests/data/nsys/nsysai_mfu_2gpu_before_2026.2.sqlite"],
+                         ids=ISSUE49 + ["nsysai_mfu_2gpu"])
+def test_launch_sequence_equals_plain_joins(path):
+    import tracekit.steps as S
+
+    t = tracekit.load(path, kernel_dims=False)
+    devices = [None, *sorted(t.kernels["device"].unique().drop_nulls().to_list()), 99]
+    first = S._first_kernels(t)
+    for device in devices:
+        main = S._main_thread(t, device)
+        assert main == S._main_thread(t, device, first) == _plain_main_thread(t, device), device
+    pid, tid = S._main_thread(t, None)
+    seq = S.launch_sequence(t, pid, tid)
+    assert seq.height > 20 and seq["read"].sum() >= 2
+    assert_frame_equal(seq, _plain_sequence(t, pid, tid))
+    assert_frame_equal(S.launch_sequence(t, pid, tid, first), seq)

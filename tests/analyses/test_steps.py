@@ -14,7 +14,7 @@ from decimal import Decimal
 import pytest
 
 import tracekit
-from tracekit.steps import find_steps, range_patterns, select_ranges
+from tracekit.steps import find_step_spans, find_steps, range_patterns, select_ranges
 
 from conftest import sample, sample_trace, sql_rows
 
@@ -38,6 +38,12 @@ def nvtx_steps() -> list[tuple]:
                                         "FROM NVTX_EVENTS WHERE text LIKE 'decode_step %' ORDER BY start")
 
 
+def iterations(rows: list[tuple]) -> list[tuple]:
+    """(start, end, ...) ranges of one thread in time order as whole iterations: each ends 1 ns before the next one
+    starts, the last where its range ends (contract, "Every kernel is counted")."""
+    return [(r[0], nxt[0] - 1, *r[2:]) for r, nxt in zip(rows, rows[1:])] + rows[-1:]
+
+
 def test_the_manifest_and_the_export_agree_on_the_steps():
     man = json.loads(sample(f"{NSYS}/manifest.json").read_text())
     rows = nvtx_steps()
@@ -46,10 +52,15 @@ def test_the_manifest_and_the_export_agree_on_the_steps():
 
 
 def test_a_step_range_gives_the_ranges_it_names(nsys_trace):
+    spans = find_step_spans(nsys_trace, step_range=r"^decode_step ")
+    assert spans.marker == "nvtx" and spans.pattern == r"^decode_step "
+    assert spans.windows["step"].to_list() == list(range(16))
+    assert spans.windows.select("start", "end", "pid", "tid", "name").rows() == nvtx_steps()
+    # the steps: each range to the next one's start (the host work between two ranges is the step's)
     steps = find_steps(nsys_trace, step_range=r"^decode_step ")
-    assert steps.marker == "nvtx" and steps.pattern == r"^decode_step "
     assert steps.windows["step"].to_list() == list(range(16))
-    assert steps.windows.select("start", "end", "pid", "tid", "name").rows() == nvtx_steps()
+    assert steps.windows.select("start", "end", "pid", "tid", "name").rows() == iterations(nvtx_steps())
+    assert all(a[1] < b[1] for a, b in zip(nvtx_steps(), iterations(nvtx_steps())[:-1]))  # (they did not tile)
 
 
 def test_without_a_flag_the_repeating_range_is_the_step(nsys_trace):
@@ -57,7 +68,7 @@ def test_without_a_flag_the_repeating_range_is_the_step(nsys_trace):
     assert pats.rows() == [("decode_step #", r"^decode_step \d+$", 16, 0)]  # (the export has no other range)
     steps = find_steps(nsys_trace)
     assert steps.pattern == "decode_step #"
-    assert steps.windows.select("start", "end", "pid", "tid", "name").rows() == nvtx_steps()
+    assert steps.windows.select("start", "end", "pid", "tid", "name").rows() == iterations(nvtx_steps())
 
 
 def test_kineto_annotations_are_steps_too(kineto_trace):
@@ -73,7 +84,9 @@ def test_kineto_annotations_are_steps_too(kineto_trace):
     assert w.select("pid", "tid").rows() == [(e["pid"], e["tid"]) for e in spans]
     # µs with three decimals in the JSON: exact integer ns
     assert w["start"].to_list() == [int(e["ts"] * 1000) for e in spans]
-    assert w["end"].to_list() == [int((e["ts"] + e["dur"]) * 1000) for e in spans]
+    ends = [int((e["ts"] + e["dur"]) * 1000) for e in spans]
+    assert find_step_spans(kineto_trace).windows["end"].to_list() == ends
+    assert w["end"].to_list() == [int(e["ts"] * 1000) - 1 for e in spans[1:]] + ends[-1:]
 
 
 def test_the_marker_is_what_the_reader_calls_it(nsys_trace):

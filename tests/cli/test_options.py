@@ -40,6 +40,7 @@ ANALYSIS_OWN = ("consume",)
 COMMAND_OWN = {
     "breakdown": ("traces", "save", *OUTPUT),
     "diff": ("base", "new", "base_measured_step_ms", "new_measured_step_ms", "base_device", "new_device",
+             "base_accept_len", "new_accept_len",
              "fail_on_regression", *OUTPUT),
     "plot": ("trace", "output"),
     "export": ("trace", "perfetto"),

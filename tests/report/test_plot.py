@@ -111,8 +111,9 @@ def _events(path):
 def _sql_counts(path, step_regex_name):
     """Independently of tracekit: NVTX step ranges named exactly ``step_regex_name`` but the last (the last of
     >= 3 steps has no following step: excluded) and the kernels/memops whose runtime launch (same process:
-    correlation ids repeat across processes; a launch may have two runtime rows) lies inside one on the same
-    thread, straight from the nsys tables."""
+    correlation ids repeat across processes; a launch may have two runtime rows) lies in one's window on the same
+    thread — from its start to the next range's start (a step is a whole iteration: contract, "Every kernel is
+    counted"; saxpy's two uploads before each range are the previous step's) — straight from the nsys tables."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     text = "coalesce(n.text, (select value from StringIds s where s.id = n.textId))"
     last = con.execute(f"select max(n.start) from NVTX_EVENTS n where n.eventType = 59 and {text} = ?",
@@ -120,12 +121,14 @@ def _sql_counts(path, step_regex_name):
     steps = con.execute(f"select count(*) from NVTX_EVENTS n where n.eventType = 59 and {text} = ? "
                         f"and n.start < {last}", (step_regex_name,)).fetchone()[0]
     work = 0
+    windows = (f"(select n.globalTid, n.start, lead(n.start) over (partition by n.globalTid order by n.start) "
+               f"as next from NVTX_EVENTS n where n.eventType = 59 and {text} = ?)")
     for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
         work += con.execute(
             f"select count(*) from {table} k where exists (select 1 from CUPTI_ACTIVITY_KIND_RUNTIME r "
-            f"join NVTX_EVENTS n on n.globalTid = r.globalTid and r.start >= n.start and r.start <= n.end "
+            f"join {windows} w on w.globalTid = r.globalTid and r.start >= w.start and r.start < w.next "
             f"where r.correlationId = k.correlationId and (r.globalTid >> 24) = (k.globalPid >> 24) "
-            f"and n.eventType = 59 and {text} = ? and n.start < {last})",
+            f"and w.start < {last})",
             (step_regex_name,)).fetchone()[0]
     return steps, work
 
@@ -138,11 +141,11 @@ def test_perfetto_tracks_and_counts_match_the_trace(tmp_path):
     assert sorted(names.values()) == sorted(TRACKS)
     assert [e["args"]["name"] for e in d["traceEvents"] if e["name"] == "process_name"][0] == "tracekit"
     steps, work = _sql_counts(SAXPY, "saxpy")
-    assert (steps, work) == (4, 4)
+    assert (steps, work) == (4, 16)  # per step a saxpy kernel and three copies (those before the next range included)
     assert counts["steps"] == steps
     cats = ["drafting", "gemm", "attention", "other", "communication", "memory", "unattributed"]
     assert sum(counts.get(c, 0) for c in cats) == work
-    assert counts["other"] == 4  # saxpy is elementwise
+    assert counts["other"] == 4 and counts["memory"] == 12  # saxpy is elementwise; its copies are memory
     assert all(e["dur"] >= 0 for e in x)
     step_ev = [e for e in x if names[e["tid"]] == "steps"]
     b = tracekit.breakdown(tracekit.load(SAXPY), step_range="^saxpy$")

@@ -153,8 +153,10 @@ def test_gb300_cross_rank_object_and_headline(gb300):
 
 def test_gb300_hidden_communication_is_zero_on_one_stream(gb300):
     results, _ = gb300
-    # the decode steps run on one stream: programmatic-dependent-launch overlap hides nothing
-    assert all(r.comm.hidden_ms == 0.0 for r in results)
+    # the decode forwards run on one stream: programmatic-dependent-launch overlap hides nothing; the scheduler's
+    # next-batch work on a second stream (alloc_decode_kernel, copies: launched after the step[DECODE] span, so in
+    # the step's iteration) overlaps under 0.1% of the collectives
+    assert all(r.comm.hidden_ms < 1e-3 * r.breakdown["kernel_ms_per_step"]["communication"] for r in results)
     assert all(r.breakdown["kernel_ms_per_step"]["communication"] > 0.8 for r in results)
 
 

@@ -364,6 +364,8 @@ def drafting_lever(f: StepFacts) -> Lever:
     if OFF_EVIDENCE in d.evidence:
         return _lever(f, False, None, Statement(f"drafting not detected: {OFF_EVIDENCE}"), key="drafting", **det)
     if d.detection == "not_detected" or draft <= 0:
+        if det.get("speculative") is True:
+            return _speculative_undrafted(f, d, det)
         return _lever(f, False, None, Statement(NOT_DETECTED_VERDICT), key="drafting", **det)
     # The draft phase costs its wall time on the GPU timeline, launch gaps between its kernels included.
     phase = max(draft, min(d.phase_ms, f.traced_ms))
@@ -387,6 +389,27 @@ def drafting_lever(f: StepFacts) -> Lever:
     return Lever(applicable=True, predicted_step_ms=plain, max_saving_ms=None, max_saving_fraction=None,
                  extra={**det, "missing_flag": "--accept-len"}, basis="unknown", needs=("--accept-len",),
                  reading=reading, reference=ref, name=LEVER_NAMES["drafting"])
+
+
+def _speculative_undrafted(f: StepFacts, d: DraftingInputs, det: dict) -> Lever:
+    """Speculation recognised, its drafting time not measured (contract, "One story": ``speculative: true`` never
+    renders "not detected"): the verdict says which is missing, and the plain step is still predicted from the verify
+    forward where the steps show one (``predicted_step_ms``; the saving needs the drafting time and an accept
+    length, so it stays null)."""
+    if det.get("draft_model") is False:
+        missing = ("the proposals come without a draft model (n-gram / prompt lookup from the host), so there is no "
+                   "draft forward to time: drafting is the upload of the host's proposals")
+    else:
+        missing = ("its drafting time is not measured: no draft ranges (--draft-range REGEX), no draft forwards "
+                   "of a smaller model between the verify forwards, and no speculative kernels by name")
+    text = f"speculative decoding recognised, but {missing}"
+    plain = None
+    if d.verify is not None:
+        plain, basis = _plain_step(f, d, 0.0)
+        text += f"; without speculation a step would take ≈{plain:.3f} ms ({basis})"
+    return Lever(applicable=False, predicted_step_ms=plain, max_saving_ms=None, max_saving_fraction=None,
+                 extra=det, basis="none", reading=Statement(text), reference=_reference(f),
+                 name=LEVER_NAMES["drafting"])
 
 
 def _plain_step(f: StepFacts, d: DraftingInputs, phase: float) -> tuple[float, str]:

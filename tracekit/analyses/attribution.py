@@ -650,7 +650,7 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
     else:
         # No draft ranges: the draft forwards found from the steps' structure (or the speculative kernels).
         # (only the columns it reads, then the filter: filtering every column of ten million rows cost ~1 s)
-        in_steps = acts.select("step", "name", "category", "kind", "dur")
+        in_steps = acts.select("step", "start", "name", "category", "kind", "dur")
         if in_steps["step"].null_count():  # (else every row is in a step: the rows are the activities' own)
             in_steps = in_steps.with_row_index("_row").filter(pl.col("step").is_not_null())
         ids, info = detect_drafting(in_steps.drop("_row", strict=False), phases=phases)

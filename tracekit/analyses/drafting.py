@@ -5,11 +5,15 @@ sampling kernel). A speculative step runs more token-producing forwards: K draft
 model, eager or replayed from a CUDA graph: SGLang's draft graph holds all K of them and their top-k), the target's
 verify forward over K+1 tokens, and, in SGLang, a draft-extend forward. So:
 
-1. The step's GPU activity, in start order, is cut after every sampling kernel (:data:`SAMPLING_KERNELS`) into
-   pieces; a piece with GEMM and attention kernels is a *forward*; a piece of sampling kernels alone (the rest of
-   a multi-kernel top-k, split by its memsets) is the tail of the forward before it; other pieces (copies, tree
-   building, acceptance glue) join the forward after them, and what follows the step's last forward is no
-   forward's.
+1. A forward is a run of layers, whether or not it samples (contract, "Forwards and re-costs by structure"). The
+   step's GPU activity, in start order, is cut after every sampling kernel (:data:`SAMPLING_KERNELS`), and where
+   one forward's layers run into the next without sampling between them (SGLang's draft-extend fills the draft's
+   KV cache and samples nothing): the run of kernels between two attention kernels recurs layer after layer inside
+   a forward, so one that occurs once in its step, without sampling, holds the end of one forward and the start of
+   the next (:func:`_layer_cuts`). A piece with GEMM and attention kernels ended by either cut is a *forward*; a
+   piece of sampling kernels alone (the rest of a multi-kernel top-k, split by its memsets) is the tail of the
+   forward before it; other pieces (copies, tree building, acceptance glue) join the forward after them, and what
+   follows the step's last forward is no forward's.
 2. The *target* forward of a step is the one with the most GEMM time (an MTP layer has the target's own shapes,
    but one layer against the target's N: shapes alone cannot tell them apart, GEMM time per forward can).
 3. A step is speculative only on *positive evidence of a draft model distinct from the target* (contract,
@@ -133,11 +137,20 @@ def _forward_parts(acts: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     # (a run of sampling kernels, e.g. the several kernels of one radix top-k, ends ONE piece: the cut comes after
     # its last kernel)
     cut = pl.col("samp").shift(1, fill_value=False) & ~pl.col("samp")
-    df = df.with_columns(piece=(cut | new_step.fill_null(True)).cast(pl.Int64).cum_sum() - 1)
+    # a forward is a run of layers, whether or not it samples: where one forward's layers run into the next without
+    # a sampling kernel between them (SGLang's draft-extend fills the draft's KV cache and samples nothing), the
+    # segment between their attention kernels is no layer of either (_layer_cuts)
+    start = acts["start"].cast(pl.Int64)
+    end = acts["end"].cast(pl.Int64) if "end" in acts.columns else start + acts["dur"].cast(pl.Int64)
+    df = df.with_columns(layer_cut=_layer_cuts(df.select("step", "g", "attn", "samp").with_columns(
+        kernel=kernel, code=_name_codes(acts["name"]), start=start, end=end)))
+    df = df.with_columns(piece=(cut | pl.col("layer_cut") | new_step.fill_null(True)).cast(pl.Int64).cum_sum() - 1)
     pieces = df.group_by("piece", maintain_order=True).agg(
         step=pl.col("step").first(), g=pl.col("gemm").sum(), ng=pl.col("is_gemm").sum(), na=pl.col("attn").sum(),
-        s=pl.col("samp").any())
-    pieces = pieces.with_columns(is_fwd=(pl.col("g") > 0) & (pl.col("na") > 0) & pl.col("s"))
+        s=pl.col("samp").any(), lc=pl.col("layer_cut").first())
+    # (a piece ended by a layer cut is a forward as one ended by sampling is)
+    layer_end = pl.col("lc").shift(-1).fill_null(False) & (pl.col("step").shift(-1) == pl.col("step")).fill_null(False)
+    pieces = pieces.with_columns(is_fwd=(pl.col("g") > 0) & (pl.col("na") > 0) & (pl.col("s") | layer_end))
     # forward number of each forward piece within its step; glue pieces join the next forward of their step
     pieces = pieces.with_columns(fwd_here=pl.when(pl.col("is_fwd")).then(
         pl.col("is_fwd").cast(pl.Int64).cum_sum().over("step") - 1))
@@ -161,6 +174,56 @@ def _forward_parts(acts: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     if order is not None:
         out = out[order.arg_sort()]
     return out, per_fwd
+
+
+def _name_codes(names: pl.Series) -> pl.Series:
+    """A small integer per distinct name (an Enum's or Categorical's code, else a hash), to compare kernel
+    sequences."""
+    if isinstance(names.dtype, (pl.Enum, pl.Categorical)):
+        return names.to_physical().cast(pl.Int64)
+    return (names.cast(pl.String).hash() % 1_000_003).cast(pl.Int64)
+
+
+def _layer_cuts(d: pl.DataFrame) -> pl.Series:
+    """Where one forward's layers run into the next forward's without a sampling kernel between them: True at the
+    first activity of the later forward.
+
+    ``d``: one row per activity in start order within each step: ``step``, ``g`` (a group that starts at each
+    attention kernel and at each step's start), ``attn``, ``samp``, ``kernel``, ``code`` (:func:`_name_codes`),
+    ``start``, ``end``. A layer is the run of kernels from one attention kernel to the next; within one forward the
+    same run recurs layer after layer (a hybrid model's several layer kinds each recur), so a run between two
+    attention kernels whose kernel sequence occurs once in its step, with no sampling in it, and whose two attention
+    kernels differ (forwards over different tokens: SGLang's draft-extend over K+1 then a one-token draft forward)
+    is no layer: it holds the end of one forward and the start of the next. A layer kind that occurs once in a
+    forward with the same attention kernel (the dense layers before a MoE model's expert layers) is no cut. The cut is placed before the activity after the run's longest
+    GPU idle gap (the launch of the next forward, eager or a new graph); activities around it are glue either
+    way."""
+    x = d.with_row_index("i").with_columns(
+        pos=pl.int_range(pl.len()).over("g"),
+        gap=(pl.col("start") - pl.col("end").cum_max().shift(1).over("step")).fill_null(0))
+    k = pl.col("kernel") & (pl.col("pos") > 0)
+    # an order-sensitive signature of the run's kernels (memory operations left out: allocator memsets come and go)
+    rank = pl.col("kernel").cast(pl.Int64).cum_sum().over("g")
+    x = x.with_columns(w=pl.when(k).then(pl.col("code") * ((rank * 2654435761) % 1_000_003 + 1)).otherwise(0))
+    seg = x.group_by("g", maintain_order=True).agg(
+        step=pl.col("step").first(), opens=pl.col("attn").first(), samp=pl.col("samp").any(), a=pl.col("code").first(),
+        n=k.sum(), sig=pl.col("w").sum(), sig2=pl.col("code").filter(k).sum(),
+        cut_i=pl.col("i").filter(pl.col("pos") > 0).sort_by(pl.col("gap").filter(pl.col("pos") > 0)).last())
+    # ... and the attention kernels on its two sides differ: the two forwards run over different tokens (a kernel's
+    # name changes with the tokens it runs over), where a layer kind that occurs once in a forward (the dense layers
+    # before a MoE model's first expert layer) keeps its attention kernel
+    seg = seg.with_columns(closed=pl.col("opens").shift(-1).fill_null(False)
+                           & (pl.col("step").shift(-1) == pl.col("step")).fill_null(False)
+                           & (pl.col("a").shift(-1) != pl.col("a")).fill_null(False))
+    # (the run's signature holds its two attention kernels: a hybrid's linear-to-full transition recurs as one)
+    seg = seg.with_columns(a_next=pl.col("a").shift(-1).fill_null(-1))
+    seg = seg.with_columns(seen=pl.len().over("step", "n", "sig", "sig2", "a", "a_next"))
+    hit = seg.filter(pl.col("opens") & pl.col("closed") & ~pl.col("samp") & (pl.col("n") > 0)
+                     & (pl.col("seen") == 1))["cut_i"]
+    out = pl.repeat(False, d.height, dtype=pl.Boolean, eager=True).alias("layer_cut")
+    if hit.len():
+        out = out.scatter(hit.cast(pl.Int64), True)
+    return out
 
 
 def _acceptance_tail(out: pl.DataFrame, df: pl.DataFrame, per_fwd: pl.DataFrame) -> pl.DataFrame:
@@ -302,7 +365,8 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
             f"{med['before']:g} before it" + (f" and {after:g} after it" if after else ""),
             f"the draft forwards are a smaller model: {_n(med['d_attn'], 'layer')} and {_n(med['d_gemm'], 'GEMM')} "
             f"a forward against the target forward's {_n(med['t_attn'], 'layer')} and {_n(med['t_gemm'], 'GEMM')} "
-            "(layers counted by attention kernels; each forward ends in a sampling or top-k kernel)",
+            "(layers counted by attention kernels; a forward is a run of layers, ended by a sampling or top-k kernel "
+            "or by the next forward's layers)",
         )
         n_fwd = k + 1
         warning = (f"no draft ranges: drafting found by structure: {spec.height} of {steps} steps run {n_fwd:g} "
@@ -378,7 +442,8 @@ class VerifyCost:
     # kernel with the draft model's own forwards over few and many tokens (:func:`verify_costs`); 0: nothing to
     # re-cost by
     recost_ms: float = 0.0
-    recost_kernels: int = 0  # kernel names re-costed (GEMMs counted as one)
+    recost_kernels: int = 0  # roles re-costed (attention shared / not shared with the draft, GEMMs, other by name)
+    recost_how: tuple[str, ...] = ()  # one phrase per re-costed role (:class:`Recost`)
     graphed_share: float = 0.0  # share of its GPU time replayed from CUDA graphs
     node_gap_us: float = UNPROFILED_NODE_GAP_US  # a graph node's unprofiled gap on this GPU (node_gap_us)
     # the fastest turnaround from a host read (a device-to-host copy) to the next GPU work in a step, traced: what a
@@ -430,46 +495,139 @@ def draft_forward_counts(x: pl.DataFrame) -> tuple[int, int] | None:
     return int(per["n"].median()), int(per["before"].median())
 
 
-# A draft forward counts as one over more tokens than another of its step when its GPU time is at least this much
-# larger: the draft model's forwards over K+1 tokens (SGLang's draft-extend, vLLM's first proposer forward) against
-# its one-token forwards; the per-kernel ratios between the two re-cost the verify forward (verify_costs).
-TOKEN_RATIO_CLIP = 8.0  # (a per-kernel ratio is clipped to [1, this]: growth with tokens, never a shrink)
+# Kernels are matched across token counts by their ROLE, never by name alone (contract, "Forwards and re-costs by
+# structure"): a kernel's name changes with the tokens it runs over (cuDNN SDPA runs an sm90 wgmma kernel at K+1
+# queries and an sm80 wmma kernel plus a reduction at one; FlashInfer decode against prefill/append kernels;
+# FlashAttention's split and combine; cuBLAS tiles that change with the rows).
+TOKEN_RATIO_CLIP = 8.0  # (a ratio is clipped to [1, this]: growth with tokens, never a shrink)
 
 
-def token_ratios(x: pl.DataFrame) -> tuple[dict[str, float], float | None]:
-    """How the draft model's kernels grow from its fewest-token forward to its most-token forward, in the
-    speculative steps (``x``: :func:`step_forwards`): per kernel name (not GEMMs) the ratio of the mean instance
-    duration, and one ratio for all GEMM time (GEMM kernels change tiles with the rows: their names differ). Medians
-    over the steps; ``({}, None)`` when no step has two draft forwards."""
-    d = x.filter(~pl.col("target").fill_null(True) & pl.col("fwd").is_not_null())
-    if d.height == 0:
-        return {}, None
-    busy = d.group_by("step", "fwd").agg(b=pl.col("dur").sum())
-    # (ties broken by the forward's number: the same pair whatever order the rows came in)
-    ends = busy.group_by("step").agg(lo=pl.col("fwd").sort_by(["b", "fwd"]).first(),
-                                     hi=pl.col("fwd").sort_by(["b", "fwd"], descending=[False, True]).last(),
-                                     n=pl.len()).filter(pl.col("n") >= 2)
-    if ends.height == 0:
-        return {}, None
-    d = d.join(ends, on="step").with_columns(
-        side=pl.when(pl.col("fwd") == pl.col("lo")).then(pl.lit("lo")).when(pl.col("fwd") == pl.col("hi"))
-        .then(pl.lit("hi"))).filter(pl.col("side").is_not_null())
-    gemm = pl.col("category") == "gemm"
-    g = d.filter(gemm).group_by("step", "side").agg(t=pl.col("dur").sum()).pivot(on="side", index="step",
-                                                                                      values="t")
-    g_ratio = None
-    if {"lo", "hi"} <= set(g.columns):
-        r = g.filter(pl.col("lo") > 0).select(r=pl.col("hi") / pl.col("lo"))["r"].drop_nulls()
-        g_ratio = min(max(float(r.median()), 1.0), TOKEN_RATIO_CLIP) if r.len() else None
-    k = (d.filter(~gemm & (pl.col("category") != "memory")).with_columns(pl.col("name").cast(pl.String))
-         .group_by("step", "name", "side").agg(m=pl.col("dur").mean())
-         .pivot(on="side", index=["step", "name"], values="m"))
-    ratios: dict[str, float] = {}
-    if {"lo", "hi"} <= set(k.columns):
-        k = k.filter((pl.col("lo") > 0) & pl.col("hi").is_not_null()).group_by("name").agg(
-            r=(pl.col("hi") / pl.col("lo")).median())
-        ratios = {n: min(max(float(r), 1.0), TOKEN_RATIO_CLIP) for n, r in k.iter_rows()}
-    return ratios, g_ratio
+def kernel_roles(x: pl.DataFrame) -> pl.DataFrame:
+    """``x`` (:func:`step_forwards`' rows) without its memory operations, in start order within each step, with
+    each kernel's role in its layer: ``role`` = ``attention`` (an attention kernel, and the kernels after it up to
+    the next GEMM of its forward: a split attention's combine or reduction, which runs at one query and not at
+    several), ``gemm``, or ``other`` (norms, activations, rotary, sampling); ``layer_start`` marks the first kernel
+    of each run of attention-role kernels (one layer's attention: layers are counted by these)."""
+    k = x.filter((pl.col("kind") == "kernel") & pl.col("fwd").is_not_null()).sort("step", "start",
+                                                                                   maintain_order=True)
+    cat = pl.col("category")
+    fwd_change = ((pl.col("step") != pl.col("step").shift(1)) | (pl.col("fwd") != pl.col("fwd").shift(1))).fill_null(
+        True)
+    k = k.with_columns(grp=((cat == "attention") | (cat == "gemm") | fwd_change).cast(pl.Int64).cum_sum())
+    k = k.with_columns(role=pl.when(cat == "gemm").then(pl.lit("gemm"))
+                       .when(cat.first().over("grp") == "attention").then(pl.lit("attention"))
+                       .otherwise(pl.lit("other")))
+    prev = pl.col("role").shift(1)
+    return k.with_columns(layer_start=(pl.col("role") == "attention")
+                          & ((prev != "attention") | fwd_change).fill_null(True))
+
+
+@dataclass(frozen=True)
+class Recost:
+    """The verify forward's GPU time (ms per step) that a forward over one token per sequence would not spend, by
+    role (:func:`recost_by_role`)."""
+
+    attention_ms: float = 0.0
+    gemm_ms: float = 0.0
+    other_ms: float = 0.0
+    how: tuple[str, ...] = ()  # one phrase per re-costed role: from what
+    roles: int = 0  # roles re-costed
+
+    @property
+    def ms(self) -> float:
+        return self.attention_ms + self.gemm_ms + self.other_ms
+
+
+def recost_by_role(x: pl.DataFrame) -> Recost:
+    """The verify forward re-costed at one token per sequence, attention by attention, GEMM by GEMM, kernel by
+    kernel, from the draft model's own forwards (``x``: :func:`step_forwards`; means per step over the steps with a
+    target forward). The draft forwards of a step are ranked by their attention time per layer (:func:`kernel_roles`):
+    the one with the most ran over the most tokens (SGLang's draft-extend over K+1, vLLM's first proposer forward,
+    a tree level over k rows), the one with the least over one token.
+
+    - **Attention**, layer by layer. A verify layer whose attention kernels the draft's many-token forward runs too
+      (the draft shares the target's layer shape: EAGLE, MTP) keeps the draft's own few/many ratio of attention time
+      per layer. A verify layer the draft does not share (another model's heads, a hybrid target's linear attention)
+      costs at most what the draft's one-token forward spends on a layer's attention (at decode sizes a one-query
+      attention is latency-bound: its time barely moves with the heads), never more than it spent.
+    - **GEMMs**: the verify forward's GEMM time by the draft's GEMM ratio, many-token against one-token forward (at
+      decode sizes GEMMs read weights whatever the rows: near 1, and so measured, not assumed).
+    - **Other kernels** (norms, activations, rotary): by name, each by its own ratio between the same two forwards.
+    """
+    k = kernel_roles(x)
+    tgt_mask = pl.col("target").fill_null(False)
+    steps = k.filter(tgt_mask)["step"].n_unique()
+    d = k.filter(~pl.col("target").fill_null(True))
+    if steps == 0 or d.height == 0:
+        return Recost()
+    per = d.group_by("step", "fwd").agg(
+        layers=pl.col("layer_start").sum(), attn=pl.col("dur").filter(pl.col("role") == "attention").sum(),
+        gemm=pl.col("dur").filter(pl.col("role") == "gemm").sum()).filter(pl.col("layers") > 0)
+    per = per.with_columns(pl_ns=pl.col("attn") / pl.col("layers"))
+    if per.height == 0:
+        return Recost()
+    ends = per.group_by("step").agg(
+        lo=pl.col("fwd").sort_by(["pl_ns", "fwd"]).first(),
+        hi=pl.col("fwd").sort_by(["pl_ns", "fwd"], descending=[False, True]).last(),
+        lo_ns=pl.col("pl_ns").min(), hi_ns=pl.col("pl_ns").max(), n=pl.len(),
+        lo_g=pl.col("gemm").sort_by(["pl_ns", "fwd"]).first(),
+        hi_g=pl.col("gemm").sort_by(["pl_ns", "fwd"], descending=[False, True]).last())
+    one_layer_ns = float(ends["lo_ns"].median())  # the draft's one-token attention, per layer
+    pair = ends.filter((pl.col("n") >= 2) & (pl.col("lo_ns") > 0))
+    how: list[str] = []
+    # attention, layer by layer
+    t = k.filter(tgt_mask).with_columns(layer=pl.col("layer_start").cum_sum())
+    lay = t.filter(pl.col("role") == "attention").group_by("step", "layer").agg(
+        ns=pl.col("dur").sum(), names=pl.col("name").filter(pl.col("category") == "attention").cast(pl.String))
+    attn_ns = 0.0
+    if lay.height:
+        hi_names = d.join(pair.select("step", fwd="hi"), on=["step", "fwd"]).filter(
+            pl.col("category") == "attention")["name"].cast(pl.String).unique().implode()
+        ratio = float(pair.select(r=pl.col("lo_ns") / pl.col("hi_ns"))["r"].median()) if pair.height else 1.0
+        ratio = min(max(ratio, 1 / TOKEN_RATIO_CLIP), 1.0)
+        lay = lay.with_columns(shared=pl.col("names").list.eval(pl.element().is_in(hi_names)).list.any())
+        shared = lay.filter(pl.col("shared"))
+        other = lay.filter(~pl.col("shared"))
+        if shared.height and ratio < 1.0:
+            attn_ns += float(shared["ns"].sum()) * (1 - ratio)
+            how.append(f"{shared.height / steps:g} attention layers by the draft's own ratio of one-token to "
+                       f"many-token attention per layer ({ratio:.2f})")
+        if other.height:
+            cut = float(other.select((pl.col("ns") - one_layer_ns).clip(0))["ns"].sum())
+            if cut > 0:
+                attn_ns += cut
+                how.append(f"{other.height / steps:g} attention layers the draft does not share at most the draft's "
+                           f"one-token attention layer ({one_layer_ns / 1e3:.1f} µs)")
+    # GEMMs: one ratio for all GEMM time (tiles change with the rows: names differ)
+    gemm_ns = 0.0
+    g = pair.filter(pl.col("lo_g") > 0).select(r=pl.col("hi_g") / pl.col("lo_g"))["r"]
+    if g.len():
+        g_ratio = min(max(float(g.median()), 1.0), TOKEN_RATIO_CLIP)
+        if g_ratio > 1.0:
+            gemm_ns = float(t.filter(pl.col("role") == "gemm")["dur"].sum()) * (1 - 1 / g_ratio)
+            how.append(f"GEMMs by the draft's GEMM ratio ({g_ratio:.2f})")
+    # other kernels: by name, each by its own ratio between the same two forwards
+    other_ns = 0.0
+    if pair.height:
+        sides = d.filter(pl.col("role") == "other").join(
+            pair.select("step", "lo", "hi"), on="step").with_columns(
+            side=pl.when(pl.col("fwd") == pl.col("lo")).then(pl.lit("lo"))
+            .when(pl.col("fwd") == pl.col("hi")).then(pl.lit("hi"))).filter(pl.col("side").is_not_null())
+        m = (sides.with_columns(pl.col("name").cast(pl.String)).group_by("step", "name", "side")
+             .agg(m=pl.col("dur").mean()))
+        if m.height:
+            m = m.pivot(on="side", index=["step", "name"], values="m")
+            if {"lo", "hi"} <= set(m.columns):
+                r = m.filter((pl.col("lo") > 0) & pl.col("hi").is_not_null()).group_by("name").agg(
+                    r=(pl.col("hi") / pl.col("lo")).median().clip(1.0, TOKEN_RATIO_CLIP))
+                o = t.filter(pl.col("role") == "other").with_columns(pl.col("name").cast(pl.String)).join(
+                    r, on="name", how="inner")
+                other_ns = float((o["dur"] * (1 - 1 / o["r"])).sum())
+                if other_ns > 0:
+                    how.append(f"{r.height} other kernels by name")
+    per_step = 1e6 * steps
+    return Recost(attention_ms=attn_ns / per_step, gemm_ms=gemm_ns / per_step, other_ms=other_ns / per_step,
+                  how=tuple(how), roles=len(how))
 
 
 def host_turnaround(x: pl.DataFrame) -> float | None:
@@ -513,7 +671,6 @@ def verify_costs(x: pl.DataFrame, gpu_name: str | None = None) -> VerifyCost | N
             (pl.col("start") - pl.col("end").cum_max().shift(1)).clip(0)),
         node=(pl.col("graphed").fill_null(False) & (pl.col("launch") == pl.col("launch").shift(1))
               & ~first).fill_null(False))
-    n_steps = tgt["step"].n_unique()
     per = tgt.group_by("step").agg(span=pl.col("end").max() - pl.col("start").min(), busy=pl.col("dur").sum(),
                                    t_fwd=pl.col("fwd").first(), nodes=pl.col("node").sum(),
                                    node_gap=pl.col("gap").filter(pl.col("node")).sum(),
@@ -530,22 +687,11 @@ def verify_costs(x: pl.DataFrame, gpu_name: str | None = None) -> VerifyCost | N
     factor = float(ratio.median()) if ratio.len() else None
     if factor is not None:
         factor = min(max(factor, 1.0), 2.0)
-    # kernel by kernel: the verify forward's GPU time over K+1 tokens that one token per sequence would not spend
-    names, g_ratio = token_ratios(x)
-    recost = 0.0
-    if names or g_ratio:
-        t = tgt.select("dur", "category", name=pl.col("name").cast(pl.String))
-        is_gemm = t["category"] == "gemm"
-        if g_ratio:
-            recost += float(t.filter(is_gemm)["dur"].sum()) * (1 - 1 / g_ratio)
-        if names:
-            table = pl.DataFrame({"name": list(names), "r": list(names.values())})
-            k = t.filter(~is_gemm).join(table, on="name", how="inner")
-            recost += float((k["dur"] * (1 - 1 / k["r"])).sum())
-        recost = recost / n_steps / 1e6
+    # role by role: the verify forward's GPU time over K+1 tokens that one token per sequence would not spend
+    rc = recost_by_role(x)
     return VerifyCost(verify_ms=verify_ms, busy_ms=verify_busy_ms, token_factor=factor,
                       graph_nodes=float(per["nodes"].mean()), graph_gap_ms=float(per["node_gap"].mean()) / 1e6,
-                      recost_ms=min(recost, verify_busy_ms), recost_kernels=len(names) + (1 if g_ratio else 0),
+                      recost_ms=min(rc.ms, verify_busy_ms), recost_kernels=rc.roles, recost_how=rc.how,
                       graphed_share=float(per["graphed"].sum() / per["busy"].sum()) if per["busy"].sum() else 0.0,
                       node_gap_us=node_gap_us(gpu_name), host_turnaround_ms=host_turnaround(x))
 
@@ -571,8 +717,8 @@ def plain_step(v: VerifyCost | None, *, traced_ms: float, reference_ms: float, u
     if v is None:
         return ((traced_ms - draft_phase_ms) * scale,
                 "the step without its draft phase, the verify forward kept at K+1 tokens: an upper bound", True)
-    how = (f"re-costed at one token kernel by kernel by the draft model's own forwards over few and many tokens "
-           f"({v.recost_ms:.3f} ms of it, {v.recost_kernels} kernel names)" if v.recost_kernels else
+    how = (f"re-costed at one token by role, from the draft model's own forwards over one and over many tokens "
+           f"({v.recost_ms:.3f} ms of it: {'; '.join(v.recost_how)})" if v.recost_kernels else
            "kept at K+1 tokens (no two draft forwards over different tokens to re-cost it by)")
     # the host: one read of the tokens and the next launch (the steps' fastest read-to-work turnaround), not the
     # speculative bookkeeping the spec step's host time between steps also holds

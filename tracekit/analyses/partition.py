@@ -81,6 +81,8 @@ class StepTable:
     phases_found: dict[str, int] | None = None
     # why decode advice does not apply, once, right for the window (None where it applies)
     phase_note: str | None = None
+    # every kernel counted: the device's kernel time in the analysed steps and outside them, by reason (:func:`coverage`)
+    coverage: dict | None = None
 
     @property
     def device(self) -> int:
@@ -230,6 +232,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     # (what the gaps look up on the host side needs no activity: found beside the exclusions below)
     gap_inputs_wait = gap_inputs if gap_inputs is not None and attr.launches is trace.launches else started(
         lambda: _gap_inputs(trace, attr.launches), threads=big)
+    acts, n_claimed = claim_by_gpu_start(acts, attr.steps.windows, attr.lost_steps)
     in_steps = in_steps_of(acts)
     good, reasons, warnings = periods(attr, in_steps, trace.meta.path)
 
@@ -295,6 +298,14 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         a = a.with_columns(start=pl.col("start").clip(p_start, p_end), end=pl.col("end").clip(p_start, p_end),
                            _ps=p_start)
         del p_start, p_end
+    # GPU work of other steps (or of none) that runs in an analysed step's period (several streams, a GPU running
+    # behind the host): pieces of it, clipped to the period, join the step's union and gaps (never its kernel sums),
+    # so that the step's gaps are only time the GPU ran nothing (contract, "Every kernel is counted").
+    spill = _spill(acts, good, analysed["step"], a.columns)
+    if spill is not None:
+        if "_ps" not in a.columns:
+            a = a.with_columns(_ps=per_row("p_start"))
+        a = pl.concat([a.with_columns(_spill=pl.lit(False)), spill.select(*a.columns, "_spill")], how="vertical_relaxed")
     # Rows grouped by step, each in start order: true already in the usual case (one launching thread);
     # serialisation over several streams or a late activity of a step (clipped to its period's end) needs a sort.
     if not (a["step"].is_sorted() and a["start"].is_sorted()):
@@ -309,6 +320,10 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         level = pl.col("category").to_physical()
         u = cumulative_union_lengths(p.select("step", "start", "end", prio=level), "step", "prio", len(PRIORITY),
                                      presorted=True, tiled=True)
+        if "_spill" in p.columns:  # (the kernel sums are the step's own work; its last activity may be another's)
+            own = _kernel_sums(p.filter(~pl.col("_spill")))
+            ends = p.group_by("step").agg(a_last=pl.col("end").max())
+            return u, own.drop("a_last").join(ends, on="step", how="left"), _holes_piece(p, gap_inputs)
         return u, _kernel_sums(p), _holes_piece(p, gap_inputs)
 
     # Whole steps, piece by piece (intervals.by_pieces), two pieces per CPU at a time on big traces: each piece's
@@ -335,6 +350,8 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         g_between_steps=pl.col("x_idle"))
     # Wall time of the draft phases on the GPU timeline: first to last activity of each draft range
     # (gaps between its kernels included), summed per step.
+    if spill is not None:
+        a = a.filter(~pl.col("_spill")).drop("_spill")
     drafts = a.filter(pl.col("draft").is_not_null())
     if drafts.height:
         dspan = (drafts.group_by("step", "draft").agg(span=pl.col("end").max() - pl.col("start").min())
@@ -353,9 +370,143 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     largest = _largest(largest_holes, table.join(nxt, on="step", how="left"), trace, attr.launches, skip)
     periods_frame = good.select("step", "p_start", "p_end", period=pl.col("p_end") - pl.col("p_start"),
                                 phase="phase", reason="reason")
+    cov = coverage(acts, good, attr.steps.windows, attr.lost_steps, n_claimed)
     return StepTable(attribution=attr, table=table, periods=periods_frame, activities=a.drop("_ps", strict=False), largest=tuple(largest),
                      excluded_reasons=_ordered(reasons), phase=step_phase, decode_advice=decode_advice,
-                     warnings=attr.warnings + tuple(warnings), phases_found=phases_found, phase_note=phase_note)
+                     warnings=attr.warnings + tuple(warnings), phases_found=phases_found, phase_note=phase_note,
+                     coverage=cov)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Every kernel is counted (contract, Additions to /3 (2)): an activity belongs to the step whose window its launch is
+# in; one launched in no window (another thread, or no launch recorded) to the step whose period its GPU start is in;
+# the rest is outside the steps, each part with its reason.
+
+BEFORE_FIRST = "before the first step"
+AFTER_LAST = "after the last step"
+
+
+def _bounded_periods(in_steps: pl.DataFrame, windows: pl.DataFrame, lost: tuple[int, ...]) -> pl.DataFrame:
+    """The step windows with GPU work and an end (not cut by the capture, no lost graph work) in time order, with
+    ``first`` (their first activity's start) and ``upper`` (where the last one's period ends: the later of its last
+    activity's end and its window's end), as :func:`periods` makes them."""
+    per = in_steps.group_by("step").agg(first=pl.col("start").min(), last=pl.col("end").max())
+    w = (windows.select("step", "end").join(per, on="step", how="inner")
+         .filter(pl.col("end").is_not_null() & ~pl.col("step").is_in(pl.Series(list(lost), dtype=pl.Int64).implode()))
+         .sort("first"))
+    return w.with_columns(upper=pl.max_horizontal("last", "end").last())
+
+
+def claim_by_gpu_start(acts: pl.DataFrame, windows: pl.DataFrame, lost: tuple[int, ...]) -> tuple[pl.DataFrame, int]:
+    """``acts`` with every activity in no step window (launched by a thread that holds no window, or with no launch
+    recorded) given the step whose period holds its GPU start: from one step's first activity to the next's, the
+    last to its end (:func:`periods`). Returns (activities, how many were claimed so). Those before the first
+    step's period or after the last one's stay in no step (``coverage``: before the first step, after the last).
+    Two binary searches for the free rows alone; none when every activity is in a step (the usual trace).
+
+    >>> a = pl.DataFrame({"start": [0, 5, 12, 20, 31, 45], "end": [4, 9, 15, 25, 33, 50],
+    ...                   "step": [None, 0, None, 1, None, None]}, schema_overrides={"step": pl.Int64})
+    >>> w = pl.DataFrame({"step": [0, 1], "end": [18, 40]})
+    >>> out, n = claim_by_gpu_start(a, w, ())
+    >>> out["step"].to_list(), n
+    ([None, 0, 0, 1, 1, None], 2)
+    """
+    step = acts["step"]
+    free = step.is_null()
+    if not bool(free.any()) or step.null_count() == step.len():
+        return acts, 0
+    w = _bounded_periods(in_steps_of(acts), windows, lost)
+    if w.height == 0:
+        return acts, 0
+    rows = free.arg_true()
+    at = acts["start"].gather(rows)
+    i = w["first"].search_sorted(at, side="right").cast(pl.Int64) - 1
+    ok = (i >= 0) & (at < w["upper"][0])
+    if not bool(ok.any()):
+        return acts, 0
+    ids = w["step"].gather(i.filter(ok))
+    return acts.with_columns(step=step.scatter(rows.filter(ok), ids)), int(ok.sum())
+
+
+def coverage(acts: pl.DataFrame, good: pl.DataFrame, windows: pl.DataFrame, lost: tuple[int, ...],
+             claimed: int = 0) -> dict:
+    """``coverage`` (contract): the kernel, memcpy and memset time of the device (ms, whole trace) in the analysed
+    steps and outside them, by reason: before the first step, the excluded steps by their reason (``steps.
+    excluded_reasons``' keys), after the last step. ``good``: :func:`periods`' frame with ``reason`` (null =
+    analysed); ``claimed``: activities given a step by their GPU start (:func:`claim_by_gpu_start`)."""
+    work = acts.lazy().filter(pl.col("kind") != "graph_exec")
+    per = work.filter(pl.col("step").is_not_null()).group_by("step").agg(ns=pl.col("dur").sum()).collect()
+    first = good["p_start"].min() if good.height else None
+    free = work.filter(pl.col("step").is_null()).select(
+        before=pl.col("dur").filter(pl.col("start") < first).sum() if first is not None else pl.lit(0, pl.Int64),
+        after=pl.col("dur").filter(pl.col("start") >= first).sum() if first is not None else pl.col("dur").sum(),
+    ).collect()
+    why = pl.concat([
+        good.select("step", reason=pl.col("reason").cast(pl.String)),
+        windows.filter(pl.col("end").is_null()).select("step", reason=pl.lit(CUT)),
+        pl.DataFrame({"step": list(lost), "reason": [NO_WORK] * len(lost)}, schema={"step": pl.Int64,
+                                                                                     "reason": pl.String}),
+    ], how="vertical_relaxed").unique("step", keep="first", maintain_order=True)
+    per = per.join(why, on="step", how="left").with_columns(
+        # (a window with work that periods() did not keep: no GPU work on this device by its rule)
+        reason=pl.when(pl.col("step").is_in(good["step"].implode()) | pl.col("reason").is_not_null())
+        .then(pl.col("reason")).otherwise(pl.lit(NO_WORK)))
+    in_ns = int(per.filter(pl.col("reason").is_null())["ns"].sum())
+    out: dict[str, float] = {}
+    before, after = int(free["before"][0] or 0), int(free["after"][0] or 0)
+    if before:
+        out[BEFORE_FIRST] = before / 1e6
+    from tracekit.analyses.steady import REASONS
+
+    by = dict(per.filter(pl.col("reason").is_not_null()).group_by("reason").agg(pl.col("ns").sum()).iter_rows())
+    for r in (*REASONS, *sorted(set(by) - set(REASONS))):  # (the contract's order of the reasons)
+        if by.get(r):
+            out[r] = by[r] / 1e6
+    if after:
+        out[AFTER_LAST] = after / 1e6
+    total = int(work.select(pl.col("dur").sum()).collect().item() or 0)
+    outside = sum(out.values())
+    return {"kernel_ms_total": total / 1e6, "kernel_ms_in_steps": in_ns / 1e6, "kernel_ms_outside_steps": outside,
+            "outside_by_reason": out, "claimed_by_gpu_start": claimed}
+
+
+def _spill(acts: pl.DataFrame, good: pl.DataFrame, analysed: pl.Series, columns: list[str]) -> pl.DataFrame | None:
+    """Pieces of GPU work that runs in an analysed step's period but is not that step's: work of an earlier step
+    still running (several streams, a GPU behind the host) or of no step. One row per (activity, period) it
+    overlaps, clipped to the period, with the step's id, ``dur`` 0 and ``_spill`` true; ``columns``: the analysed
+    rows' columns. None when there is none: a step's work that ends by its period's end runs in no other period
+    (the usual trace, checked per step from ``good``'s last activity end, without a look at the rows)."""
+    spilling = good.filter(pl.col("last") > pl.col("p_end"))["step"]
+    lo_all, hi_all = good["p_start"].min(), good["p_end"].max()
+    free = acts["step"].is_null()
+    late = acts["step"].is_in(spilling.implode()) if spilling.len() else None
+    if late is None and not bool(free.any()):
+        return None
+    pick = free & (acts["end"] > lo_all) & (acts["start"] < hi_all)
+    if late is not None:
+        pick = pick | late.fill_null(False)
+    rows = keep_rows(acts, pick)
+    if rows.height == 0:
+        return None
+    per = good.sort("p_start").select("step", "p_start", "p_end")
+    starts = per["p_start"]
+    j0 = (starts.search_sorted(rows["start"], side="right").cast(pl.Int64) - 1).clip(lower_bound=0)
+    j1 = starts.search_sorted(rows["end"], side="left").cast(pl.Int64) - 1
+    ok = per.with_row_index("_j").filter(pl.col("step").is_in(analysed.implode()))
+    pieces = (rows.with_columns(_j=pl.int_ranges(pl.lit(j0), pl.lit(j1) + 1, dtype=pl.Int64), _own=pl.col("step"))
+              .explode("_j").drop_nulls("_j")
+              .join(ok.select(pl.col("_j").cast(pl.Int64), _step="step", _p0="p_start", _p1="p_end"), on="_j",
+                    how="inner")
+              .filter(pl.col("_own").is_null() | (pl.col("_own") != pl.col("_step")))
+              .with_columns(start=pl.max_horizontal("start", "_p0"), end=pl.min_horizontal("end", "_p1"))
+              .filter(pl.col("end") > pl.col("start"))
+              .with_columns(step=pl.col("_step"), start0=pl.col("start"), dur=pl.lit(0, pl.Int64),
+                            _ps=pl.col("_p0"), _spill=pl.lit(True)))
+    if pieces.height == 0:
+        return None
+    keep = [c for c in columns if c in pieces.columns]
+    return pieces.select(*keep, *(["_ps"] if "_ps" not in keep else []), "_spill").with_columns(
+        pl.col("step").cast(acts["step"].dtype), pl.col("dur").cast(acts["dur"].dtype))
 
 
 def _kernel_sums(a: pl.DataFrame) -> pl.DataFrame:

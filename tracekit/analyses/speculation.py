@@ -321,7 +321,19 @@ def decide(trace: Trace, windows: pl.DataFrame, *, spans: pl.DataFrame | None = 
         ev.append("one token-producing forward per step: the proposals come without a draft model")
     if spec is False:
         draft = verify = None
+    # a quantity the trace cannot show is null with the reason, never a guess (contract, "One story")
+    if spec is None:
+        ev.append(NO_SPEC_EVIDENCE)
+    elif spec is True and verify is None:
+        ev.append(NO_VERIFY_TOKENS)
     return Speculation(spec, draft, verify, source, tuple(ev), tuple(sorted(spec_steps)))
+
+
+NO_SPEC_EVIDENCE = ("speculative unknown (null): no engine span, frame or speculative kernel, no recorded shapes, no "
+                    "manifest and no draft model's forwards say how many tokens a step verifies; one forward a step "
+                    "over one token or over K+1 n-gram proposals look alike without them")
+NO_VERIFY_TOKENS = ("verify tokens unknown (null): no recorded shapes, engine spans or manifest say how many tokens "
+                    "per sequence the verify forward processes")
 
 
 HOST_UPLOAD = r"Host-to-Device|HtoD"

@@ -96,6 +96,33 @@ def time_base_line(d: dict) -> str:
             "--measured-step-ms or --measured-tok-s)")
 
 
+# The kernel time outside the analysed steps is named in the reports when, beyond the last step's (excluded by rule:
+# one step's worth in every trace), it is at least this share of the device's kernel time.
+OUTSIDE_NOTABLE = 0.05
+
+
+def coverage_line(d: dict) -> str | None:
+    """The device's kernel time outside the analysed steps, by reason, in words, when it is notable
+    (:data:`OUTSIDE_NOTABLE`); None otherwise or without ``coverage``.
+
+    >>> print(coverage_line({"coverage": {"kernel_ms_total": 100.0, "kernel_ms_in_steps": 60.0,
+    ...     "kernel_ms_outside_steps": 40.0, "outside_by_reason": {"before the first step": 34.0,
+    ...     "last step (no following step)": 6.0}}}))
+    kernel time outside the analysed steps: 40.000 of 100.000 ms (40.0% of the GPU's kernel time): before the first step 34.000 ms, last step (no following step) 6.000 ms
+    """
+    from tracekit.categories import LAST_STEP
+
+    cov = d.get("coverage")
+    if not cov or not cov["kernel_ms_total"]:
+        return None
+    total, out = cov["kernel_ms_total"], cov["kernel_ms_outside_steps"]
+    if out - cov["outside_by_reason"].get(LAST_STEP, 0.0) < OUTSIDE_NOTABLE * total:
+        return None
+    why = ", ".join(f"{r} {ms:.3f} ms" for r, ms in cov["outside_by_reason"].items())
+    return (f"kernel time outside the analysed steps: {out:.3f} of {total:.3f} ms ({100 * out / total:.1f}% of the "
+            f"GPU's kernel time): {why}")
+
+
 def gap_where(g: dict) -> str:
     before = g.get("before")
     what = f"{before['kind']} {md(before['name'], 80)}" if before else MISSING
@@ -106,6 +133,9 @@ def breakdown_md(b) -> str:
     d = b.to_dict()
     st, roof, gpu = d["steps"], d["roofline"], d["gpu"]
     out = [f"### tracekit: {md(headline(b), 1000)}", "", f"*{md(time_base_line(d), 500)}*", ""]
+    outside = coverage_line(d)
+    if outside:
+        out += [md(outside, 1000), ""]
     for line in verdict_lines(b):
         out.append(f"- {md(line, 1000)}")
     spec = speculation_line(d)

@@ -182,6 +182,7 @@ def render_kernels(result: dict, console: Console, title: str | None = None) -> 
 def render_breakdown(b, console: Console) -> None:
     from tracekit.report.markdown import (
         biggest_category,
+        coverage_line,
         gap_rows,
         headline,
         speculation_line,
@@ -208,6 +209,9 @@ def render_breakdown(b, console: Console) -> None:
             " (" + "; ".join(f"{k}: {v}" for k, v in st["excluded_reasons"].items()) + ")" if st["excluded"] else "")))
     console.print(f"traced step ms: mean {num(st['mean_ms'])}  median {num(st['median_ms'])}  p10 {num(st['p10_ms'])}  "
                   f"p90 {num(st['p90_ms'])}")
+    outside = coverage_line(d)
+    if outside:
+        sentence(console, outside)
     t = Table(title="where a traced step goes (exclusive, per step)", title_justify="left")
     t.add_column("category")
     t.add_column("ms / step", justify="right")

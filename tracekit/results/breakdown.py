@@ -124,6 +124,27 @@ class TraceRoofline(RooflineBlock):
 
 
 @dataclass(frozen=True)
+class Coverage(Block):
+    """``coverage``: every kernel, memcpy and memset of the analysed device counted, over the whole trace (ms, not per
+    step): ``kernel_ms_in_steps`` (in the analysed steps) + ``kernel_ms_outside_steps`` = ``kernel_ms_total``;
+    ``outside_by_reason``: the outside part by why (before the first step, the excluded steps by their
+    ``steps.excluded_reasons`` key, after the last step). ``claimed_by_gpu_start`` (not in the JSON): activities
+    launched in no step window that belong to the step whose period their GPU start is in
+    (``tracekit.analyses.partition.claim_by_gpu_start``)."""
+
+    kernel_ms_total: float
+    kernel_ms_in_steps: float
+    kernel_ms_outside_steps: float
+    outside_by_reason: dict[str, float]
+    claimed_by_gpu_start: int = internal(default=0)
+
+    @property
+    def outside_share(self) -> float:
+        """The share of the device's kernel time outside the analysed steps (0 without kernel time)."""
+        return self.kernel_ms_outside_steps / self.kernel_ms_total if self.kernel_ms_total else 0.0
+
+
+@dataclass(frozen=True)
 class CaptureSummary(Block):
     """``manifest`` (an extension): what the capture beside the trace measured without a profiler; with
     ``unprofiled_periods_ms``, every step it timed without a profiler (the manifest's ``unprofiled.periods_ms``,
@@ -176,6 +197,8 @@ class Breakdown(Block):
     activities: pl.DataFrame | None = internal()
     facts: StepFacts = internal()
     rank: int | None = internal(default=None)
+    # every kernel counted (contract, Additions to /3 (2)): in the analysed steps and outside them
+    coverage: Coverage | None = extension(omit=lambda b: b.coverage is None)
     manifest: CaptureSummary | None = extension(omit=lambda b: not b.manifest)  # what the capture measured
 
     @property

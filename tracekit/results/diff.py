@@ -664,7 +664,7 @@ def parse_threshold(text) -> float:
     >>> parse_threshold("-1%")
     Traceback (most recent call last):
     ...
-    tracekit.errors.TracekitError: --fail-on-regression -1%: a percentage >= 0, e.g. 3%
+    tracekit.errors.BadOptionValue: --fail-on-regression -1%: a percentage >= 0, e.g. 3%
     """
     s = str(text).strip()
     try:

@@ -145,6 +145,7 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     from tracekit.results.breakdown import (
         Breakdown,
         CaptureSummary,
+        Coverage,
         GapCauses,
         Gaps,
         Gpu,
@@ -295,7 +296,8 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     return Breakdown(source=source, gpu=gpu, steps=steps, time_base=tb, per_step_ms=per_step_ms, gaps=gaps,
                      kernel_ms_per_step=kernel_ms, roofline=roof, advice=advice, headline=advice.headline.text,
                      warnings=tuple(warnings), per_step=per_step, top_kernels=top, activities=acts, facts=facts,
-                     rank=trace.meta.rank, manifest=manifest)
+                     rank=trace.meta.rank, coverage=Coverage(**st.coverage) if st.coverage else None,
+                     manifest=manifest)
 
 
 def re_advise(b: Breakdown, facts: StepFacts) -> Breakdown:
