@@ -5,7 +5,7 @@
 #      mkdir -p .gpu && cp /work/shared/device-libs/* .gpu/   # then, on the device (carry: [".gpu"]):
 #      bash benchmarks/device_nsys_stats.sh 10M "$OUT"
 #
-# 2. Reference CSVs for `tracekit kernels` (tests/results/test_kernel_stats.py): `nsys stats --report cuda_gpu_kern_sum
+# 2. Reference CSVs for `tracekit kernels` (tests/results/test_kernels.py): `nsys stats --report cuda_gpu_kern_sum
 #    --format csv` on every nsys SQLite export (.sqlite, or .sqlite.gz decompressed first) under each folder given,
 #    packed with an index that names each CSV's trace, in ONE tarball: $OUT/nsys_stats.tar.gz.
 #      bash benchmarks/device_nsys_stats.sh refs "$OUT" sample=sample_traces shared=.gpu/ext data=tests/data/nsys
@@ -45,7 +45,7 @@ VERSION=$("$NSYS" --version 2>/dev/null | grep -oE '[0-9]{4}\.[0-9]+\.[0-9]+(\.[
 STAMP=$(date -u +%Y-%m-%d)
 INDEX=$STAGE/index-$(date -u +%Y%m%dT%H%M%S).toml  # (one per run: two runs' indexes unpack side by side)
 { echo "# nsys stats --report cuda_gpu_kern_sum --format csv, run by benchmarks/device_nsys_stats.sh refs on $STAMP"
-  echo "# (nsys ${VERSION:-unknown} on $(hostname)); trace = KIND:path (tests/results/test_kernel_stats.py resolves it)"; } > "$INDEX"
+  echo "# (nsys ${VERSION:-unknown} on $(hostname)); trace = KIND:path (tests/results/test_kernels.py resolves it)"; } > "$INDEX"
 echo "nsys: $NSYS (${VERSION:-version unknown})" >> "$LOG"
 ok=0; failed=0
 for spec in "$@"; do

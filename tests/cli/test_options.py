@@ -35,7 +35,7 @@ SAXPY = DATA / "nsys" / "pipit_saxpy_2022.2.sqlite"
 # switches): every other parameter must be a declared option.
 OUTPUT = ("fmt", "output", "color")
 # Keywords of the breakdown analysis that are no user option: how the caller hands the trace over (``consume``: the
-# command line's own trace may be given back as it is copied, tests/run/test_consume.py).
+# command line's own trace may be given back as it is copied, tests/run/test_pipeline.py).
 ANALYSIS_OWN = ("consume",)
 COMMAND_OWN = {
     "breakdown": ("traces", "save", *OUTPUT),

@@ -1,6 +1,6 @@
 """`tracekit stats`: each table against a figure obtained without tracekit.
 
-* kernels: nsys stats' own ``cuda_gpu_kern_sum`` CSVs (the references of ``test_kernel_stats.py``).
+* kernels: nsys stats' own ``cuda_gpu_kern_sum`` CSVs (the references of ``test_kernels.py``).
 * memory operations, CUDA API calls, NVTX ranges: we hold no CSV of nsys stats' ``cuda_gpu_mem_time_sum``,
   ``cuda_api_sum`` or ``nvtx_sum`` (``tests/data/nsys_stats`` has the kernel report only), so the reference is the
   SQL of those report scripts run on the export itself with Python's ``statistics`` (:data:`MEM_SQL`,
@@ -19,7 +19,7 @@ import statistics
 from collections import defaultdict
 
 import pytest
-from results.test_kernel_stats import INDEX, close, nsys_rows, trace_path
+from results.test_kernels import INDEX, close, nsys_rows, trace_path
 
 import tracekit
 from tracekit.readers.nsys.stats import api_calls, nvtx_ranges
@@ -336,8 +336,8 @@ REPORT_KEYS = {"cuda_api_sum": ("Name",), "cuda_gpu_mem_time_sum": ("Operation",
 
 
 def _report_refs():
-    from results.test_kernel_stats import REFS as KERN_REFS
-    from results.test_kernel_stats import read_index
+    from results.test_kernels import REFS as KERN_REFS
+    from results.test_kernels import read_index
 
     return [pytest.param(report, r, id=f"{report}:{r['trace']}") for report in REPORT_KEYS
             if (KERN_REFS / report).is_dir() for r in read_index(KERN_REFS / report)]

@@ -2,7 +2,7 @@
 checkpoints made on the H200 against torch's own byte count, the KV-cache captures' attention time against their KV
 bytes and their floor against the measured graph step, and `ceiling` against `breakdown` for the same model, TP and
 context. The row builders are what the doc's cog blocks print. Public configs' parameter counts are pinned in
-test_model_bytes.py (the doc's table lists the same figures).
+test_step.py (the doc's table lists the same figures).
 """
 
 from __future__ import annotations

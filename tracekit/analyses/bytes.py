@@ -152,55 +152,14 @@ def _manifest_draft(man: dict) -> int | None:
     return None
 
 
-def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, params: float | None = None,
-                  dtype: str | None = None, model: str | Path | dict | Model | None = None,
-                  kv_dtype: str | None = None, batch: int = 1, context: int | None = None,
-                  kv_bytes_per_token: float | None = None, draft_forwards: float = 0, verify_tokens: int = 1,
-                  draft_bytes: float = 0, draft_sharded: bool = True, manifest: dict | None = None,
-                  discover: Callable[[], tuple[str | Path | None, str]] | None = None, draft_note: str = "",
-                  from_trace: Callable[[], tuple[int | None, str | None, tuple[str, ...]]] | None = None,
-                  ) -> ResolvedBytes:
-    """The bytes per GPU per decode step from every source given (precedence: the module docstring).
-
-    ``weight_bytes``: summed over all GPUs (divided by ``parallel.tp``); ``params`` x ``dtype`` likewise;
-    ``model``: a model folder, HF snapshot, ``config.json``, config dict or Model (``dtype`` overrides its
-    element size); ``batch``: sequences per step (MoE experts are read at ``batch x verify_tokens`` tokens);
-    ``context``: KV tokens each sequence reads (None: KV unknown); ``draft_forwards``: draft (MTP) forwards per
-    step; ``draft_bytes``: a separate draft model's bytes (read ``draft_forwards`` times, split over tp when
-    ``draft_sharded``); ``manifest``: ``tracekit capture``'s (``weight_bytes_per_step``, ``kv_bytes_per_step``,
-    per GPU). A trace's own sources (breakdown): ``discover``, called only when no flag, model or manifest gives
-    the weights, returns the model the trace's recorded command line names (its path when it is on this machine,
-    else None) and how it was found; ``from_trace``, called only when nothing above gives the weights, returns
-    (bytes, source, warnings) from the recorded shapes or NVTX; ``draft_note`` says how the draft forwards were
-    counted (a warning when a draft is counted). The warnings a breakdown prints (what is unknown, what was
-    assumed) come back in ``warnings``.
-    """
-    from tracekit.analyses.roofline import bytes_per_step, weight_bytes_per_gpu
-    from tracekit.model import step_bytes
+def _target_weights(weight_bytes, params, dtype, sb, man: dict, from_trace, tp: int, assumptions: list[str]):
+    """The target's weight bytes per GPU per step and their source, by precedence: the flag, ``params`` x
+    ``dtype``, the model (its step's bytes less the draft's), the manifest, the trace (``from_trace``). Returns
+    (bytes | None, source | None, the trace's warnings)."""
+    from tracekit.analyses.roofline import weight_bytes_per_gpu
     from tracekit.model.units import dtype_bytes
 
-    tp, ep = parallel.tp, parallel.ep
-    man = manifest or {}
-    assumptions: list[str] = []
-    warnings: list[str] = []
-    m = sb = None
     trace_warnings: list[str] = []
-    if (discover is not None and model is None and weight_bytes is None and params is None
-            and man.get("weight_bytes_per_step") is None):
-        found, note = discover()
-        if found is not None:
-            model = str(found)
-            warnings.append(f"model bytes from {note}")
-    if model is not None:
-        m = load(model, dtype)
-        # a separate draft model's bytes (--draft-bytes) replace the model's MTP layers as the draft
-        sb = step_bytes(m, tp=tp, ep=ep, batch=batch, context=context,
-                        draft_forwards=0 if draft_bytes else draft_forwards, verify_tokens=verify_tokens,
-                        kv_dtype=kv_dtype)
-        assumptions += [n for n in sb.notes + sb.warnings if not n.startswith("KV cache not counted")]
-        warnings += list(sb.warnings)
-
-    # target weights
     target = src = None
     if weight_bytes is not None:
         if not (math.isfinite(weight_bytes) and weight_bytes > 0):
@@ -224,7 +183,13 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
         target, src, seen = from_trace()
         trace_warnings = list(seen)
 
-    # the KV cache
+    return target, src, trace_warnings
+
+
+def _kv_bytes(kv_bytes_per_token, sb, man: dict, *, tp: int, context, batch: int, assumptions: list[str]):
+    """The KV-cache bytes per GPU per step and their source: the flag, else the model's, else the manifest's."""
+    from tracekit.analyses.roofline import bytes_per_step
+
     kv = kv_src = None
     if kv_bytes_per_token:
         kv = bytes_per_step(0, tp=tp, kv_bytes_per_token=kv_bytes_per_token, context=context or 0, batch=batch)
@@ -235,8 +200,15 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
         kv, kv_src = sb.kv_bytes_per_step, "model"
     elif man.get("kv_bytes_per_step") is not None:
         kv, kv_src = int(man["kv_bytes_per_step"]), "manifest"
+    return kv, kv_src
 
-    # the draft: a separate draft model's bytes, else the model's MTP layers (inside the weights); None: none counted
+
+def _draft_bytes(draft_bytes, draft_forwards, draft_sharded: bool, sb, man: dict, src, tp: int,
+                 assumptions: list[str]):
+    """The draft's bytes per GPU per step: a separate draft model's bytes, else the model's MTP layers (inside the
+    weights), else the manifest's when it gave the weights; None: none counted."""
+    from tracekit.analyses.roofline import bytes_per_step
+
     draft = None
     if draft_bytes:
         draft = bytes_per_step(0, tp=tp, draft_bytes=draft_bytes, draft_forwards=draft_forwards,
@@ -248,6 +220,57 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
         draft = sb.draft_bytes_per_step
     elif src == "manifest":
         draft = _manifest_draft(man)
+    return draft
+
+
+def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, params: float | None = None,
+                  dtype: str | None = None, model: str | Path | dict | Model | None = None,
+                  kv_dtype: str | None = None, batch: int = 1, context: int | None = None,
+                  kv_bytes_per_token: float | None = None, draft_forwards: float = 0, verify_tokens: int = 1,
+                  draft_bytes: float = 0, draft_sharded: bool = True, manifest: dict | None = None,
+                  discover: Callable[[], tuple[str | Path | None, str]] | None = None, draft_note: str = "",
+                  from_trace: Callable[[], tuple[int | None, str | None, tuple[str, ...]]] | None = None,
+                  ) -> ResolvedBytes:
+    """The bytes per GPU per decode step from every source given (precedence: the module docstring).
+
+    ``weight_bytes``: summed over all GPUs (divided by ``parallel.tp``); ``params`` x ``dtype`` likewise;
+    ``model``: a model folder, HF snapshot, ``config.json``, config dict or Model (``dtype`` overrides its
+    element size); ``batch``: sequences per step (MoE experts are read at ``batch x verify_tokens`` tokens);
+    ``context``: KV tokens each sequence reads (None: KV unknown); ``draft_forwards``: draft (MTP) forwards per
+    step; ``draft_bytes``: a separate draft model's bytes (read ``draft_forwards`` times, split over tp when
+    ``draft_sharded``); ``manifest``: ``tracekit capture``'s (``weight_bytes_per_step``, ``kv_bytes_per_step``,
+    per GPU). A trace's own sources (breakdown): ``discover``, called only when no flag, model or manifest gives
+    the weights, returns the model the trace's recorded command line names (its path when it is on this machine,
+    else None) and how it was found; ``from_trace``, called only when nothing above gives the weights, returns
+    (bytes, source, warnings) from the recorded shapes or NVTX; ``draft_note`` says how the draft forwards were
+    counted (a warning when a draft is counted). The warnings a breakdown prints (what is unknown, what was
+    assumed) come back in ``warnings``.
+    """
+    from tracekit.model import step_bytes
+
+    tp, ep = parallel.tp, parallel.ep
+    man = manifest or {}
+    assumptions: list[str] = []
+    warnings: list[str] = []
+    m = sb = None
+    if (discover is not None and model is None and weight_bytes is None and params is None
+            and man.get("weight_bytes_per_step") is None):
+        found, note = discover()
+        if found is not None:
+            model = str(found)
+            warnings.append(f"model bytes from {note}")
+    if model is not None:
+        m = load(model, dtype)
+        # a separate draft model's bytes (--draft-bytes) replace the model's MTP layers as the draft
+        sb = step_bytes(m, tp=tp, ep=ep, batch=batch, context=context,
+                        draft_forwards=0 if draft_bytes else draft_forwards, verify_tokens=verify_tokens,
+                        kv_dtype=kv_dtype)
+        assumptions += [n for n in sb.notes + sb.warnings if not n.startswith("KV cache not counted")]
+        warnings += list(sb.warnings)
+
+    target, src, trace_warnings = _target_weights(weight_bytes, params, dtype, sb, man, from_trace, tp, assumptions)
+    kv, kv_src = _kv_bytes(kv_bytes_per_token, sb, man, tp=tp, context=context, batch=batch, assumptions=assumptions)
+    draft = _draft_bytes(draft_bytes, draft_forwards, draft_sharded, sb, man, src, tp, assumptions)
 
     if draft_note and draft is not None and target is not None and draft:
         warnings.append(draft_note)

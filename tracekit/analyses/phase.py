@@ -293,41 +293,9 @@ def same_forward_as(heavy: pl.DataFrame) -> pl.Expr:
     return (pl.col("g_n") >= n / SAME_FORWARD) & (pl.col("g_n") <= n * SAME_FORWARD)
 
 
-def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None = None) -> pl.DataFrame:
-    """The phase of every step window.
-
-    ``windows``: the steps (``Steps.windows``: step, pid, tid, start, end). ``acts``: the attributed GPU
-    activity (the breakdown's activities frame: step, name, category, kind, graphed, correlation, dur); computed
-    from the trace with the same attribution rule when not given. Returns one row per window: step, phase
-    (decode|prefill|mixed|unknown), source (annotation|training|shapes|work|kernels|manifest|graph|null) and
-    evidence (what was seen, one line).
-    """
-    steps = windows.select(pl.col("step").cast(pl.Int64))
-    if acts is None:
-        acts, kernels_of = _activities(trace, windows), None
-    else:
-        # (the columns read first, then one filter: filtering the wide frame copies every column; whole steps piece
-        # by piece, intervals.step_chunks, so that the copy is never of ten million rows at once)
-        keep = pl.col("step").is_not_null() & ((pl.col("kind") == "kernel") if "kind" in acts.columns else True)
-        cat = pl.col("name_category") if "name_category" in acts.columns else pl.col("category")
-
-        def kernels_of(a: pl.DataFrame) -> pl.DataFrame:
-            return a.select(pl.col("step").cast(pl.Int64), "name", "correlation", pl.col("graphed").fill_null(False),
-                            "dur", category=cat, _keep=keep).filter("_keep").drop("_keep")
-
-    def piece(a: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """A piece's backward/optimizer kernels and its step sums (only these small frames are kept)."""
-        k = kernels_of(a) if kernels_of is not None else a
-        return k.filter(name_matches(k["name"], TRAINING_KERNELS)), step_sums(k)
-
-    parts = by_pieces(piece, acts)
-    ann = annotation_phases(trace, windows)
-    # training: backward/optimizer kernels in the step, else anywhere in the trace
-    bwd = pl.concat([b for b, _ in parts])
-    per_bwd = bwd.group_by("step").agg(n=pl.len(), example=pl.col("name").first().cast(pl.String))
-    trace_bwd = trace.kernels.filter(_kernel_matches(trace.kernels, TRAINING_KERNELS))
-    work = work_from_sums(pl.concat([w for _, w in parts]), windows)
-    # shapes (decode only where they cover the step's GEMMs: most of its GEMM time launched eagerly)
+def _shape_phases(trace: Trace, windows: pl.DataFrame, ann: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
+    """The steps whose GEMM input shapes tell the phase (prefill from the tokens per sequence or rows; decode only
+    where the shapes cover the step's GEMMs: most of its GEMM time launched eagerly): step, phase, evidence."""
     shapes = gemm_rows(trace, windows).join(ann.select("step", "bs"), on="step", how="left").join(
         work.select("step", "attention", eager=pl.col("g_eager") >= SHAPES_EAGER_SHARE * pl.col("g_ms")),
         on="step", how="left")
@@ -341,6 +309,13 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
         .then(pl.format("GEMM inputs of {} tokens per sequence ({})", pl.col("tokens"), pl.col("op")))
         .otherwise(pl.format("GEMM inputs of {} rows ({})", pl.col("rows"), pl.col("op"))),
     ).filter(pl.col("phase").is_not_null())
+    return shapes
+
+
+def _work_phases(work: pl.DataFrame) -> tuple[pl.DataFrame, ...]:
+    """The phases the steps' work tells (:func:`work_from_sums`' frame), one frame each in the order they rank:
+    heavy steps (prefill or mixed), decode-only attention kernels, graph replays beside eager prefill, light steps
+    beside prefill, and one graph replay holding most of the kernel time."""
     # work: token-proportional GEMMs and collectives against the lightest steps
     comm_txt = pl.when(pl.col("c_ratio").is_not_null()).then(
         pl.format(", collectives {}x as long", pl.col("c_ratio").round(1))).otherwise(pl.lit(""))
@@ -383,6 +358,45 @@ def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None =
         "step", phase=pl.lit("decode"),
         evidence=pl.format("one CUDA graph replay holds {}% of the kernel time",
                            (100 * pl.col("one_replay") / pl.col("k_all")).round(0).cast(pl.Int64)))
+    return heavy, kernels, graph_vs_eager, light_beside, graph
+
+
+def step_phases(trace: Trace, windows: pl.DataFrame, acts: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The phase of every step window.
+
+    ``windows``: the steps (``Steps.windows``: step, pid, tid, start, end). ``acts``: the attributed GPU
+    activity (the breakdown's activities frame: step, name, category, kind, graphed, correlation, dur); computed
+    from the trace with the same attribution rule when not given. Returns one row per window: step, phase
+    (decode|prefill|mixed|unknown), source (annotation|training|shapes|work|kernels|manifest|graph|null) and
+    evidence (what was seen, one line).
+    """
+    steps = windows.select(pl.col("step").cast(pl.Int64))
+    if acts is None:
+        acts, kernels_of = _activities(trace, windows), None
+    else:
+        # (the columns read first, then one filter: filtering the wide frame copies every column; whole steps piece
+        # by piece, intervals.step_chunks, so that the copy is never of ten million rows at once)
+        keep = pl.col("step").is_not_null() & ((pl.col("kind") == "kernel") if "kind" in acts.columns else True)
+        cat = pl.col("name_category") if "name_category" in acts.columns else pl.col("category")
+
+        def kernels_of(a: pl.DataFrame) -> pl.DataFrame:
+            return a.select(pl.col("step").cast(pl.Int64), "name", "correlation", pl.col("graphed").fill_null(False),
+                            "dur", category=cat, _keep=keep).filter("_keep").drop("_keep")
+
+    def piece(a: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """A piece's backward/optimizer kernels and its step sums (only these small frames are kept)."""
+        k = kernels_of(a) if kernels_of is not None else a
+        return k.filter(name_matches(k["name"], TRAINING_KERNELS)), step_sums(k)
+
+    parts = by_pieces(piece, acts)
+    ann = annotation_phases(trace, windows)
+    # training: backward/optimizer kernels in the step, else anywhere in the trace
+    bwd = pl.concat([b for b, _ in parts])
+    per_bwd = bwd.group_by("step").agg(n=pl.len(), example=pl.col("name").first().cast(pl.String))
+    trace_bwd = trace.kernels.filter(_kernel_matches(trace.kernels, TRAINING_KERNELS))
+    work = work_from_sums(pl.concat([w for _, w in parts]), windows)
+    shapes = _shape_phases(trace, windows, ann, work)
+    heavy, kernels, graph_vs_eager, light_beside, graph = _work_phases(work)
     manifest = trace.manifest if isinstance(trace.manifest, dict) else None
     listed = _manifest_phases(manifest, steps) if manifest and isinstance(manifest.get("step_phases"), list) else None
     sources = [

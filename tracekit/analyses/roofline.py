@@ -520,32 +520,9 @@ dtype (``detail["weight_dtype"]``, the one holding most of their bytes).
 """
 
 
-def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> tuple[int | None, dict]:
-    """Weight bytes per decode step from the input shapes of matmul-like torch ops.
-
-    ``ops``: rows of ``Trace.ops`` (columns ``name``, ``input_dims``, ``input_types``,
-    and ``pid``/``tid``/``start``/``end`` when nesting must be resolved) covering whole
-    decode steps. Either give the ops of the analysed steps with ``n_steps`` = how
-    many steps they span, or add a ``step`` column (one id per step, null = outside):
-    then bytes are summed per step and the median step is reported (robust to a
-    partial first/last step). Returns ``(bytes_per_step | None, detail)``; ``detail``
-    says how many ops and weights were used and why the result is None when it is.
-    """
-    detail: dict = {"method": "shapes", "ops": 0, "weights": 0, "n_steps": None,
-                    "bytes_by_op": {}, "skipped_ops": 0, "reason": None}
-    need = {"name", "input_dims", "input_types"}
-    if ops is None or ops.height == 0 or not need <= set(ops.columns):
-        detail["reason"] = "no matmul-like ops with recorded shapes in the trace"
-        return None, detail
-    df = ops.filter(pl.col("name").is_in(list(_WEIGHT_SLOT)) & pl.col("input_dims").is_not_null())
-    if "step" in df.columns:
-        df = df.filter(pl.col("step").is_not_null())
-    if df.height == 0:
-        detail["reason"] = "no matmul-like ops with recorded shapes (record the torch trace with record_shapes=True)"
-        return None, detail
-
-    # Drop ops nested in an earlier matmul-like op of the same thread (aten::linear ->
-    # aten::matmul -> aten::mm): start before the running max of earlier ends.
+def _outermost(df: pl.DataFrame) -> pl.DataFrame:
+    """The matmul-like ops not nested in an earlier one of the same thread (aten::linear -> aten::matmul ->
+    aten::mm count once): those starting at or after the running max of earlier ends."""
     if {"start", "end", "tid"} <= set(df.columns):
         keys = [c for c in ("pid", "tid") if c in df.columns]
         df = (
@@ -554,7 +531,12 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
             .filter(pl.col("_prev_end").is_null() | (pl.col("start") >= pl.col("_prev_end")))
             .drop("_prev_end")
         )
+    return df
 
+
+def _weight_operands(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with each op's weight operand (``_w``, its dtype ``_wt``), its bytes (``_wbytes``, with the bias's
+    ``_bbytes``) and the FLOPs of the op (``_flops``), from the shape texts (decoded once per distinct pair)."""
     shape_t = pl.List(pl.List(pl.Int64))
 
     def operand(i: int, prefix: str) -> list[pl.Expr]:
@@ -618,6 +600,54 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
         _bbytes=(pl.col("_bn") * size(pl.col("_bt"))).fill_null(0.0),
         _flops=2.0 * pick(pl.col("_a"), "n") / pl.when(reduced > 0).then(reduced) * pl.col("_wn"),
     )
+    return df
+
+
+def _per_step(used: pl.DataFrame, n_steps: int | None, detail: dict) -> float:
+    """The weight bytes per step: the median over the ``step`` column's steps, else the sum over ``n_steps``;
+    sets the step count, FLOPs per step and the per-op bytes per step in ``detail``."""
+    if "step" in used.columns:
+        per_step = used.group_by("step").agg(pl.col("_bytes").sum(), pl.col("_flops").sum())
+        detail["n_steps"] = per_step.height
+        value = per_step["_bytes"].median()
+        detail["flops_per_step"] = float(per_step["_flops"].median())
+        detail["bytes_by_op"] = {k: int(v / per_step.height) for k, v in detail["bytes_by_op"].items()}
+    else:
+        steps = 1 if n_steps is None else n_steps
+        if steps < 1:
+            raise ValueError("n_steps must be >= 1")
+        detail["n_steps"] = steps
+        value = used["_bytes"].sum() / steps
+        detail["flops_per_step"] = float(used["_flops"].sum()) / steps
+        detail["bytes_by_op"] = {k: int(v / steps) for k, v in detail["bytes_by_op"].items()}
+    return value
+
+
+def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> tuple[int | None, dict]:
+    """Weight bytes per decode step from the input shapes of matmul-like torch ops.
+
+    ``ops``: rows of ``Trace.ops`` (columns ``name``, ``input_dims``, ``input_types``,
+    and ``pid``/``tid``/``start``/``end`` when nesting must be resolved) covering whole
+    decode steps. Either give the ops of the analysed steps with ``n_steps`` = how
+    many steps they span, or add a ``step`` column (one id per step, null = outside):
+    then bytes are summed per step and the median step is reported (robust to a
+    partial first/last step). Returns ``(bytes_per_step | None, detail)``; ``detail``
+    says how many ops and weights were used and why the result is None when it is.
+    """
+    detail: dict = {"method": "shapes", "ops": 0, "weights": 0, "n_steps": None,
+                    "bytes_by_op": {}, "skipped_ops": 0, "reason": None}
+    need = {"name", "input_dims", "input_types"}
+    if ops is None or ops.height == 0 or not need <= set(ops.columns):
+        detail["reason"] = "no matmul-like ops with recorded shapes in the trace"
+        return None, detail
+    df = ops.filter(pl.col("name").is_in(list(_WEIGHT_SLOT)) & pl.col("input_dims").is_not_null())
+    if "step" in df.columns:
+        df = df.filter(pl.col("step").is_not_null())
+    if df.height == 0:
+        detail["reason"] = "no matmul-like ops with recorded shapes (record the torch trace with record_shapes=True)"
+        return None, detail
+
+    df = _weight_operands(_outermost(df))
     used = df.filter(pl.col("_wbytes").is_not_null())
     detail["ops"] = df.height
     detail["weights"] = used.height
@@ -638,20 +668,7 @@ def weight_bytes_from_shapes(ops: pl.DataFrame, n_steps: int | None = None) -> t
         r["name"]: int(r["_bytes"]) for r in used.group_by("name").agg(pl.col("_bytes").sum()).to_dicts()
     }
 
-    if "step" in used.columns:
-        per_step = used.group_by("step").agg(pl.col("_bytes").sum(), pl.col("_flops").sum())
-        detail["n_steps"] = per_step.height
-        value = per_step["_bytes"].median()
-        detail["flops_per_step"] = float(per_step["_flops"].median())
-        detail["bytes_by_op"] = {k: int(v / per_step.height) for k, v in detail["bytes_by_op"].items()}
-    else:
-        steps = 1 if n_steps is None else n_steps
-        if steps < 1:
-            raise ValueError("n_steps must be >= 1")
-        detail["n_steps"] = steps
-        value = used["_bytes"].sum() / steps
-        detail["flops_per_step"] = float(used["_flops"].sum()) / steps
-        detail["bytes_by_op"] = {k: int(v / steps) for k, v in detail["bytes_by_op"].items()}
+    value = _per_step(used, n_steps, detail)
     return int(round(value)), detail
 
 

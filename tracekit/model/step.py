@@ -205,6 +205,67 @@ def _split(role_split: str, arch: Arch, tp: int, ep: int) -> float:
     return 1.0
 
 
+def _expert_shares(model: Model, *, tp: int, ep: int, batch: int, target_tokens: int, notes: list[str],
+                   warnings: list[str]) -> tuple[float | None, float, float]:
+    """The MoE experts a step reads: the expected distinct experts of the target forward (None without experts)
+    and the shares of the expert tensors the target and each draft forward read (1.0: every expert)."""
+    a = model.arch
+    e_target = e_draft = None
+    n_experts = a.experts or _experts_in(model)
+    if n_experts and not a.top_k:
+        warnings.append("expert tensors found but the config has no num_experts_per_tok: every expert counted")
+    frac_target = frac_draft = 1.0
+    if n_experts and a.top_k:
+        e_target = expected_experts(n_experts, a.top_k, target_tokens)
+        e_draft = expected_experts(n_experts, a.top_k, batch)
+        frac_target, frac_draft = e_target / n_experts, e_draft / n_experts
+        notes.append(f"MoE: a forward of {target_tokens} token(s) reads the expected distinct experts under uniform "
+                     f"routing, E(1-(1-k/E)^b) = {e_target:.1f} of {n_experts} per layer (top-{a.top_k}), plus "
+                     "shared experts and the router whole")
+        if max(tp, ep) > 1:
+            notes.append(f"experts spread over {max(tp, ep)} GPUs (tp {tp}, ep {ep}): the mean GPU's share; "
+                         "the busiest GPU reads more")
+    return e_target, frac_target, frac_draft
+
+
+def _tensor_bytes(model: Model, *, tp: int, ep: int, frac_target: float, frac_draft: float,
+                  warnings: list[str]) -> tuple[dict[str, float], float, float, bool]:
+    """Each tensor's bytes on one GPU (split by its role; experts at their share; a tied lm_head read through the
+    embedding): the target's bytes by group, a draft forward's bytes, the lm_head's bytes, and whether the draft
+    has its own lm_head."""
+    a = model.arch
+    has_head = any(r.group == "lm_head" and not r.draft for r in model.roles)
+    draft_has_head = any(r.group == "lm_head" and r.draft for r in model.roles)
+    by_group: dict[str, float] = defaultdict(float)
+    draft_per_forward = 0.0
+    head_bytes = 0.0
+    guessed = 0
+    for t, r in zip(model.tensors, model.roles):
+        if r.split == "none":
+            if r.group == "embedding" and not r.draft and not has_head:
+                # tied lm_head: the step reads the embedding matrix as the output projection
+                b = t.nbytes / tp
+                by_group["lm_head"] += b
+                head_bytes += b
+            continue
+        b = t.nbytes / _split(r.split, a, tp, ep)
+        if r.split == "qkv" and a.kv_heads and tp > a.kv_heads:
+            q = a.heads / (a.heads + 2 * a.kv_heads)
+            b = t.nbytes * (q / tp + (1 - q) / a.kv_heads)
+        if r.split == "expert":
+            b *= frac_draft if r.draft else frac_target
+        guessed += r.guessed
+        if r.draft:
+            draft_per_forward += b
+        else:
+            by_group[r.group] += b
+            if r.group == "lm_head":
+                head_bytes += b
+    if guessed:
+        warnings.append(f"{guessed} tensor(s) of no known role counted as split by tensor parallelism")
+    return by_group, draft_per_forward, head_bytes, draft_has_head
+
+
 def step_bytes(
     model: Model,
     *,
@@ -235,50 +296,11 @@ def step_bytes(
     notes = list(model.notes)
     warnings = list(model.warnings)
     target_tokens = batch * verify_tokens
-    e_target = e_draft = None
-    n_experts = a.experts or _experts_in(model)
-    if n_experts and not a.top_k:
-        warnings.append("expert tensors found but the config has no num_experts_per_tok: every expert counted")
-    frac_target = frac_draft = 1.0
-    if n_experts and a.top_k:
-        e_target = expected_experts(n_experts, a.top_k, target_tokens)
-        e_draft = expected_experts(n_experts, a.top_k, batch)
-        frac_target, frac_draft = e_target / n_experts, e_draft / n_experts
-        notes.append(f"MoE: a forward of {target_tokens} token(s) reads the expected distinct experts under uniform "
-                     f"routing, E(1-(1-k/E)^b) = {e_target:.1f} of {n_experts} per layer (top-{a.top_k}), plus "
-                     "shared experts and the router whole")
-        if max(tp, ep) > 1:
-            notes.append(f"experts spread over {max(tp, ep)} GPUs (tp {tp}, ep {ep}): the mean GPU's share; "
-                         "the busiest GPU reads more")
-    has_head = any(r.group == "lm_head" and not r.draft for r in model.roles)
-    draft_has_head = any(r.group == "lm_head" and r.draft for r in model.roles)
-    by_group: dict[str, float] = defaultdict(float)
-    draft_per_forward = 0.0
-    head_bytes = 0.0
-    guessed = 0
-    for t, r in zip(model.tensors, model.roles):
-        if r.split == "none":
-            if r.group == "embedding" and not r.draft and not has_head:
-                # tied lm_head: the step reads the embedding matrix as the output projection
-                b = t.nbytes / tp
-                by_group["lm_head"] += b
-                head_bytes += b
-            continue
-        b = t.nbytes / _split(r.split, a, tp, ep)
-        if r.split == "qkv" and a.kv_heads and tp > a.kv_heads:
-            q = a.heads / (a.heads + 2 * a.kv_heads)
-            b = t.nbytes * (q / tp + (1 - q) / a.kv_heads)
-        if r.split == "expert":
-            b *= frac_draft if r.draft else frac_target
-        guessed += r.guessed
-        if r.draft:
-            draft_per_forward += b
-        else:
-            by_group[r.group] += b
-            if r.group == "lm_head":
-                head_bytes += b
-    if guessed:
-        warnings.append(f"{guessed} tensor(s) of no known role counted as split by tensor parallelism")
+    e_target, frac_target, frac_draft = _expert_shares(model, tp=tp, ep=ep, batch=batch,
+                                                       target_tokens=target_tokens, notes=notes, warnings=warnings)
+    by_group, draft_per_forward, head_bytes, draft_has_head = _tensor_bytes(model, tp=tp, ep=ep,
+                                                                            frac_target=frac_target,
+                                                                            frac_draft=frac_draft, warnings=warnings)
     mtp_stored = draft_per_forward > 0
     if draft_forwards and mtp_stored and not draft_has_head:
         draft_per_forward += head_bytes  # Qwen3-Next's MTP computes logits with the target's lm_head

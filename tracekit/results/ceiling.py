@@ -163,10 +163,97 @@ def ceiling(
     """
     # (imported here: `tracekit ceiling --help` and the capture-only GPU host need no polars)
     from tracekit.analyses import resolve
+    from tracekit.analyses.roofline import with_compute
+
+    model, kv_flag = _check_options(model=model, model_config=model_config, weight_bytes=weight_bytes, params=params,
+                                    dtype=dtype, tp=tp, ep=ep, batch=batch, accept_len=accept_len,
+                                    measured_tok_s=measured_tok_s, draft_bytes=draft_bytes,
+                                    draft_forwards=draft_forwards, context=context, kv_dtype=kv_dtype,
+                                    kv_bytes_per_token=kv_bytes_per_token)
+
+    rb, assumptions = _bytes(tp=tp, ep=ep, weight_bytes=weight_bytes, params=params, dtype=dtype, model=model,
+                             kv_dtype=kv_dtype, batch=batch, context=context, kv_flag=kv_flag,
+                             kv_bytes_per_token=kv_bytes_per_token, draft_forwards=draft_forwards,
+                             draft_bytes=draft_bytes, draft_sharded=draft_sharded)
+    wbytes_gpu = rb.target_bytes_per_step or 0
+    draft_gpu = rb.draft_bytes_per_step or 0
+    kv_step = rb.kv_bytes_per_step
+    inputs = _inputs(rb, tp=tp, ep=ep, batch=batch, accept_len=accept_len, dtype=dtype, weight_bytes=weight_bytes,
+                     params=params, model_given=model is not None, draft_bytes=draft_bytes,
+                     draft_forwards=draft_forwards, draft_sharded=draft_sharded,
+                     kv_bytes_per_token=kv_bytes_per_token, context=context)
+    total = int(round(wbytes_gpu)) + int(draft_gpu) + int(kv_step or 0)
+    breakdown = {"weights": int(round(wbytes_gpu)), "draft": int(draft_gpu), "kv": int(kv_step or 0)}
+
+    name, bw, source = _bandwidth(gpu, peak_bw, assumptions)
+
+    tps = resolve.tokens_per_step(flag=batch, accept_len=accept_len).value
+    step_ms = tps * 1000.0 / measured_tok_s if measured_tok_s is not None else None
+    r = rb.roofline(peak_bw_gbps=bw, reference_step_ms=step_ms, tokens_per_step=tps)
+    if r.draft_bytes_per_step is None:  # (ceiling states a draft of 0 bytes; breakdown leaves it unknown)
+        r = replace(r, draft_bytes_per_step=0)
+    assert r.bytes_per_step == total
+    # compute: the FLOPs of the tokens the target runs (a verify forward runs draft forwards + 1 per sequence)
+    ran = float(batch * (int(draft_forwards) + 1)) if draft_forwards else tps
+    flops, peak = _compute_inputs(rb, params=params, dtype=dtype, model_given=model is not None, tokens=ran, tp=tp,
+                                  ep=ep, context=context, gpu=gpu, peak_tflops=peak_tflops, assumptions=assumptions)
+    memory = r  # (the ``roofline`` block: the breakdown/3 figures of these bytes alone)
+    r = with_compute(r, gemm_flops_per_step=flops[0], attention_flops_per_step=flops[1], peak_tflops=peak[0],
+                     reference_step_ms=step_ms)
+    assumptions.append(_compute_line(r, peak))
+    assumptions.append(f"tokens per step = {'accept length ' + format(accept_len, 'g') if accept_len else '1 (no speculation)'}"
+                       f" x batch {batch}")
+    g = CeilingGpu(name=name, peak_bw_gbps=bw, peak_bw_source=source)
+    return Ceiling(
+        gpu=g, bytes_per_step_per_gpu=int(r.bytes_per_step), floor_ms=r.floor_ms,
+        ceiling_steps_per_s=r.ceiling_steps_per_s, tokens_per_step=r.tokens_per_step,
+        ceiling_tokens_per_s=r.ceiling_tokens_per_s,
+        measured_tokens_per_s=float(measured_tok_s) if measured_tok_s is not None else None,
+        fraction_of_ceiling=r.fraction_of_ceiling, peak_tflops=r.peak_tflops,
+        peak_tflops_source=peak[1] if r.peak_tflops is not None else None, flops_per_step_per_gpu=r.flops_per_step,
+        memory_floor_ms=r.memory_floor_ms, compute_floor_ms=r.compute_floor_ms, bound=r.bound,
+        assumptions=tuple(assumptions), summary=_summary(g, r), bytes_breakdown=breakdown, inputs=inputs,
+        model=rb.model.summary() if rb.model is not None else None, roofline=memory,
+        step=rb.step.to_dict() if rb.step is not None else None,
+    )
+
+
+def _bytes(*, tp, ep, weight_bytes, params, dtype, model, kv_dtype, batch, context, kv_flag, kv_bytes_per_token,
+           draft_forwards, draft_bytes, draft_sharded):
+    """The bytes a step reads per GPU (weights, draft, KV), through the resolver breakdown uses, and the
+    assumptions stated so far (the memory model's, then the resolver's). Raises when the weights come to 0."""
     from tracekit.analyses.bytes import resolve_bytes
     from tracekit.analyses.resolve import resolve_tp
-    from tracekit.analyses.roofline import with_compute
-    from tracekit.gpus import list_gpus, lookup
+
+    assumptions: list[str] = [
+        "memory: every byte counted is read once per step from DRAM at the GPU's datasheet peak "
+        "bandwidth (kernels reach about 80-90% of it, so the real floor is higher)",
+        "communication ignored" + (f" (tensor parallelism {tp} adds all-reduces on top)" if tp > 1 else ""),
+        "kernel launch overhead, host gaps and scheduling ignored (CUDA graphs come closest)",
+        "activation bytes ignored",
+    ]
+    # the bytes: one resolver, the same as breakdown's (a verify forward of K+1 tokens routes the MoE experts)
+    rb = resolve_bytes(parallel=resolve_tp(flag=tp, ep=ep), weight_bytes=weight_bytes, params=params, dtype=dtype,
+                       model=model, kv_dtype=kv_dtype, batch=batch, context=(context or None) if model is not None
+                       else context, kv_bytes_per_token=kv_bytes_per_token if kv_flag else None,
+                       draft_forwards=draft_forwards or 0,
+                       verify_tokens=int(draft_forwards) + 1 if draft_forwards and not draft_bytes else 1,
+                       draft_bytes=draft_bytes or 0, draft_sharded=draft_sharded)
+    assumptions += list(rb.assumptions)
+    if rb.kv_bytes_per_step is None:
+        assumptions.append("KV cache reads not counted (give --context with --model, or --kv-bytes-per-token "
+                           "and --context)")
+    if not rb.draft_bytes_per_step:
+        assumptions.append("no draft model weights counted")
+    if (rb.target_bytes_per_step or 0) <= 0:
+        raise BadModelConfig("the model's weights come to 0 bytes per step: check --model")
+    return rb, assumptions
+
+
+def _check_options(*, model, model_config, weight_bytes, params, dtype, tp, ep, batch, accept_len, measured_tok_s,
+                   draft_bytes, draft_forwards, context, kv_dtype, kv_bytes_per_token):
+    """Check :func:`ceiling`'s options together (one way to give the weights, ranges, dtypes, the KV pair);
+    returns the model (``model_config`` is its older name) and whether the KV term comes from the flags."""
     from tracekit.model.units import dtype_bytes
 
     if model is None:
@@ -202,34 +289,18 @@ def ceiling(
         if (kv > 0) != (bool(context) and context > 0):
             raise ConflictingOptions("KV reads need both --kv-bytes-per-token N and --context L"
                                 + (" (or --model PATH with --context)" if model is None else ""))
+    return model, kv_flag
 
-    assumptions: list[str] = [
-        "memory: every byte counted is read once per step from DRAM at the GPU's datasheet peak "
-        "bandwidth (kernels reach about 80-90% of it, so the real floor is higher)",
-        "communication ignored" + (f" (tensor parallelism {tp} adds all-reduces on top)" if tp > 1 else ""),
-        "kernel launch overhead, host gaps and scheduling ignored (CUDA graphs come closest)",
-        "activation bytes ignored",
-    ]
-    # the bytes: one resolver, the same as breakdown's (a verify forward of K+1 tokens routes the MoE experts)
-    rb = resolve_bytes(parallel=resolve_tp(flag=tp, ep=ep), weight_bytes=weight_bytes, params=params, dtype=dtype,
-                       model=model, kv_dtype=kv_dtype, batch=batch, context=(context or None) if model is not None
-                       else context, kv_bytes_per_token=kv_bytes_per_token if kv_flag else None,
-                       draft_forwards=draft_forwards or 0,
-                       verify_tokens=int(draft_forwards) + 1 if draft_forwards and not draft_bytes else 1,
-                       draft_bytes=draft_bytes or 0, draft_sharded=draft_sharded)
-    assumptions += list(rb.assumptions)
-    if rb.kv_bytes_per_step is None:
-        assumptions.append("KV cache reads not counted (give --context with --model, or --kv-bytes-per-token "
-                           "and --context)")
-    if not rb.draft_bytes_per_step:
-        assumptions.append("no draft model weights counted")
+
+def _inputs(rb, *, tp, ep, batch, accept_len, dtype, weight_bytes, params, model_given: bool, draft_bytes,
+            draft_forwards, draft_sharded, kv_bytes_per_token, context) -> dict:
+    """The ``inputs`` block: the options as given, and the weight bytes summed over GPUs from whichever source
+    resolved them (the flag, ``params`` x ``dtype``, or the model's target weights)."""
+    from tracekit.model.units import dtype_bytes
+
     wbytes_gpu = rb.target_bytes_per_step or 0
-    draft_gpu = rb.draft_bytes_per_step or 0
-    kv_step = rb.kv_bytes_per_step
-    if wbytes_gpu <= 0:
-        raise BadModelConfig("the model's weights come to 0 bytes per step: check --model")
     inputs: dict = {"tp": tp, "ep": ep, "batch": batch, "accept_len": accept_len,
-                    "dtype": dtype if (model is not None or params is not None) else None,
+                    "dtype": dtype if (model_given or params is not None) else None,
                     "weight_bytes": None, "weight_bytes_source": rb.weight_bytes_source, "params": None,
                     "draft_bytes": draft_bytes or 0, "draft_forwards": draft_forwards or 0,
                     "draft_sharded": draft_sharded, "kv_bytes_per_token": None, "kv_bytes_source": rb.kv_bytes_source,
@@ -243,10 +314,14 @@ def ceiling(
         inputs["weight_bytes"] = int(round(wbytes_gpu * tp))
     if rb.kv_bytes_source == "flag":
         inputs["kv_bytes_per_token"] = int(kv_bytes_per_token)
-    step = rb.step.to_dict() if rb.step is not None else None
-    summary = rb.model.summary() if rb.model is not None else None
-    total = int(round(wbytes_gpu)) + int(draft_gpu) + int(kv_step or 0)
-    breakdown = {"weights": int(round(wbytes_gpu)), "draft": int(draft_gpu), "kv": int(kv_step or 0)}
+    return inputs
+
+
+def _bandwidth(gpu, peak_bw, assumptions: list[str]) -> tuple[str, float, str]:
+    """The GPU's name, peak bandwidth (GB/s) and its source (the flag or the GPU table; the resolver breakdown
+    uses); a multi-die package adds its assumption line. Raises when neither gives a bandwidth."""
+    from tracekit.analyses import resolve
+    from tracekit.gpus import list_gpus, lookup
 
     spec = lookup(gpu) if gpu else None
     found = resolve.peak_bandwidth(flag=peak_bw, name=gpu)  # (the resolvers breakdown uses)
@@ -261,47 +336,7 @@ def ceiling(
     if spec is not None and spec.devices_per_package > 1 and source == "table":
         assumptions.append(f"{spec.name}: one device = one of {spec.devices_per_package} dies, "
                            f"{spec.device_bw_gbps:g} GB/s each")
-
-    tps = resolve.tokens_per_step(flag=batch, accept_len=accept_len).value
-    step_ms = tps * 1000.0 / measured_tok_s if measured_tok_s is not None else None
-    r = rb.roofline(peak_bw_gbps=bw, reference_step_ms=step_ms, tokens_per_step=tps)
-    if r.draft_bytes_per_step is None:  # (ceiling states a draft of 0 bytes; breakdown leaves it unknown)
-        r = replace(r, draft_bytes_per_step=0)
-    assert r.bytes_per_step == total
-    # compute: the FLOPs of the tokens the target runs (a verify forward runs draft forwards + 1 per sequence)
-    ran = float(batch * (int(draft_forwards) + 1)) if draft_forwards else tps
-    flops, peak = _compute_inputs(rb, params=params, dtype=dtype, model_given=model is not None, tokens=ran, tp=tp,
-                                  ep=ep, context=context, gpu=gpu, peak_tflops=peak_tflops, assumptions=assumptions)
-    memory = r  # (the ``roofline`` block: the breakdown/3 figures of these bytes alone)
-    r = with_compute(r, gemm_flops_per_step=flops[0], attention_flops_per_step=flops[1], peak_tflops=peak[0],
-                     reference_step_ms=step_ms)
-    assumptions.append(_compute_line(r, peak))
-    assumptions.append(f"tokens per step = {'accept length ' + format(accept_len, 'g') if accept_len else '1 (no speculation)'}"
-                       f" x batch {batch}")
-    g = CeilingGpu(name=name, peak_bw_gbps=bw, peak_bw_source=source)
-    return Ceiling(
-        gpu=g,
-        bytes_per_step_per_gpu=int(r.bytes_per_step),
-        floor_ms=r.floor_ms,
-        ceiling_steps_per_s=r.ceiling_steps_per_s,
-        tokens_per_step=r.tokens_per_step,
-        ceiling_tokens_per_s=r.ceiling_tokens_per_s,
-        measured_tokens_per_s=float(measured_tok_s) if measured_tok_s is not None else None,
-        fraction_of_ceiling=r.fraction_of_ceiling,
-        peak_tflops=r.peak_tflops,
-        peak_tflops_source=peak[1] if r.peak_tflops is not None else None,
-        flops_per_step_per_gpu=r.flops_per_step,
-        memory_floor_ms=r.memory_floor_ms,
-        compute_floor_ms=r.compute_floor_ms,
-        bound=r.bound,
-        assumptions=tuple(assumptions),
-        summary=_summary(g, r),
-        bytes_breakdown=breakdown,
-        inputs=inputs,
-        model=summary,
-        roofline=memory,
-        step=step,
-    )
+    return name, bw, source
 
 
 def _compute_inputs(rb, *, params, dtype, model_given: bool, tokens: float, tp: int, ep: int, context, gpu,

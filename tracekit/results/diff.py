@@ -738,6 +738,68 @@ def _unprofiled_periods(s: Side) -> tuple[float, ...] | None:
     return tuple(periods) if periods else None
 
 
+def _intervals(b: Side, n: Side, basis: str, statistic: str, ratio: float | None, traced_ratio: float | None,
+               counts: tuple[int, int], *, resamples: int, seed: int, confidence: float):
+    """:func:`gate`'s noise: the interval of the compared ratio and of the traced ratio, the method that gave
+    them (``unprofiled-bootstrap``, ``bootstrap``, ``normal`` or ``none``) and the step counts it rests on."""
+    bs, ns = b.view["steps"], n.view["steps"]
+    interval, traced_interval, method = None, None, "none"
+    ub, un = (_unprofiled_periods(b), _unprofiled_periods(n)) if basis == "unprofiled" else (None, None)
+    if ub and un and ratio is not None:
+        counts = (len(ub), len(un))
+        if min(counts) >= MIN_GATE_STEPS:
+            lo, hi = bootstrap_ratio(ub, un, "median", resamples=resamples, seed=seed, confidence=confidence)
+            if traced_ratio is not None:
+                lo, hi = min(lo, traced_ratio), max(hi, traced_ratio)
+            interval, method = (lo, hi), "unprofiled-bootstrap"
+        if traced_ratio is not None and b.periods_ms and n.periods_ms and min(len(b.periods_ms),
+                                                                              len(n.periods_ms)) >= MIN_GATE_STEPS:
+            traced_interval = bootstrap_ratio(b.periods_ms, n.periods_ms, statistic, resamples=resamples, seed=seed,
+                                              confidence=confidence)
+    elif traced_ratio is not None and min(counts) >= MIN_GATE_STEPS:
+        if b.periods_ms is not None and n.periods_ms is not None:
+            traced_interval = bootstrap_ratio(b.periods_ms, n.periods_ms, statistic, resamples=resamples, seed=seed,
+                                              confidence=confidence)
+            method = "bootstrap"
+        else:
+            traced_interval = _normal_ratio(bs if b.periods_ms is None else _stats(b.periods_ms),
+                                            ns if n.periods_ms is None else _stats(n.periods_ms), statistic,
+                                            confidence)
+            method = "normal" if traced_interval is not None else "none"
+        interval = traced_interval
+        if interval is not None and basis == "unprofiled" and ratio is not None:
+            scale = ratio / traced_ratio
+            interval = (min(interval[0] * scale, interval[0]), max(interval[1] * scale, interval[1]))
+    return interval, traced_interval, method, counts
+
+
+def _noise_basis(method: str, basis: str, statistic: str, counts: tuple[int, int], conf: str, resamples: int,
+                 seed: int, pt) -> str:
+    """The ``noise_basis`` sentence: how the interval was had (``method``), and the per-token scaling when ``pt``
+    (a :func:`per_token` with both tokens per step known) is given."""
+    steps = f"{counts[0]} BASE and {counts[1]} NEW steps"
+    if method == "unprofiled-bootstrap":
+        noise = (f"bootstrap of the ratio of the medians of the steps each manifest timed without a profiler "
+                 f"(unprofiled.periods_ms: {steps}, {resamples} resamples, seed {seed}, {conf} percentile interval), "
+                 "widened to cover the traced steps' own change (the other clock of the same two runs)")
+    elif method == "bootstrap":
+        noise = (f"bootstrap of the ratio of the traced steps' {statistic}s ({steps}, {resamples} resamples, seed "
+                 f"{seed}, {conf} percentile interval)")
+    elif method == "normal":
+        noise = (f"normal approximation of the ratio of the traced steps' {statistic}s from each side's p10-p90 "
+                 f"spread and step count ({steps}; a saved breakdown keeps no per-step times), {conf} interval")
+    else:
+        noise = f"none: fewer than {MIN_GATE_STEPS} steps on a side ({steps}); no noise estimate"
+    if method in ("bootstrap", "normal") and basis == "unprofiled":
+        noise += (", scaled to the unprofiled reference steps and widened to cover the traced steps' own change "
+                  "(no manifest holds its unprofiled steps: the noise of an unprofiled step is its run's traced-step "
+                  "noise)")
+    if pt is not None:
+        noise += (f"; per token: every ratio x BASE's {pt.tokens_per_step.base:g} / NEW's {pt.tokens_per_step.new:g} "
+                  "tokens per step (accept lengths taken as exact)")
+    return noise
+
+
 def gate(base, new, threshold_pct: float, *, resamples: int = GATE_RESAMPLES, seed: int = GATE_SEED,
          confidence: float = GATE_CONFIDENCE) -> Gate:
     """The CI verdict, one of three (``verdict``): ``fail`` when NEW's reference step is slower than BASE's by
@@ -791,33 +853,8 @@ def gate(base, new, threshold_pct: float, *, resamples: int = GATE_RESAMPLES, se
     counts = (len(b.periods_ms) if b.periods_ms is not None else bs.get("count") or 0,
               len(n.periods_ms) if n.periods_ms is not None else ns.get("count") or 0)
 
-    interval, traced_interval, method = None, None, "none"
-    ub, un = (_unprofiled_periods(b), _unprofiled_periods(n)) if basis == "unprofiled" else (None, None)
-    if ub and un and ratio is not None:
-        counts = (len(ub), len(un))
-        if min(counts) >= MIN_GATE_STEPS:
-            lo, hi = bootstrap_ratio(ub, un, "median", resamples=resamples, seed=seed, confidence=confidence)
-            if traced_ratio is not None:
-                lo, hi = min(lo, traced_ratio), max(hi, traced_ratio)
-            interval, method = (lo, hi), "unprofiled-bootstrap"
-        if traced_ratio is not None and b.periods_ms and n.periods_ms and min(len(b.periods_ms),
-                                                                              len(n.periods_ms)) >= MIN_GATE_STEPS:
-            traced_interval = bootstrap_ratio(b.periods_ms, n.periods_ms, statistic, resamples=resamples, seed=seed,
-                                              confidence=confidence)
-    elif traced_ratio is not None and min(counts) >= MIN_GATE_STEPS:
-        if b.periods_ms is not None and n.periods_ms is not None:
-            traced_interval = bootstrap_ratio(b.periods_ms, n.periods_ms, statistic, resamples=resamples, seed=seed,
-                                              confidence=confidence)
-            method = "bootstrap"
-        else:
-            traced_interval = _normal_ratio(bs if b.periods_ms is None else _stats(b.periods_ms),
-                                            ns if n.periods_ms is None else _stats(n.periods_ms), statistic,
-                                            confidence)
-            method = "normal" if traced_interval is not None else "none"
-        interval = traced_interval
-        if interval is not None and basis == "unprofiled" and ratio is not None:
-            scale = ratio / traced_ratio
-            interval = (min(interval[0] * scale, interval[0]), max(interval[1] * scale, interval[1]))
+    interval, traced_interval, method, counts = _intervals(b, n, basis, statistic, ratio, traced_ratio, counts,
+                                                           resamples=resamples, seed=seed, confidence=confidence)
     # per token: every ratio times BASE's tokens per step over NEW's
     scaled = lambda iv: (_pct(iv[0] * factor), _pct(iv[1] * factor)) if iv is not None else None  # noqa: E731
     ci, traced_ci = scaled(interval), scaled(traced_interval)
@@ -834,26 +871,7 @@ def gate(base, new, threshold_pct: float, *, resamples: int = GATE_RESAMPLES, se
         verdict = "inconclusive"
 
     conf = f"{100 * confidence:g}%"
-    steps = f"{counts[0]} BASE and {counts[1]} NEW steps"
-    if method == "unprofiled-bootstrap":
-        noise = (f"bootstrap of the ratio of the medians of the steps each manifest timed without a profiler "
-                 f"(unprofiled.periods_ms: {steps}, {resamples} resamples, seed {seed}, {conf} percentile interval), "
-                 "widened to cover the traced steps' own change (the other clock of the same two runs)")
-    elif method == "bootstrap":
-        noise = (f"bootstrap of the ratio of the traced steps' {statistic}s ({steps}, {resamples} resamples, seed "
-                 f"{seed}, {conf} percentile interval)")
-    elif method == "normal":
-        noise = (f"normal approximation of the ratio of the traced steps' {statistic}s from each side's p10-p90 "
-                 f"spread and step count ({steps}; a saved breakdown keeps no per-step times), {conf} interval")
-    else:
-        noise = f"none: fewer than {MIN_GATE_STEPS} steps on a side ({steps}); no noise estimate"
-    if method in ("bootstrap", "normal") and basis == "unprofiled":
-        noise += (", scaled to the unprofiled reference steps and widened to cover the traced steps' own change "
-                  "(no manifest holds its unprofiled steps: the noise of an unprofiled step is its run's traced-step "
-                  "noise)")
-    if pt is not None and not missing:
-        noise += (f"; per token: every ratio x BASE's {pt.tokens_per_step.base:g} / NEW's {pt.tokens_per_step.new:g} "
-                  "tokens per step (accept lengths taken as exact)")
+    noise = _noise_basis(method, basis, statistic, counts, conf, resamples, seed, pt if not missing else None)
     reason = _gate_reason(ref.basis, basis, statistic, shown, change_pct, threshold_pct, ci, traced_pct, verdict,
                           conf, pt)
     sampled = method in ("bootstrap", "unprofiled-bootstrap")

@@ -5,7 +5,7 @@ over all GPUs unless a device is given. Memory operations are not kernels and ar
 The statistics of each name's durations are nsys stats' too (its ``Min``, ``Med``, ``Max`` and ``StdDev``
 columns): the median of an even count is the mean of the middle two, the standard deviation is the sample one
 (n - 1) and 0 for a single instance. All of them are group-by aggregations over the kernel frame (one pass, no
-per-name loop), pinned against nsys stats' own CSVs by ``tests/results/test_kernel_stats.py``.
+per-name loop), pinned against nsys stats' own CSVs by ``tests/results/test_kernels.py``.
 
 A name no rule matches takes its category from the framework op that launched it where the trace records one
 (``tracekit.classify.with_op_categories``); its ``rule`` is then ``op:<op name>``. The warning counts the names

@@ -294,6 +294,78 @@ def _align_order(df: pl.DataFrame, warnings: list[str], labels: list[str]) -> pl
             .with_columns(seq=pl.col("seq") + pl.col("shift").fill_null(0)).drop("shift"))
 
 
+def _comm_warnings(sums: list[CommSummary], exposed: list, labels: list, warnings: list[str]) -> None:
+    """Warn of exposed communication below the serialised time compute does not hide (same-stream overlap
+    counted as hidden) and of ranks with different numbers of analysed steps."""
+    for i, s in enumerate(sums):
+        # the contract serialises each stream: exposed communication can then not be below the serialised
+        # communication time that compute on other streams does not hide
+        want = s.serial_ms - s.hidden_ms
+        if exposed[i] is not None and exposed[i] < 0.9 * want - 0.01:
+            warnings.append(f"rank {labels[i]}: exposed communication {exposed[i]:.3f} ms per step is below its "
+                            f"communication kernel time not hidden by other streams ({want:.3f} ms): same-stream "
+                            "overlap (programmatic dependent launch) is being counted as hidden")
+    if len({s.steps for s in sums}) > 1:
+        warnings.append("ranks have different numbers of analysed steps (" + ", ".join(str(s.steps) for s in sums)
+                        + "): only collectives inside analysed steps of every rank are compared")
+
+
+def _align_clocks(df: pl.DataFrame, sums: list[CommSummary], out: CrossRank, warnings: list[str],
+                  labels: list) -> pl.DataFrame | None:
+    """``df`` with each file's clock moved onto rank 0's by the median offset of matched collective ends (the
+    offsets in ``out``); None when the matched ends do not line up (not one capture: no wait or transfer)."""
+    # a right match has collective ends that line up on every rank; otherwise the files are not one capture
+    # (or too few collectives were recorded to match them): no wait or transfer rather than wrong ones
+    ref = df.filter(pl.col("rank") == 0).select("key", "seq", ref_end="end")
+    spread = (df.join(ref, on=["key", "seq"], how="inner").filter(pl.col("rank") != 0).group_by("rank")
+              .agg(s=_mad(pl.col("end") - pl.col("ref_end"))))
+    if spread.height and (spread["s"].max() or 0) > VALID_TOLERANCE_NS:
+        worst = spread.sort("s", descending=True).row(0, named=True)
+        warnings.append(f"the ends of matched collectives do not line up (rank {labels[worst['rank']]}: they spread "
+                        f"{worst['s'] / 1e6:.3f} ms around rank {labels[0]}): the files are not one capture, or record "
+                        "too few collectives to match; wait, transfer and skew are left out")
+        return None
+    off = (df.join(ref, on=["key", "seq"], how="inner").group_by("rank")
+           .agg(offset=(pl.col("end") - pl.col("ref_end")).median()).sort("rank"))
+    # only ranks whose clock differs are moved (ranks on rank 0's host share its clock: their small median end
+    # differences are how the collective ends, not a clock offset)
+    one_file = len({s.path for s in sums}) == 1  # devices of one report: one clock by construction
+    offsets = {r: (v if abs(v or 0) > CLOCK_TOLERANCE_NS and not one_file else 0.0)
+               for r, v in zip(off["rank"].to_list(), off["offset"].to_list())}
+    if any(offsets.values()):
+        out.clock_offset_ms_by_rank = [(offsets.get(i) or 0.0) / 1e6 for i in range(len(sums))]
+        shift = pl.col("rank").replace_strict(offsets, default=0, return_dtype=pl.Float64).round(0).cast(pl.Int64)
+        df = df.with_columns(start=pl.col("start") - shift, end=pl.col("end") - shift,
+                             arrival=pl.col("arrival") - shift)
+        worst = max(offsets, key=lambda r: abs(offsets[r] or 0))
+        warnings.append(f"clocks differ between the files (rank {labels[worst]}: {offsets[worst] / 1e6:+.3f} ms "
+                        f"against rank {labels[0]}, the median difference of matched collective ends): aligned on collective "
+                        "ends")
+    return df
+
+
+def _waits(out: CrossRank, m: pl.DataFrame, counted: pl.DataFrame, n_steps: int) -> tuple[pl.DataFrame, list, list]:
+    """Each rank's wait for the last arrival per step, last-arrival shares (by rank and kind), the transfer and the
+    skew, set on ``out``; returns the matched kernels with their wait, the waits and the last-arrival counts."""
+    m = m.join(counted.select("key", "seq", "last", "transfer", "ref_step"), on=["key", "seq"], how="left")
+    m = m.with_columns(wait=pl.col("last") - pl.col("arrival"), is_last=pl.col("arrival") == pl.col("last"))
+    per_rank = (m.group_by("rank").agg(wait=pl.col("wait").sum(), lasts=pl.col("is_last").sum(), n=pl.len())
+                .sort("rank"))
+    waits = [w / 1e6 / n_steps for w in per_rank["wait"].to_list()]
+    lasts = per_rank["lasts"].to_list()
+    out.wait_ms_by_rank = waits
+    out.last_arrival_share_by_rank = [c / counted.height for c in lasts]
+    by_kind = (m.group_by("kind", "rank").agg(lasts=pl.col("is_last").sum(), n=pl.len()).sort("kind", "rank"))
+    out.last_arrival_share_by_kind = {
+        NCCL_KIND.get(kind, kind): [float(x) for x in (g["lasts"] / g["n"]).to_list()]
+        for (kind,), g in by_kind.group_by("kind", maintain_order=True)}  # (a few kinds)
+    out.transfer_ms = float(counted["transfer"].sum()) / 1e6 / n_steps
+    by_step = m.group_by("ref_step", "rank").agg(w=pl.col("wait").sum()).group_by("ref_step").agg(pl.col("w").max())
+    out.skew_ms = float(by_step["w"].sum()) / 1e6 / n_steps
+    out.matched_per_step = counted.height / n_steps
+    return m, waits, lasts
+
+
 def cross_rank(results, labels=None) -> CrossRank:
     """The cross-rank verdict of several ranks' results (:class:`RankResult`, or Breakdowns: then without sizes)."""
     res = [_as_result(r) for r in results]
@@ -315,17 +387,7 @@ def cross_rank(results, labels=None) -> CrossRank:
         rank_ids=ids, comm_kernel_ms_by_rank=[s.serial_ms for s in sums],
         hidden_communication_ms_by_rank=[s.hidden_ms for s in sums], steps=min((s.steps for s in sums), default=0),
         communicator_size=tp, communicator_evidence=tp_ev, warnings=warnings, rank_breakdowns=bds, labels=labels)
-    for i, s in enumerate(sums):
-        # the contract serialises each stream: exposed communication can then not be below the serialised
-        # communication time that compute on other streams does not hide
-        want = s.serial_ms - s.hidden_ms
-        if exposed[i] is not None and exposed[i] < 0.9 * want - 0.01:
-            warnings.append(f"rank {labels[i]}: exposed communication {exposed[i]:.3f} ms per step is below its "
-                            f"communication kernel time not hidden by other streams ({want:.3f} ms): same-stream "
-                            "overlap (programmatic dependent launch) is being counted as hidden")
-    if len({s.steps for s in sums}) > 1:
-        warnings.append("ranks have different numbers of analysed steps (" + ", ".join(str(s.steps) for s in sums)
-                        + "): only collectives inside analysed steps of every rank are compared")
+    _comm_warnings(sums, exposed, labels, warnings)
     df = _long(sums)
     if n_ranks < 2 or df.filter(pl.col("step").is_not_null()).height == 0:
         out.skew_ms, out.transfer_ms = (0.0, 0.0) if df.height == 0 else (None, None)
@@ -333,35 +395,11 @@ def cross_rank(results, labels=None) -> CrossRank:
         out.verdict = _verdict(out, labels, None)
         return out
     df = _align_order(df, warnings, labels)
-    # a right match has collective ends that line up on every rank; otherwise the files are not one capture
-    # (or too few collectives were recorded to match them): no wait or transfer rather than wrong ones
-    ref = df.filter(pl.col("rank") == 0).select("key", "seq", ref_end="end")
-    spread = (df.join(ref, on=["key", "seq"], how="inner").filter(pl.col("rank") != 0).group_by("rank")
-              .agg(s=_mad(pl.col("end") - pl.col("ref_end"))))
-    if spread.height and (spread["s"].max() or 0) > VALID_TOLERANCE_NS:
-        worst = spread.sort("s", descending=True).row(0, named=True)
-        warnings.append(f"the ends of matched collectives do not line up (rank {labels[worst['rank']]}: they spread "
-                        f"{worst['s'] / 1e6:.3f} ms around rank {labels[0]}): the files are not one capture, or record "
-                        "too few collectives to match; wait, transfer and skew are left out")
+    df = _align_clocks(df, sums, out, warnings, labels)
+    if df is None:
         out.collectives = _single_rows(sums[0])
         out.verdict = _verdict(out, labels, None)
         return out
-    off = (df.join(ref, on=["key", "seq"], how="inner").group_by("rank")
-           .agg(offset=(pl.col("end") - pl.col("ref_end")).median()).sort("rank"))
-    # only ranks whose clock differs are moved (ranks on rank 0's host share its clock: their small median end
-    # differences are how the collective ends, not a clock offset)
-    one_file = len({s.path for s in sums}) == 1  # devices of one report: one clock by construction
-    offsets = {r: (v if abs(v or 0) > CLOCK_TOLERANCE_NS and not one_file else 0.0)
-               for r, v in zip(off["rank"].to_list(), off["offset"].to_list())}
-    if any(offsets.values()):
-        out.clock_offset_ms_by_rank = [(offsets.get(i) or 0.0) / 1e6 for i in range(n_ranks)]
-        shift = pl.col("rank").replace_strict(offsets, default=0, return_dtype=pl.Float64).round(0).cast(pl.Int64)
-        df = df.with_columns(start=pl.col("start") - shift, end=pl.col("end") - shift,
-                             arrival=pl.col("arrival") - shift)
-        worst = max(offsets, key=lambda r: abs(offsets[r] or 0))
-        warnings.append(f"clocks differ between the files (rank {labels[worst]}: {offsets[worst] / 1e6:+.3f} ms "
-                        f"against rank {labels[0]}, the median difference of matched collective ends): aligned on collective "
-                        "ends")
     groups = (df.group_by("key", "seq").agg(
         n=pl.len(), in_steps=pl.col("step").is_not_null().all(), last=pl.col("arrival").max(),
         transfer=(pl.col("end") - pl.col("arrival")).sort_by("arrival").last(),
@@ -380,22 +418,7 @@ def cross_rank(results, labels=None) -> CrossRank:
         return out
     # means over the first rank's analysed steps (steps without a collective count as 0)
     n_steps = max(sums[0].steps, counted["ref_step"].n_unique(), 1)
-    m = m.join(counted.select("key", "seq", "last", "transfer", "ref_step"), on=["key", "seq"], how="left")
-    m = m.with_columns(wait=pl.col("last") - pl.col("arrival"), is_last=pl.col("arrival") == pl.col("last"))
-    per_rank = (m.group_by("rank").agg(wait=pl.col("wait").sum(), lasts=pl.col("is_last").sum(), n=pl.len())
-                .sort("rank"))
-    waits = [w / 1e6 / n_steps for w in per_rank["wait"].to_list()]
-    lasts = per_rank["lasts"].to_list()
-    out.wait_ms_by_rank = waits
-    out.last_arrival_share_by_rank = [c / counted.height for c in lasts]
-    by_kind = (m.group_by("kind", "rank").agg(lasts=pl.col("is_last").sum(), n=pl.len()).sort("kind", "rank"))
-    out.last_arrival_share_by_kind = {
-        NCCL_KIND.get(kind, kind): [float(x) for x in (g["lasts"] / g["n"]).to_list()]
-        for (kind,), g in by_kind.group_by("kind", maintain_order=True)}  # (a few kinds)
-    out.transfer_ms = float(counted["transfer"].sum()) / 1e6 / n_steps
-    by_step = m.group_by("ref_step", "rank").agg(w=pl.col("wait").sum()).group_by("ref_step").agg(pl.col("w").max())
-    out.skew_ms = float(by_step["w"].sum()) / 1e6 / n_steps
-    out.matched_per_step = counted.height / n_steps
+    m, waits, lasts = _waits(out, m, counted, n_steps)
     shares = out.last_arrival_share_by_rank
     lead = max(range(n_ranks), key=lambda i: (lasts[i], -waits[i]))
     runner_up = max((shares[i] for i in range(n_ranks) if i != lead), default=0.0)

@@ -242,15 +242,9 @@ def _not_enabled(info: eng.EngineInfo) -> TracekitError:
         "(vLLM before 0.13: VLLM_TORCH_PROFILER_DIR=/shared/traces), a folder this host sees at the same path")
 
 
-def _capture(server: Server, info: eng.EngineInfo, out: Path, *, steps, concurrency, decode_tokens, prompt_tokens,
-             server_dir, repeats, trace_timeout, settle, request_timeout, argv, progress) -> dict:
-    say = lambda msg: progress.say(msg, force=True)  # noqa: E731
-    spec_txt = (f", speculative {info.spec.algorithm} ({info.spec.draft_tokens} draft tokens)" if info.spec else "")
-    say(f"{info.engine} {info.version or '(version unknown)'} at {server.base}: {info.model_path}, "
-        f"tp {info.tp if info.tp is not None else '?'}{spec_txt}")
-    warnings = list(info.warnings)
-
-    # ---- where the server writes its traces
+def _trace_folder(info: eng.EngineInfo, out: Path, server_dir, warnings: list[str]) -> tuple[Path, str]:
+    """The folder to watch for the server's traces and the output_dir /start_profile is given: sglang's under
+    ``server_dir`` (or ``out``), vLLM's own profiler folder (``server_dir``, /server_info, else ``out``)."""
     if info.engine == eng.SGLANG:
         if server_dir is None or Path(server_dir) == out:
             watch = out
@@ -264,24 +258,13 @@ def _capture(server: Server, info: eng.EngineInfo, out: Path, *, steps, concurre
                             "pass the torch_profiler_dir of its --profiler-config as --server-dir")
             folder = str(out)
         watch, output_dir = Path(folder), folder
-    before = set(new_files(watch, set())) if watch.is_dir() else set()
+    return watch, output_dir
 
-    # ---- 2. the unprofiled step
-    try:
-        m = measure(server, info, concurrency=concurrency, decode_tokens=decode_tokens, prompt_tokens=prompt_tokens,
-                    repeats=repeats, timeout=request_timeout, say=say)
-    except Unreachable as e:
-        raise _gone(server.base, e.why, "while the unprofiled step was measured; nothing was profiled")
-    except LoadFailed as e:
-        raise _load_error(server, e.why, "while the unprofiled step was measured; nothing was profiled")
-    accept = m.accept_len
-    say(f"unprofiled decode step {m.step_ms:.3f} ms (spread {m.spread[0]:.3f}-{m.spread[1]:.3f} ms over "
-        f"{repeats} repetitions, concurrency {concurrency})" + (f", accept length {accept:.3f}" if accept else ""))
 
-    # ---- 3. the profiled steps
-    profiled_tokens = max(decode_tokens, int(math.ceil((2 * steps + 8) * (accept or 1.0))))
-    prof = _Profile(server, info, stop_timeout=max(request_timeout, 600.0))
-    load = Load(server, info, concurrency, prompt_tokens, profiled_tokens, seed=30_000, timeout=request_timeout)
+def _profile(server: Server, info: eng.EngineInfo, prof: _Profile, load: Load, output_dir: str, *, steps: int,
+             request_timeout, say) -> None:
+    """Profile ``steps`` decode steps under ``load``: start the load, /start_profile once the first output came,
+    /stop_profile after ``steps`` + 2 outputs; the load is cancelled and the profiler stopped whatever happens."""
     with _signals_raise():
         try:
             load.start()
@@ -313,6 +296,37 @@ def _capture(server: Server, info: eng.EngineInfo, out: Path, *, steps, concurre
                     prof.stop()
                 except (Unreachable, TracekitError):
                     pass        # the error being raised says what went wrong; the stop was tried
+
+
+def _capture(server: Server, info: eng.EngineInfo, out: Path, *, steps, concurrency, decode_tokens, prompt_tokens,
+             server_dir, repeats, trace_timeout, settle, request_timeout, argv, progress) -> dict:
+    say = lambda msg: progress.say(msg, force=True)  # noqa: E731
+    spec_txt = (f", speculative {info.spec.algorithm} ({info.spec.draft_tokens} draft tokens)" if info.spec else "")
+    say(f"{info.engine} {info.version or '(version unknown)'} at {server.base}: {info.model_path}, "
+        f"tp {info.tp if info.tp is not None else '?'}{spec_txt}")
+    warnings = list(info.warnings)
+
+    # ---- where the server writes its traces
+    watch, output_dir = _trace_folder(info, out, server_dir, warnings)
+    before = set(new_files(watch, set())) if watch.is_dir() else set()
+
+    # ---- 2. the unprofiled step
+    try:
+        m = measure(server, info, concurrency=concurrency, decode_tokens=decode_tokens, prompt_tokens=prompt_tokens,
+                    repeats=repeats, timeout=request_timeout, say=say)
+    except Unreachable as e:
+        raise _gone(server.base, e.why, "while the unprofiled step was measured; nothing was profiled")
+    except LoadFailed as e:
+        raise _load_error(server, e.why, "while the unprofiled step was measured; nothing was profiled")
+    accept = m.accept_len
+    say(f"unprofiled decode step {m.step_ms:.3f} ms (spread {m.spread[0]:.3f}-{m.spread[1]:.3f} ms over "
+        f"{repeats} repetitions, concurrency {concurrency})" + (f", accept length {accept:.3f}" if accept else ""))
+
+    # ---- 3. the profiled steps
+    profiled_tokens = max(decode_tokens, int(math.ceil((2 * steps + 8) * (accept or 1.0))))
+    prof = _Profile(server, info, stop_timeout=max(request_timeout, 600.0))
+    load = Load(server, info, concurrency, prompt_tokens, profiled_tokens, seed=30_000, timeout=request_timeout)
+    _profile(server, info, prof, load, output_dir, steps=steps, request_timeout=request_timeout, say=say)
 
     # ---- 4. the traces
     hint = _where_hint(info, output_dir, out)

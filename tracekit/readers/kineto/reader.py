@@ -163,7 +163,9 @@ def _add(path: Path, chunks, header: Doc, frames: Frames, codes_of: dict) -> Non
         del events, doc
 
 
-def _read(path: Path, st: Decoded, frames: Frames, worker: split.Worker | None = None) -> Trace:
+def _decode(path: Path, st: Decoded, frames: Frames, worker: split.Worker | None) -> tuple[Doc, dict]:
+    """Decode the file into ``frames``: alone, or this process up to the worker's cut and the worker's records
+    after it (read here when the worker fails). Returns the header and the worker's dropped-event counts."""
     header = Doc()
     codes_of: dict = {None: 0}
     extra_dropped: dict = {}
@@ -185,7 +187,12 @@ def _read(path: Path, st: Decoded, frames: Frames, worker: split.Worker | None =
                 merge_into(header, DECODER.decode(end["tail"]))
             st.nan_literals += end["nan"]
             extra_dropped = end["dropped"]
+    return header, extra_dropped
 
+
+def _device_frames(frames: Frames) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The host API calls, then the kernels, collectives and memory operations, each GPU row given the pid of
+    the process that launched it (its runtime call's, by correlation): launches, kernels, collectives, memops."""
     # --- host API calls -------------------------------------------------------------
     rt = frames.pop("runtime")
     if rt is not None:
@@ -233,6 +240,46 @@ def _read(path: Path, st: Decoded, frames: Frames, worker: split.Worker | None =
         del m
     else:
         memops = empty(schema.MEMOPS)
+    return launches, kernels, collectives, memops
+
+
+def _graph_mode_and_warnings(st: Decoded, launches: pl.DataFrame, kernels: pl.DataFrame, memops: pl.DataFrame,
+                             dropped: dict) -> tuple[str, list[str]]:
+    """The graph trace mode ("node" when graphs were launched) and the read's warnings: the decoder's, NaN
+    literals, graph launches without kernels (an overflowed buffer), no GPU activity, dropped events."""
+    warnings = list(st.warnings)
+    if st.nan_literals:
+        warnings.append(f"{st.nan_literals} NaN/Infinity literals (not valid JSON) were read as null")
+    graph_launches = launches.filter(pl.col("kind") == "graph")
+    if graph_launches.height:
+        mode = "node"
+        recorded = pl.concat([kernels.select("pid", "correlation"), memops.select("pid", "correlation")]).unique()
+        missing = graph_launches.join(recorded, on=["pid", "correlation"], how="anti").height
+        if missing:
+            api = graph_launches["name"].mode().sort()[0]
+            warnings.append(
+                f"{missing} of {graph_launches.height} {api} calls have no kernels recorded: the profiler's activity "
+                "buffer likely overflowed; graph work is missing"
+            )
+    else:
+        mode = "none"
+    if kernels.height + memops.height == 0:
+        warnings.append(
+            "no GPU activity (kernels, memcpy, memset) in this trace: it was captured without CUDA activities "
+            "(profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])"
+        )
+    if dropped:
+        what = ", ".join(f"{n} {g}" for g, n in sorted(dropped.items()))
+        warnings.append(
+            f"dropped {sum(dropped.values())} events with a missing, negative, NaN or implausible (> 1 day) time ({what})"
+        )
+    return mode, warnings
+
+
+def _read(path: Path, st: Decoded, frames: Frames, worker: split.Worker | None = None) -> Trace:
+    header, extra_dropped = _decode(path, st, frames, worker)
+
+    launches, kernels, collectives, memops = _device_frames(frames)
 
     r = frames.pop("annotation")
     if r is not None:
@@ -265,33 +312,7 @@ def _read(path: Path, st: Decoded, frames: Frames, worker: split.Worker | None =
         seen = pl.concat([kernels.select("device"), memops.select("device")]).drop_nulls().unique().sort("device")
         gpus = conform(seen, schema.GPUS)
 
-    # --- graphs, warnings, meta ---------------------------------------------------------
-    warnings = list(st.warnings)
-    if st.nan_literals:
-        warnings.append(f"{st.nan_literals} NaN/Infinity literals (not valid JSON) were read as null")
-    graph_launches = launches.filter(pl.col("kind") == "graph")
-    if graph_launches.height:
-        mode = "node"
-        recorded = pl.concat([kernels.select("pid", "correlation"), memops.select("pid", "correlation")]).unique()
-        missing = graph_launches.join(recorded, on=["pid", "correlation"], how="anti").height
-        if missing:
-            api = graph_launches["name"].mode().sort()[0]
-            warnings.append(
-                f"{missing} of {graph_launches.height} {api} calls have no kernels recorded: the profiler's activity "
-                "buffer likely overflowed; graph work is missing"
-            )
-    else:
-        mode = "none"
-    if kernels.height + memops.height == 0:
-        warnings.append(
-            "no GPU activity (kernels, memcpy, memset) in this trace: it was captured without CUDA activities "
-            "(profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])"
-        )
-    if dropped:
-        what = ", ".join(f"{n} {g}" for g, n in sorted(dropped.items()))
-        warnings.append(
-            f"dropped {sum(dropped.values())} events with a missing, negative, NaN or implausible (> 1 day) time ({what})"
-        )
+    mode, warnings = _graph_mode_and_warnings(st, launches, kernels, memops, dropped)
 
     rank, world_size = distributed(header.distributedInfo)
     meta = TraceMeta(

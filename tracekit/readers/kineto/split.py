@@ -26,7 +26,7 @@ Why the pieces matter: a piece's events are grouped, so rows of Trace.ops that s
 order of reading only across pieces (within a piece, the CPU ops before the Python functions). The cut is
 therefore where a read alone ends a piece (:func:`tracekit.readers.kineto.stream.split_at`), and the worker reads
 its blocks on the same 1 MB grid, so that it decodes the very pieces the read alone would: every frame is the
-same, row for row (``tests/readers/test_kineto_split.py`` compares them on every real trace).
+same, row for row (``tests/readers/test_kineto.py`` compares them on every real trace).
 """
 
 from __future__ import annotations

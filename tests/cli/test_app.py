@@ -296,7 +296,7 @@ def test_external_trace_tests_skip_with_a_visible_reason(tmp_path):
 
     from conftest import ROOT, SHARED
 
-    test = "tests/cli/test_cli.py::test_breakdown_without_gpu_activity_exits_2_info_exits_0"
+    test = "tests/cli/test_app.py::test_breakdown_without_gpu_activity_exits_2_info_exits_0"
     env = {**os.environ, "TRACEKIT_EXTERNAL_TRACES": str(tmp_path / "nowhere")}
     env.pop("TRACEKIT_SHARED_TRACES", None)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test],
