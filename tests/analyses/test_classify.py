@@ -494,6 +494,7 @@ def _shares(times: dict[str, float]) -> tuple[float, dict[str, float]]:
 
 
 @pytest.mark.parametrize("rel", DECODE_TRACES, ids=lambda r: r.split("/")[-1][:40])
+@pytest.mark.slow
 def test_decode_traces_are_covered(trace_times, rel):
     unmatched, per_cat = _shares(trace_times(rel))
     assert unmatched < 0.05, f"{unmatched:.1%} of kernel time unmatched"

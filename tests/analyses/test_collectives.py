@@ -144,6 +144,7 @@ def gb300_cross_by_hand(files) -> tuple[float, list[pl.DataFrame]]:
     return float(last["t"].sum()) / 7 / 1e3, ranks  # (JSON times are us; 7 analysed steps)
 
 
+@pytest.mark.slow
 def test_gb300_single_file_transfer_within_20pct_of_the_cross_rank_transfer(gb300_files, gb300_single):
     """Done-when of issue 23: each rank's single-file transfer estimate lies within ±20% of the cross-rank
     transfer (collectives matched by order on their stream; the transfer = the last-arriving rank's duration),

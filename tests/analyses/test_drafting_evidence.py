@@ -385,6 +385,7 @@ def _facts():
     return root, tomllib.loads((root / "FACTS.toml").read_text())
 
 
+@pytest.mark.slow
 def test_no_shared_trace_gets_drafting():
     """FACTS.toml: none of the shared real traces is speculative; none may get drafting (ranges, structure or
     kernels), whatever its workload. Traces tracekit cannot attribute (no steps, no GPU work) are refused."""
@@ -406,6 +407,7 @@ def test_no_shared_trace_gets_drafting():
 @pytest.mark.parametrize("name", sorted(p.name for p in SAMPLES.iterdir() if p.is_dir() and (p / "manifest.json")
                                         .is_file() and not (json.loads((p / "manifest.json").read_text())
                                                             .get("spec"))))
+@pytest.mark.slow
 def test_no_plain_sample_gets_drafting(name):
     a = attribute(tracekit.load(sample_trace(name), kernel_dims=False))
     assert a.draft_detection == "not_detected", a.draft_evidence

@@ -230,6 +230,7 @@ def test_one_value_columns_are_flagged_and_others_not():
 
 
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+@pytest.mark.slow
 def test_tiled_unions_equal_grouped_sorted_unions(path):
     t = tracekit.load(path, kernel_dims=False)
     acts = step_table(t).activities.with_columns(prio=pl.col("category").to_physical())  # (priority = enum code)
@@ -305,6 +306,7 @@ def test_scan_plan_is_what_the_reader_runs(monkeypatch):
 
 
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+@pytest.mark.slow
 def test_window_search_equals_asof_join(path):
     """One step thread: launches are placed by binary search; the as-of join it replaces says the same."""
     t = tracekit.load(path, kernel_dims=False)
@@ -412,6 +414,7 @@ def test_overlaps_any_runs_equal_per_gap_search(gaps, segs):
 
 
 @pytest.mark.parametrize("path", STEP_TRACES, ids=[p.parent.name for p in STEP_TRACES])
+@pytest.mark.slow
 def test_step_signatures_lists_equal_sorted(path):
     """Activities in start order: the per-(step, stream) lists give the signatures of the full three-key sort."""
     from tracekit.analyses.steady import step_signatures

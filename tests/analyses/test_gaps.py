@@ -51,6 +51,7 @@ def test_graph_bubbles_equal_the_gaps_inside_each_replay(name):
 @pytest.mark.parametrize("name", ["hf-small-eager", "hf-small-graph", "hf-small-spec", "synthetic-symm-eager",
                                   "hf-small-eager-torch", "hf-small-graph-torch", "serve-small-eager",
                                   "spec-small-graph"])
+@pytest.mark.slow
 def test_gaps_split_launch_gaps_and_idle_exactly(name):
     b = tracekit.breakdown(tracekit.load(sample_trace(name)))
     g, ps = b.gaps, b.per_step_ms
@@ -148,6 +149,7 @@ SELECT g1 - g0, send - g0 FROM g WHERE g0 IS NOT NULL AND g1 IS NOT NULL
 """
 
 
+@pytest.mark.slow
 def test_a_gap_after_a_sync_returned_is_not_named_after_the_sync():
     """serve-prefill-graph-nomark: each decode step synchronises, then runs ~0.55 ms of Python (no range in this
     capture) before its next launch. The sync covers only the gap's first microseconds, so it is not what the host

@@ -69,6 +69,7 @@ def test_b200_context_step_is_prefill():
 
 
 @pytest.mark.parametrize("rel", TRAINING, ids=[r.split("/")[-1] for r in TRAINING])
+@pytest.mark.slow
 def test_training_traces_are_not_decode(rel):
     path = shared(rel)
     t, s, ph = _phases(path)
@@ -80,6 +81,7 @@ def test_training_traces_are_not_decode(rel):
 
 
 @pytest.mark.parametrize("rel", DECODE_TRACES, ids=[r.split("/")[-1] for r in DECODE_TRACES])
+@pytest.mark.slow
 def test_serving_decode_traces_are_decode(rel):
     t, s, ph = _phases(shared(rel))
     assert set(ph["phase"]) == {"decode"} and set(ph["source"]) == {"annotation"}
@@ -87,6 +89,7 @@ def test_serving_decode_traces_are_decode(rel):
     assert sel["reason"].null_count() == sel.height and sel["decode_advice"].all()
 
 
+@pytest.mark.slow
 def test_gb300_every_mode_prefill_steps_excluded_by_phase():
     """With every SGLang mode as steps: 8 EXTEND (prefill) and 8 DECODE steps; --phase decode keeps the 8."""
     path = shared(GB300.format(0))
@@ -105,6 +108,7 @@ def test_gb300_every_mode_prefill_steps_excluded_by_phase():
     assert find_steps(t).windows.height == 8  # without every_phase: the decode ranges only (as before)
 
 
+@pytest.mark.slow
 def test_spec_torch_trace_shapes_say_decode():
     """hf-small-spec-torch: the verify forward runs the target over K+1 = 4 tokens per sequence ([1, 4, 896]
     inputs of aten::linear), the drafts over 1: a handful of tokens per sequence, decode."""
@@ -270,6 +274,7 @@ def test_gb300_unmarked_extend_steps_are_prefill_by_their_work():
     assert g["rows"].max() <= 2  # what the shapes alone saw
 
 
+@pytest.mark.slow
 def test_nvllm_unmarked_decode_by_decode_kernel():
     """vLLM piecewise-graph decode window (nvllm, execute_context_0(0)_generation_4(4)) without annotations: the
     recurrent-state update kernels of its linear-attention layers (fused_recurrent_gated_delta_rule_packed_decode_kernel,

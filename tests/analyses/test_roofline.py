@@ -468,6 +468,7 @@ def test_physical_check_refuses_weights_beyond_peak_bandwidth():
     assert physical_check(long, 4800, reference_step_ms=2.0)[1].startswith("reading 12.00 GB per GPU")
 
 
+@pytest.mark.slow
 def test_weight_bytes_beyond_the_gpu_name_the_input_to_check():
     """The counter-example of the field: --weight-bytes 60GB on one GB300 rank with --tp 1: 60 GB at 8,000 GB/s is
     7.5 ms, longer than any of the trace's decode steps (by hand): refused, no ceiling stated, the flags named."""
@@ -506,6 +507,7 @@ def test_moe_model_on_one_gpu_of_four_is_refused():
     assert "CUDA graphs or NCCL changes cannot help" not in json.dumps(d)
 
 
+@pytest.mark.slow
 def test_tp_from_the_process_groups_never_the_world_size():
     """The process-group fallback (Kineto distributedInfo.pg_config): the GB300 ranks' GPU groups besides the
     default one all have 4 ranks (by hand from the JSON); a job whose only multi-rank group is the default one

@@ -77,6 +77,7 @@ def test_sglang_spans_are_evidence_not_steps(name, spans, detection, tmp_path):
     assert ms == pytest.approx(truth_ms, rel=0.05)
 
 
+@pytest.mark.slow
 def test_sglang_verify_spans_never_steps_even_without_a_period(tmp_path):
     """The fallback when the launch sequence gives no period: one step per verify span (tiled), not the span alone."""
     from tracekit.steps import verify_tiled_steps

@@ -71,6 +71,7 @@ def test_without_a_flag_the_repeating_range_is_the_step(nsys_trace):
     assert steps.windows.select("start", "end", "pid", "tid", "name").rows() == iterations(nvtx_steps())
 
 
+@pytest.mark.slow
 def test_kineto_annotations_are_steps_too(kineto_trace):
     with gzip.open(sample_trace(KINETO)) as f:
         events = json.load(f, parse_float=Decimal)["traceEvents"]

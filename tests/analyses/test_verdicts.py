@@ -110,6 +110,7 @@ def lora_set():
     return cross_rank(analyse_files(files))
 
 
+@pytest.mark.slow
 def test_one_rank_and_the_rank_set_agree_on_latency_bound(lora_set):
     """Fix 7: TP-0 alone said the fused all-reduce+norm is not latency-bound (its median kernel, 7.3 µs, waiting
     included, against twice the 3.6 µs latency of a 4-rank NVLink ring), the folder said it is (its transfer,

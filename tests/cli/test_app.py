@@ -75,6 +75,7 @@ def test_info_json_contract_keys():
 
 
 @pytest.mark.parametrize("fmt", ["table", "md", "json", "csv"])
+@pytest.mark.slow
 def test_every_format_of_every_analysis_command(fmt, tmp_path):
     for cmd in ("kernels", "breakdown"):
         out_file = tmp_path / f"{cmd}.{fmt}"
@@ -148,6 +149,7 @@ def test_output_cut_by_a_closed_pipe_exits_0(cmd, fmt):
     assert p.wait() == 0 and err == b""
 
 
+@pytest.mark.slow
 def test_breakdown_table_starts_with_its_headline_not_the_command_line():
     code, out, _ = run("breakdown", MFU, "--format", "json")
     headline_md = run("breakdown", MFU, "--format", "md")[1].splitlines()[0]
@@ -158,6 +160,7 @@ def test_breakdown_table_starts_with_its_headline_not_the_command_line():
     assert f"trace {MFU}" in out
 
 
+@pytest.mark.slow
 def test_both_measured_flags_are_exit_2_and_byte_amounts_parse():
     code, _, err = run("breakdown", MFU, "--measured-step-ms", "20", "--measured-tok-s", "48")
     assert_one_line_error(code, err, "not both")
@@ -177,6 +180,7 @@ def test_both_measured_flags_are_exit_2_and_byte_amounts_parse():
     ("lora_perf_lora_profile/runs/Qwen3-30B-A3B-Instruct-2507-BF16-expert_shared-20260609-133913/current_base_lora/"
      "profile/base/bs16-TP-0.trace.json.gz", "NVIDIA GB300", 8000.0),   # SGLang's GB300 rank file: 8 TB/s HBM3e
 ])
+@pytest.mark.slow
 def test_info_shows_the_gpu_tables_peak_bandwidth_for_kineto_traces(rel, name, bw):
     """Kineto records no memory clock: info takes the GPU table's figure, as breakdown does (datasheets:
     B200, B300 and GB300 8 TB/s HBM3e)."""
@@ -247,6 +251,7 @@ def test_piped_into_head_exits_0(cmd):
     assert len(r.stdout.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_breakdown_stdout_starts_with_the_headline_not_the_command_line():
     r = _tracekit("breakdown", EAGER)
     d = json.loads(_tracekit("breakdown", EAGER, "--format", "json").stdout)
@@ -255,6 +260,7 @@ def test_breakdown_stdout_starts_with_the_headline_not_the_command_line():
     assert " ".join(r.stdout.split("\ntrace ")[0].split()).startswith(d["headline"])
 
 
+@pytest.mark.slow
 def test_markdown_keeps_quotes_literally_and_stays_injection_safe():
     """Quotes are plain text in markdown (`profiler's`, `'grammar_mask'`, never `&#x27;`); what could open a
     tag or a table cell is still escaped."""

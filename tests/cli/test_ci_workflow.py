@@ -88,6 +88,7 @@ def step_of(job: str, name: str) -> dict:
     ("serve-small-graph", "serve-small-graph-nomark", 4, "### ⚠️ perf gate inconclusive: unprofiled step +6.7%", None),
     ("serve-small-graph", "serve-small-graph-nomark", 4, "### ⚠️ perf gate inconclusive: unprofiled step +6.7%", 0),
 ])
+@pytest.mark.slow
 def test_the_gate_step_exit_code_summary_and_comment(tmp_path, base, head, status, verdict, job):
     # the capture job's artifact is a capture folder (trace + manifest.json): a directory of one trace
     env = gate_env(tmp_path, sample_trace(base).parent, sample_trace(head).parent)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import tracekit.readers.nsys.reader as nsys
 
 from conftest import DATA, ROOT, sample
@@ -23,6 +25,7 @@ def test_small_exports_read_with_plain_sqlite3(monkeypatch):
     assert nsys._Db.default_engines(MFU) == nsys._Db.ENGINES
 
 
+@pytest.mark.slow
 def test_breakdown_of_a_small_export_imports_no_arrow():
     path = sample("hf-small-eager/trace.sqlite")
     code = ("import sys, io, contextlib\nfrom tracekit.cli import cli\n"

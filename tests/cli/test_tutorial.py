@@ -51,6 +51,7 @@ def test_the_tutorial_has_its_commands():
 
 
 @pytest.mark.parametrize("cmd", commands())
+@pytest.mark.slow
 def test_tutorial_command_runs(cmd, monkeypatch, scratch):
     sample("hf-small-eager/trace.sqlite")
     monkeypatch.chdir(ROOT)
@@ -82,6 +83,7 @@ def test_model_on_a_trace_without_its_manifest_says_per_gpu_and_source(scratch):
 
 
 @pytest.mark.parametrize("name", ["hf-small-eager", "hf-large-eager", "synthetic-eager", "hf-small-spec"])
+@pytest.mark.slow
 def test_ceiling_agrees_with_breakdown_roofline(name):
     path = sample_trace(name)
     man = json.loads((SAMPLES / name / "manifest.json").read_text())

@@ -44,6 +44,7 @@ def params(name: str):
     ("DeepSeek-V3", 671e9, "main model, without the MTP module"),
     ("Qwen3-Next-80B-A3B-Instruct", 80e9, "main model, all 512 experts"),
 ])
+@pytest.mark.slow
 def test_total_params_within_1pct_of_published(name, published, scope):
     assert params(name).total == pytest.approx(published, rel=0.01), scope
 
@@ -85,6 +86,7 @@ def test_llama_31_8b_checkpoint_bytes_equal_index_total_size():
     ("Qwen3-30B-A3B", 61_066_575_648, 16),
     ("DeepSeek-V3", 688_586_727_753, 163),    # FP8 e4m3 weights + 128x128 F32 block scales, as its config says
 ])
+@pytest.mark.slow
 def test_checkpoint_bytes_match_the_real_files(name, file_bytes, files):
     ours = load_model(CONFIGS / f"{name}.json").checkpoint_bytes
     headers = file_bytes - ours
@@ -177,6 +179,7 @@ def test_expected_distinct_experts():
 
 
 @pytest.mark.parametrize("batch", [1, 8, 64])
+@pytest.mark.slow
 def test_qwen3_moe_experts_read(batch):
     m = load_model(CONFIGS / "Qwen3-30B-A3B.json")
     s = step_bytes(m, batch=batch)

@@ -356,6 +356,7 @@ def test_truncated_gzip_is_one_line_error(tmp_path):
         "profile-data/train.json",
     ],
 )
+@pytest.mark.slow
 def test_non_redistributable_traces_in_place(rel):
     path = shared(rel)
     t = read_kineto(path)
@@ -522,6 +523,7 @@ def test_cut_anywhere_same_trace(at, rounds, by_thread, tmp_path, monkeypatch, t
     assert got.meta.warnings and "dropped" in got.meta.warnings[-1]  # (the worker's dropped events counted too)
 
 
+@pytest.mark.slow
 def test_cut_inside_a_string_reads_alone(tmp_path, monkeypatch, taken):
     """A cut candidate inside a string (an event name holding ``},{``): no piece ends there, so this process
     reads on to the end (the worker's batches unused), with the same result."""
@@ -568,6 +570,7 @@ def test_stuck_worker_is_not_waited_for(tmp_path, monkeypatch, taken):
     _same(got, _one_process(path, monkeypatch))
 
 
+@pytest.mark.slow
 def test_error_after_the_cut_is_reported_as_alone(tmp_path, monkeypatch, taken):
     """A file damaged after the cut: the one-line error the one-process read gives (msgspec's byte offset in it is
     within the piece decoded, which differs)."""
@@ -611,6 +614,7 @@ def test_not_split_without_a_core_to_spare(tmp_path, monkeypatch):
     assert not _CORES_TO_SPARE()
 
 
+@pytest.mark.slow
 def test_cli_head_start_same_output(tmp_path, monkeypatch, taken):
     """The command's head start (the worker started before polars is imported) is taken by the read."""
     from click.testing import CliRunner

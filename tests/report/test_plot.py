@@ -65,6 +65,7 @@ def test_figure_bars_have_the_plotted_heights(mfu):
 
 
 @pytest.mark.parametrize("suffix", [".png", ".svg", ".html"])
+@pytest.mark.slow
 def test_plot_cli_writes_only_the_output(tmp_path, suffix):
     out = tmp_path / f"p{suffix}"
     r = CliRunner().invoke(cli, ["plot", str(MFU), "-o", str(out)])

@@ -177,6 +177,7 @@ def test_info_every_format(evil):
     assert MARKUP in json.dumps(doc, ensure_ascii=False)
 
 
+@pytest.mark.slow
 def test_breakdown_every_format(evil, tmp_path):
     p, names, _ = evil
     step = ["--step-range", STEP]

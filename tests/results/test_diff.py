@@ -87,6 +87,7 @@ def test_change_helper():
     assert change(None, 2.0)["abs"] is None and change(0.0, 2.0)["rel"] is None
 
 
+@pytest.mark.slow
 def test_markdown_is_stable_escaped_and_collapsible(pair):
     runner = CliRunner()
     args = ["diff", str(MFU), str(shared(SGLANG)), "--format", "md"]
@@ -115,6 +116,7 @@ def test_markdown_escapes_hostile_names(pair):
     assert "&lt;img src=x onerror=alert(1)&gt;\\|\\*\\*x\\*\\*" in text
 
 
+@pytest.mark.slow
 def test_json_and_table_cli(pair):
     runner = CliRunner()
     r = runner.invoke(cli, ["diff", str(MFU), str(shared(SGLANG)), "--format", "json"])
@@ -148,6 +150,7 @@ def manifest_ms(path) -> float:
     return json.loads((path.parent / "manifest.json").read_text())["unprofiled_step_ms"]
 
 
+@pytest.mark.slow
 def test_eager_vs_graph_headline_compares_the_unprofiled_steps():
     """The bundled eager and graph captures both carry a manifest: the headline is their unprofiled steps (what a
     user's tokens/s follows), not the traced ones (inflated 2.2x by the profiler)."""
@@ -171,6 +174,7 @@ def test_eager_vs_graph_headline_compares_the_unprofiled_steps():
     assert table.startswith("unprofiled step 36.670 → 2.822 ms (−92%)")
 
 
+@pytest.mark.slow
 def test_an_unprofiled_step_is_not_compared_with_a_traced_one():
     graph = sample_trace("hf-small-graph")
     r = CliRunner().invoke(cli, ["diff", str(MFU), str(graph), "--format", "json"])
@@ -204,6 +208,7 @@ def test_every_lever_is_compared(pair):
     assert changed == want and len(want) >= 3 and set(d["base"]["advice"]) == set(LEVERS)
 
 
+@pytest.mark.slow
 def test_each_side_has_its_own_time_base():
     # hf-small eager vs graph: each side's unprofiled step from its own manifest
     eager, graph = sample("hf-small-eager/trace.sqlite"), sample_trace("hf-small-graph")
@@ -230,6 +235,7 @@ def test_each_side_has_its_own_time_base():
     assert "time base: base 17.369 ms traced (no unprofiled time: its savings are upper bounds), new 2.822 ms" in md_text
 
 
+@pytest.mark.slow
 def test_saved_breakdowns_as_sides(tmp_path):
     graph = sample_trace("hf-small-graph")
     saved = tmp_path / "graph.json"
@@ -689,6 +695,7 @@ def test_the_bootstrap_is_deterministic_and_agrees_with_the_normal_theory():
                                                                                                abs=0.004)
 
 
+@pytest.mark.slow
 def test_traced_steps_only_compare_their_means():
     """The nsys-ai MFU pair (no manifest): the traced mean steps are the reference, their means bootstrapped."""
     d = CliRunner().invoke(cli, ["diff", str(MFU_BEFORE), str(MFU_AFTER), "--fail-on-regression", "3%",
@@ -711,6 +718,7 @@ def tracekit_periods(path):
     return tracekit.breakdown(tracekit.load(path), device=0).per_step["period_ms"].to_list()
 
 
+@pytest.mark.slow
 def test_exit_3_writes_the_output_in_full(tmp_path):
     graph, eager = sample_trace("hf-small-graph"), sample_trace("hf-small-eager")
     out = tmp_path / "gate.json"
@@ -728,6 +736,7 @@ def test_exit_3_writes_the_output_in_full(tmp_path):
     assert r.exit_code == 0 and "gate" not in json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_markdown_leads_with_the_verdict_and_folds_the_rest():
     graph, eager = sample_trace("hf-small-graph"), sample_trace("hf-small-eager")
     r = CliRunner().invoke(cli, ["diff", str(graph), str(eager), "--fail-on-regression", "3%", "--format", "md"])
@@ -811,6 +820,7 @@ def busiest(path) -> int:
     return rows[0][0]
 
 
+@pytest.mark.slow
 def test_the_same_device_on_both_sides_by_default():
     """nsys-ai's two-GPU MFU pair: GPU 0 is the busiest of `before`, GPU 1 of `after` (by SQL). Each side on its own
     busiest compared GPU 0 with GPU 1; the default now analyses BASE's GPU on both sides, as `--device 0` does."""
@@ -865,6 +875,7 @@ def repeats() -> list[str]:
     return names
 
 
+@pytest.mark.slow
 def test_repeat_captures_of_one_configuration_pass():
     """Every ordered pair of the repeat captures (each its own process: N = 6 gives 30 pairs), and the unmarked twin
     against each, pass at 3%."""

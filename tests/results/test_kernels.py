@@ -178,6 +178,7 @@ FAKE_NSYS = textwrap.dedent('''\
     ''')
 
 
+@pytest.mark.slow
 def test_the_device_script_packs_csvs_and_an_index_the_test_reads(tmp_path):
     """``benchmarks/device_nsys_stats.sh refs`` end to end on the CPU (a stand-in for nsys): a .sqlite.gz sample is
     decompressed, a plain .sqlite read, nothing is written beside them, and what comes back passes the same check."""

@@ -15,6 +15,7 @@ from conftest import DATA
 MFU = DATA / "nsys" / "nsysai_mfu_2gpu_before_2026.2.sqlite"
 
 
+@pytest.mark.slow
 def test_breakdown_all_devices_is_the_command_s_rank_set():
     """Fix 8: `tracekit.breakdown()` lacked `all_devices` (`breakdown --all-devices`): every GPU of the 2-GPU
     nsys report as a rank, the same cross-rank object as the command's JSON."""

@@ -30,6 +30,7 @@ TWO_GPUS = ROOT / "tests/data/nsys/nsysai_mfu_2gpu_before_2026.2.sqlite"
 
 
 @pytest.mark.parametrize("name", ONE_GPU)
+@pytest.mark.slow
 def test_consumed_trace_gives_the_same_breakdown(name):
     path = ROOT / name
     ref = breakdown(tracekit.load(path)).to_dict()

@@ -188,6 +188,7 @@ def test_collective_totals_equal_kernels_totals(gb300_files):
     assert fused["ms_per_step"] == pytest.approx(fused["total_ms"] / 7, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_b200_multimem_all_reduce_has_its_own_row_with_bandwidth():
     path = shared(B200)
     t = tracekit.load(path)
@@ -292,6 +293,7 @@ def test_order_offset_and_clock_offset_are_recovered(gb300):
     assert both.pacing_rank is None and late.pacing_rank is None
 
 
+@pytest.mark.slow
 def test_files_of_different_captures_are_not_matched():
     # HTA's sampled rank pair (trimmed by its authors): a few send/recv kernels whose ends do not line up
     a = shared("HolisticTraceAnalysis/tests/data/timeline_analysis/sampled_rank-0.json.gz")
@@ -365,6 +367,7 @@ def test_renderers_headline_first_and_names_escaped(gb300):
     assert re.search(r"\| rank \| step \|", text)
 
 
+@pytest.mark.slow
 def test_breakdown_without_trace_still_matches(gb300):
     # Breakdowns alone (what the CLI's process pool returned before): the same waits, without sizes
     results, cr = gb300
@@ -444,6 +447,7 @@ def test_cli_bad_engine_is_one_line_exit_2(spec, message, monkeypatch):
     assert len(lines) == 1 and lines[0].startswith("tracekit: error: ") and message in lines[0], r.stderr
 
 
+@pytest.mark.slow
 def test_cli_engine_on_one_file_says_it_is_not_used():
     """--engine places the per-file stage of several files: with one file it says so instead of ignoring it."""
     r = _cli("breakdown", DATA / "kineto" / "hta_nccl_data.json.gz", "--engine", "process", "--format", "json")

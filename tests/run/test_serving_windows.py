@@ -65,6 +65,7 @@ def test_step_range_around_a_collective_is_refused():
     assert code == 0 and json.loads(out)["steps"]["count"] == 7
 
 
+@pytest.mark.slow
 def test_info_candidates_enclose_launches_ranked_by_gpu_share():
     """`info` lists as step candidates only ranges that launch GPU work, the best tiling of the GPU time first:
     on GB300 the EXTEND and DECODE steps (their shares sum to ~1: the window is those 16 steps); the all-gather's
