@@ -1575,25 +1575,28 @@ ENGINES = {"sglang-eagle": SGLangEagle, "sglang-ngram": SGLangNgram, "vllm-eagle
            "sglang-multilayer": SGLangMultiLayer}
 
 
+def print_random_plan(argv: list[str]) -> int:
+    """``--random N --seed S``: the random zoo's plan, one JSON line per shape (capture/run_session5.sh reads it)."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(prog="zoo.py --random")
+    p.add_argument("--random", type=int, required=True, help="how many shapes")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    for sh in random_shapes(a.random, a.seed):
+        t = sh.target
+        print(json.dumps({"shape": sh.name, "args": shape_args(sh), "engine": sh.engine, "draft": sh.draft,
+                          "spans": sh.spans, "K": sh.steps, "topk": sh.topk, "verify_tokens": sh.verify_tokens,
+                          "batch": sh.batch, "hidden": t["hidden"], "layers": t["layers"], "vocab": t["vocab"],
+                          "context": sh.context, "extend_sample": sh.extend_sample, "mode": sh.mode,
+                          "attn": sh.attn, "draft_cfg": sh.draft_cfg or None, "draft_mode": sh.draft_mode}))
+    return 0
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--random" in argv:      # the random zoo's plan: one JSON line per shape (capture/run_session5.sh reads it)
-        import argparse
-        import json
-
-        p = argparse.ArgumentParser(prog="zoo.py --random")
-        p.add_argument("--random", type=int, required=True, help="how many shapes")
-        p.add_argument("--seed", type=int, default=0)
-        a = p.parse_args(argv)
-        for sh in random_shapes(a.random, a.seed):
-            t = sh.target
-            print(json.dumps({"shape": sh.name, "args": shape_args(sh), "engine": sh.engine, "draft": sh.draft,
-                              "spans": sh.spans, "K": sh.steps, "topk": sh.topk, "verify_tokens": sh.verify_tokens,
-                              "batch": sh.batch, "hidden": t["hidden"], "layers": t["layers"], "vocab": t["vocab"],
-                              "context": sh.context, "extend_sample": sh.extend_sample, "mode": sh.mode,
-                              "attn": sh.attn, "draft_cfg": sh.draft_cfg or None, "draft_mode": sh.draft_mode}))
-        return 0
-    return harness.run(Zoo, argv)
+    return print_random_plan(argv) if "--random" in argv else harness.run(Zoo, argv)
 
 
 if __name__ == "__main__":
