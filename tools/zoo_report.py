@@ -168,9 +168,12 @@ def random_rows(jobs: int = 1, shapes: list[str] | None = None) -> list[dict]:
     if shapes:
         names = [n for n in names if n in shapes]
     if jobs > 1:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(jobs) as ex:
+        # (spawned, never forked: a fork of a process whose polars thread pool has run -- a test worker -- deadlocks
+        # in the child's first polars query; CI hung there for an hour)
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
             return list(ex.map(random_row, [d] * len(names), names))
     return [random_row(d, n) for n in names]
 
