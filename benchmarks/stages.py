@@ -258,11 +258,14 @@ def main(argv=None) -> None:
     del trace
     # (a checkout from before ``consume`` existed, given with TRACEKIT_SRC, analyses a trace it reads afresh too)
     own = {"consume": True} if "consume" in inspect.signature(breakdown).parameters else {}
+    # (the analysis takes one options object; a checkout from before it took them as keywords)
+    args = (AnalysisOptions(),) if "options" in inspect.signature(breakdown).parameters else ()
+    kwargs = {} if args else kwargs
 
     def analysis():
         # (as the command runs it: the trace is the analysis' own, and it gives back the kernel columns it copies;
         # each profiled run below gets a fresh read)
-        b = breakdown(box.pop("trace"), **kwargs, **own)
+        b = breakdown(box.pop("trace"), *args, **kwargs, **own)
         return json.dumps(b.to_dict())
 
     w0, c0 = time.perf_counter(), _cpu()

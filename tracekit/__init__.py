@@ -130,7 +130,7 @@ def breakdown(trace: str | Path | Trace, **options) -> Breakdown | RankSet:
             trace = _load_file(files[0])
         return RankSet(cross_rank(*analyse_devices(trace, opts)))
     if files is None:
-        return _breakdown(trace, **opts.analysis_kwargs())
+        return _breakdown(trace, opts)
     if len(files) == 1:
         return breakdown_file(files[0], opts)
     from tracekit.run.ranks import analyse_files, cross_rank

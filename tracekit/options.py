@@ -15,13 +15,14 @@ feeds. :data:`OPTIONS` lists every one, in ``--help`` order, and says which anal
 * ``tracekit.cli.options`` makes the click options from the same records (:func:`tracekit.cli.options.click_option`).
 * ``tracekit.breakdown`` and ``tracekit.ceiling`` get their explicit keyword signature from it
   (:func:`api_signature`: ``help()``, ``inspect.signature`` and IDEs that read ``__signature__`` show every keyword
-  with its type and default); their body builds the options object and passes :meth:`analysis_kwargs` on.
+  with its type and default); their body builds the options object and hands it on (``tracekit.run.pipeline.breakdown``
+  takes the object; ``tracekit.results.ceiling.ceiling`` takes :meth:`analysis_kwargs`).
 
 ``tests/cli/test_options.py`` fails when the command line, the options objects, the API signatures and the analyses'
-own keyword parameters (``tracekit.run.pipeline.breakdown``, ``tracekit.results.ceiling.ceiling``: the
-*use* of each option) disagree on a name, a default or a type. So adding an option is one
-``Option(...)`` here plus its use: the new keyword of the analysis that reads it. sqlite-utils is the model: every
-command is a thin call of a documented function with the same parameter names.
+*use* of each option (the inputs ``tracekit.run.pipeline.breakdown`` reads, ``tracekit.results.ceiling.ceiling``'s
+keyword parameters) disagree on a name, a default or a type. So adding an option is one ``Option(...)`` here plus
+its use: the analysis that reads it. sqlite-utils is the model: every command is a thin call of a documented
+function with the same parameter names.
 
 A script builds an options object directly (text amounts parse as on the command line)::
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+from types import SimpleNamespace
 
 import click
 import pytest
@@ -34,9 +35,6 @@ SAXPY = DATA / "nsys" / "pipit_saxpy_2022.2.sqlite"
 # Parameters of the commands that are not analysis options (what to read, where to write, the command's own
 # switches): every other parameter must be a declared option.
 OUTPUT = ("fmt", "output", "color")
-# Keywords of the breakdown analysis that are no user option: how the caller hands the trace over (``consume``: the
-# command line's own trace may be given back as it is copied, tests/run/test_pipeline.py).
-ANALYSIS_OWN = ("consume",)
 COMMAND_OWN = {
     "breakdown": ("traces", "save", *OUTPUT),
     "diff": ("base", "new", "base_measured_step_ms", "new_measured_step_ms", "base_device", "new_device",
@@ -49,7 +47,36 @@ COMMAND_OWN = {
 COMMANDS = {"breakdown": ("breakdown", "diff", "plot", "export"), "ceiling": ("ceiling",)}
 OBJECTS = {"breakdown": AnalysisOptions, "ceiling": CeilingOptions}
 API = {"breakdown": tracekit.breakdown, "ceiling": tracekit.ceiling}
-ANALYSES = {"breakdown": breakdown_analysis, "ceiling": ceiling_analysis}
+
+
+def breakdown_reads() -> set[str]:
+    """The inputs the breakdown analysis reads (``tracekit.run.pipeline.breakdown`` takes one options object and
+    reads each input by name from ``_inputs``' namespace): recorded over one run on a real trace."""
+    import tracekit.run.pipeline as pipeline
+
+    seen: set[str] = set()
+
+    class Recording(SimpleNamespace):
+        def __getattribute__(self, name):
+            if not name.startswith("__"):
+                seen.add(name)
+            return super().__getattribute__(name)
+
+    made = pipeline._inputs
+    pipeline._inputs = lambda options: Recording(**vars(made(options)))
+    try:
+        breakdown_analysis(tracekit.load(SAXPY), AnalysisOptions(step_range="^saxpy$"))
+    finally:
+        pipeline._inputs = made
+    return seen
+
+
+def ceiling_keywords() -> set[str]:
+    return {p.name for p in inspect.signature(ceiling_analysis).parameters.values() if p.kind == p.KEYWORD_ONLY}
+
+
+# what each analysis uses of its options (breakdown: the inputs it reads; ceiling: its keyword parameters)
+ANALYSES = {"breakdown": breakdown_reads, "ceiling": ceiling_keywords}
 
 
 def disagreements(commands=None, objects=None, api=None, analyses=None, declared=None) -> list[str]:
@@ -71,14 +98,11 @@ def disagreements(commands=None, objects=None, api=None, analyses=None, declared
             out.append(f"tracekit.{analysis} keywords {list(kw)}")
         out += [f"tracekit.{analysis}({o.name}=)" for o in opts if o.name in kw
                 and (kw[o.name].default != o.default or kw[o.name].annotation != o.annotation)]
-        uses = {p.name: p for p in inspect.signature(analyses[analysis]).parameters.values()
-                if p.kind == p.KEYWORD_ONLY}
+        uses = analyses[analysis]()
         out += [f"analysis {analysis} takes no {n}" for n in names if n not in uses]
-        if analysis == "breakdown":  # (ceiling's defaults say what "not given" means without a trace)
-            out += [f"analysis breakdown({n}=) is not declared" for n in uses if n not in names
-                    and n not in ANALYSIS_OWN]
-            out += [f"analysis breakdown({o.name}={uses[o.name].default!r})" for o in opts
-                    if o.name in uses and uses[o.name].default != o.default]
+        if analysis == "breakdown":  # (its defaults are the options object's; ceiling's keywords' defaults say
+            # what "not given" means without a trace)
+            out += [f"analysis breakdown({n}=) is not declared" for n in sorted(uses) if n not in names]
         mine = {o.name: o for o in opts}
         for cmd in commands[analysis]:
             params = {p.name: p for p in cmd.params}
@@ -120,14 +144,13 @@ def test_the_agreement_check_catches_each_kind_of_drift():
         p.replace(default=None) if p.name == "phase" else p for p in inspect.signature(tracekit.breakdown).parameters.values()])
     assert disagreements(api={**API, "breakdown": facade}) == ["tracekit.breakdown(phase=)"]
 
-    # an analysis keyword the declaration does not know (a new option used but not declared)
-    def analysis(trace, *, temperature=None, **kw):
-        pass
-    analysis.__signature__ = inspect.signature(breakdown_analysis).replace(parameters=[
-        *inspect.signature(breakdown_analysis).parameters.values(),
-        inspect.Parameter("temperature", inspect.Parameter.KEYWORD_ONLY, default=None)])
-    assert disagreements(analyses={**ANALYSES, "breakdown": analysis}) == \
+    # an input the analysis reads that the declaration does not know (a new option used but not declared)
+    reads = breakdown_reads()
+    assert disagreements(analyses={**ANALYSES, "breakdown": lambda: reads | {"temperature"}}) == \
         ["analysis breakdown(temperature=) is not declared"]
+    # a declared option the analysis no longer reads
+    assert disagreements(analyses={**ANALYSES, "breakdown": lambda: reads - {"context"}}) == \
+        ["analysis breakdown takes no context"]
     # a declaration nothing uses (declared, but not in the options object, the API, the analysis or the CLI)
     ghost = Option("temperature", "float | None", "positive", "Sampling temperature.")
     found = disagreements(declared=lambda a: options_of(a) + ((ghost,) if a == "breakdown" else ()))

@@ -14,6 +14,7 @@ from rich.console import Console
 
 import tracekit
 from tracekit.cli import cli
+from tracekit.options import AnalysisOptions
 from tracekit.report import KINDS, render
 from tracekit.run.history import save_runs
 
@@ -348,7 +349,7 @@ def test_the_plot_shows_its_axis_labels_whole():
     t = tracekit.load(shared(HTA_TRAINING))
     from tracekit.run.pipeline import breakdown
 
-    b = breakdown(t, phase="all")
+    b = breakdown(t, AnalysisOptions(phase="all"))
     fig = figure(plot_data(b, b.activities))
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 

@@ -18,6 +18,7 @@ import pytest
 import tracekit
 from tracekit.analyses.attribution import COPIED_KERNEL_COLUMNS, _merge_by_start, _merge_plan
 from tracekit.errors import NoSteps
+from tracekit.options import AnalysisOptions
 from tracekit.run.pipeline import breakdown, breakdown_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,8 +69,8 @@ def test_library_trace_untouched():
 def test_several_gpus_trace_untouched():
     trace = tracekit.load(TWO_GPUS)
     before = trace.kernels.clone()
-    ref = breakdown(tracekit.load(TWO_GPUS), device=1).to_dict()
-    assert breakdown(trace, device=1, consume=True).to_dict() == ref
+    ref = breakdown(tracekit.load(TWO_GPUS), AnalysisOptions(device=1)).to_dict()
+    assert breakdown(trace, AnalysisOptions(device=1), consume=True).to_dict() == ref
     assert trace.kernels.equals(before)  # (GPU 1's kernels were a filtered copy: nothing of the trace was taken)
     # the communication kernels found beside the activities are kept there too, not found a second time later
     from tracekit.analyses.attribution import attribute
@@ -83,11 +84,11 @@ def test_no_steps_error_before_anything_is_released():
     """The error lists step candidates, which weigh ranges by the GPU time they launch: read from the whole trace."""
     path = ROOT / "sample_traces/hf-small-eager/trace.sqlite"
     with pytest.raises(NoSteps) as ref:
-        breakdown(tracekit.load(path), step_range="^no such range$")
+        breakdown(tracekit.load(path), AnalysisOptions(step_range="^no such range$"))
     trace = tracekit.load(path)
     columns = trace.kernels.columns
     with pytest.raises(NoSteps) as got:
-        breakdown(trace, step_range="^no such range$", consume=True)
+        breakdown(trace, AnalysisOptions(step_range="^no such range$"), consume=True)
     assert str(got.value) == str(ref.value)
     assert "step candidates" in str(got.value) and trace.kernels.columns == columns
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 import tracekit
 from tracekit.cli import cli
+from tracekit.options import AnalysisOptions
 from tracekit.steps import step_candidates
 
 from conftest import sample_trace, shared
@@ -125,7 +126,7 @@ def test_tok_s_without_a_batch_says_per_sequence():
     from tracekit.run.pipeline import breakdown
 
     t = tracekit.load(sample_trace("hf-small-graph"))
-    b = breakdown(dataclasses.replace(t, manifest=None), weight_bytes=988010240, peak_bw=4800)
+    b = breakdown(dataclasses.replace(t, manifest=None), AnalysisOptions(weight_bytes=988010240, peak_bw=4800))
     assert b.roofline["tokens_per_step_source"] == "default"
     assert "tok/s per sequence" in b.headline
 

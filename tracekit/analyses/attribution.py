@@ -541,50 +541,94 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         return (index.of(launch) if index is not None
                 else pl.repeat(None, launch.len(), dtype=pl.Int64, eager=True))  # (no steps: raised below)
 
-    def no_steps() -> NoSteps:
-        cands = step_candidates(trace, top=5, device=dev)
-        hint = ", ".join(f"{r!r} ({c} ranges, {100 * g:.0f}% of the GPU time)"
-                         for r, c, g in zip(cands["regex"], cands["count"], cands["gpu_share"])) or "none"
-        what = f"no range matches --step-range {step_range!r}" if step_range else "no decode steps found"
-        return NoSteps(f"{trace.meta.path}: {what}; pass --step-range REGEX (step candidates: ranges that launch GPU "
-                       f"work, best tiling first: {hint})")
-
     before: dict = {}
-    ready = None
-    if consume:
-        # What reads the kernel columns that the merge releases is done before it releases any: the step windows
-        # (their search weighs ranges by the GPU time they launch), the step candidates of the error, the lost graph
-        # launches and the communication kernels (these two beside the activities' first stages).
-        from tracekit.analyses.collectives import _comm_kernels
-
-        found = started(lambda: (_comm_kernels(trace, dev, rules), _lost_graph_launches(trace)), threads=big)
-
-        def ready() -> None:
-            if windows()[0] is None or windows()[0].windows.height == 0:
-                raise no_steps()
-            before["comm"], before["lost"] = found()
-            if trace.ranges.height:  # (speculation's verify tokens read the kernels' grids: before they go)
-                from tracekit.analyses.speculation import norm_rows
-
-                before["rows"] = norm_rows(trace, windows()[0].windows)
+    ready = _before_release(trace, dev, rules, windows, step_range, big, before) if consume else None
     acts, n_bad, _ = activities(trace, dev, rules, work=work, step_of_launch=step_of_launch, consume=consume,
                                 ready=ready)
     steps, step_of, dw, draft_of = windows()
     if n_bad:
         warnings.append(f"{n_bad} GPU activities with end before start were ignored")
     if steps is None or steps.windows.height == 0:
-        raise no_steps()
+        raise _no_steps(trace, dev, step_range)
     if consume and "lost" not in before:  # (several GPUs: nothing was released, but they were found already)
-        before["comm"], before["lost"] = found()
+        before["comm"], before["lost"] = before["found"]()
     lost = before["lost"] if "lost" in before else _lost_graph_launches(trace)
     warnings.extend(steps.warnings)
     # Attribution is per launch (launches are few and already in time order); activities follow their launch.
     launch = acts["launch"]
+    acts, step_by = _by_process_if_elsewhere(acts, work, steps, launch, warnings)
+    signatures = None
+    if big:
+        from tracekit.analyses.steady import SIGNATURE_COLUMNS, step_signatures
+
+        rows = in_steps_of(acts.select(*SIGNATURE_COLUMNS))
+        signatures = started(lambda: step_signatures(rows))
+        del rows
+    from tracekit.analyses.phase import step_phases
+
+    phases = step_phases(trace, steps.windows, acts)
+    d = _draft_work(trace, acts, steps, dw, draft_of, launch, draft_range, detect_structure, phases, warnings)
+    del launch, step_of, draft_of  # (launch-sized: freed before the per-step work)
+    speculation, phases = _speculation(trace, d, steps, phases, before, draft_range)
+    acts = d.acts
+    if d.drafted is not None:
+        acts = acts.with_columns(
+            name_category="category",  # (speculative traces only: what each draft kernel is by name)
+            category=pl.when(d.drafted).then(pl.lit("drafting", CATEGORY_ENUM)).otherwise(pl.col("category")),
+        )
+    graph_mode = trace.meta.graph_trace_mode == "graph" and bool((acts["kind"] == "graph_exec").any())
+    if graph_mode:
+        compute = pl.col("category").is_in(list(COMPUTE_CATEGORIES))
+        acts = acts.with_columns(
+            category=pl.when(compute).then(pl.lit(UNATTRIBUTED, CATEGORY_ENUM)).otherwise(pl.col("category")))
+    lost = _lost_graph_steps(lost, steps.windows, list(step_by))
+    return Attribution(device=dev, steps=steps, activities=acts, launches=work, step_by=step_by,
+                       draft_detection=d.detection, phases=phases, graph_mode=graph_mode,
+                       lost_steps=tuple(int(s) for s in lost.to_list()), n_bad=n_bad, warnings=tuple(warnings),
+                       draft_evidence=d.evidence, comm_kernels=before.get("comm"), signatures=signatures,
+                       speculation=speculation)
+
+
+def _no_steps(trace: Trace, dev: int, step_range: str | None) -> NoSteps:
+    """The error of a trace without steps, naming the best step candidates."""
+    cands = step_candidates(trace, top=5, device=dev)
+    hint = ", ".join(f"{r!r} ({c} ranges, {100 * g:.0f}% of the GPU time)"
+                     for r, c, g in zip(cands["regex"], cands["count"], cands["gpu_share"])) or "none"
+    what = f"no range matches --step-range {step_range!r}" if step_range else "no decode steps found"
+    return NoSteps(f"{trace.meta.path}: {what}; pass --step-range REGEX (step candidates: ranges that launch GPU "
+                   f"work, best tiling first: {hint})")
+
+
+def _before_release(trace: Trace, dev: int, rules, windows, step_range: str | None, big: bool,
+                    before: dict) -> Callable[[], None]:
+    """What reads the kernel columns that ``activities(consume=True)`` releases, done before it releases any: the
+    step windows (their search weighs ranges by the GPU time they launch), the step candidates of the error, the
+    lost graph launches and the communication kernels (these two beside the activities' first stages). Returns the
+    merge's ``ready`` call; fills ``before`` (``found``: the lost launches and the communication kernels; ``comm``,
+    ``lost``, ``rows``: the speculation's normalised rows)."""
+    from tracekit.analyses.collectives import _comm_kernels
+
+    before["found"] = started(lambda: (_comm_kernels(trace, dev, rules), _lost_graph_launches(trace)), threads=big)
+
+    def ready() -> None:
+        if windows()[0] is None or windows()[0].windows.height == 0:
+            raise _no_steps(trace, dev, step_range)
+        before["comm"], before["lost"] = before["found"]()
+        if trace.ranges.height:  # (speculation's verify tokens read the kernels' grids: before they go)
+            from tracekit.analyses.speculation import norm_rows
+
+            before["rows"] = norm_rows(trace, windows()[0].windows)
+    return ready
+
+
+def _by_process_if_elsewhere(acts: pl.DataFrame, work: pl.DataFrame, steps: Steps, launch: pl.Series,
+                             warnings: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """Step ranges on another thread than the launches (e.g. a scheduler thread): the activities attributed by
+    process instead, when that places more of them. Returns (activities, how steps were matched)."""
     n_work = launch.is_not_null().sum()
     n_in = acts["step"].is_not_null().sum()
     step_by: tuple[str, ...] = ("pid", "tid")
     if n_work and n_in < 0.5 * n_work and steps.marker != "inferred":
-        # Step ranges on another thread than the launches (e.g. a scheduler thread): attribute by process.
         alt = _window_index(work, steps.windows, ["pid"], "step").of(launch)
         if alt.is_not_null().sum() > n_in:
             acts = acts.with_columns(step=alt)
@@ -596,20 +640,28 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
         # (every activity in a step, steps one after the other: the usual case. Flagged, the per-step group-bys
         # of the phase and drafting analyses below work on slices instead of hashing ten million step ids.)
         acts = acts.with_columns(step.set_sorted())
-    del step
-    from tracekit.analyses.drafting import OFF_EVIDENCE, detect_drafting, is_off, spec_kernel_evidence
-    from tracekit.analyses.phase import step_phases
+    return acts, step_by
 
-    signatures = None
-    if big:
-        from tracekit.analyses.steady import SIGNATURE_COLUMNS, step_signatures
 
-        rows = in_steps_of(acts.select(*SIGNATURE_COLUMNS))
-        signatures = started(lambda: step_signatures(rows))
-        del rows
+@dataclass
+class _DraftWork:
+    """The draft work found (``acts`` with its ``draft`` column; ``drafted``: the expression of a drafting
+    activity, None where none is), how it was found and on what evidence."""
 
-    phases = step_phases(trace, steps.windows, acts)
+    acts: pl.DataFrame
+    drafted: pl.Expr | None
+    detection: str
+    evidence: tuple[str, ...]
+    info: object | None  # drafting.detect_drafting's structure reading, where it ran
+
+
+def _draft_work(trace: Trace, acts: pl.DataFrame, steps: Steps, dw: pl.DataFrame, draft_of, launch: pl.Series,
+                draft_range: str | None, detect_structure: bool, phases: pl.DataFrame,
+                warnings: list[str]) -> _DraftWork:
+    """Drafting from the draft ranges (and the engine's own records of its draft forwards), else from the steps'
+    structure or the speculative kernels' names; turned off by ``--draft-range none``."""
     from tracekit.analyses import speculation as spec
+    from tracekit.analyses.drafting import OFF_EVIDENCE, detect_drafting, is_off, spec_kernel_evidence
 
     drafted = None
     evidence: tuple[str, ...] = ()
@@ -662,67 +714,58 @@ def attribute(trace: Trace, *, step_range: str | None = None, draft_range: str |
             acts = acts.with_columns(draft=pl.repeat(None, acts.height, dtype=pl.Int64, eager=True).scatter(
                 in_steps["_row"], ids) if "_row" in in_steps.columns else ids.cast(pl.Int64))
             drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
-    # ---- speculation (contract, Additions to /3): from every source, none waiting for the phase; a speculative
-    # step is a decode step (the phase's own annotation and training evidence aside)
+    return _DraftWork(acts, drafted, detection, evidence, info)
+
+
+def _speculation(trace: Trace, d: _DraftWork, steps: Steps, phases: pl.DataFrame, before: dict,
+                 draft_range: str | None):
+    """Speculation (contract, Additions to /3), from every source, none waiting for the phase; a speculative step
+    is a decode step (the phase's own annotation and training evidence aside). Proposals without a draft model
+    (n-gram) count their upload as drafting (``d`` is updated). Returns (speculation, phases)."""
+    from tracekit.analyses import speculation as spec
+    from tracekit.analyses.drafting import is_off, spec_kernel_evidence
+
     if is_off(draft_range):
-        speculation = spec.OFF
-    else:
-        in_spec = acts.filter(pl.col("step").is_not_null())
-        spec_kernels = spec_kernel_evidence(in_spec)
-        ann = None
-        if trace.ranges.height:
-            from tracekit.analyses.phase import annotation_phases
+        return spec.OFF, phases
+    in_spec = d.acts.filter(pl.col("step").is_not_null())
+    spec_kernels = spec_kernel_evidence(in_spec)
+    ann = None
+    if trace.ranges.height:
+        from tracekit.analyses.phase import annotation_phases
 
-            ann = annotation_phases(trace, steps.windows)
-        # (draft work with GEMMs: a draft model's forwards, not only the upload of host proposals)
-        draft_gemm = drafted is not None and bool(acts.select((drafted & (pl.col("category") == "gemm")).any()).item())
-        speculation = spec.decide(
-            trace, steps.windows, spans=spec.engine_spans(trace, steps.windows),
-            frames=spec.engine_frames(trace, steps.windows),
-            tokens=spec.shape_tokens(trace, steps.windows, ann), structure=info, spec_kernels=spec_kernels,
-            draft_found=evidence[0] if detection in ("ranges", "engine") else None, draft_gemm=draft_gemm,
-            rows=before["rows"] if "rows" in before else
-            spec.norm_rows(trace, steps.windows) if trace.ranges.height and "pid" in trace.kernels.columns else None)
-        if speculation.speculative and speculation.draft_model is False and drafted is None:
-            # proposals without a draft model (n-gram): their GPU-side cost is their upload, the host-to-device copies
-            # of the step before its verify forward's first GEMM
-            up = spec.proposal_uploads(acts)
-            if up.null_count() < up.len():
-                acts = acts.with_columns(draft=up)
-                drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
-                n = (up.is_not_null().sum()) / max(1, acts["step"].drop_nulls().n_unique())
-                evidence = (*evidence, f"proposals without a draft model: their upload, {n:g} host-to-device copies "
-                            "per step before the verify forward, counts as drafting")
-                if detection == "not_detected":
-                    detection = "kernels"
-        drafted_steps = (in_spec.filter(pl.col("draft").is_not_null() | (pl.col("category") == "drafting"))["step"]
-                         .unique() if detection != "not_detected" else pl.Series("step", [], pl.Int64))
-        if speculation.speculative:
-            import tracekit.analyses.speculation as speculation_mod
-            from tracekit.analyses.phase import with_speculation
+        ann = annotation_phases(trace, steps.windows)
+    # (draft work with GEMMs: a draft model's forwards, not only the upload of host proposals)
+    draft_gemm = d.drafted is not None and bool(
+        d.acts.select((d.drafted & (pl.col("category") == "gemm")).any()).item())
+    speculation = spec.decide(
+        trace, steps.windows, spans=spec.engine_spans(trace, steps.windows),
+        frames=spec.engine_frames(trace, steps.windows),
+        tokens=spec.shape_tokens(trace, steps.windows, ann), structure=d.info, spec_kernels=spec_kernels,
+        draft_found=d.evidence[0] if d.detection in ("ranges", "engine") else None, draft_gemm=draft_gemm,
+        rows=before["rows"] if "rows" in before else
+        spec.norm_rows(trace, steps.windows) if trace.ranges.height and "pid" in trace.kernels.columns else None)
+    if speculation.speculative and speculation.draft_model is False and d.drafted is None:
+        # proposals without a draft model (n-gram): their GPU-side cost is their upload, the host-to-device copies
+        # of the step before its verify forward's first GEMM
+        up = spec.proposal_uploads(d.acts)
+        if up.null_count() < up.len():
+            d.acts = d.acts.with_columns(draft=up)
+            d.drafted = pl.col("draft").is_not_null() & (pl.col("kind") != "graph_exec")
+            n = (up.is_not_null().sum()) / max(1, d.acts["step"].drop_nulls().n_unique())
+            d.evidence = (*d.evidence, f"proposals without a draft model: their upload, {n:g} host-to-device "
+                          "copies per step before the verify forward, counts as drafting")
+            if d.detection == "not_detected":
+                d.detection = "kernels"
+    if not speculation.speculative:
+        return speculation, phases
+    from tracekit.analyses.phase import with_speculation
 
-            marked = pl.concat([drafted_steps.cast(pl.Int64), pl.Series("step", list(speculation.steps), pl.Int64)])
-            # (what makes the steps speculative: not a line saying which quantity the trace cannot show)
-            said = [e for e in speculation.evidence if e not in (speculation_mod.NO_SPEC_EVIDENCE,
-                                                                  speculation_mod.NO_VERIFY_TOKENS)]
-            why = (said[0] if said else
-                   f"{info.draft_forwards_per_step:g} draft forwards of a distinct draft model per step"
-                   if info is not None and info.draft_forwards_per_step else "draft work in the step")
-            phases = with_speculation(phases, marked.unique(), why)
-    if drafted is not None:
-        acts = acts.with_columns(
-            name_category="category",  # (speculative traces only: what each draft kernel is by name)
-            category=pl.when(drafted).then(pl.lit("drafting", CATEGORY_ENUM)).otherwise(pl.col("category")),
-        )
-    del launch, step_of, draft_of  # (launch-sized: freed before the per-step work)
-    graph_mode = trace.meta.graph_trace_mode == "graph" and bool((acts["kind"] == "graph_exec").any())
-    if graph_mode:
-        compute = pl.col("category").is_in(list(COMPUTE_CATEGORIES))
-        acts = acts.with_columns(
-            category=pl.when(compute).then(pl.lit(UNATTRIBUTED, CATEGORY_ENUM)).otherwise(pl.col("category")))
-    lost = _lost_graph_steps(lost, steps.windows, list(step_by))
-    return Attribution(device=dev, steps=steps, activities=acts, launches=work, step_by=step_by,
-                       draft_detection=detection, phases=phases, graph_mode=graph_mode,
-                       lost_steps=tuple(int(s) for s in lost.to_list()), n_bad=n_bad, warnings=tuple(warnings),
-                       draft_evidence=evidence, comm_kernels=before.get("comm"), signatures=signatures,
-                       speculation=speculation)
+    drafted_steps = (in_spec.filter(pl.col("draft").is_not_null() | (pl.col("category") == "drafting"))["step"]
+                     .unique() if d.detection != "not_detected" else pl.Series("step", [], pl.Int64))
+    marked = pl.concat([drafted_steps.cast(pl.Int64), pl.Series("step", list(speculation.steps), pl.Int64)])
+    # (what makes the steps speculative: not a line saying which quantity the trace cannot show)
+    said = [e for e in speculation.evidence if e not in (spec.NO_SPEC_EVIDENCE, spec.NO_VERIFY_TOKENS)]
+    why = (said[0] if said else
+           f"{d.info.draft_forwards_per_step:g} draft forwards of a distinct draft model per step"
+           if d.info is not None and d.info.draft_forwards_per_step else "draft work in the step")
+    return speculation, with_speculation(phases, marked.unique(), why)

@@ -1,8 +1,10 @@
 """The bytes one GPU reads per decode step, resolved once for ``breakdown`` and ``ceiling`` alike.
 
-Every source of a byte figure goes through this module; the precedence is applied here and nowhere else
-(docs/roofline.md, "Where the inputs come from"; the parallelism that divides it is
-:func:`tracekit.analyses.resolve.resolve_tp`'s, whose :class:`Parallelism` it takes)::
+Every source of a byte figure goes through this module; the precedence of each is
+:mod:`tracekit.analyses.resolve`'s (``target_weight_bytes``, ``kv_bytes``, ``draft_bytes``: the one home of every
+precedence rule), applied here once, after the model is loaded (docs/roofline.md, "Where the inputs come from"; the
+parallelism that divides it is :func:`tracekit.analyses.resolve.resolve_tp`'s, whose :class:`Parallelism` it
+takes)::
 
     target weights       --weight-bytes (summed over GPUs, / tp)  |  --params x --dtype (ceiling)
                          >  --model (safetensors headers or config.json: tracekit.model.step_bytes)
@@ -23,15 +25,14 @@ is the contract's roofline block (``tracekit.analyses.roofline.step_roofline``).
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracekit.analyses import resolve
 from tracekit.analyses.resolve import Parallelism
-from tracekit.errors import BadOptionValue
 
 if TYPE_CHECKING:
     from tracekit.analyses.roofline import RooflineBlock
@@ -141,88 +142,6 @@ def load(model: str | Path | dict | Model, dtype: str | None = None) -> Model:
     return load_model(model, dtype=dtype)
 
 
-def _manifest_draft(man: dict) -> int | None:
-    """The draft's part of a capture manifest's ``weight_bytes_per_step``: its ``draft_bytes_per_step``, else the
-    draft model's weight bytes x its forwards per step (``draft_model``), else unknown."""
-    if man.get("draft_bytes_per_step") is not None:
-        return int(man["draft_bytes_per_step"])
-    dm = man.get("draft_model") or {}
-    if dm.get("weight_bytes") and dm.get("forwards_per_step"):
-        return int(dm["weight_bytes"]) * int(dm["forwards_per_step"])
-    return None
-
-
-def _target_weights(weight_bytes, params, dtype, sb, man: dict, from_trace, tp: int, assumptions: list[str]):
-    """The target's weight bytes per GPU per step and their source, by precedence: the flag, ``params`` x
-    ``dtype``, the model (its step's bytes less the draft's), the manifest, the trace (``from_trace``). Returns
-    (bytes | None, source | None, the trace's warnings)."""
-    from tracekit.analyses.roofline import weight_bytes_per_gpu
-    from tracekit.model.units import dtype_bytes
-
-    trace_warnings: list[str] = []
-    target = src = None
-    if weight_bytes is not None:
-        if not (math.isfinite(weight_bytes) and weight_bytes > 0):
-            raise BadOptionValue(f"--weight-bytes must be > 0, got {weight_bytes}")
-        target, src = weight_bytes_per_gpu(weight_bytes, tp), "flag"
-        assumptions.append(f"weights: --weight-bytes {int(weight_bytes):,} summed over GPUs / tp {tp}"
-                           + (" (replaces the model's weights term)" if sb is not None else ""))
-    elif params is not None:
-        if not (math.isfinite(params) and params > 0):
-            raise BadOptionValue(f"--params must be > 0, got {params}")
-        d = dtype or "bf16"
-        target, src = weight_bytes_per_gpu(float(params) * dtype_bytes(d), tp), "params"
-        if d in ("fp8", "int8", "int4"):
-            assumptions.append(f"{d}: quantization scales and zero points ignored; "
-                               "layers kept in higher precision (e.g. lm_head) count as " + d)
-    elif sb is not None:
-        target, src = sb.weight_bytes_per_step - sb.draft_bytes_per_step, "model"
-    elif man.get("weight_bytes_per_step") is not None:  # (target + draft x forwards, as the contract's key)
-        target, src = int(man["weight_bytes_per_step"]) - (_manifest_draft(man) or 0), "manifest"
-    elif from_trace is not None:
-        target, src, seen = from_trace()
-        trace_warnings = list(seen)
-
-    return target, src, trace_warnings
-
-
-def _kv_bytes(kv_bytes_per_token, sb, man: dict, *, tp: int, context, batch: int, assumptions: list[str]):
-    """The KV-cache bytes per GPU per step and their source: the flag, else the model's, else the manifest's."""
-    from tracekit.analyses.roofline import bytes_per_step
-
-    kv = kv_src = None
-    if kv_bytes_per_token:
-        kv = bytes_per_step(0, tp=tp, kv_bytes_per_token=kv_bytes_per_token, context=context or 0, batch=batch)
-        kv_src = "flag"
-        assumptions.append(f"KV cache: {int(kv_bytes_per_token):,} bytes per token x context {context or 0:,} x batch "
-                           f"{batch}" + (f", split over {tp} GPUs" if tp > 1 else "") + " read once per step")
-    elif sb is not None and sb.kv_bytes_per_step is not None:
-        kv, kv_src = sb.kv_bytes_per_step, "model"
-    elif man.get("kv_bytes_per_step") is not None:
-        kv, kv_src = int(man["kv_bytes_per_step"]), "manifest"
-    return kv, kv_src
-
-
-def _draft_bytes(draft_bytes, draft_forwards, draft_sharded: bool, sb, man: dict, src, tp: int,
-                 assumptions: list[str]):
-    """The draft's bytes per GPU per step: a separate draft model's bytes, else the model's MTP layers (inside the
-    weights), else the manifest's when it gave the weights; None: none counted."""
-    from tracekit.analyses.roofline import bytes_per_step
-
-    draft = None
-    if draft_bytes:
-        draft = bytes_per_step(0, tp=tp, draft_bytes=draft_bytes, draft_forwards=draft_forwards,
-                               draft_sharded=draft_sharded)
-        assumptions.append(f"draft model: {int(draft_bytes):,} bytes x {draft_forwards:g} forwards per step"
-                           + ((", sharded over tp" if draft_sharded else ", replicated on every GPU")
-                              if tp > 1 else ""))
-    elif sb is not None and sb.draft_bytes_per_step:
-        draft = sb.draft_bytes_per_step
-    elif src == "manifest":
-        draft = _manifest_draft(man)
-    return draft
-
-
 def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, params: float | None = None,
                   dtype: str | None = None, model: str | Path | dict | Model | None = None,
                   kv_dtype: str | None = None, batch: int = 1, context: int | None = None,
@@ -268,9 +187,9 @@ def resolve_bytes(*, parallel: Parallelism, weight_bytes: float | None = None, p
         assumptions += [n for n in sb.notes + sb.warnings if not n.startswith("KV cache not counted")]
         warnings += list(sb.warnings)
 
-    target, src, trace_warnings = _target_weights(weight_bytes, params, dtype, sb, man, from_trace, tp, assumptions)
-    kv, kv_src = _kv_bytes(kv_bytes_per_token, sb, man, tp=tp, context=context, batch=batch, assumptions=assumptions)
-    draft = _draft_bytes(draft_bytes, draft_forwards, draft_sharded, sb, man, src, tp, assumptions)
+    target, src, trace_warnings = resolve.target_weight_bytes(weight_bytes, params, dtype, sb, man, from_trace, tp, assumptions)
+    kv, kv_src = resolve.kv_bytes(kv_bytes_per_token, sb, man, tp=tp, context=context, batch=batch, assumptions=assumptions)
+    draft = resolve.draft_bytes(draft_bytes, draft_forwards, draft_sharded, sb, man, src, tp, assumptions)
 
     if draft_note and draft is not None and target is not None and draft:
         warnings.append(draft_note)

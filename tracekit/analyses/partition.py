@@ -235,13 +235,69 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     acts, n_claimed = claim_by_gpu_start(acts, attr.steps.windows, attr.lost_steps)
     in_steps = in_steps_of(acts)
     good, reasons, warnings = periods(attr, in_steps, trace.meta.path)
+    sel = _select_steps(attr, trace, in_steps, good, reasons, warnings, exclude=exclude,
+                        phases=phases if phases is not None else attr.phases, phase=phase)
+    good, analysed = sel.good, sel.analysed
+    a, spill = _analysed_rows(acts, in_steps, good, analysed, sel.present, attr.steps.windows.height)
+    gap_inputs = gap_inputs_wait()
 
-    # ---- exclusions among the steps with GPU work (their periods stay as computed above): phase, then the last
-    # step and warm-up/transition steps by their kernel sequences (tracekit.analyses.steady)
+    def piece(p: pl.DataFrame):
+        """The unions, kernel sums and gaps of whole steps."""
+        # (a category's physical code is its priority: the union's level)
+        level = pl.col("category").to_physical()
+        u = cumulative_union_lengths(p.select("step", "start", "end", prio=level), "step", "prio", len(PRIORITY),
+                                     presorted=True, tiled=True)
+        if "_spill" in p.columns:  # (the kernel sums are the step's own work; its last activity may be another's)
+            own = _kernel_sums(p.filter(~pl.col("_spill")))
+            ends = p.group_by("step").agg(a_last=pl.col("end").max())
+            return u, own.drop("a_last").join(ends, on="step", how="left"), _holes_piece(p, gap_inputs)
+        return u, _kernel_sums(p), _holes_piece(p, gap_inputs)
+
+    # Whole steps, piece by piece (intervals.by_pieces), two pieces per CPU at a time on big traces: each piece's
+    # columns are small and reused by the next, where ten million rows at once faulted in ~1.5 GB of fresh memory.
+    pieces = by_pieces(piece, a, threads=big)
+    hole_sums, largest_holes = _gaps(pieces, gap_inputs, attr.launches)
+    if spill is not None:
+        a = a.filter(~pl.col("_spill")).drop("_spill")
+    table = _split_table(analysed, pl.concat([p[0] for p in pieces]), pl.concat([p[1] for p in pieces]),
+                         hole_sums, a, attr.steps.windows)
+    # The idle after each analysed step ends with the first launch of the next step with GPU work.
+    nxt = good.select("step", next_launch=pl.col("first_launch").shift(-1),
+                      next_graphed=pl.col("first_graphed").shift(-1))
+    skip = attr.steps.windows.select("pid", "tid", "start") if attr.steps.marker != "inferred" else None
+    largest = _largest(largest_holes, table.join(nxt, on="step", how="left"), trace, attr.launches, skip)
+    periods_frame = good.select("step", "p_start", "p_end", period=pl.col("p_end") - pl.col("p_start"),
+                                phase="phase", reason="reason")
+    cov = coverage(acts, good, attr.steps.windows, attr.lost_steps, n_claimed)
+    return StepTable(attribution=attr, table=table, periods=periods_frame, activities=a.drop("_ps", strict=False),
+                     largest=tuple(largest), excluded_reasons=_ordered(reasons), phase=sel.step_phase,
+                     decode_advice=sel.decode_advice, warnings=attr.warnings + tuple(warnings),
+                     phases_found=sel.phases_found, phase_note=sel.phase_note, coverage=cov)
+
+
+@dataclass(frozen=True)
+class _Selected:
+    """The steps left to analyse (``analysed``), the periods with their exclusion reasons and phases (``good``),
+    the steps with GPU work (``present``), and the phase's reading of them."""
+
+    good: pl.DataFrame
+    analysed: pl.DataFrame
+    present: pl.DataFrame
+    phases_found: dict
+    step_phase: str
+    decode_advice: bool
+    phase_note: str | None
+
+
+def _select_steps(attr: Attribution, trace: Trace, in_steps: pl.DataFrame, good: pl.DataFrame, reasons,
+                  warnings: list[str], *, exclude: pl.DataFrame | None, phases: pl.DataFrame,
+                  phase: str) -> _Selected:
+    """The exclusions among the steps with GPU work (their periods stay as computed): the phase, then the last step
+    and warm-up/transition steps by their kernel sequences (``tracekit.analyses.steady``). Counts each reason in
+    ``reasons``, adds to ``warnings``; raises :class:`~tracekit.errors.NoSteps` when no step is left."""
     from tracekit.analyses.phase import NO_LLM, no_decode_advice, phase_counts, select_phase, window_phase
     from tracekit.analyses.steady import steady_exclusions
 
-    phases = phases if phases is not None else attr.phases
     present = in_steps.select("step").unique()  # (the steps with GPU work)
     with_work = attr.steps.windows.select("step").join(present, on="step", how="semi")
     found = phases.join(with_work, on="step", how="semi")
@@ -279,11 +335,16 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     phase_note = None if decode_advice and step_phase not in ("prefill", "training") else no_decode_advice(
         step_phase, phases_found, training, no_llm[0] if no_llm is not None and no_llm.len() and
         step_phase == "unknown" else None)
+    return _Selected(good, analysed, present, phases_found, step_phase, decode_advice, phase_note)
 
-    # ---- the analysed steps' activities: serialised per stream, clipped to their step's period
+
+def _analysed_rows(acts: pl.DataFrame, in_steps: pl.DataFrame, good: pl.DataFrame, analysed: pl.DataFrame,
+                   present: pl.DataFrame, n_windows: int) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """The analysed steps' activities: serialised per stream, clipped to their step's period, with the pieces of
+    other steps' work that run in an analysed period (``_spill``), grouped by step in start order. Returns (rows,
+    the spilled rows or None)."""
     a = rows_of_steps(in_steps, analysed["step"], present["step"])
     a = serialise(a.with_columns(start0="start"))
-    n_windows = attr.steps.windows.height
 
     def per_row(col: str) -> pl.Series:
         return _per_step_slots(n_windows, analysed["step"], analysed[col], a["step"])
@@ -305,33 +366,21 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
     if spill is not None:
         if "_ps" not in a.columns:
             a = a.with_columns(_ps=per_row("p_start"))
-        a = pl.concat([a.with_columns(_spill=pl.lit(False)), spill.select(*a.columns, "_spill")], how="vertical_relaxed")
+        a = pl.concat([a.with_columns(_spill=pl.lit(False)), spill.select(*a.columns, "_spill")],
+                      how="vertical_relaxed")
     # Rows grouped by step, each in start order: true already in the usual case (one launching thread);
     # serialisation over several streams or a late activity of a step (clipped to its period's end) needs a sort.
     if not (a["step"].is_sorted() and a["start"].is_sorted()):
         if "_ps" not in a.columns:
             a = a.with_columns(_ps=per_row("p_start"))
         a = a.sort(["_ps", "start"], maintain_order=True)
-    gap_inputs = gap_inputs_wait()
+    return a, spill
 
-    def piece(p: pl.DataFrame):
-        """The unions, kernel sums and gaps of whole steps."""
-        # (a category's physical code is its priority: the union's level)
-        level = pl.col("category").to_physical()
-        u = cumulative_union_lengths(p.select("step", "start", "end", prio=level), "step", "prio", len(PRIORITY),
-                                     presorted=True, tiled=True)
-        if "_spill" in p.columns:  # (the kernel sums are the step's own work; its last activity may be another's)
-            own = _kernel_sums(p.filter(~pl.col("_spill")))
-            ends = p.group_by("step").agg(a_last=pl.col("end").max())
-            return u, own.drop("a_last").join(ends, on="step", how="left"), _holes_piece(p, gap_inputs)
-        return u, _kernel_sums(p), _holes_piece(p, gap_inputs)
 
-    # Whole steps, piece by piece (intervals.by_pieces), two pieces per CPU at a time on big traces: each piece's
-    # columns are small and reused by the next, where ten million rows at once faulted in ~1.5 GB of fresh memory.
-    pieces = by_pieces(piece, a, threads=big)
-    u = pl.concat([p[0] for p in pieces])
-    s = pl.concat([p[1] for p in pieces])
-    hole_sums, largest_holes = _gaps(pieces, gap_inputs, attr.launches)
+def _split_table(analysed: pl.DataFrame, u: pl.DataFrame, s: pl.DataFrame, hole_sums: pl.DataFrame,
+                 a: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """The per-step table (:class:`StepTable`'s ``table``) from the unions by priority ``u``, the kernel sums
+    ``s``, the gaps by cause and the analysed rows ``a`` (without spill)."""
     table = analysed.select("step", "p_start", "p_end", "n_kernels", "phase", "first_launch", "first_graphed",
                             period=pl.col("p_end") - pl.col("p_start")).join(u, on="step", how="left")
     prev = pl.lit(0, pl.Int64)
@@ -350,8 +399,6 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         g_between_steps=pl.col("x_idle"))
     # Wall time of the draft phases on the GPU timeline: first to last activity of each draft range
     # (gaps between its kernels included), summed per step.
-    if spill is not None:
-        a = a.filter(~pl.col("_spill")).drop("_spill")
     drafts = a.filter(pl.col("draft").is_not_null())
     if drafts.height:
         dspan = (drafts.group_by("step", "draft").agg(span=pl.col("end").max() - pl.col("start").min())
@@ -361,20 +408,7 @@ def partition(attr: Attribution, trace: Trace, *, exclude: pl.DataFrame | None =
         table = table.with_columns(draft_span=pl.lit(None, pl.Int64))
     table = table.with_columns(pl.col("draft_span").fill_null(0))
     table = table.drop([f"u{i}" for i in range(len(PRIORITY))]).sort("p_start")
-    table = table.join(attr.steps.windows.select("step", "pid", "tid", w_start="start", w_end="end"), on="step",
-                       how="left")
-    # The idle after each analysed step ends with the first launch of the next step with GPU work.
-    nxt = good.select("step", next_launch=pl.col("first_launch").shift(-1),
-                      next_graphed=pl.col("first_graphed").shift(-1))
-    skip = attr.steps.windows.select("pid", "tid", "start") if attr.steps.marker != "inferred" else None
-    largest = _largest(largest_holes, table.join(nxt, on="step", how="left"), trace, attr.launches, skip)
-    periods_frame = good.select("step", "p_start", "p_end", period=pl.col("p_end") - pl.col("p_start"),
-                                phase="phase", reason="reason")
-    cov = coverage(acts, good, attr.steps.windows, attr.lost_steps, n_claimed)
-    return StepTable(attribution=attr, table=table, periods=periods_frame, activities=a.drop("_ps", strict=False), largest=tuple(largest),
-                     excluded_reasons=_ordered(reasons), phase=step_phase, decode_advice=decode_advice,
-                     warnings=attr.warnings + tuple(warnings), phases_found=phases_found, phase_note=phase_note,
-                     coverage=cov)
+    return table.join(windows.select("step", "pid", "tid", w_start="start", w_end="end"), on="step", how="left")
 
 
 # ------------------------------------------------------------------------------------------------------------

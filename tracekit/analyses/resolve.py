@@ -18,8 +18,12 @@ them::
     tensor parallelism   resolve_tp()                   --tp > manifest > the command line recorded in the trace
                                                         > the communicator size of the step's all-reduces
                                                         > the process group they use (Kineto pg_config) > 1
-    weight, KV, draft    tracekit.analyses.bytes.resolve_bytes    --weight-bytes > --model > manifest > the model
-      bytes per step                                               the recorded command names > shapes > NVTX
+    weight bytes         target_weight_bytes()          --weight-bytes > --params x --dtype > --model > manifest
+      per step                                          > the model the recorded command names > shapes > NVTX
+    KV bytes per step    kv_bytes()                     --kv-bytes-per-token > the model's > manifest
+    draft bytes          draft_bytes()                  --draft-bytes > the model's MTP layers > manifest
+      per step                                          (``tracekit.analyses.bytes.resolve_bytes`` gathers the
+                                                        three, and loads the model they are read from)
 
 >>> peak_bandwidth(flag=None, manifest=None, trace=None, name="NVIDIA H200").value
 4800.0
@@ -354,6 +358,141 @@ def time_base(traced_step_ms: float, *, measured_step_ms: float | None = None, m
     return Resolved(tb, tb.unprofiled_source, tuple(warnings))
 
 
+# ───────────────────────── the bytes a step reads (tracekit.analyses.bytes.resolve_bytes calls these)
+
+def bytes_per_step(
+    weight_bytes: int | float,
+    tp: int = 1,
+    draft_bytes: int | float = 0,
+    draft_forwards: int | float = 0,
+    draft_sharded: bool = True,
+    kv_bytes_per_token: int | float = 0,
+    context: int | float = 0,
+    batch: int = 1,
+    *,
+    kv_sharded: bool = True,
+) -> int:
+    """Bytes ONE GPU must read from memory per decode step.
+
+    ``weight_bytes / tp`` (the target model's weights, split by tensor parallelism)
+    ``+ draft_bytes * draft_forwards`` (``/ tp`` when the draft is sharded too)
+    ``+ kv_bytes_per_token * context * batch`` (``/ tp`` when KV heads are split).
+    Weights are read once per step whatever the batch; the KV cache once per sequence.
+    ``kv_bytes_per_token`` is the whole model's (all layers, K and V).
+
+    >>> bytes_per_step(27e9, tp=2)
+    13500000000
+    >>> bytes_per_step(4e9, draft_bytes=1e8, draft_forwards=3, kv_bytes_per_token=131072, context=1000)
+    4431072000
+    """
+    if tp < 1:
+        raise ValueError("tp must be >= 1")
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
+    for label, v in (("weight_bytes", weight_bytes), ("draft_bytes", draft_bytes),
+                     ("draft_forwards", draft_forwards), ("kv_bytes_per_token", kv_bytes_per_token),
+                     ("context", context)):
+        if v is None or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{label} must be a non-negative number, got {v!r}")
+    total = weight_bytes / tp
+    total += draft_bytes * draft_forwards / (tp if draft_sharded else 1)
+    total += kv_bytes_per_token * context * batch / (tp if kv_sharded else 1)
+    return int(round(total))
+
+
+def weight_bytes_per_gpu(weight_bytes: int | float, tp: int = 1) -> int:
+    """Per-GPU weight bytes from ``--weight-bytes`` (the contract: bytes a step reads summed over
+    all GPUs) and ``--tp``. ``ceiling`` and ``breakdown`` both divide here.
+
+    >>> weight_bytes_per_gpu(16e9, tp=2)
+    8000000000
+    """
+    if tp < 1:
+        raise ValueError("tp must be >= 1")
+    if weight_bytes is None or not math.isfinite(weight_bytes) or weight_bytes < 0:
+        raise ValueError(f"weight bytes must be a non-negative number, got {weight_bytes!r}")
+    return int(round(weight_bytes / tp))
+
+
+def manifest_draft_bytes(man: dict) -> int | None:
+    """The draft's part of a capture manifest's ``weight_bytes_per_step``: its ``draft_bytes_per_step``, else the
+    draft model's weight bytes x its forwards per step (``draft_model``), else unknown."""
+    if man.get("draft_bytes_per_step") is not None:
+        return int(man["draft_bytes_per_step"])
+    dm = man.get("draft_model") or {}
+    if dm.get("weight_bytes") and dm.get("forwards_per_step"):
+        return int(dm["weight_bytes"]) * int(dm["forwards_per_step"])
+    return None
+
+
+def target_weight_bytes(weight_bytes, params, dtype, sb, man: dict, from_trace, tp: int, assumptions: list[str]):
+    """The target's weight bytes per GPU per step and their source, by precedence: the flag, ``params`` x
+    ``dtype``, the model (its step's bytes less the draft's), the manifest, the trace (``from_trace``). Returns
+    (bytes | None, source | None, the trace's warnings)."""
+    from tracekit.model.units import dtype_bytes
+
+    trace_warnings: list[str] = []
+    target = src = None
+    if weight_bytes is not None:
+        if not (math.isfinite(weight_bytes) and weight_bytes > 0):
+            raise BadOptionValue(f"--weight-bytes must be > 0, got {weight_bytes}")
+        target, src = weight_bytes_per_gpu(weight_bytes, tp), "flag"
+        assumptions.append(f"weights: --weight-bytes {int(weight_bytes):,} summed over GPUs / tp {tp}"
+                           + (" (replaces the model's weights term)" if sb is not None else ""))
+    elif params is not None:
+        if not (math.isfinite(params) and params > 0):
+            raise BadOptionValue(f"--params must be > 0, got {params}")
+        d = dtype or "bf16"
+        target, src = weight_bytes_per_gpu(float(params) * dtype_bytes(d), tp), "params"
+        if d in ("fp8", "int8", "int4"):
+            assumptions.append(f"{d}: quantization scales and zero points ignored; "
+                               "layers kept in higher precision (e.g. lm_head) count as " + d)
+    elif sb is not None:
+        target, src = sb.weight_bytes_per_step - sb.draft_bytes_per_step, "model"
+    elif man.get("weight_bytes_per_step") is not None:  # (target + draft x forwards, as the contract's key)
+        target, src = int(man["weight_bytes_per_step"]) - (manifest_draft_bytes(man) or 0), "manifest"
+    elif from_trace is not None:
+        target, src, seen = from_trace()
+        trace_warnings = list(seen)
+
+    return target, src, trace_warnings
+
+
+def kv_bytes(kv_bytes_per_token, sb, man: dict, *, tp: int, context, batch: int, assumptions: list[str]):
+    """The KV-cache bytes per GPU per step and their source: the flag, else the model's, else the manifest's."""
+
+    kv = kv_src = None
+    if kv_bytes_per_token:
+        kv = bytes_per_step(0, tp=tp, kv_bytes_per_token=kv_bytes_per_token, context=context or 0, batch=batch)
+        kv_src = "flag"
+        assumptions.append(f"KV cache: {int(kv_bytes_per_token):,} bytes per token x context {context or 0:,} x batch "
+                           f"{batch}" + (f", split over {tp} GPUs" if tp > 1 else "") + " read once per step")
+    elif sb is not None and sb.kv_bytes_per_step is not None:
+        kv, kv_src = sb.kv_bytes_per_step, "model"
+    elif man.get("kv_bytes_per_step") is not None:
+        kv, kv_src = int(man["kv_bytes_per_step"]), "manifest"
+    return kv, kv_src
+
+
+def draft_bytes(draft_bytes, draft_forwards, draft_sharded: bool, sb, man: dict, src, tp: int,
+                 assumptions: list[str]):
+    """The draft's bytes per GPU per step: a separate draft model's bytes, else the model's MTP layers (inside the
+    weights), else the manifest's when it gave the weights; None: none counted."""
+
+    draft = None
+    if draft_bytes:
+        draft = bytes_per_step(0, tp=tp, draft_bytes=draft_bytes, draft_forwards=draft_forwards,
+                               draft_sharded=draft_sharded)
+        assumptions.append(f"draft model: {int(draft_bytes):,} bytes x {draft_forwards:g} forwards per step"
+                           + ((", sharded over tp" if draft_sharded else ", replicated on every GPU")
+                              if tp > 1 else ""))
+    elif sb is not None and sb.draft_bytes_per_step:
+        draft = sb.draft_bytes_per_step
+    elif src == "manifest":
+        draft = manifest_draft_bytes(man)
+    return draft
+
+
 __all__ = ["Parallelism", "resolve_tp", "TP_SOURCES", "TP_EVIDENCE_SOURCES", "STATED_TP_SOURCES", "Resolved", "StepTokens", "TraceGpu", "trace_gpu", "peak_bandwidth", "tokens_per_step", "annotated_batch", "accept_length",
            "context_tokens", "time_base", "UNPROFILED_NOISE", "UNPROFILED_TOLERANCE", "INFLATION_WARNING", "peak_tflops",
-           "above_peak", "PEAK_TOLERANCE"]
+           "above_peak", "PEAK_TOLERANCE", "target_weight_bytes", "kv_bytes", "draft_bytes", "manifest_draft_bytes", "bytes_per_step", "weight_bytes_per_gpu"]

@@ -44,66 +44,12 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
-from tracekit.analyses.resolve import above_peak
+from tracekit.analyses.resolve import above_peak, bytes_per_step, weight_bytes_per_gpu  # noqa: F401  (re-exported)
 from tracekit.contract import Block, extension, internal
 from tracekit.model.units import DTYPE_BITS, dtype_bytes, dtype_key
 
 # Element sizes: the one table (tracekit.model.units); dtype_bytes is re-exported here for the roofline's callers.
 DTYPE_BYTES: dict[str, float] = {k: v / 8 for k, v in DTYPE_BITS.items()}  # by dtype_key(name)
-
-
-def bytes_per_step(
-    weight_bytes: int | float,
-    tp: int = 1,
-    draft_bytes: int | float = 0,
-    draft_forwards: int | float = 0,
-    draft_sharded: bool = True,
-    kv_bytes_per_token: int | float = 0,
-    context: int | float = 0,
-    batch: int = 1,
-    *,
-    kv_sharded: bool = True,
-) -> int:
-    """Bytes ONE GPU must read from memory per decode step.
-
-    ``weight_bytes / tp`` (the target model's weights, split by tensor parallelism)
-    ``+ draft_bytes * draft_forwards`` (``/ tp`` when the draft is sharded too)
-    ``+ kv_bytes_per_token * context * batch`` (``/ tp`` when KV heads are split).
-    Weights are read once per step whatever the batch; the KV cache once per sequence.
-    ``kv_bytes_per_token`` is the whole model's (all layers, K and V).
-
-    >>> bytes_per_step(27e9, tp=2)
-    13500000000
-    >>> bytes_per_step(4e9, draft_bytes=1e8, draft_forwards=3, kv_bytes_per_token=131072, context=1000)
-    4431072000
-    """
-    if tp < 1:
-        raise ValueError("tp must be >= 1")
-    if batch < 1:
-        raise ValueError("batch must be >= 1")
-    for label, v in (("weight_bytes", weight_bytes), ("draft_bytes", draft_bytes),
-                     ("draft_forwards", draft_forwards), ("kv_bytes_per_token", kv_bytes_per_token),
-                     ("context", context)):
-        if v is None or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{label} must be a non-negative number, got {v!r}")
-    total = weight_bytes / tp
-    total += draft_bytes * draft_forwards / (tp if draft_sharded else 1)
-    total += kv_bytes_per_token * context * batch / (tp if kv_sharded else 1)
-    return int(round(total))
-
-
-def weight_bytes_per_gpu(weight_bytes: int | float, tp: int = 1) -> int:
-    """Per-GPU weight bytes from ``--weight-bytes`` (the contract: bytes a step reads summed over
-    all GPUs) and ``--tp``. ``ceiling`` and ``breakdown`` both divide here.
-
-    >>> weight_bytes_per_gpu(16e9, tp=2)
-    8000000000
-    """
-    if tp < 1:
-        raise ValueError("tp must be >= 1")
-    if weight_bytes is None or not math.isfinite(weight_bytes) or weight_bytes < 0:
-        raise ValueError(f"weight bytes must be a non-negative number, got {weight_bytes!r}")
-    return int(round(weight_bytes / tp))
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ verifies; the draft-model frames), beside the draft ranges ``--draft-range`` mat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -211,122 +211,159 @@ def decide(trace: Trace, windows: pl.DataFrame, *, spans: pl.DataFrame | None = 
     """
     ids = (analysed if analysed is not None else windows["step"]).cast(pl.Int64)
     n = max(1, ids.n_unique())
-    ev: list[str] = []
-    spec = draft = verify = source = None
-    spec_steps: set[int] = set()
+    r = _Reading()
 
     def mine(f: pl.DataFrame | None) -> pl.DataFrame:
         return f.filter(pl.col("step").is_in(ids.implode())) if f is not None and f.height else pl.DataFrame()
 
     s = mine(spans)
-    if s.height:
-        sg_v = s.filter(pl.col("verify"))
-        vl = s.filter(pl.col("gen").is_not_null() & (pl.col("gen") > 0))
-        vl_spec = vl.filter(pl.col("gen_tokens") > pl.col("gen"))
-        if sg_v.height:
-            spec, source = True, "engine"
-            spec_steps |= set(sg_v["step"].to_list())
-            ev.append(f"the engine's spans: {sg_v.height} of {n} steps verify ({sg_v['example'][0][:60]!r})")
-            if s.filter(pl.col("draft")).height:
-                draft = True
-        elif vl_spec.height:
-            spec, source = True, "engine"
-            spec_steps |= set(vl_spec["step"].to_list())
-            per = (vl_spec["gen_tokens"] / vl_spec["gen"]).median()
-            verify = int(round(per)) if per and per >= 2 else None
-            ev.append(f"the engine's spans: {vl_spec.height} of {n} steps verify {per:g} tokens per sequence "
-                      f"({vl_spec['example'][0][:60]!r}: generation tokens / requests)")
-        elif vl.height >= 0.5 * n:
-            spec, source = False, "engine"
-            ev.append(f"the engine's spans: {vl.height} of {n} steps decode one token per sequence "
-                      f"({vl['example'][0][:60]!r})")
-        elif s.filter(pl.col("plain")).height >= 0.5 * n and not s.filter(pl.col("draft")).height:
-            spec, source = False, "engine"
-            ev.append(f"the engine's spans: only plain decode forwards (step[DECODE ...]) in {n} steps, no verify")
-    fr = mine(frames)
-    if fr.height:
-        ng = int(fr["ngram"].sum())
-        dr = int(fr["draft"].sum())
-        if spec is not True:
-            spec, source = True, "engine"
-        spec_steps |= set(fr["step"].to_list())
-        ev.append(f"the engine's speculative frames in {fr.height} of {n} steps (e.g. "
-                  f"{fr['example'][0].rsplit('/', 1)[-1][:60]})")
-        if dr and draft is None:
-            draft = True
-        elif ng and not dr and draft is None:
-            draft = False
-            ev.append("n-gram proposals (the engine's n-gram frames): no draft model")
+    _from_spans(r, s, n)
+    _from_frames(r, mine(frames), n)
     if spec_kernels:
-        if spec is None:
-            spec, source = True, "kernels"
-        ev.append(spec_kernels)
+        if r.spec is None:
+            r.spec, r.source = True, "kernels"
+        r.ev.append(spec_kernels)
     if structure is not None and structure.detection == "structure":
-        if spec is not True:
-            spec, source = True, source or "structure"
-        draft = True  # (its evidence is the drafting detection's own)
+        if r.spec is not True:
+            r.spec, r.source = True, r.source or "structure"
+        r.draft = True  # (its evidence is the drafting detection's own)
     if draft_found:
-        if spec is None:
-            spec = True
-            source = source or "ranges"
-        if draft is None:
-            draft = draft_gemm
+        if r.spec is None:
+            r.spec = True
+            r.source = r.source or "ranges"
+        if r.draft is None:
+            r.draft = draft_gemm
             if not draft_gemm:
-                ev.append("the draft work holds no GEMM kernel: the proposals come without a draft model")
-    if verify is None and s.height and rows is not None and rows.height:
-        # the engine's batch (bs=N) against the widest forward's rows: tokens verified per sequence
-        b = (s.select("step", "bs").join(rows, on="step").filter((pl.col("bs") > 0) & (pl.col("rows") % pl.col("bs")
-                                                                                          == 0))
-             .with_columns(per=pl.col("rows") // pl.col("bs")).filter(pl.col("per") <= DECODE_MAX_TOKENS)
-             .group_by("step").agg(pl.col("per").max(), pl.col("bs").first()))
-        if spec is True and b.height >= 0.5 * n and b["per"].median() >= 2:
-            verify = int(b["per"].median())
-            ev.append(f"{verify} tokens verified per sequence: the widest decode-sized forward's row normalisations run "
-                      f"{verify * int(b['bs'].median())} rows for the engine's batch of {int(b['bs'].median())}")
-    t = mine(tokens)
-    if t.height:
-        wide = t.filter((pl.col("tokens") >= 2) & (pl.col("tokens") <= DECODE_MAX_TOKENS))
-        if wide.height >= 0.5 * t.height:
-            s_tok = int(wide["tokens"].median())
-            if verify is None:
-                verify = s_tok
-            if spec is None:
-                spec, source = True, "shapes"
-                spec_steps |= set(wide["step"].to_list())
-            ev.append(f"recorded shapes: the widest linear inputs carry {s_tok} tokens per sequence in {wide.height} "
-                      f"of {t.height} steps (a verify forward over {s_tok} tokens)")
-        elif spec is None and t.filter(pl.col("tokens") == 1).height == t.height:
-            spec, source = False, "shapes"
-            ev.append(f"recorded shapes: one token per sequence in every linear input of {t.height} steps")
+                r.ev.append("the draft work holds no GEMM kernel: the proposals come without a draft model")
+    if r.verify is None and s.height and rows is not None and rows.height:
+        _from_rows(r, s, rows, n)
+    _from_shapes(r, mine(tokens))
     man = trace.manifest if isinstance(trace.manifest, dict) else None
     if man is not None and "spec" in man:
-        k = (man.get("spec") or {}).get("draft_tokens") if isinstance(man.get("spec"), dict) else None
-        dm = man.get("draft_model")
-        if isinstance(k, int) and k > 0:
-            mv = (dm or {}).get("verify_tokens") if isinstance(dm, dict) else None
-            mv = int(mv) if isinstance(mv, int) and mv > 1 else k + 1
-            if spec is None:
-                spec, source = True, "manifest"
-            if verify is None:
-                verify = mv
-            if draft is None and isinstance(dm, dict) and isinstance(dm.get("present"), bool):
-                draft = dm["present"]
-            ev.append(f"manifest: speculative decoding with {k} draft tokens per step"
-                      + (f" ({dm.get('kind')})" if isinstance(dm, dict) and dm.get("kind") else ""))
-        elif man.get("spec") is None and spec is None:
-            spec, source = False, "manifest"
-            ev.append(f"manifest: a tracekit capture without speculation ({man.get('workload')})")
-    if spec is True and draft is None and structure is not None and structure.single_forward:
-        draft = False
-        ev.append("one token-producing forward per step: the proposals come without a draft model")
-    if spec is False:
-        draft = verify = None
+        _from_manifest(r, man)
+    if r.spec is True and r.draft is None and structure is not None and structure.single_forward:
+        r.draft = False
+        r.ev.append("one token-producing forward per step: the proposals come without a draft model")
+    if r.spec is False:
+        r.draft = r.verify = None
     # a quantity the trace cannot show is null with the reason, never a guess (contract, "One story")
-    if spec is None:
-        ev.append(NO_SPEC_EVIDENCE)
-    elif spec is True and verify is None:
-        ev.append(NO_VERIFY_TOKENS)
-    return Speculation(spec, draft, verify, source, tuple(ev), tuple(sorted(spec_steps)))
+    if r.spec is None:
+        r.ev.append(NO_SPEC_EVIDENCE)
+    elif r.spec is True and r.verify is None:
+        r.ev.append(NO_VERIFY_TOKENS)
+    return Speculation(r.spec, r.draft, r.verify, r.source, tuple(r.ev), tuple(sorted(r.spec_steps)))
+
+
+@dataclass
+class _Reading:
+    """:func:`decide`'s reading as each source adds to it: speculative, a draft model, tokens verified per
+    sequence, the first source that said speculative or not, the evidence lines, the speculative steps."""
+
+    spec: bool | None = None
+    draft: bool | None = None
+    verify: int | None = None
+    source: str | None = None
+    ev: list[str] = field(default_factory=list)
+    spec_steps: set[int] = field(default_factory=set)
+
+
+def _from_spans(r: _Reading, s: pl.DataFrame, n: int) -> None:
+    """The engine's step spans (``engine_spans``): SGLang's verify/draft spans, vLLM's generation tokens per
+    request."""
+    if not s.height:
+        return
+    sg_v = s.filter(pl.col("verify"))
+    vl = s.filter(pl.col("gen").is_not_null() & (pl.col("gen") > 0))
+    vl_spec = vl.filter(pl.col("gen_tokens") > pl.col("gen"))
+    if sg_v.height:
+        r.spec, r.source = True, "engine"
+        r.spec_steps |= set(sg_v["step"].to_list())
+        r.ev.append(f"the engine's spans: {sg_v.height} of {n} steps verify ({sg_v['example'][0][:60]!r})")
+        if s.filter(pl.col("draft")).height:
+            r.draft = True
+    elif vl_spec.height:
+        r.spec, r.source = True, "engine"
+        r.spec_steps |= set(vl_spec["step"].to_list())
+        per = (vl_spec["gen_tokens"] / vl_spec["gen"]).median()
+        r.verify = int(round(per)) if per and per >= 2 else None
+        r.ev.append(f"the engine's spans: {vl_spec.height} of {n} steps verify {per:g} tokens per sequence "
+                    f"({vl_spec['example'][0][:60]!r}: generation tokens / requests)")
+    elif vl.height >= 0.5 * n:
+        r.spec, r.source = False, "engine"
+        r.ev.append(f"the engine's spans: {vl.height} of {n} steps decode one token per sequence "
+                    f"({vl['example'][0][:60]!r})")
+    elif s.filter(pl.col("plain")).height >= 0.5 * n and not s.filter(pl.col("draft")).height:
+        r.spec, r.source = False, "engine"
+        r.ev.append(f"the engine's spans: only plain decode forwards (step[DECODE ...]) in {n} steps, no verify")
+
+
+def _from_frames(r: _Reading, fr: pl.DataFrame, n: int) -> None:
+    """The engine's speculative Python frames (``engine_frames``): a draft model's, or n-gram proposals'."""
+    if not fr.height:
+        return
+    ng = int(fr["ngram"].sum())
+    dr = int(fr["draft"].sum())
+    if r.spec is not True:
+        r.spec, r.source = True, "engine"
+    r.spec_steps |= set(fr["step"].to_list())
+    r.ev.append(f"the engine's speculative frames in {fr.height} of {n} steps (e.g. "
+                f"{fr['example'][0].rsplit('/', 1)[-1][:60]})")
+    if dr and r.draft is None:
+        r.draft = True
+    elif ng and not dr and r.draft is None:
+        r.draft = False
+        r.ev.append("n-gram proposals (the engine's n-gram frames): no draft model")
+
+
+def _from_rows(r: _Reading, s: pl.DataFrame, rows: pl.DataFrame, n: int) -> None:
+    """The engine's batch (bs=N) against the widest forward's rows: tokens verified per sequence."""
+    b = (s.select("step", "bs").join(rows, on="step").filter((pl.col("bs") > 0) & (pl.col("rows") % pl.col("bs")
+                                                                                      == 0))
+         .with_columns(per=pl.col("rows") // pl.col("bs")).filter(pl.col("per") <= DECODE_MAX_TOKENS)
+         .group_by("step").agg(pl.col("per").max(), pl.col("bs").first()))
+    if r.spec is True and b.height >= 0.5 * n and b["per"].median() >= 2:
+        r.verify = int(b["per"].median())
+        r.ev.append(f"{r.verify} tokens verified per sequence: the widest decode-sized forward's row normalisations "
+                    f"run {r.verify * int(b['bs'].median())} rows for the engine's batch of {int(b['bs'].median())}")
+
+
+def _from_shapes(r: _Reading, t: pl.DataFrame) -> None:
+    """The recorded shapes' tokens per sequence (``shape_tokens``)."""
+    if not t.height:
+        return
+    wide = t.filter((pl.col("tokens") >= 2) & (pl.col("tokens") <= DECODE_MAX_TOKENS))
+    if wide.height >= 0.5 * t.height:
+        s_tok = int(wide["tokens"].median())
+        if r.verify is None:
+            r.verify = s_tok
+        if r.spec is None:
+            r.spec, r.source = True, "shapes"
+            r.spec_steps |= set(wide["step"].to_list())
+        r.ev.append(f"recorded shapes: the widest linear inputs carry {s_tok} tokens per sequence in {wide.height} "
+                    f"of {t.height} steps (a verify forward over {s_tok} tokens)")
+    elif r.spec is None and t.filter(pl.col("tokens") == 1).height == t.height:
+        r.spec, r.source = False, "shapes"
+        r.ev.append(f"recorded shapes: one token per sequence in every linear input of {t.height} steps")
+
+
+def _from_manifest(r: _Reading, man: dict) -> None:
+    """A tracekit capture's manifest: its draft tokens, verify tokens and draft model."""
+    k = (man.get("spec") or {}).get("draft_tokens") if isinstance(man.get("spec"), dict) else None
+    dm = man.get("draft_model")
+    if isinstance(k, int) and k > 0:
+        mv = (dm or {}).get("verify_tokens") if isinstance(dm, dict) else None
+        mv = int(mv) if isinstance(mv, int) and mv > 1 else k + 1
+        if r.spec is None:
+            r.spec, r.source = True, "manifest"
+        if r.verify is None:
+            r.verify = mv
+        if r.draft is None and isinstance(dm, dict) and isinstance(dm.get("present"), bool):
+            r.draft = dm["present"]
+        r.ev.append(f"manifest: speculative decoding with {k} draft tokens per step"
+                    + (f" ({dm.get('kind')})" if isinstance(dm, dict) and dm.get("kind") else ""))
+    elif man.get("spec") is None and r.spec is None:
+        r.spec, r.source = False, "manifest"
+        r.ev.append(f"manifest: a tracekit capture without speculation ({man.get('workload')})")
 
 
 NO_SPEC_EVIDENCE = ("speculative unknown (null): no engine span, frame or speculative kernel, no recorded shapes, no "

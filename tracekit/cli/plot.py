@@ -77,7 +77,7 @@ def export(trace, opts, perfetto):
 
     check_output(perfetto, trace, (".json",))
     t = load(trace, True)
-    b = breakdown(t, **opts.analysis_kwargs())
+    b = breakdown(t, opts)
     try:
         counts = write_perfetto(perfetto, b, t, host_calls(t))
     except OSError as e:

@@ -17,6 +17,7 @@ runs).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tracekit.analyses.attribution import Attribution
     from tracekit.analyses.partition import StepTable
     from tracekit.analyses.resolve import StepTokens
-    from tracekit.results.breakdown import Breakdown, KernelMsPerStep, TraceRoofline
+    from tracekit.results.breakdown import Breakdown, Gaps, Gpu, KernelMsPerStep, PerStepMs, Steps, TraceRoofline
     from tracekit.trace import Trace
 
 
@@ -67,7 +68,7 @@ def breakdown_file(path: str | Path, options: AnalysisOptions | None = None, *, 
 
         gc.freeze()
     # (the trace is this function's alone: the analysis may give back its kernel columns as it copies them)
-    return breakdown(trace, **(options or AnalysisOptions()).analysis_kwargs(), consume=True)
+    return breakdown(trace, options, consume=True)
 
 
 def _warm() -> None:
@@ -111,28 +112,87 @@ def step_table(trace: Trace, *, step_range: str | None = None, draft_range: str 
 
 # ───────────────────────── the analyses, the result ─────────────────────────
 
-def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str | None = DEFAULT_DRAFT_RANGE,
-              device: int | None = None, rules=None, weight_bytes: int | None = None, peak_bw: float | None = None,
-              accept_len: float | None = None, tokens_per_step: float | None = None,
-              device_profile: dict | None = None, measured_step_ms: float | None = None,
-              measured_tok_s: float | None = None, phase: str = "decode", model: str | Path | None = None,
-              tp: int | None = None, ep: int | None = None, context: int | None = None,
-              consume: bool = False) -> Breakdown:
-    """Per-step breakdown of ``trace`` (see the module docstring and ``docs/definitions.md``).
+def breakdown(trace: Trace, options: AnalysisOptions | None = None, *, consume: bool = False) -> Breakdown:
+    """Per-step breakdown of ``trace`` with ``options`` (:class:`~tracekit.options.AnalysisOptions`; see the module
+    docstring and ``docs/definitions.md``). The pipeline's steps, one call each: every input from its one resolver
+    (``tracekit.analyses.resolve``), every figure from its analysis.
 
     ``consume=True``: the caller owns ``trace`` and will not read it again; the analysis may release the columns
     of it that it copies (``tracekit.analyses.attribution.attribute``), to keep the peak of a big trace low."""
+    from tracekit.analyses.advice import advise
+    from tracekit.analyses.collectives import step_communication
+    from tracekit.results.breakdown import Breakdown, CaptureSummary, Coverage, Source
+
+    o = _inputs(options)
+    st = step_table(trace, step_range=o.step_range, draft_range=o.draft_range, device=o.device, rules=o.rules,
+                    phase=o.phase, consume=consume)
+    man, warnings = _manifest(trace, st)
+    m = measure(st)
+    gpu = _gpu(trace, st.attribution, man, o.peak_bw, warnings)
+    tb, tokens, acc = _time_base(trace, st, man, o, m.steps.mean_ms, warnings)
+    sc = step_communication(trace, st.activities, device=gpu.device, n_steps=max(1, m.n), gpu_name=gpu.lookup_name,
+                            rules=o.rules, found=st.attribution.comm_kernels)
+    fwds, counts = _forwards(st, m.kernel_ms, man)
+    roof, roof_check, rwarn = _roofline(trace, man, m.kernel_ms, tb.reference_step_ms, gpu.peak_bw_gbps, tokens,
+                                        st.table, m.n, st.activities, weight_bytes=o.weight_bytes, model=o.model,
+                                        tp=o.tp, ep=o.ep, context=o.context, draft_counts=counts,
+                                        trace_tp=(sc.tp, sc.tp_evidence), comm_rows=sc.rows, gpu_name=gpu.lookup_name,
+                                        accept=acc)
+    warnings.extend(rwarn)
+    comm_split, comm_rows = _transfer_and_waits(trace, sc, roof, m.n, o.ep, gpu.lookup_name)
+    facts = _facts(st, m, gpu, tb, tokens, acc, roof, roof_check, comm_split, comm_rows, fwds, o.device_profile)
+    advice = advise(facts)
+    warnings.extend(f"internal check: {p}" for p in advice.problems)
+    return Breakdown(source=Source.of(trace.meta), gpu=gpu.block, steps=m.steps, time_base=tb,
+                     per_step_ms=m.per_step_ms, gaps=m.gaps, kernel_ms_per_step=m.kernel_ms, roofline=roof,
+                     advice=advice, headline=advice.headline.text, warnings=tuple(warnings), per_step=m.per_step,
+                     top_kernels=top_kernels(st.activities, m.n), activities=st.activities, facts=facts,
+                     rank=trace.meta.rank, coverage=Coverage(**st.coverage) if st.coverage else None,
+                     manifest=CaptureSummary.of(man) if man else None)
+
+
+# ───────────────────────── the pipeline's steps ─────────────────────────
+
+def _inputs(options: AnalysisOptions | None):
+    """The analysis' inputs from ``options``, by name (``AnalysisOptions.analysis_kwargs``: a device-profile path
+    is read here; no --phase means decode)."""
+    from types import SimpleNamespace
+
+    o = SimpleNamespace(**(options or AnalysisOptions()).analysis_kwargs())
+    o.phase = o.phase or "decode"
+    return o
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The step table's figures as the result's blocks: means over the analysed steps (ms)."""
+
+    n: int
+    steps: Steps
+    per_step_ms: PerStepMs
+    kernel_ms: KernelMsPerStep
+    causes: dict
+    gaps: Gaps
+    largest: tuple
+    per_step: pl.DataFrame
+    graph_share: float
+    busy_ms: float
+
+
+
+def _mean_ms(table: pl.DataFrame, col: str) -> float:
+    """The mean of ``col`` (ns) over the analysed steps, in ms."""
     import polars as pl
 
-    from tracekit.analyses import resolve
-    from tracekit.analyses.advice import DEFAULT_REPLAY_GAP_US, GRAPHED_SHARE, StepFacts, advise
-    from tracekit.analyses.collectives import (
-        collectives_of,
-        one_rank_evidence,
-        split_one_rank,
-        step_communication,
-    )
-    from tracekit.analyses.communication import collective_overheads
+    return float(table[col].cast(pl.Float64).mean()) / 1e6
+
+
+def measure(st: StepTable) -> Measured:
+    """The per-step means of ``st`` (the exclusive split, the kernel time by category, the gaps by cause), the
+    per-step table and the steps' quantiles. A whole-graph capture has no per-kernel rows: its compute categories
+    are unknown (None)."""
+    import polars as pl
+
     from tracekit.categories import (
         BUSY_CATEGORIES,
         COMPUTE_CATEGORIES,
@@ -141,49 +201,19 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
         PRIORITY,
         STEP_CATEGORIES,
     )
-    from tracekit.gpus import lookup
-    from tracekit.results.breakdown import (
-        Breakdown,
-        CaptureSummary,
-        Coverage,
-        GapCauses,
-        Gaps,
-        Gpu,
-        KernelMsPerStep,
-        LargestGap,
-        PerStepMs,
-        Source,
-        Steps,
-    )
+    from tracekit.results.breakdown import Gaps, KernelMsPerStep, LargestGap, PerStepMs, Steps
 
-    phase = phase or "decode"
-
-    st = step_table(trace, step_range=step_range, draft_range=draft_range, device=device, rules=rules, phase=phase,
-                    consume=consume)
-    attr, table, acts = st.attribution, st.table, st.activities
-    warnings = list(trace.meta.warnings) + list(st.warnings)
-    man, man_warning = _manifest(trace, attr)
-    if man_warning:
-        warnings.append(man_warning)
+    attr, table = st.attribution, st.table
     n = table.height
     steps = Steps(count=n, excluded=st.excluded, marker=attr.steps.marker, pattern=attr.steps.pattern,
                   **_quantiles(table["period"]), phase=st.phase, phases=dict(st.phases_found or {}),
                   excluded_reasons=dict(st.excluded_reasons))
-    mean = lambda col: float(table[col].cast(pl.Float64).mean()) / 1e6  # noqa: E731
-    # whole-graph captures: no per-kernel rows, the compute categories unknown
+    mean = lambda col: _mean_ms(table, col)  # noqa: E731
     unknown = set(COMPUTE_CATEGORIES) if attr.graph_mode else set()
     per_step_ms = PerStepMs(**{k: None if k in unknown else mean(f"x_{k}") for k in STEP_CATEGORIES})
     kernel_ms = KernelMsPerStep(**{k: None if k in unknown else mean(f"k_{k}") for k in KERNEL_CATEGORIES})
     causes = {k: mean(f"g_{k}") for k in GAP_CAUSES}
     largest = tuple(LargestGap.of(g) for g in st.largest)
-    gaps = Gaps(**causes, largest=largest)
-    top = (acts.select("name", "category", "dur", "kind").filter(pl.col("kind") != "graph_exec")  # (narrow first)
-           .group_by("name", "category")
-           .agg(count=pl.len(), total=pl.col("dur").sum())
-           .with_columns(pl.col("name", "category").cast(pl.String))  # (enums sort by code, not by text)
-           .with_columns(total_ms=pl.col("total") / 1e6, mean_us=pl.col("total") / pl.col("count") / 1e3,
-                         per_step_ms=pl.col("total") / 1e6 / n)
-           .drop("total").sort(["total_ms", "name"], descending=[True, False]))
     per_step = table.select(
         "step", start_ns="p_start", end_ns="p_end", period_ms=pl.col("period") / 1e6,
         **{k: pl.col(f"x_{k}") / 1e6 for k in STEP_CATEGORIES},
@@ -192,114 +222,145 @@ def breakdown(trace: Trace, *, step_range: str | None = None, draft_range: str |
     if attr.graph_mode:
         per_step = per_step.with_columns(*[pl.lit(None, pl.Float64).alias(k) for k in COMPUTE_CATEGORIES])
     k_all = table["k_all"].sum()
-    graph_share = float(table["k_graphed"].sum() / k_all) if k_all else 0.0
-    busy_ms = sum(v for k in BUSY_CATEGORIES if (v := per_step_ms[k]) is not None)
-    if attr.graph_mode:
-        busy_ms = sum(mean(f"x_{k}") for k in PRIORITY)
+    busy_ms = (sum(mean(f"x_{k}") for k in PRIORITY) if attr.graph_mode else
+               sum(v for k in BUSY_CATEGORIES if (v := per_step_ms[k]) is not None))
+    return Measured(n=n, steps=steps, per_step_ms=per_step_ms, kernel_ms=kernel_ms, causes=causes,
+                    gaps=Gaps(**causes, largest=largest), largest=largest, per_step=per_step,
+                    graph_share=float(table["k_graphed"].sum() / k_all) if k_all else 0.0, busy_ms=busy_ms)
 
-    # ---- GPU and peak bandwidth (each input from its one resolver: tracekit.analyses.resolve)
+
+def top_kernels(acts: pl.DataFrame, n: int) -> pl.DataFrame:
+    """The kernels by total time (graph executions aside): count, total and mean, per step over ``n`` steps."""
+    import polars as pl
+
+    return (acts.select("name", "category", "dur", "kind").filter(pl.col("kind") != "graph_exec")  # (narrow first)
+            .group_by("name", "category")
+            .agg(count=pl.len(), total=pl.col("dur").sum())
+            .with_columns(pl.col("name", "category").cast(pl.String))  # (enums sort by code, not by text)
+            .with_columns(total_ms=pl.col("total") / 1e6, mean_us=pl.col("total") / pl.col("count") / 1e3,
+                          per_step_ms=pl.col("total") / 1e6 / n)
+            .drop("total").sort(["total_ms", "name"], descending=[True, False]))
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    block: Gpu
+    lookup_name: str | None  # the trace's GPU name, else the manifest's: what the GPU table is asked for
+
+    @property
+    def device(self) -> int:
+        return self.block.device
+
+    @property
+    def peak_bw_gbps(self) -> float | None:
+        return self.block.peak_bw_gbps
+
+
+def _gpu(trace: Trace, attr: Attribution, man: dict, peak_bw: float | None, warnings: list[str]) -> _Gpu:
+    """The analysed GPU and its peak bandwidth (``resolve.trace_gpu``, ``resolve.peak_bandwidth``)."""
+    from tracekit.analyses import resolve
+    from tracekit.results.breakdown import Gpu
+
     found = resolve.trace_gpu(trace.gpus, attr.device, lambda: _devices(trace)).value
-    gpu_name = found.name
     bw = resolve.peak_bandwidth(flag=peak_bw, manifest=man.get("peak_bw_gbps"), trace=found.peak_bw_gbps,
-                                name=gpu_name or man.get("gpu_name"))
+                                name=found.name or man.get("gpu_name"))
     warnings.extend(bw.warnings)
-    gpu = Gpu(device=attr.device, name=gpu_name, peak_bw_gbps=bw.value, peak_bw_source=bw.source)
+    return _Gpu(Gpu(device=attr.device, name=found.name, peak_bw_gbps=bw.value, peak_bw_source=bw.source),
+                found.name or man.get("gpu_name"))
 
-    # ---- time base
-    acc_r = resolve.accept_length(flag=accept_len, manifest=man)
-    acc = acc_r.value
+
+def _time_base(trace: Trace, st: StepTable, man: dict, o, traced_ms: float, warnings: list[str]):
+    """The accept length, the tokens per step and the time base, each from its resolver: (time base, tokens,
+    the accept length's resolution)."""
+    from tracekit.analyses import resolve
+
+    attr = st.attribution
+    acc = resolve.accept_length(flag=o.accept_len, manifest=man)
     tokens = resolve.tokens_per_step(
-        flag=tokens_per_step, manifest=man, accept_len=acc,
-        annotated=lambda: resolve.annotated_batch(trace, attr.steps.windows.join(table.select("step"), on="step")))
-    traced = steps.mean_ms
-    tbr = resolve.time_base(traced, measured_step_ms=measured_step_ms, measured_tok_s=measured_tok_s,
+        flag=o.tokens_per_step, manifest=man, accept_len=acc.value,
+        annotated=lambda: resolve.annotated_batch(trace, attr.steps.windows.join(st.table.select("step"), on="step")))
+    tbr = resolve.time_base(traced_ms, measured_step_ms=o.measured_step_ms, measured_tok_s=o.measured_tok_s,
                             tokens=tokens.value, manifest_ms=man.get("unprofiled_step_ms"))
-    tb = tbr.value
     warnings.extend(tbr.warnings)
-    upper = tb.unprofiled_step_ms is None  # every saving is then an upper bound on a profiled step
+    return tbr.value, tokens, acc
 
-    # ---- the step's collectives, and the size of the communicator its all-reduces use (the roofline's TP)
-    sc = step_communication(trace, acts, device=attr.device, n_steps=max(1, n),
-                            gpu_name=gpu_name or man.get("gpu_name"), rules=rules, found=attr.comm_kernels)
-    comm_rows, trace_tp, trace_tp_ev = sc.rows, sc.tp, sc.tp_evidence
 
-    # ---- roofline
-    # the speculative steps' forwards, once: the draft reads for --model without a manifest, the plain step
-    fwds = counts = None
+def _forwards(st: StepTable, kernel_ms: KernelMsPerStep, man: dict):
+    """The speculative steps' forwards, once (``tracekit.analyses.drafting.step_forwards``), and the draft forward
+    counts the structure shows where no manifest records K: (forwards or None, counts or None)."""
+    attr = st.attribution
     speculative = getattr(attr.speculation, "speculative", None) is True
-    if (attr.draft_detection != "not_detected" and kernel_ms.drafting) or speculative:
-        from tracekit.analyses.drafting import draft_forward_counts, step_forwards
+    if not ((attr.draft_detection != "not_detected" and kernel_ms.drafting) or speculative):
+        return None, None
+    from tracekit.analyses.drafting import draft_forward_counts, step_forwards
 
-        fwds = step_forwards(acts, speculative=speculative)
-        if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "engine",
-                                                                                        "structure"):
-            counts = draft_forward_counts(fwds)
-    roof, roof_check, rwarn = _roofline(trace, man, kernel_ms, tb.reference_step_ms, bw.value, tokens, table, n, acts,
-                            weight_bytes=weight_bytes, model=model, tp=tp, ep=ep, context=context,
-                            draft_counts=counts, trace_tp=(trace_tp, trace_tp_ev), comm_rows=comm_rows,
-                            gpu_name=gpu_name or man.get("gpu_name"))
-    if acc is not None:  # (the accept length in tokens_per_step, and its source: diff compares per token with it)
-        from dataclasses import replace as _replace
+    fwds = step_forwards(st.activities, speculative=speculative)
+    if not (man.get("spec") or {}).get("draft_tokens") and attr.draft_detection in ("ranges", "engine", "structure"):
+        return fwds, draft_forward_counts(fwds)
+    return fwds, None
 
-        roof = _replace(roof, accept_len=float(acc), accept_len_source=acc_r.source)
-    warnings.extend(rwarn)
-    # transfer against waiting for the other ranks, from this file alone (tracekit.analyses.collectives)
-    comm_split = split_one_rank(sc.kernels, max(1, n), ranks=roof.tp if roof.tp_source != "default" else None,
-                                one_rank=one_rank_evidence(trace, sc.kernels, roof.tp, roof.tp_source, ep))
-    # the collectives table again, each call's transfer now estimated (latency-bound is judged from it, one rule
-    # for one rank and a rank set: tracekit.analyses.collectives)
-    comm_rows = collectives_of(comm_split.kernels, n, gpu_name or man.get("gpu_name")) if comm_rows else comm_rows
 
-    # ---- advice
-    from tracekit.gpus import graph_node_us
+def _transfer_and_waits(trace: Trace, sc, roof: TraceRoofline, n: int, ep: int | None, gpu_name: str | None):
+    """Transfer against waiting for the other ranks, from this file alone (``collectives.split_one_rank``), and
+    the collectives table again with each call's transfer estimated (latency-bound is judged from it, one rule for
+    one rank and a rank set)."""
+    from tracekit.analyses.collectives import collectives_of, one_rank_evidence, split_one_rank
 
-    gap = graph_node_us(gpu_name or man.get("gpu_name")) or DEFAULT_REPLAY_GAP_US   # the GPU table's, measured
+    split = split_one_rank(sc.kernels, max(1, n), ranks=roof.tp if roof.tp_source != "default" else None,
+                           one_rank=one_rank_evidence(trace, sc.kernels, roof.tp, roof.tp_source, ep))
+    rows = collectives_of(split.kernels, n, gpu_name) if sc.rows else sc.rows
+    return split, rows
+
+
+def _facts(st: StepTable, m: Measured, gpu: _Gpu, tb, tokens: StepTokens, acc, roof: TraceRoofline,
+           roof_check: tuple[str, ...], comm_split, comm_rows, fwds, device_profile: dict | None) -> StepFacts:
+    """What the levers need (``tracekit.analyses.advice.StepFacts``), from the step table and the blocks."""
+    from tracekit.analyses.advice import DEFAULT_REPLAY_GAP_US, GRAPHED_SHARE, StepFacts
+    from tracekit.analyses.communication import collective_overheads
+    from tracekit.gpus import graph_node_us, lookup
+    from tracekit.results.breakdown import GapCauses
+
+    attr, table, name = st.attribution, st.table, gpu.lookup_name
+    gap = graph_node_us(name) or DEFAULT_REPLAY_GAP_US  # the GPU table's, measured
     if device_profile and isinstance(device_profile.get("graph_replay_gap_us"), (int, float)) \
             and device_profile["graph_replay_gap_us"] > 0:
         gap = float(device_profile["graph_replay_gap_us"])
-    spec_gpu = lookup(gpu_name or man.get("gpu_name"))
+    spec_gpu = lookup(name)
     link = (f"{spec_gpu.link_bw_gbps:,.0f} GB/s per direction over {spec_gpu.link}"
             if spec_gpu and spec_gpu.link_bw_gbps else None)
-    between = [x for x in largest if x.cause == "between_steps"]
+    between = [x for x in m.largest if x.cause == "between_steps"]
     verify = None
     if fwds is not None:
         from tracekit.analyses.drafting import verify_costs
 
-        verify = verify_costs(fwds, gpu_name or man.get("gpu_name"))
-    facts = StepFacts(
-        traced_ms=traced, reference_ms=tb.reference_step_ms, reference_source=tb.unprofiled_source,
-        upper_bounds=upper, per_step_ms=per_step_ms, kernel_ms=kernel_ms,
-        gaps=GapCauses(**causes), busy_ms=busy_ms, graph_kernel_share=graph_share,
-        after_waits_ms=mean("g_after_waits"),
+        verify = verify_costs(fwds, name)
+    return StepFacts(
+        traced_ms=m.steps.mean_ms, reference_ms=tb.reference_step_ms, reference_source=tb.unprofiled_source,
+        upper_bounds=tb.unprofiled_step_ms is None,  # every saving is then an upper bound on a profiled step
+        per_step_ms=m.per_step_ms, kernel_ms=m.kernel_ms,
+        gaps=GapCauses(**m.causes), busy_ms=m.busy_ms, graph_kernel_share=m.graph_share,
+        after_waits_ms=_mean_ms(table, "g_after_waits"),
         launched_per_step=float(table["n_launched"].fill_null(0).mean()),
         graph_launches_per_step=float(table["n_graph_launches"].fill_null(0).mean()),
         kernels_per_step=float(table["n_kernels"].mean()),
         draft_phase_ms=float(table["draft_span"].mean()) / 1e6, draft_detection=attr.draft_detection,
         draft_evidence=attr.draft_evidence, speculation=attr.speculation,
-        phase=st.phase, decode_advice=st.decode_advice, replay_gap_us=gap, accept_len=acc, tokens_per_step=float(tokens.batch),
-        floor_ms=roof.floor_ms, gemm_achieved_bw_gbps=roof.gemm_achieved_bw_gbps, peak_bw_gbps=bw.value,
+        phase=st.phase, decode_advice=st.decode_advice, replay_gap_us=gap, accept_len=acc.value,
+        tokens_per_step=float(tokens.batch),
+        floor_ms=roof.floor_ms, gemm_achieved_bw_gbps=roof.gemm_achieved_bw_gbps, peak_bw_gbps=gpu.peak_bw_gbps,
         floor_kind="compute" if getattr(roof, "bound", None) == "compute" else "memory",
         memory_floor_ms=getattr(roof, "memory_floor_ms", None), peak_tflops=getattr(roof, "peak_tflops", None),
         gemm_achieved_tflops=getattr(roof, "gemm_achieved_tflops", None),
         kv_bytes_per_step=roof.kv_bytes_per_step, weight_bytes_per_step=roof.weight_bytes_per_step,
         weight_bytes_source=roof.weight_bytes_source, kv_bytes_source=roof.kv_bytes_source,
         attention_achieved_bw_gbps=roof.attention_achieved_bw_gbps,
-        comm_overheads=collective_overheads(acts, n, graph_share >= GRAPHED_SHARE, gap),
+        comm_overheads=collective_overheads(st.activities, m.n, m.graph_share >= GRAPHED_SHARE, gap),
         collectives=tuple(comm_rows), hidden_comm_ms=comm_split.hidden_ms, comm_split=comm_split, link=link,
         longest_between=between[0] if between else None, verify=verify, roofline_refused=roof.refused,
         roofline_check=roof_check, phase_note=st.phase_note, phase_label=st.phase_label,
         tok_s_unit=tokens.unit, fraction_of_ceiling=roof.fraction_of_ceiling,
         ceiling_tokens_per_s=roof.ceiling_tokens_per_s, ceiling_unit=tokens.unit,
-        longest_in_step=next((x for x in largest if x.cause != "between_steps"), None))
-    advice = advise(facts)
-    warnings.extend(f"internal check: {p}" for p in advice.problems)
-    source = Source.of(trace.meta)
-    manifest = CaptureSummary.of(man) if man else None
-    return Breakdown(source=source, gpu=gpu, steps=steps, time_base=tb, per_step_ms=per_step_ms, gaps=gaps,
-                     kernel_ms_per_step=kernel_ms, roofline=roof, advice=advice, headline=advice.headline.text,
-                     warnings=tuple(warnings), per_step=per_step, top_kernels=top, activities=acts, facts=facts,
-                     rank=trace.meta.rank, coverage=Coverage(**st.coverage) if st.coverage else None,
-                     manifest=manifest)
+        longest_in_step=next((x for x in m.largest if x.cause != "between_steps"), None))
 
 
 def re_advise(b: Breakdown, facts: StepFacts) -> Breakdown:
@@ -317,7 +378,7 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
               tokens: StepTokens, table: pl.DataFrame, n: int, acts: pl.DataFrame | None, *, weight_bytes,
               model, tp, ep, context, draft_counts: tuple[int, int] | None = None,
               trace_tp: tuple[int | None, str] = (None, "not looked for"), comm_rows: Sequence[dict] = (),
-              gpu_name: str | None = None) -> tuple[TraceRoofline, tuple[str, ...], list[str]]:
+              gpu_name: str | None = None, accept=None) -> tuple[TraceRoofline, tuple[str, ...], list[str]]:
     """The roofline block, filled once: the bytes per GPU from the one resolver (``tracekit.analyses.bytes``:
     --weight-bytes, --model or the model the trace's recorded command line names when it is in the local Hugging
     Face cache, the manifest, the trace's shapes or NVTX; TP and its source), the floor against the reference step,
@@ -377,6 +438,11 @@ def _roofline(trace: Trace, man: dict, kernel_ms: KernelMsPerStep, reference_ms:
     roof = TraceRoofline(**{f.name: getattr(block, f.name) for f in fields(RooflineBlock)}, tp_source=par.source,
                          tp_evidence=par.evidence, shape_coverage=shapes.get("coverage"), refused=refusal,
                          tokens_per_step_source=tokens.source, tokens_per_s_unit=tokens.unit)
+    if accept is not None and accept.value is not None:  # (the accept length, and its source: diff compares per
+        # token with it)
+        from dataclasses import replace
+
+        roof = replace(roof, accept_len=float(accept.value), accept_len_source=accept.source)
     return roof, tuple(suspects) if refusal else (), warnings
 
 
@@ -422,17 +488,19 @@ def _all_reduce_groups(trace: Trace) -> list[str]:
     return sorted(kinds.filter(pl.col("kind").str.replace("_", "-") == "all-reduce")["pg_name"].unique().to_list())
 
 
-def _manifest(trace: Trace, attr: Attribution) -> tuple[dict, str | None]:
+def _manifest(trace: Trace, st: StepTable) -> tuple[dict, list[str]]:
     """The manifest beside the trace, when it applies to it (contract): one without ``trace_files`` applies only
-    when its ``steps`` equals the number of step windows found."""
+    when its ``steps`` equals the number of step windows found; and the warnings so far (the read's, the step
+    table's, the manifest's)."""
     man = trace.manifest or {}
+    warnings = list(trace.meta.warnings) + list(st.warnings)
     if not man or man.get("trace_files"):
-        return man, None
-    n = attr.steps.windows.height
+        return man, warnings
+    n = st.attribution.steps.windows.height
     if man.get("steps") is not None and man["steps"] != n:
-        return {}, (f"manifest.json beside the trace ignored: it describes {man['steps']} profiled steps, the trace "
-                    f"holds {n} step windows (a manifest of another capture?)")
-    return man, None
+        return {}, [*warnings, f"manifest.json beside the trace ignored: it describes {man['steps']} profiled steps, "
+                    f"the trace holds {n} step windows (a manifest of another capture?)"]
+    return man, warnings
 
 
 def _weight_bytes_from_trace(trace: Trace, table: pl.DataFrame, n_steps: int, acts: pl.DataFrame | None,

@@ -93,7 +93,7 @@ def analyse_rank(path, opts: dict) -> RankResult:
     trace = load(Path(path), kernel_dims=False)
     # (the trace is this stage's alone, and what rank_result reads of it after the breakdown, the kernels' names and
     # the communicators, is not what the breakdown releases of it)
-    b = breakdown(trace, **AnalysisOptions(**opts).analysis_kwargs(), consume=True)
+    b = breakdown(trace, AnalysisOptions(**opts), consume=True)
     return rank_result(b, trace, rules=opts.get("rules"))
 
 
@@ -105,7 +105,7 @@ def analyse_devices(trace, options) -> tuple[list[RankResult], list[str]]:
 
     require_gpu_activity(trace)  # (as for one GPU: a user error, exit 2, not an empty comparison)
     devs = devices_with_activity(trace)
-    results = [rank_result(breakdown(trace, **replace(options, all_devices=False, device=d).analysis_kwargs()), trace,
+    results = [rank_result(breakdown(trace, replace(options, all_devices=False, device=d)), trace,
                            rules=options.rules) for d in devs]
     return results, [f"gpu{d}" for d in devs]
 

@@ -109,7 +109,7 @@ def analyse_pair(base, new, opts: AnalysisOptions | None = None, *, base_changes
         if name == "new" and dev is None:
             dev, note = pair_devices(analysed, trace)
             notes.extend(note)
-        b = breakdown(trace, **side_options(o, name, device=dev).analysis_kwargs(), consume=_is_path(x))
+        b = breakdown(trace, side_options(o, name, device=dev), consume=_is_path(x))
         del trace
         out.append(b)
         labels.append(label)
