@@ -326,3 +326,29 @@ def test_most_test_files_are_named_after_the_module_they_test():
     assert named_after_a_module(ROOT / "tests" / "readers" / "test_nsys.py")
     assert named_after_a_module(ROOT / "tests" / "results" / "test_contract.py")
     assert not named_after_a_module(ROOT / "tests" / "readers" / "test_fuzz.py")
+
+
+# ───────────────────────── functions a reader can hold in view ─────────────────────────
+
+def long_functions(limit: int = 100, root: Path = ROOT / "tracekit") -> list[str]:
+    """Every function of ``root`` longer than ``limit`` lines (docstring included), as ``path:name (lines)``."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > limit:
+                    out.append(f"{path.relative_to(ROOT)}:{node.name} ({n})")
+    return out
+
+
+def test_no_function_over_100_lines_and_the_pipeline_reads_as_its_steps():
+    """Issue 50: split where a reader would name the parts; ``pipeline.breakdown`` is the list of the pipeline's
+    steps, one call each (docs/architecture.md, "The walk of one trace")."""
+    assert long_functions() == []
+    fn = next(n for n in ast.parse((ROOT / "tracekit/run/pipeline.py").read_text()).body
+              if isinstance(n, ast.FunctionDef) and n.name == "breakdown")
+    assert fn.end_lineno - fn.lineno + 1 <= 60
+    assert [a.arg for a in fn.args.args] == ["trace", "options"]  # one options object
+    # the check can fail: the old pipeline's 189-line breakdown is over it
+    assert long_functions(limit=30) != []
