@@ -19,8 +19,11 @@ verify forward over K+1 tokens, and, in SGLang, a draft-extend forward. So:
 3. A step is speculative only on *positive evidence of a draft model distinct from the target* (contract,
    "Drafting by structure needs positive evidence"): besides the target forward it runs at least
    :data:`MIN_DRAFT_FORWARDS` forwards of one smaller model — each with at most 1/:data:`TARGET_RATIO` of the
-   target forward's layers (attention kernels) and GEMMs, their GEMM counts within :data:`DRAFT_SPREAD` of each
-   other (one model run again), and all of them together no more layers than the target forward. A cut that is
+   target forward's layers (attention kernels) and of its layers' GEMMs (one lm_head each aside), their GEMM counts
+   within :data:`DRAFT_SPREAD` of each other (one model run again), and all of them together no more layers than
+   the target forward or no more than :data:`MAX_DRAFT_FORWARDS` of them (an engine's K) — or at least
+   :data:`REPEAT_FORWARDS` forwards of one model with the same layers and GEMMs each, each with less GEMM time than
+   the heaviest forward, which is another model (a draft as deep as its target but narrower). A cut that is
    no draft model fails it: an MoE router's or an adapter's top-k taken for sampling cuts the target into
    one-layer pieces (dozens a step, together far more layers than the "target"), a piecewise graph's pieces or a
    second stream's kernels are no forward of their own, and sampling kernels alone are no forward at all.
@@ -65,10 +68,21 @@ MIN_SPEC_SHARE = 0.5  # share of steps showing a draft model from which drafting
 # num_steps - 1 = 0 forwards, the draft-extend after the verify is the one; vLLM num_speculative_tokens 1: one
 # proposer forward); the other conditions (a model of at most 1/TARGET_RATIO of the target's layers and GEMMs,
 # ending in sampling, in at least MIN_SPEC_SHARE of the steps) carry the evidence.
+#
+# Each model's forward has one lm_head GEMM whatever its depth, so the GEMM ratio is taken over the layers' GEMMs (a
+# 4-layer draft of an 8-layer target: 17 GEMMs against 33, half the layers). Together the draft forwards hold no
+# more layers than the target forward, or there are at most MAX_DRAFT_FORWARDS of them: the engines' K (SGLang's
+# num_steps, vLLM's num_speculative_tokens, an MTP module per token) is a handful, where a MoE router's top-k taken
+# for sampling cuts a 27-61-layer target into one piece a layer. A draft model may also be as deep as the target
+# and narrower (a random zoo shape: 3 draft layers of a 3-layer target): at least REPEAT_FORWARDS forwards a step
+# of one model -- the same layers and GEMMs each, each with less GEMM time than the heaviest forward -- beside one
+# forward of another is a draft model run K times and a target verifying once.
 TARGET_RATIO = 2
 HOST_READ = r"Device-to-Host|DtoH"  # a device-to-host copy: the host reads device data (nsys and Kineto names)
 MIN_DRAFT_FORWARDS = 1
 DRAFT_SPREAD = 1.5
+MAX_DRAFT_FORWARDS = 10
+REPEAT_FORWARDS = 2
 
 DETECTIONS = ("ranges", "engine", "structure", "kernels", "not_detected")
 OFF = "none"  # --draft-range none: no draft ranges, no structure, no speculative kernels
@@ -268,16 +282,27 @@ def draft_model_steps(per_fwd: pl.DataFrame) -> pl.DataFrame:
     besides the target's and whether they show a draft model (module docstring, 3.): ``step``, ``n_draft``,
     ``before`` (those before the target forward), ``d_attn`` / ``d_gemm`` (the largest draft forward's attention
     kernels and GEMMs), ``d_attn_sum``, ``d_gemm_min``, ``t_attn`` / ``t_gemm`` (the target forward's), ``spec``."""
-    t = per_fwd.filter(pl.col("target")).select("step", t_fwd="fwd", t_attn="n_attn", t_gemm="n_gemm")
+    t = per_fwd.filter(pl.col("target")).select("step", t_fwd="fwd", t_attn="n_attn", t_gemm="n_gemm",
+                                                 t_ns="gemm_ns")
     d = per_fwd.filter(~pl.col("target")).join(t, on="step")
     per = d.group_by("step").agg(
         n_draft=pl.len(), before=(pl.col("fwd") < pl.col("t_fwd")).sum(), d_attn=pl.col("n_attn").max(),
-        d_attn_sum=pl.col("n_attn").sum(), d_gemm=pl.col("n_gemm").max(), d_gemm_min=pl.col("n_gemm").min(),
-        t_attn=pl.col("t_attn").first(), t_gemm=pl.col("t_gemm").first())
+        d_attn_min=pl.col("n_attn").min(), d_attn_sum=pl.col("n_attn").sum(), d_gemm=pl.col("n_gemm").max(),
+        d_gemm_min=pl.col("n_gemm").min(), d_ns=pl.col("gemm_ns").max(), t_attn=pl.col("t_attn").first(),
+        t_gemm=pl.col("t_gemm").first(), t_ns=pl.col("t_ns").first())
+    # a smaller model: at most 1/TARGET_RATIO of the target forward's layers and of its layers' GEMMs (one lm_head
+    # each aside), all of them together no more layers than the target or no more forwards than an engine's K
+    smaller = ((pl.col("t_attn") >= TARGET_RATIO * pl.col("d_attn"))
+               & (pl.col("t_gemm") - 1 >= TARGET_RATIO * (pl.col("d_gemm") - 1))
+               & ((pl.col("d_attn_sum") <= pl.col("t_attn")) | (pl.col("n_draft") <= MAX_DRAFT_FORWARDS)))
+    # ... or one other model run again and again: the same layers and GEMMs each forward, each lighter than the
+    # heaviest, which is another model (other layers or GEMMs)
+    repeated = ((pl.col("n_draft") >= REPEAT_FORWARDS) & (pl.col("n_draft") <= MAX_DRAFT_FORWARDS)
+                & (pl.col("d_attn") == pl.col("d_attn_min")) & (pl.col("d_gemm") == pl.col("d_gemm_min"))
+                & (pl.col("d_ns") < pl.col("t_ns"))
+                & ((pl.col("d_attn") != pl.col("t_attn")) | (pl.col("d_gemm") != pl.col("t_gemm"))))
     return per.with_columns(spec=(pl.col("n_draft") >= MIN_DRAFT_FORWARDS)
-                            & (pl.col("t_attn") >= TARGET_RATIO * pl.col("d_attn"))
-                            & (pl.col("t_gemm") >= TARGET_RATIO * pl.col("d_gemm"))
-                            & (pl.col("d_attn_sum") <= pl.col("t_attn"))
+                            & (smaller | repeated)
                             & (pl.col("d_gemm") <= DRAFT_SPREAD * pl.col("d_gemm_min"))).sort("step")
 
 
@@ -387,7 +412,8 @@ def detect_drafting(acts: pl.DataFrame, *, ranges_found: bool = False,
            f"{_n(med['n_draft'], 'forward')} of up to {_n(med['d_attn'], 'layer')} ({med['d_attn_sum']:g} in all) "
            f"and {_n(med['d_gemm'], 'GEMM')} (a draft model runs at least {_n(MIN_DRAFT_FORWARDS, 'forward')} a step, "
            f"each at most 1/{TARGET_RATIO} of the target's layers and GEMMs, all together no more layers than the "
-           "target)")
+           f"target or at most {MAX_DRAFT_FORWARDS} forwards; or at least {REPEAT_FORWARDS} forwards of one model "
+           "other than the heaviest, each lighter)")
     return none, _not_structure(acts, steps, med["n_draft"] + 1, (why,))
 
 
