@@ -285,11 +285,21 @@ def draft_model_steps(per_fwd: pl.DataFrame) -> pl.DataFrame:
     t = per_fwd.filter(pl.col("target")).select("step", t_fwd="fwd", t_attn="n_attn", t_gemm="n_gemm",
                                                  t_ns="gemm_ns")
     d = per_fwd.filter(~pl.col("target")).join(t, on="step")
+    # Two draft forwards with no sampling kernel and no layer cut between them are one piece: the one forward of a
+    # step that may end without sampling is SGLang's draft-extend, and when the draft forward after it runs over as
+    # many tokens, no layer cut tells them apart. So one piece a step whose layers and GEMMs are both exactly twice
+    # the step's smallest draft forward's is two forwards of that model (never more: a target cut into pieces by a
+    # second stream's sampling gives pieces of any multiple).
+    a0, g0 = pl.col("n_attn").min().over("step"), pl.col("n_gemm").min().over("step")
+    double = (a0 > 0) & (pl.col("n_attn") == 2 * a0) & (pl.col("n_gemm") == 2 * g0)
+    d = d.with_columns(m=pl.when(double & (double.sum().over("step") == 1)).then(2).otherwise(1).cast(pl.UInt32))
+    d = d.with_columns(u_attn=pl.col("n_attn") // pl.col("m"), u_gemm=pl.col("n_gemm") // pl.col("m"),
+                       u_ns=pl.col("gemm_ns") // pl.col("m"))
     per = d.group_by("step").agg(
-        n_draft=pl.len(), before=(pl.col("fwd") < pl.col("t_fwd")).sum(), d_attn=pl.col("n_attn").max(),
-        d_attn_min=pl.col("n_attn").min(), d_attn_sum=pl.col("n_attn").sum(), d_gemm=pl.col("n_gemm").max(),
-        d_gemm_min=pl.col("n_gemm").min(), d_ns=pl.col("gemm_ns").max(), t_attn=pl.col("t_attn").first(),
-        t_gemm=pl.col("t_gemm").first(), t_ns=pl.col("t_ns").first())
+        n_draft=pl.col("m").sum(), before=pl.col("m").filter(pl.col("fwd") < pl.col("t_fwd")).sum(),
+        d_attn=pl.col("u_attn").max(), d_attn_min=pl.col("u_attn").min(), d_attn_sum=pl.col("n_attn").sum(),
+        d_gemm=pl.col("u_gemm").max(), d_gemm_min=pl.col("u_gemm").min(), d_ns=pl.col("u_ns").max(),
+        t_attn=pl.col("t_attn").first(), t_gemm=pl.col("t_gemm").first(), t_ns=pl.col("t_ns").first())
     # a smaller model: at most 1/TARGET_RATIO of the target forward's layers and of its layers' GEMMs (one lm_head
     # each aside), all of them together no more layers than the target or no more forwards than an engine's K
     smaller = ((pl.col("t_attn") >= TARGET_RATIO * pl.col("d_attn"))
