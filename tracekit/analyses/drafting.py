@@ -10,7 +10,8 @@ verify forward over K+1 tokens, and, in SGLang, a draft-extend forward. So:
    one forward's layers run into the next without sampling between them (SGLang's draft-extend fills the draft's
    KV cache and samples nothing): the run of kernels between two attention kernels recurs layer after layer inside
    a forward, so one that occurs once in its step, without sampling, holds the end of one forward and the start of
-   the next (:func:`_layer_cuts`). A piece with GEMM and attention kernels ended by either cut is a *forward*; a
+   the next (:func:`_layer_cuts`). A piece with GEMM and attention kernels ended by either cut, or by the step's
+   end (SGLang's draft-extend that samples nothing runs last), is a *forward*; a
    piece of sampling kernels alone (the rest of a multi-kernel top-k, split by its memsets) is the tail of the
    forward before it; other pieces (copies, tree building, acceptance glue) join the forward after them, and what
    follows the step's last forward is no forward's.
@@ -164,7 +165,12 @@ def _forward_parts(acts: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         s=pl.col("samp").any(), lc=pl.col("layer_cut").first())
     # (a piece ended by a layer cut is a forward as one ended by sampling is)
     layer_end = pl.col("lc").shift(-1).fill_null(False) & (pl.col("step").shift(-1) == pl.col("step")).fill_null(False)
-    pieces = pieces.with_columns(is_fwd=(pl.col("g") > 0) & (pl.col("na") > 0) & (pl.col("s") | layer_end))
+    # ... and so is a run of layers that the step's end ends: SGLang's draft-extend when it samples nothing runs
+    # last in the step, after the verify forward's sampling (a plain decode step never gets here: it holds one
+    # sampling kernel)
+    pieces = pieces.with_columns(step_end=(pl.col("step").shift(-1) != pl.col("step")).fill_null(True))
+    pieces = pieces.with_columns(
+        is_fwd=(pl.col("g") > 0) & (pl.col("na") > 0) & (pl.col("s") | layer_end | pl.col("step_end")))
     # forward number of each forward piece within its step; glue pieces join the next forward of their step
     pieces = pieces.with_columns(fwd_here=pl.when(pl.col("is_fwd")).then(
         pl.col("is_fwd").cast(pl.Int64).cum_sum().over("step") - 1))
@@ -174,7 +180,8 @@ def _forward_parts(acts: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     pieces = pieces.with_columns(fwd=pl.when(tail).then(pl.col("fwd_here").forward_fill().over("step"))
                                  .otherwise(pl.col("fwd_here").backward_fill().over("step")))
     per_fwd = pieces.filter(pl.col("is_fwd")).group_by("step", "fwd", maintain_order=True).agg(
-        gemm_ns=pl.col("g").sum(), n_gemm=pl.col("ng").sum(), n_attn=pl.col("na").sum())
+        gemm_ns=pl.col("g").sum(), n_gemm=pl.col("ng").sum(), n_attn=pl.col("na").sum(),
+        trailing=(pl.col("step_end") & ~pl.col("s")).any())
     per_fwd = per_fwd.with_columns(
         target=(pl.col("gemm_ns") == pl.col("gemm_ns").max().over("step"))
         & (pl.col("fwd") == pl.col("fwd").filter(pl.col("gemm_ns") == pl.col("gemm_ns").max()).min().over("step")),
@@ -284,7 +291,11 @@ def draft_model_steps(per_fwd: pl.DataFrame) -> pl.DataFrame:
     kernels and GEMMs), ``d_attn_sum``, ``d_gemm_min``, ``t_attn`` / ``t_gemm`` (the target forward's), ``spec``."""
     t = per_fwd.filter(pl.col("target")).select("step", t_fwd="fwd", t_attn="n_attn", t_gemm="n_gemm",
                                                  t_ns="gemm_ns")
+    # The forward the step's end ends, sampling nothing, computes no logits (SGLang's draft-extend that samples
+    # nothing: 12 GEMMs where its draft forwards have 13): its GEMMs are compared as if it had the lm_head too
     d = per_fwd.filter(~pl.col("target")).join(t, on="step")
+    if "trailing" in d.columns:
+        d = d.with_columns(n_gemm=pl.col("n_gemm") + pl.col("trailing").cast(pl.UInt32))
     # Two draft forwards with no sampling kernel and no layer cut between them are one piece: the one forward of a
     # step that may end without sampling is SGLang's draft-extend, and when the draft forward after it runs over as
     # many tokens, no layer cut tells them apart. So one piece a step whose layers and GEMMs are both exactly twice
