@@ -179,7 +179,6 @@ class Measured:
     busy_ms: float
 
 
-
 def _mean_ms(table: pl.DataFrame, col: str) -> float:
     """The mean of ``col`` (ns) over the analysed steps, in ms."""
     import polars as pl
